@@ -1,0 +1,20 @@
+//! kubelet-core: the pure heart of rkubelet. Everything here is deterministic
+//! and free of I/O (no tokio, no tonic, no kube): KubeletConfiguration,
+//! static-pod manifests and defaults, the config mux's merge, the pod worker
+//! state machine, compute-pod-actions, PLEG diffing, status synthesis and
+//! backoff. The `kubelet` crate drives these against the world.
+
+pub mod actions;
+pub mod backoff;
+pub mod config;
+pub mod duration;
+pub mod lifecycle;
+pub mod manifest;
+pub mod pleg;
+pub mod podconfig;
+pub mod quantity;
+pub mod runtime;
+pub mod status;
+pub mod timefmt;
+pub mod types;
+pub mod workqueue;

@@ -1,0 +1,249 @@
+//! The pod worker state machine (upstream's pod_workers.go states): one enum
+//! and one pure step function. A pod moves syncing → terminating →
+//! terminated → finished and never back; the worker task in the `kubelet`
+//! crate runs the transaction script each step names.
+
+/// Where a pod is in its life on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// The pod should run: SyncPod converges it.
+    Syncing,
+    /// The pod must stop: SyncTerminatingPod kills it with this grace period
+    /// (None: the pod's own terminationGracePeriodSeconds).
+    Terminating { grace: Option<i64>, why: Why },
+    /// Every container has stopped: SyncTerminatedPod cleans up.
+    Terminated { why: Why },
+    /// Nothing is left to do; housekeeping may forget the worker.
+    Finished { why: Why },
+}
+
+/// Why a pod stopped: removed by its source (it may come back with the same
+/// UID, as a static pod whose manifest is restored), or it reached a terminal
+/// phase (it stays Succeeded/Failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    Removed,
+    Completed,
+}
+
+/// What happened to the pod or its worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The desired pod changed, PLEG saw something, or a resync is due.
+    Update,
+    /// Stop the pod (removed from every source, or an orphan).
+    Kill { grace: Option<i64> },
+    /// SyncPod finished; `terminal` when the pod reached Succeeded/Failed.
+    Synced { terminal: bool },
+    /// SyncTerminatingPod finished: nothing runs any more.
+    TerminatingDone,
+    /// SyncTerminatedPod finished: the pod's shell is cleaned up.
+    TerminatedDone,
+}
+
+/// The transaction script to run next, if any.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    SyncPod,
+    SyncTerminatingPod { grace: Option<i64> },
+    SyncTerminatedPod,
+    Idle,
+}
+
+/// Shorter of two grace periods; a kill can only hurry a termination.
+fn shorter(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.min(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
+
+/// The single transition function of the pod lifecycle.
+pub fn step(state: State, event: Event) -> (State, Step) {
+    use Event::*;
+    use State::*;
+    match (state, event) {
+        (Syncing, Update) => (Syncing, Step::SyncPod),
+        (Syncing, Kill { grace }) => (
+            Terminating {
+                grace,
+                why: Why::Removed,
+            },
+            Step::SyncTerminatingPod { grace },
+        ),
+        (Syncing, Synced { terminal: false }) => (Syncing, Step::Idle),
+        (Syncing, Synced { terminal: true }) => (
+            Terminating {
+                grace: None,
+                why: Why::Completed,
+            },
+            Step::SyncTerminatingPod { grace: None },
+        ),
+        // A retry of termination, or a kill that may shorten the grace period.
+        (Terminating { grace, why }, Update) => (
+            Terminating { grace, why },
+            Step::SyncTerminatingPod { grace },
+        ),
+        (Terminating { grace, why }, Kill { grace: g }) => {
+            let grace = shorter(grace, g);
+            (
+                Terminating { grace, why },
+                Step::SyncTerminatingPod { grace },
+            )
+        }
+        (Terminating { why, .. }, TerminatingDone) => (Terminated { why }, Step::SyncTerminatedPod),
+        (Terminated { why }, Update | Kill { .. }) => (Terminated { why }, Step::SyncTerminatedPod),
+        (Terminated { why }, TerminatedDone) => (Finished { why }, Step::Idle),
+        // Anything else is stale news (a sync result after a kill arrived, or
+        // an update to a finished pod): nothing to do.
+        (s, _) => (s, Step::Idle),
+    }
+}
+
+impl State {
+    pub fn is_terminating_or_later(self) -> bool {
+        !matches!(self, State::Syncing)
+    }
+    pub fn is_finished(self) -> bool {
+        matches!(self, State::Finished { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Event::*;
+    use State::*;
+
+    #[test]
+    fn transitions() {
+        let removing = |g| Terminating {
+            grace: g,
+            why: Why::Removed,
+        };
+        let cases = [
+            (Syncing, Update, Syncing, Step::SyncPod),
+            (Syncing, Synced { terminal: false }, Syncing, Step::Idle),
+            (
+                Syncing,
+                Synced { terminal: true },
+                Terminating {
+                    grace: None,
+                    why: Why::Completed,
+                },
+                Step::SyncTerminatingPod { grace: None },
+            ),
+            (
+                Syncing,
+                Kill { grace: Some(5) },
+                removing(Some(5)),
+                Step::SyncTerminatingPod { grace: Some(5) },
+            ),
+            (
+                removing(Some(30)),
+                Kill { grace: Some(2) },
+                removing(Some(2)),
+                Step::SyncTerminatingPod { grace: Some(2) },
+            ),
+            (
+                removing(Some(2)),
+                Kill { grace: Some(30) },
+                removing(Some(2)),
+                Step::SyncTerminatingPod { grace: Some(2) },
+            ),
+            (
+                removing(None),
+                Update,
+                removing(None),
+                Step::SyncTerminatingPod { grace: None },
+            ),
+            (
+                removing(None),
+                Synced { terminal: false },
+                removing(None),
+                Step::Idle,
+            ),
+            (
+                removing(Some(1)),
+                TerminatingDone,
+                Terminated { why: Why::Removed },
+                Step::SyncTerminatedPod,
+            ),
+            (
+                Terminated { why: Why::Removed },
+                Update,
+                Terminated { why: Why::Removed },
+                Step::SyncTerminatedPod,
+            ),
+            (
+                Terminated {
+                    why: Why::Completed,
+                },
+                TerminatedDone,
+                Finished {
+                    why: Why::Completed,
+                },
+                Step::Idle,
+            ),
+            (
+                Finished {
+                    why: Why::Completed,
+                },
+                Update,
+                Finished {
+                    why: Why::Completed,
+                },
+                Step::Idle,
+            ),
+            (
+                Finished { why: Why::Removed },
+                Kill { grace: None },
+                Finished { why: Why::Removed },
+                Step::Idle,
+            ),
+            (
+                Terminating {
+                    grace: None,
+                    why: Why::Completed,
+                },
+                Kill { grace: Some(0) },
+                Terminating {
+                    grace: Some(0),
+                    why: Why::Completed,
+                },
+                Step::SyncTerminatingPod { grace: Some(0) },
+            ),
+        ];
+        for (from, event, to, action) in cases {
+            assert_eq!(step(from, event), (to, action), "{from:?} + {event:?}");
+        }
+    }
+
+    #[test]
+    fn never_goes_back_to_syncing() {
+        let events = [
+            Update,
+            Kill { grace: None },
+            Synced { terminal: false },
+            Synced { terminal: true },
+            TerminatingDone,
+            TerminatedDone,
+        ];
+        let states = [
+            Terminating {
+                grace: None,
+                why: Why::Removed,
+            },
+            Terminated { why: Why::Removed },
+            Finished {
+                why: Why::Completed,
+            },
+        ];
+        for s in states {
+            for e in events {
+                assert!(step(s, e).0.is_terminating_or_later(), "{s:?} + {e:?}");
+            }
+        }
+    }
+}

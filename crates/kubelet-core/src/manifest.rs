@@ -1,0 +1,1685 @@
+//! Static pod manifests: parsing, API-server defaulting, static-pod identity and validation.
+//!
+//! A manifest file holds one or more v1 Pods, in YAML or JSON, several YAML documents
+//! separated by `---` lines. [`parse_static_pods`] turns such a file into pods ready for the
+//! config mux, the way upstream's file source (`pkg/kubelet/config/file.go`, `common.go`)
+//! does: decode, default as the API server would, give each pod its static identity
+//! (name suffixed with the node name, UID, `kubernetes.io/config.*` annotations, a
+//! `NoExecute` toleration, `nodeName`, phase `Pending`), then validate.
+//!
+//! Everything here is pure: no file system, no clock.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Container, HTTPGetAction, LifecycleHandler, ObjectFieldSelector, Pod, PodSecurityContext,
+    PodSpec, PodStatus, Probe, Toleration, Volume,
+};
+use md5::{Digest, Md5};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::quantity;
+use crate::types::keys;
+
+/// A manifest file that could not be turned into pods.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: document {doc}: {}{message}", field_prefix(field))]
+pub struct ManifestError {
+    /// The file, as given to [`parse_static_pods`].
+    pub file: String,
+    /// 0-based index of the YAML document (`---`-separated) in the file.
+    pub doc: usize,
+    /// Path of the offending field (`spec.containers[1].image`), or "" for a syntax error.
+    pub field: String,
+    pub message: String,
+}
+
+fn field_prefix(field: &str) -> String {
+    if field.is_empty() {
+        String::new()
+    } else {
+        format!("{field}: ")
+    }
+}
+
+/// A pod field that failed validation (or decoding).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}{message}", field_prefix(field))]
+pub struct FieldError {
+    /// Path of the field, e.g. `spec.containers[1].image`.
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        FieldError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses the static pod file `file` (its path, used in errors and in the pods' identity)
+/// with contents `content` into defaulted, validated pods for node `node_name`.
+///
+/// Empty documents are ignored; the first document that fails fails the whole file (the
+/// file source then keeps the file's last good pods).
+pub fn parse_static_pods(
+    file: &str,
+    content: &str,
+    node_name: &str,
+) -> Result<Vec<Pod>, ManifestError> {
+    let docs = decode_documents(content).map_err(|(doc, message)| ManifestError {
+        file: file.to_owned(),
+        doc,
+        field: String::new(),
+        message,
+    })?;
+    let mut pods = Vec::with_capacity(docs.len());
+    for (doc, value) in docs {
+        let to_manifest_error = |e: FieldError| ManifestError {
+            file: file.to_owned(),
+            doc,
+            field: e.field,
+            message: e.message,
+        };
+        let mut pod = pod_from_value(&value).map_err(to_manifest_error)?;
+        make_static(&mut pod, file, node_name).map_err(to_manifest_error)?;
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// Splits `content` into YAML documents and decodes each non-empty one, returning
+/// `(document index, value)` pairs, or `(document index, message)` for a syntax error.
+fn decode_documents(content: &str) -> Result<Vec<(usize, Value)>, (usize, String)> {
+    // JSON first when it looks like JSON: serde_json is exact about JSON (tabs, escapes) and
+    // gives precise positions. A stream of several objects is several documents.
+    if content.trim_start().starts_with('{') {
+        let stream = serde_json::Deserializer::from_str(content).into_iter::<Value>();
+        let parsed: Result<Vec<Value>, _> = stream.collect();
+        match parsed {
+            Ok(values) => return Ok(values.into_iter().enumerate().collect()),
+            Err(json_err) => {
+                // Maybe it is YAML flow syntax rather than JSON; report the JSON error if
+                // YAML does not like it either.
+                return decode_yaml(content)
+                    .map_err(|(doc, _)| (doc, format!("invalid JSON: {json_err}")));
+            }
+        }
+    }
+    decode_yaml(content)
+}
+
+fn decode_yaml(content: &str) -> Result<Vec<(usize, Value)>, (usize, String)> {
+    let mut out = Vec::new();
+    for (doc, text) in split_yaml_documents(content).into_iter().enumerate() {
+        let options = serde_saphyr::options! { with_snippet: false };
+        let values: Vec<Value> = serde_saphyr::from_multiple_with_options(&text, options)
+            .map_err(|e| (doc, format!("invalid YAML: {}", one_line(&e.to_string()))))?;
+        out.extend(values.into_iter().map(|v| (doc, v)));
+    }
+    Ok(out)
+}
+
+/// Collapses a (possibly multi-line, snippet-carrying) parser message onto one line.
+fn one_line(s: &str) -> String {
+    let s = s.trim_start();
+    s.strip_prefix("error:")
+        .unwrap_or(s)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Splits a YAML stream at document markers (`---` at the start of a line, alone or followed
+/// by blanks and content). A first chunk with nothing but blanks, comments and directives (the
+/// usual leading `---`) is not a document. Each document is padded with blank lines so that
+/// parser positions are positions in the whole file.
+fn split_yaml_documents(content: &str) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    let mut first = true;
+    for (line_no, line) in content.split_inclusive('\n').enumerate() {
+        let bare = line.trim_end_matches(['\n', '\r']);
+        let marker = bare
+            .strip_prefix("---")
+            .filter(|rest| rest.is_empty() || rest.starts_with([' ', '\t']));
+        match marker {
+            Some(rest) => {
+                let previous = std::mem::take(&mut current);
+                if !first || has_yaml_content(&previous) {
+                    docs.push(previous);
+                }
+                first = false;
+                current.push_str(&"\n".repeat(line_no));
+                current.push_str(rest);
+                current.push('\n');
+            }
+            None => current.push_str(line),
+        }
+    }
+    if !first || has_yaml_content(&current) {
+        docs.push(current);
+    }
+    docs
+}
+
+fn has_yaml_content(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim();
+        !(l.is_empty() || l.starts_with('#') || l.starts_with('%'))
+    })
+}
+
+/// Checks `apiVersion` and `kind`, then decodes the pod, naming the failing field on error.
+fn pod_from_value(value: &Value) -> Result<Pod, FieldError> {
+    let Some(object) = value.as_object() else {
+        return Err(FieldError::new(
+            "",
+            format!("expected a Pod object, found {}", value_kind(value)),
+        ));
+    };
+    for (field, want) in [("apiVersion", "v1"), ("kind", "Pod")] {
+        match object.get(field) {
+            Some(Value::String(s)) if s == want => {}
+            None | Some(Value::Null) => {
+                return Err(FieldError::new(
+                    field,
+                    format!("required, must be {want:?}"),
+                ));
+            }
+            Some(Value::String(s)) => {
+                return Err(FieldError::new(
+                    field,
+                    format!("unsupported value {s:?}, must be {want:?}"),
+                ));
+            }
+            Some(other) => {
+                return Err(FieldError::new(
+                    field,
+                    format!("expected the string {want:?}, found {}", value_kind(other)),
+                ));
+            }
+        }
+    }
+    Pod::deserialize(pathde::PathDeserializer::root(value))
+        .map_err(|e| FieldError::new(e.path, e.message))
+}
+
+fn value_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// A deserializer over a `serde_json::Value` that records where in the document an error
+/// happened (`spec.containers[0].ports[1].containerPort`), so decoding errors name the field.
+mod pathde {
+    use std::fmt;
+
+    use serde::de::{
+        self, DeserializeSeed, Deserializer, EnumAccess, IntoDeserializer, MapAccess, SeqAccess,
+        VariantAccess, Visitor,
+    };
+    use serde_json::Value;
+
+    #[derive(Debug)]
+    pub struct Error {
+        /// Filled in by the innermost deserializer the error passes through.
+        pub path: String,
+        located: bool,
+        pub message: String,
+    }
+
+    impl fmt::Display for Error {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+
+    impl std::error::Error for Error {}
+
+    impl de::Error for Error {
+        fn custom<T: fmt::Display>(msg: T) -> Self {
+            Error {
+                path: String::new(),
+                located: false,
+                message: msg.to_string(),
+            }
+        }
+    }
+
+    /// Where a value sits: a linked list from the leaf up to the root.
+    #[derive(Clone, Copy)]
+    enum Path<'p> {
+        Root,
+        Key(&'p Path<'p>, &'p str),
+        Index(&'p Path<'p>, usize),
+    }
+
+    impl Path<'_> {
+        fn render(&self) -> String {
+            match self {
+                Path::Root => String::new(),
+                Path::Key(parent, key) => {
+                    let p = parent.render();
+                    if p.is_empty() {
+                        (*key).to_owned()
+                    } else {
+                        format!("{p}.{key}")
+                    }
+                }
+                Path::Index(parent, i) => format!("{}[{i}]", parent.render()),
+            }
+        }
+    }
+
+    pub struct PathDeserializer<'p, 'de> {
+        value: &'de Value,
+        path: Path<'p>,
+    }
+
+    impl<'de> PathDeserializer<'static, 'de> {
+        pub fn root(value: &'de Value) -> Self {
+            PathDeserializer {
+                value,
+                path: Path::Root,
+            }
+        }
+    }
+
+    impl PathDeserializer<'_, '_> {
+        fn locate(&self, mut e: Error) -> Error {
+            if !e.located {
+                e.path = self.path.render();
+                e.located = true;
+            }
+            e
+        }
+    }
+
+    impl<'de> Deserializer<'de> for PathDeserializer<'_, 'de> {
+        type Error = Error;
+
+        fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            let result = match self.value {
+                Value::Null => visitor.visit_unit(),
+                Value::Bool(b) => visitor.visit_bool(*b),
+                Value::Number(n) => {
+                    if let Some(u) = n.as_u64() {
+                        visitor.visit_u64(u)
+                    } else if let Some(i) = n.as_i64() {
+                        visitor.visit_i64(i)
+                    } else {
+                        visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN))
+                    }
+                }
+                Value::String(s) => visitor.visit_borrowed_str(s),
+                Value::Array(items) => visitor.visit_seq(Seq {
+                    items: items.iter().enumerate(),
+                    parent: &self.path,
+                }),
+                Value::Object(map) => visitor.visit_map(Map {
+                    entries: map.iter(),
+                    pending: None,
+                    parent: &self.path,
+                }),
+            };
+            result.map_err(|e| self.locate(e))
+        }
+
+        fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            match self.value {
+                Value::Null => visitor.visit_none().map_err(|e| self.locate(e)),
+                _ => visitor.visit_some(self),
+            }
+        }
+
+        fn deserialize_newtype_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            visitor.visit_newtype_struct(self)
+        }
+
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            _variants: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            let result = match self.value {
+                Value::String(s) => {
+                    visitor.visit_enum(IntoDeserializer::<Error>::into_deserializer(s.as_str()))
+                }
+                Value::Object(map) if map.len() == 1 => {
+                    let (variant, value) = map.iter().next().expect("one entry");
+                    visitor.visit_enum(Enum {
+                        variant,
+                        value,
+                        parent: &self.path,
+                    })
+                }
+                _ => Err(de::Error::custom(
+                    "expected a string or a single-key mapping for an enum",
+                )),
+            };
+            result.map_err(|e| self.locate(e))
+        }
+
+        fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            visitor.visit_unit()
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf unit unit_struct seq tuple tuple_struct map struct identifier
+        }
+    }
+
+    struct Seq<'p, 'de> {
+        items: std::iter::Enumerate<std::slice::Iter<'de, Value>>,
+        parent: &'p Path<'p>,
+    }
+
+    impl<'de> SeqAccess<'de> for Seq<'_, 'de> {
+        type Error = Error;
+
+        fn next_element_seed<T: DeserializeSeed<'de>>(
+            &mut self,
+            seed: T,
+        ) -> Result<Option<T::Value>, Error> {
+            let Some((i, value)) = self.items.next() else {
+                return Ok(None);
+            };
+            let path = Path::Index(self.parent, i);
+            let de = PathDeserializer { value, path };
+            seed.deserialize(de).map(Some)
+        }
+
+        fn size_hint(&self) -> Option<usize> {
+            Some(self.items.len())
+        }
+    }
+
+    struct Map<'p, 'de> {
+        entries: serde_json::map::Iter<'de>,
+        pending: Option<(&'de str, &'de Value)>,
+        parent: &'p Path<'p>,
+    }
+
+    impl<'de> MapAccess<'de> for Map<'_, 'de> {
+        type Error = Error;
+
+        fn next_key_seed<K: DeserializeSeed<'de>>(
+            &mut self,
+            seed: K,
+        ) -> Result<Option<K::Value>, Error> {
+            let Some((key, value)) = self.entries.next() else {
+                return Ok(None);
+            };
+            self.pending = Some((key, value));
+            let key_de = de::value::BorrowedStrDeserializer::<Error>::new(key);
+            seed.deserialize(key_de).map(Some)
+        }
+
+        fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+            let (key, value) = self
+                .pending
+                .take()
+                .ok_or_else(|| de::Error::custom("value requested before key"))?;
+            let path = Path::Key(self.parent, key);
+            seed.deserialize(PathDeserializer { value, path })
+        }
+
+        fn size_hint(&self) -> Option<usize> {
+            Some(self.entries.len())
+        }
+    }
+
+    struct Enum<'p, 'de> {
+        variant: &'de str,
+        value: &'de Value,
+        parent: &'p Path<'p>,
+    }
+
+    impl<'p, 'de: 'p> EnumAccess<'de> for Enum<'p, 'de> {
+        type Error = Error;
+        type Variant = PathDeserializer<'p, 'de>;
+
+        fn variant_seed<V: DeserializeSeed<'de>>(
+            self,
+            seed: V,
+        ) -> Result<(V::Value, Self::Variant), Error> {
+            let key_de = de::value::BorrowedStrDeserializer::<Error>::new(self.variant);
+            let variant = seed.deserialize(key_de)?;
+            let path = Path::Key(self.parent, self.variant);
+            Ok((
+                variant,
+                PathDeserializer {
+                    value: self.value,
+                    path,
+                },
+            ))
+        }
+    }
+
+    impl<'de> VariantAccess<'de> for PathDeserializer<'_, 'de> {
+        type Error = Error;
+
+        fn unit_variant(self) -> Result<(), Error> {
+            match self.value {
+                Value::Null => Ok(()),
+                _ => Err(self.locate(de::Error::custom("expected no value for a unit variant"))),
+            }
+        }
+
+        fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, Error> {
+            seed.deserialize(self)
+        }
+
+        fn tuple_variant<V: Visitor<'de>>(
+            self,
+            _len: usize,
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            self.deserialize_any(visitor)
+        }
+
+        fn struct_variant<V: Visitor<'de>>(
+            self,
+            _fields: &'static [&'static str],
+            visitor: V,
+        ) -> Result<V::Value, Error> {
+            self.deserialize_any(visitor)
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Static pod identity
+
+/// Gives a decoded pod its static-pod identity, applies defaults and validates it.
+fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldError> {
+    let written_name = pod.metadata.name.clone().unwrap_or_default();
+    if written_name.is_empty() {
+        return Err(FieldError::new("metadata.name", "required"));
+    }
+    apply_pod_defaults(pod);
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        pod.metadata.uid = Some(static_pod_uid(node_name, file, &namespace, &written_name));
+    }
+    pod.metadata.name = Some(format!("{written_name}-{}", node_name.to_lowercase()));
+
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_owned());
+    add_or_update_toleration(
+        spec,
+        Toleration {
+            operator: Some("Exists".into()),
+            effect: Some("NoExecute".into()),
+            ..Default::default()
+        },
+    );
+    // A manifest's status means nothing: the kubelet is the source of truth for it.
+    pod.status = Some(PodStatus {
+        phase: Some("Pending".into()),
+        ..Default::default()
+    });
+
+    validate_pod(pod)?;
+
+    let hash = config_hash(pod, node_name, file);
+    let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        keys::CONFIG_SOURCE.to_owned(),
+        crate::types::SOURCE_FILE.into(),
+    );
+    annotations.insert(keys::CONFIG_HASH.to_owned(), hash);
+    Ok(())
+}
+
+/// The UID of a static pod whose manifest does not set one.
+///
+/// Deliberately different from upstream. Upstream hashes the node name, the file path *and
+/// the whole manifest content*, so any edit of a manifest gives the pod a new UID: the kubelet
+/// then kills the old pod entirely and creates a new one. Here the UID hashes only
+/// `host:<node>`, `file:<path>` and `<namespace>/<name as written>`: it is stable across
+/// kubelet restarts (the same file on the same node yields the same UID, so running pods are
+/// adopted, not recreated) and across edits of the manifest, which then arrive as an Update of
+/// the same pod and restart only the containers whose spec changed.
+/// The content hash lives in `kubernetes.io/config.hash` instead (see [`config_hash`]).
+pub fn static_pod_uid(node_name: &str, file: &str, namespace: &str, name: &str) -> String {
+    let mut hasher = Md5::new();
+    hasher.update(format!("host:{node_name}"));
+    hasher.update(format!("file:{file}"));
+    hasher.update(format!("{namespace}/{name}"));
+    hex::encode(hasher.finalize())
+}
+
+/// `kubernetes.io/config.hash`: hex md5 over the canonical JSON of the defaulted pod's
+/// namespace, name, spec, labels and (user) annotations, plus the node name and the file, so
+/// that it changes exactly when what the manifest asks for changes. Computed before the
+/// `kubernetes.io/config.*` annotations are added.
+fn config_hash(pod: &Pod, node_name: &str, file: &str) -> String {
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    annotations.remove(keys::CONFIG_SOURCE);
+    annotations.remove(keys::CONFIG_HASH);
+    annotations.remove(keys::CONFIG_SEEN);
+    // Struct fields serialize in declaration order and maps are BTreeMaps: canonical.
+    let canonical = serde_json::to_vec(&(
+        &pod.metadata.namespace,
+        &pod.metadata.name,
+        &pod.spec,
+        &pod.metadata.labels,
+        &annotations,
+        node_name,
+        file,
+    ))
+    .expect("a Pod always serializes to JSON");
+    hex::encode(Md5::digest(&canonical))
+}
+
+/// Upstream's `AddOrUpdateTolerationInPod`: replace a toleration matching on key, operator,
+/// value and effect, else append.
+fn add_or_update_toleration(spec: &mut PodSpec, toleration: Toleration) {
+    let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
+    let same = |t: &Toleration| {
+        t.key.as_deref().unwrap_or("") == toleration.key.as_deref().unwrap_or("")
+            && t.operator.as_deref().unwrap_or("Equal")
+                == toleration.operator.as_deref().unwrap_or("Equal")
+            && t.value.as_deref().unwrap_or("") == toleration.value.as_deref().unwrap_or("")
+            && t.effect.as_deref().unwrap_or("") == toleration.effect.as_deref().unwrap_or("")
+    };
+    match tolerations.iter_mut().find(|t| same(t)) {
+        Some(existing) => *existing = toleration,
+        None => tolerations.push(toleration),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaulting
+
+/// Applies the defaults the API server's v1 defaulting (`pkg/apis/core/v1/defaults.go`) would
+/// apply to a pod: namespace, pod spec fields, containers, ports, probes, handlers,
+/// volumes and downward API field selectors. Idempotent.
+pub fn apply_pod_defaults(pod: &mut Pod) {
+    if pod.metadata.namespace.as_deref().unwrap_or("").is_empty() {
+        pod.metadata.namespace = Some("default".into());
+    }
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    set_if_none(&mut spec.dns_policy, "ClusterFirst");
+    set_if_none(&mut spec.restart_policy, "Always");
+    set_if_none(&mut spec.scheduler_name, "default-scheduler");
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.security_context
+        .get_or_insert_with(PodSecurityContext::default);
+    spec.enable_service_links.get_or_insert(true);
+
+    let host_network = spec.host_network.unwrap_or(false);
+    for container in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        default_container(container, host_network);
+    }
+    for volume in spec.volumes.iter_mut().flatten() {
+        default_volume(volume);
+    }
+}
+
+fn set_if_none(field: &mut Option<String>, value: &str) {
+    if field.as_deref().unwrap_or("").is_empty() {
+        *field = Some(value.to_owned());
+    }
+}
+
+fn default_container(c: &mut Container, host_network: bool) {
+    if c.image_pull_policy.as_deref().unwrap_or("").is_empty() {
+        let policy = if image_tag_is_latest(c.image.as_deref().unwrap_or("")) {
+            "Always"
+        } else {
+            "IfNotPresent"
+        };
+        c.image_pull_policy = Some(policy.into());
+    }
+    set_if_none(&mut c.termination_message_path, "/dev/termination-log");
+    set_if_none(&mut c.termination_message_policy, "File");
+    for port in c.ports.iter_mut().flatten() {
+        set_if_none(&mut port.protocol, "TCP");
+        // Upstream's defaultHostNetworkPorts: with the host's network, the container port
+        // is the host port.
+        if host_network && port.host_port.unwrap_or(0) == 0 {
+            port.host_port = Some(port.container_port);
+        }
+    }
+    // Upstream's SetDefaults_Pod: a limit without a request requests the limit.
+    if let Some(resources) = c.resources.as_mut()
+        && let Some(limits) = resources.limits.as_ref()
+        && !limits.is_empty()
+    {
+        let requests = resources.requests.get_or_insert_with(BTreeMap::new);
+        for (name, limit) in limits {
+            requests
+                .entry(name.clone())
+                .or_insert_with(|| limit.clone());
+        }
+    }
+    for probe in [
+        &mut c.liveness_probe,
+        &mut c.readiness_probe,
+        &mut c.startup_probe,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        default_probe(probe);
+    }
+    if let Some(lifecycle) = c.lifecycle.as_mut() {
+        for handler in [&mut lifecycle.post_start, &mut lifecycle.pre_stop]
+            .into_iter()
+            .flatten()
+        {
+            default_handler(handler);
+        }
+    }
+    for env in c.env.iter_mut().flatten() {
+        if let Some(field_ref) = env.value_from.as_mut().and_then(|v| v.field_ref.as_mut()) {
+            default_field_selector(field_ref);
+        }
+    }
+}
+
+/// Whether an image reference means the tag `latest`: an explicit `:latest`, or neither tag
+/// nor digest (upstream's `parsers.ParseImageName` then assumes `latest`).
+fn image_tag_is_latest(image: &str) -> bool {
+    let (name, has_digest) = match image.split_once('@') {
+        Some((name, _)) => (name, true),
+        None => (image, false),
+    };
+    // A ':' before the last '/' belongs to a registry host:port, not a tag.
+    let last_component = &name[name.rfind('/').map_or(0, |i| i + 1)..];
+    match last_component.rsplit_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => !has_digest,
+    }
+}
+
+fn default_probe(p: &mut Probe) {
+    p.timeout_seconds.get_or_insert(1);
+    p.period_seconds.get_or_insert(10);
+    p.success_threshold.get_or_insert(1);
+    p.failure_threshold.get_or_insert(3);
+    if let Some(http) = p.http_get.as_mut() {
+        default_http_get(http);
+    }
+}
+
+fn default_handler(h: &mut LifecycleHandler) {
+    if let Some(http) = h.http_get.as_mut() {
+        default_http_get(http);
+    }
+}
+
+fn default_http_get(h: &mut HTTPGetAction) {
+    set_if_none(&mut h.path, "/");
+    set_if_none(&mut h.scheme, "HTTP");
+}
+
+fn default_field_selector(f: &mut ObjectFieldSelector) {
+    set_if_none(&mut f.api_version, "v1");
+}
+
+/// File mode the API server gives projected files when none is set (0644).
+const DEFAULT_FILE_MODE: i32 = 0o644;
+
+fn default_volume(v: &mut Volume) {
+    let no_source = Volume {
+        name: v.name.clone(),
+        ..Default::default()
+    };
+    if *v == no_source {
+        v.empty_dir = Some(Default::default());
+    }
+    if let Some(host_path) = v.host_path.as_mut() {
+        host_path.type_.get_or_insert_with(String::new);
+    }
+    if let Some(secret) = v.secret.as_mut() {
+        secret.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+    }
+    if let Some(config_map) = v.config_map.as_mut() {
+        config_map.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+    }
+    if let Some(downward) = v.downward_api.as_mut() {
+        downward.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+        for item in downward.items.iter_mut().flatten() {
+            if let Some(field_ref) = item.field_ref.as_mut() {
+                default_field_selector(field_ref);
+            }
+        }
+    }
+    if let Some(projected) = v.projected.as_mut() {
+        projected.default_mode.get_or_insert(DEFAULT_FILE_MODE);
+        for source in projected.sources.iter_mut().flatten() {
+            if let Some(token) = source.service_account_token.as_mut() {
+                token.expiration_seconds.get_or_insert(3600);
+            }
+            if let Some(downward) = source.downward_api.as_mut() {
+                for item in downward.items.iter_mut().flatten() {
+                    if let Some(field_ref) = item.field_ref.as_mut() {
+                        default_field_selector(field_ref);
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation
+
+/// Validates a (defaulted) pod the way the API server would for the fields the kubelet relies
+/// on. Returns the first problem, naming the field.
+pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err(FieldError::new("metadata.name", "required"));
+    }
+    check_dns_subdomain("metadata.name", name)?;
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("");
+    if namespace.is_empty() {
+        return Err(FieldError::new("metadata.namespace", "required"));
+    }
+    check_dns_label("metadata.namespace", namespace)?;
+
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err(FieldError::new("spec", "required"));
+    };
+    if spec.containers.is_empty() {
+        return Err(FieldError::new(
+            "spec.containers",
+            "required: a pod needs at least one container",
+        ));
+    }
+    if let Some(policy) = spec.restart_policy.as_deref() {
+        check_one_of(
+            "spec.restartPolicy",
+            policy,
+            &["Always", "OnFailure", "Never"],
+        )?;
+    }
+    if let Some(grace) = spec.termination_grace_period_seconds
+        && grace < 0
+    {
+        return Err(FieldError::new(
+            "spec.terminationGracePeriodSeconds",
+            format!("{grace}: must be greater than or equal to 0"),
+        ));
+    }
+
+    let mut names = BTreeSet::new();
+    let lists = [
+        (
+            "spec.initContainers",
+            spec.init_containers.as_deref().unwrap_or(&[]),
+        ),
+        ("spec.containers", spec.containers.as_slice()),
+    ];
+    for (list, containers) in lists {
+        for (i, c) in containers.iter().enumerate() {
+            let at = format!("{list}[{i}]");
+            validate_container(&at, c)?;
+            if !names.insert(c.name.as_str()) {
+                return Err(FieldError::new(
+                    format!("{at}.name"),
+                    format!("duplicate container name {:?}", c.name),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn validate_container(at: &str, c: &Container) -> Result<(), FieldError> {
+    if c.name.is_empty() {
+        return Err(FieldError::new(format!("{at}.name"), "required"));
+    }
+    check_dns_label(&format!("{at}.name"), &c.name)?;
+    if c.image.as_deref().unwrap_or("").trim().is_empty() {
+        return Err(FieldError::new(format!("{at}.image"), "required"));
+    }
+    if let Some(policy) = c.image_pull_policy.as_deref() {
+        check_one_of(
+            &format!("{at}.imagePullPolicy"),
+            policy,
+            &["Always", "IfNotPresent", "Never"],
+        )?;
+    }
+    for (j, port) in c.ports.iter().flatten().enumerate() {
+        let pat = format!("{at}.ports[{j}]");
+        if !(1..=65535).contains(&port.container_port) {
+            return Err(FieldError::new(
+                format!("{pat}.containerPort"),
+                format!("{}: must be between 1 and 65535", port.container_port),
+            ));
+        }
+        if let Some(host_port) = port.host_port
+            && !(0..=65535).contains(&host_port)
+        {
+            return Err(FieldError::new(
+                format!("{pat}.hostPort"),
+                format!("{host_port}: must be between 0 and 65535"),
+            ));
+        }
+        if let Some(protocol) = port.protocol.as_deref() {
+            check_one_of(
+                &format!("{pat}.protocol"),
+                protocol,
+                &["TCP", "UDP", "SCTP"],
+            )?;
+        }
+    }
+    if let Some(resources) = c.resources.as_ref() {
+        let at = format!("{at}.resources");
+        type Parser = fn(
+            &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+        ) -> Result<i64, quantity::QuantityError>;
+        let parsers: [(&str, Parser); 2] = [
+            ("cpu", quantity::parse_cpu_millis),
+            ("memory", quantity::parse_bytes),
+        ];
+        for (resource, parse) in parsers {
+            let mut amounts = [None, None];
+            for (k, (kind, list)) in [
+                ("limits", &resources.limits),
+                ("requests", &resources.requests),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let Some(q) = list.as_ref().and_then(|l| l.get(resource)) else {
+                    continue;
+                };
+                let field = format!("{at}.{kind}[{resource}]");
+                let amount = parse(q).map_err(|e| FieldError::new(&field, e.to_string()))?;
+                if amount < 0 {
+                    return Err(FieldError::new(
+                        &field,
+                        format!("{:?}: must be greater than or equal to 0", q.0),
+                    ));
+                }
+                amounts[k] = Some((amount, q));
+            }
+            if let [Some((limit, limit_q)), Some((request, request_q))] = amounts
+                && request > limit
+            {
+                return Err(FieldError::new(
+                    format!("{at}.requests[{resource}]"),
+                    format!(
+                        "{:?}: must be less than or equal to {resource} limit of {:?}",
+                        request_q.0, limit_q.0
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_one_of(field: &str, value: &str, allowed: &[&str]) -> Result<(), FieldError> {
+    if allowed.contains(&value) {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("unsupported value {value:?}: supported values: {allowed:?}"),
+        ))
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
+fn is_label_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    !b.is_empty()
+        && alnum(&b[0])
+        && alnum(&b[b.len() - 1])
+        && b.iter().all(|c| alnum(c) || *c == b'-')
+}
+
+/// RFC 1123 label: at most 63 characters, lowercase alphanumerics and '-', alphanumeric ends.
+fn check_dns_label(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.len() > 63 {
+        return Err(FieldError::new(
+            field,
+            format!("{value:?}: must be no more than 63 characters"),
+        ));
+    }
+    if !is_label_shaped(value) {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "{value:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric \
+                 characters or '-', and must start and end with an alphanumeric character"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// RFC 1123 subdomain: at most 253 characters, '.'-separated label-shaped parts.
+fn check_dns_subdomain(field: &str, value: &str) -> Result<(), FieldError> {
+    if value.len() > 253 {
+        return Err(FieldError::new(
+            field,
+            format!("{value:?}: must be no more than 253 characters"),
+        ));
+    }
+    if !value.split('.').all(is_label_shaped) {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "{value:?}: a lowercase RFC 1123 subdomain must consist of lower case \
+                 alphanumeric characters, '-' or '.', and must start and end with an \
+                 alphanumeric character"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const NODE: &str = "Node-1";
+    const FILE: &str = "/etc/kubernetes/manifests/web.yaml";
+
+    const WEB: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  containers:
+  - name: nginx
+    image: nginx:1.25
+    ports:
+    - containerPort: 80
+    resources:
+      limits:
+        cpu: 500m
+        memory: 128Mi
+"#;
+
+    fn parse_one(content: &str) -> Pod {
+        let mut pods = parse_static_pods(FILE, content, NODE).expect("parses");
+        assert_eq!(pods.len(), 1);
+        pods.remove(0)
+    }
+
+    fn base_value() -> Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "web"},
+            "spec": {
+                "initContainers": [{"name": "init", "image": "busybox"}],
+                "containers": [
+                    {"name": "a", "image": "nginx", "ports": [{"containerPort": 80}],
+                     "resources": {"limits": {"cpu": "1", "memory": "1Gi"},
+                                   "requests": {"cpu": "500m", "memory": "512Mi"}}},
+                    {"name": "b", "image": "redis"}
+                ]
+            }
+        })
+    }
+
+    fn parse_value(v: &Value) -> Result<Vec<Pod>, ManifestError> {
+        parse_static_pods(FILE, &v.to_string(), NODE)
+    }
+
+    #[test]
+    fn applies_api_server_and_static_pod_defaults() {
+        let pod = parse_one(WEB);
+        let md = &pod.metadata;
+        assert_eq!(md.name.as_deref(), Some("web-node-1"));
+        assert_eq!(md.namespace.as_deref(), Some("default"));
+        let uid = md.uid.clone().unwrap();
+        assert_eq!(uid, static_pod_uid(NODE, FILE, "default", "web"));
+        assert_eq!(uid.len(), 32);
+        let ann = md.annotations.as_ref().unwrap();
+        assert_eq!(ann[keys::CONFIG_SOURCE], "file");
+        assert_eq!(ann[keys::CONFIG_HASH].len(), 32);
+        assert_ne!(ann[keys::CONFIG_HASH], uid);
+        assert_eq!(md.labels.as_ref().unwrap()["app"], "web");
+
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some(NODE));
+        assert_eq!(spec.restart_policy.as_deref(), Some("Always"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(30));
+        assert_eq!(spec.dns_policy.as_deref(), Some("ClusterFirst"));
+        assert_eq!(spec.scheduler_name.as_deref(), Some("default-scheduler"));
+        assert_eq!(spec.security_context, Some(PodSecurityContext::default()));
+        assert_eq!(spec.enable_service_links, Some(true));
+        assert_eq!(
+            spec.tolerations.as_deref(),
+            Some(
+                &[Toleration {
+                    operator: Some("Exists".into()),
+                    effect: Some("NoExecute".into()),
+                    ..Default::default()
+                }][..]
+            )
+        );
+        let c = &spec.containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            c.termination_message_path.as_deref(),
+            Some("/dev/termination-log")
+        );
+        assert_eq!(c.termination_message_policy.as_deref(), Some("File"));
+        let port = &c.ports.as_ref().unwrap()[0];
+        assert_eq!(port.protocol.as_deref(), Some("TCP"));
+        assert_eq!(port.host_port, None);
+        // Requests default to limits.
+        let res = c.resources.as_ref().unwrap();
+        assert_eq!(res.requests, res.limits);
+        assert_eq!(
+            pod.status.as_ref().unwrap().phase.as_deref(),
+            Some("Pending")
+        );
+
+        // Defaulting is idempotent.
+        let mut again = pod.clone();
+        apply_pod_defaults(&mut again);
+        assert_eq!(again, pod);
+    }
+
+    #[test]
+    fn keeps_explicit_values() {
+        let mut v = base_value();
+        v["metadata"]["namespace"] = json!("kube-system");
+        v["metadata"]["uid"] = json!("my-uid");
+        v["metadata"]["annotations"] = json!({"team": "infra"});
+        v["spec"]["restartPolicy"] = json!("Never");
+        v["spec"]["terminationGracePeriodSeconds"] = json!(5);
+        v["spec"]["dnsPolicy"] = json!("Default");
+        v["spec"]["enableServiceLinks"] = json!(false);
+        v["spec"]["tolerations"] = json!([{"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 10},
+                   {"key": "k", "operator": "Exists"}]);
+        v["spec"]["containers"][0]["imagePullPolicy"] = json!("Never");
+        v["status"] = json!({"phase": "Running"});
+        let pod = parse_value(&v).unwrap().remove(0);
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("kube-system"));
+        assert_eq!(pod.metadata.uid.as_deref(), Some("my-uid"));
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()["team"], "infra");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.termination_grace_period_seconds, Some(5));
+        assert_eq!(spec.dns_policy.as_deref(), Some("Default"));
+        assert_eq!(spec.enable_service_links, Some(false));
+        // The matching toleration is replaced, the other one kept.
+        let tolerations = spec.tolerations.as_ref().unwrap();
+        assert_eq!(tolerations.len(), 2);
+        assert_eq!(tolerations[0].toleration_seconds, None);
+        assert_eq!(tolerations[1].key.as_deref(), Some("k"));
+        assert_eq!(
+            spec.containers[0].image_pull_policy.as_deref(),
+            Some("Never")
+        );
+        // Only the phase is kept from status, and it is Pending.
+        assert_eq!(
+            pod.status,
+            Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            })
+        );
+    }
+
+    #[test]
+    fn image_pull_policy_defaults() {
+        let cases = [
+            ("nginx", "Always"),
+            ("nginx:latest", "Always"),
+            ("nginx:1.25", "IfNotPresent"),
+            ("docker.io/library/nginx", "Always"),
+            ("localhost:5000/nginx", "Always"),
+            ("localhost:5000/nginx:1.2", "IfNotPresent"),
+            ("localhost:5000/nginx:latest", "Always"),
+            ("nginx@sha256:0123456789abcdef", "IfNotPresent"),
+            ("nginx:latest@sha256:0123456789abcdef", "Always"),
+            ("nginx:1@sha256:0123456789abcdef", "IfNotPresent"),
+        ];
+        for (image, want) in cases {
+            let mut v = base_value();
+            v["spec"]["containers"][1]["image"] = json!(image);
+            v["spec"]["initContainers"][0]["image"] = json!(image);
+            let pod = parse_value(&v).unwrap().remove(0);
+            let spec = pod.spec.unwrap();
+            for c in [&spec.containers[1], &spec.init_containers.unwrap()[0]] {
+                assert_eq!(c.image_pull_policy.as_deref(), Some(want), "{image}");
+            }
+        }
+    }
+
+    #[test]
+    fn host_network_ports_and_nested_defaults() {
+        let yaml = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: net}
+spec:
+  hostNetwork: true
+  volumes:
+  - name: scratch
+  - name: certs
+    hostPath: {path: /etc/ssl}
+  - name: cfg
+    configMap: {name: cfg}
+  - name: info
+    downwardAPI:
+      items:
+      - path: labels
+        fieldRef: {fieldPath: metadata.labels}
+  initContainers:
+  - name: init
+    image: busybox
+    ports: [{containerPort: 9000}]
+  containers:
+  - name: app
+    image: app:v1
+    ports:
+    - containerPort: 8080
+    - containerPort: 8443
+      hostPort: 443
+      protocol: UDP
+    env:
+    - name: NODE
+      valueFrom: {fieldRef: {fieldPath: spec.nodeName}}
+    livenessProbe:
+      httpGet: {port: 8080}
+    lifecycle:
+      preStop:
+        httpGet: {port: 8080, path: /quit}
+"#;
+        let pod = parse_one(yaml);
+        let spec = pod.spec.unwrap();
+        let ports = spec.containers[0].ports.as_ref().unwrap();
+        assert_eq!(ports[0].host_port, Some(8080));
+        assert_eq!(ports[0].protocol.as_deref(), Some("TCP"));
+        assert_eq!(ports[1].host_port, Some(443));
+        assert_eq!(ports[1].protocol.as_deref(), Some("UDP"));
+        let init_ports = spec.init_containers.as_ref().unwrap()[0].ports.as_ref();
+        assert_eq!(init_ports.unwrap()[0].host_port, Some(9000));
+
+        let c = &spec.containers[0];
+        let probe = c.liveness_probe.as_ref().unwrap();
+        assert_eq!(
+            (
+                probe.timeout_seconds,
+                probe.period_seconds,
+                probe.success_threshold,
+                probe.failure_threshold
+            ),
+            (Some(1), Some(10), Some(1), Some(3))
+        );
+        let http = probe.http_get.as_ref().unwrap();
+        assert_eq!(http.path.as_deref(), Some("/"));
+        assert_eq!(http.scheme.as_deref(), Some("HTTP"));
+        let pre_stop = c.lifecycle.as_ref().unwrap().pre_stop.as_ref().unwrap();
+        let http = pre_stop.http_get.as_ref().unwrap();
+        assert_eq!(http.path.as_deref(), Some("/quit"));
+        assert_eq!(http.scheme.as_deref(), Some("HTTP"));
+        let env = &c.env.as_ref().unwrap()[0];
+        let field_ref = env.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+        assert_eq!(field_ref.api_version.as_deref(), Some("v1"));
+
+        let volumes = spec.volumes.unwrap();
+        assert!(volumes[0].empty_dir.is_some());
+        assert_eq!(
+            volumes[1].host_path.as_ref().unwrap().type_.as_deref(),
+            Some("")
+        );
+        assert!(volumes[1].empty_dir.is_none());
+        assert_eq!(
+            volumes[2].config_map.as_ref().unwrap().default_mode,
+            Some(0o644)
+        );
+        let downward = volumes[3].downward_api.as_ref().unwrap();
+        assert_eq!(downward.default_mode, Some(0o644));
+        let item_ref = downward.items.as_ref().unwrap()[0].field_ref.as_ref();
+        assert_eq!(item_ref.unwrap().api_version.as_deref(), Some("v1"));
+    }
+
+    /// Every validation rule, each naming its field.
+    #[test]
+    fn validation_errors_name_the_field() {
+        type Mutation = fn(&mut Value);
+        let cases: &[(&str, Mutation, &str, &str)] = &[
+            (
+                "missing name",
+                |v| v["metadata"].as_object_mut().unwrap().clear(),
+                "metadata.name",
+                "required",
+            ),
+            (
+                "bad name",
+                |v| v["metadata"]["name"] = json!("Web_1"),
+                "metadata.name",
+                "subdomain",
+            ),
+            (
+                "name too long once suffixed",
+                |v| v["metadata"]["name"] = json!("a".repeat(250)),
+                "metadata.name",
+                "253",
+            ),
+            (
+                "bad namespace",
+                |v| v["metadata"]["namespace"] = json!("kube.system"),
+                "metadata.namespace",
+                "label",
+            ),
+            (
+                "no containers",
+                |v| v["spec"]["containers"] = json!([]),
+                "spec.containers",
+                "at least one container",
+            ),
+            (
+                "bad container name",
+                |v| v["spec"]["containers"][1]["name"] = json!("Redis"),
+                "spec.containers[1].name",
+                "label",
+            ),
+            (
+                "long container name",
+                |v| v["spec"]["containers"][1]["name"] = json!("r".repeat(64)),
+                "spec.containers[1].name",
+                "63",
+            ),
+            (
+                "empty container name",
+                |v| v["spec"]["containers"][1]["name"] = json!(""),
+                "spec.containers[1].name",
+                "required",
+            ),
+            (
+                "duplicate container name",
+                |v| v["spec"]["containers"][1]["name"] = json!("a"),
+                "spec.containers[1].name",
+                "duplicate",
+            ),
+            (
+                "container name used by an init container",
+                |v| v["spec"]["containers"][1]["name"] = json!("init"),
+                "spec.containers[1].name",
+                "duplicate",
+            ),
+            (
+                "bad init container name",
+                |v| v["spec"]["initContainers"][0]["name"] = json!("-init"),
+                "spec.initContainers[0].name",
+                "label",
+            ),
+            (
+                "missing image",
+                |v| v["spec"]["containers"][1]["image"] = json!(""),
+                "spec.containers[1].image",
+                "required",
+            ),
+            (
+                "restart policy",
+                |v| v["spec"]["restartPolicy"] = json!("Sometimes"),
+                "spec.restartPolicy",
+                "unsupported value",
+            ),
+            (
+                "pull policy",
+                |v| v["spec"]["containers"][0]["imagePullPolicy"] = json!("Maybe"),
+                "spec.containers[0].imagePullPolicy",
+                "unsupported value",
+            ),
+            (
+                "container port zero",
+                |v| v["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(0),
+                "spec.containers[0].ports[0].containerPort",
+                "between 1 and 65535",
+            ),
+            (
+                "container port too big",
+                |v| v["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(65536),
+                "spec.containers[0].ports[0].containerPort",
+                "between 1 and 65535",
+            ),
+            (
+                "host port",
+                |v| v["spec"]["containers"][0]["ports"][0]["hostPort"] = json!(-1),
+                "spec.containers[0].ports[0].hostPort",
+                "between 0 and 65535",
+            ),
+            (
+                "protocol",
+                |v| v["spec"]["containers"][0]["ports"][0]["protocol"] = json!("ICMP"),
+                "spec.containers[0].ports[0].protocol",
+                "unsupported value",
+            ),
+            (
+                "grace period",
+                |v| v["spec"]["terminationGracePeriodSeconds"] = json!(-1),
+                "spec.terminationGracePeriodSeconds",
+                "greater than or equal to 0",
+            ),
+            (
+                "cpu limit",
+                |v| v["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("lots"),
+                "spec.containers[0].resources.limits[cpu]",
+                "quantity",
+            ),
+            (
+                "memory request",
+                |v| v["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!("1x"),
+                "spec.containers[0].resources.requests[memory]",
+                "unknown suffix",
+            ),
+            (
+                "negative memory",
+                |v| v["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!("-1"),
+                "spec.containers[0].resources.requests[memory]",
+                "greater than or equal to 0",
+            ),
+            (
+                "cpu request above limit",
+                |v| v["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("1001m"),
+                "spec.containers[0].resources.requests[cpu]",
+                "less than or equal to cpu limit",
+            ),
+            (
+                "memory request above limit",
+                |v| v["spec"]["containers"][0]["resources"]["requests"]["memory"] = json!("2Gi"),
+                "spec.containers[0].resources.requests[memory]",
+                "less than or equal to memory limit",
+            ),
+            (
+                "init container resources",
+                |v| {
+                    v["spec"]["initContainers"][0]["resources"] =
+                        json!({"limits": {"cpu": "1.5.1"}})
+                },
+                "spec.initContainers[0].resources.limits[cpu]",
+                "quantity",
+            ),
+            // Decoding errors name the field too.
+            (
+                "wrong apiVersion",
+                |v| v["apiVersion"] = json!("apps/v1"),
+                "apiVersion",
+                "must be \"v1\"",
+            ),
+            (
+                "missing kind",
+                |v| {
+                    v.as_object_mut().unwrap().remove("kind");
+                },
+                "kind",
+                "required",
+            ),
+            (
+                "wrong kind",
+                |v| v["kind"] = json!("Deployment"),
+                "kind",
+                "must be \"Pod\"",
+            ),
+            (
+                "port of the wrong type",
+                |v| v["spec"]["containers"][0]["ports"][0]["containerPort"] = json!("http"),
+                "spec.containers[0].ports[0].containerPort",
+                "invalid type",
+            ),
+            (
+                "port out of i32",
+                |v| v["spec"]["containers"][0]["ports"][0]["containerPort"] = json!(1u64 << 40),
+                "spec.containers[0].ports[0].containerPort",
+                "invalid value",
+            ),
+            (
+                "containers not a list",
+                |v| v["spec"]["containers"] = json!({"name": "x"}),
+                "spec.containers",
+                "invalid type",
+            ),
+            (
+                "container without a name",
+                |v| {
+                    v["spec"]["containers"][1]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("name");
+                },
+                "spec.containers[1].name",
+                "required",
+            ),
+            (
+                "labels of the wrong type",
+                |v| v["metadata"]["labels"] = json!({"a": ["b"]}),
+                "metadata.labels.a",
+                "invalid type",
+            ),
+            (
+                "bad timestamp",
+                |v| v["metadata"]["creationTimestamp"] = json!("yesterday"),
+                "metadata.creationTimestamp",
+                "",
+            ),
+        ];
+        // The base document is fine.
+        assert_eq!(parse_value(&base_value()).unwrap().len(), 1);
+        for (what, mutate, field, message) in cases {
+            let mut v = base_value();
+            mutate(&mut v);
+            let err = parse_value(&v).expect_err(what);
+            assert_eq!(err.field, *field, "{what}: {err}");
+            assert!(err.message.contains(message), "{what}: {err}");
+            assert_eq!((err.file.as_str(), err.doc), (FILE, 0), "{what}");
+            assert_eq!(
+                err.to_string(),
+                format!("{FILE}: document 0: {field}: {}", err.message)
+            );
+        }
+    }
+
+    #[test]
+    fn validate_pod_directly() {
+        let mut pod = Pod::default();
+        assert_eq!(validate_pod(&pod).unwrap_err().field, "metadata.name");
+        pod.metadata.name = Some("p".into());
+        assert_eq!(validate_pod(&pod).unwrap_err().field, "metadata.namespace");
+        pod.metadata.namespace = Some("default".into());
+        assert_eq!(validate_pod(&pod).unwrap_err().field, "spec");
+        apply_pod_defaults(&mut pod);
+        assert_eq!(validate_pod(&pod).unwrap_err().field, "spec.containers");
+    }
+
+    #[test]
+    fn uid_is_stable_across_edits_and_distinct_across_identities() {
+        let edited = WEB.replace("nginx:1.25", "nginx:1.26");
+        let original = parse_one(WEB);
+        let after_edit = parse_one(&edited);
+        assert_eq!(original.metadata.uid, after_edit.metadata.uid);
+        // ... and across restarts: parsing again gives the same pod.
+        assert_eq!(parse_one(WEB), original);
+
+        let uid_of = |content: &str, file: &str, node: &str| {
+            parse_static_pods(file, content, node).unwrap()[0]
+                .metadata
+                .uid
+                .clone()
+                .unwrap()
+        };
+        let base = uid_of(WEB, FILE, NODE);
+        let others = [
+            uid_of(WEB, FILE, "node-2"),
+            uid_of(WEB, "/etc/kubernetes/manifests/other.yaml", NODE),
+            uid_of(&WEB.replace("name: web", "name: api"), FILE, NODE),
+            uid_of(
+                &WEB.replace("  name: web", "  name: web\n  namespace: kube-system"),
+                FILE,
+                NODE,
+            ),
+        ];
+        for other in &others {
+            assert_ne!(*other, base);
+        }
+        let distinct: BTreeSet<_> = others.iter().collect();
+        assert_eq!(distinct.len(), others.len());
+    }
+
+    #[test]
+    fn config_hash_tracks_content() {
+        let hash_of = |content: &str, node: &str| {
+            let pods = parse_static_pods(FILE, content, node).unwrap();
+            pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_HASH].clone()
+        };
+        let base = hash_of(WEB, NODE);
+        assert_eq!(hash_of(WEB, NODE), base, "deterministic");
+        // Same content written differently: same hash.
+        let reformatted = WEB.replace("cpu: 500m", "cpu: \"500m\"") + "\n# trailing comment\n";
+        assert_eq!(hash_of(&reformatted, NODE), base);
+        let changes = [
+            WEB.replace("nginx:1.25", "nginx:1.26"),
+            WEB.replace("app: web", "app: web2"),
+            WEB.replace("  labels:", "  annotations: {a: b}\n  labels:"),
+            WEB.replace("containerPort: 80", "containerPort: 81"),
+            WEB.replace("cpu: 500m", "cpu: 600m"),
+        ];
+        for changed in &changes {
+            assert_ne!(hash_of(changed, NODE), base, "{changed}");
+        }
+        assert_ne!(hash_of(WEB, "node-2"), base);
+    }
+
+    #[test]
+    fn multiple_documents() {
+        let content = format!(
+            "---\n# leading comment\n{WEB}\n---\n---\n# only a comment\n---\n{}\n---\n",
+            WEB.replace("name: web", "name: api")
+        );
+        let pods = parse_static_pods(FILE, &content, NODE).unwrap();
+        let names: Vec<_> = pods
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["web-node-1", "api-node-1"]);
+
+        // Errors give the document's index, empty documents counting.
+        let content = format!("{WEB}---\n---\n{}", WEB.replace("nginx:1.25", "\"\""));
+        let err = parse_static_pods(FILE, &content, NODE).unwrap_err();
+        assert_eq!(
+            (err.doc, err.field.as_str()),
+            (2, "spec.containers[0].image")
+        );
+
+        // A YAML syntax error names the document and has no field.
+        let content = format!("{WEB}---\nkind: Pod\nmetadata: [unclosed\n");
+        let err = parse_static_pods(FILE, &content, NODE).unwrap_err();
+        assert_eq!((err.doc, err.field.as_str()), (1, ""), "{err}");
+        assert!(err.message.starts_with("invalid YAML"), "{err}");
+        assert!(!err.message.contains('\n'), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{FILE}: document 1: invalid YAML"))
+        );
+
+        // Empty files and files of comments hold no pods.
+        for empty in ["", "\n", "---\n", "# nothing\n---\n---\n", "null\n"] {
+            assert_eq!(
+                parse_static_pods(FILE, empty, NODE).unwrap(),
+                [],
+                "{empty:?}"
+            );
+        }
+        // A document that is not a mapping.
+        let err = parse_static_pods(FILE, "- a\n- b\n", NODE).unwrap_err();
+        assert_eq!((err.doc, err.field.as_str()), (0, ""));
+        assert!(err.message.contains("a list"), "{err}");
+    }
+
+    #[test]
+    fn json_input() {
+        let v = base_value();
+        let pretty = serde_json::to_string_pretty(&v)
+            .unwrap()
+            .replace("  ", "\t");
+        let from_json = parse_static_pods(FILE, &pretty, NODE).unwrap();
+        let yaml: String = serde_json::to_string(&v).unwrap();
+        assert_eq!(from_json, parse_static_pods(FILE, &yaml, NODE).unwrap());
+        assert_eq!(from_json[0].metadata.name.as_deref(), Some("web-node-1"));
+
+        // A stream of JSON objects is several documents.
+        let mut second = base_value();
+        second["metadata"]["name"] = json!("second");
+        second["spec"]["containers"][0]["ports"][0]["containerPort"] = json!("x");
+        let stream = format!("{v}\n{second}\n");
+        let err = parse_static_pods(FILE, &stream, NODE).unwrap_err();
+        assert_eq!(
+            (err.doc, err.field.as_str()),
+            (1, "spec.containers[0].ports[0].containerPort")
+        );
+
+        // Broken JSON reports the JSON error.
+        let err = parse_static_pods(FILE, "{\"apiVersion\": \"v1\",\n\t\"kind\": \"Pod\"", NODE)
+            .unwrap_err();
+        assert_eq!(err.field, "");
+        assert!(err.message.starts_with("invalid JSON"), "{err}");
+    }
+
+    #[test]
+    fn yaml_quantities_may_be_numbers() {
+        let yaml = WEB
+            .replace("cpu: 500m", "cpu: 0.5")
+            .replace("memory: 128Mi", "memory: 134217728");
+        let pod = parse_one(&yaml);
+        let limits = pod.spec.unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap()
+            .limits
+            .unwrap();
+        assert_eq!(quantity::parse_cpu_millis(&limits["cpu"]), Ok(500));
+        assert_eq!(quantity::parse_bytes(&limits["memory"]), Ok(128 << 20));
+    }
+
+    #[test]
+    fn split_keeps_line_numbers() {
+        let docs = split_yaml_documents("a: 1\n---\nb: 2\n--- c: 3\n");
+        assert_eq!(docs, ["a: 1\n", "\n\nb: 2\n", "\n\n\n c: 3\n"]);
+        let docs = split_yaml_documents("---\na: 1\n");
+        assert_eq!(docs, ["\na: 1\n"]);
+        // "---x" is not a marker.
+        let docs = split_yaml_documents("a: |\n  ---x\n");
+        assert_eq!(docs.len(), 1);
+    }
+}

@@ -1,0 +1,122 @@
+//! The kubelet's view of what the container runtime holds for one pod
+//! (upstream's `kubecontainer.PodStatus`), built from CRI answers by the
+//! runtime manager and consumed by the pure parts: actions, PLEG, status.
+
+use std::collections::BTreeMap;
+
+use crate::types::PodUid;
+
+/// State of a sandbox as CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SandboxState {
+    Ready,
+    NotReady,
+}
+
+/// State of a container as CRI reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxStatus {
+    pub id: String,
+    pub state: SandboxState,
+    /// Attempt number from the sandbox metadata; a new sandbox takes the next.
+    pub attempt: u32,
+    /// Creation time, nanoseconds since the epoch.
+    pub created_at: i64,
+    /// The pod IPs the runtime gave this sandbox, primary first.
+    pub ips: Vec<String>,
+    /// Whether the sandbox runs in the node's network namespace.
+    pub host_network: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerStatus {
+    pub id: String,
+    pub name: String,
+    pub state: ContainerState,
+    /// The container-spec hash recorded when the container was created.
+    pub hash: String,
+    pub restart_count: i32,
+    pub image: String,
+    pub image_ref: String,
+    /// Nanoseconds since the epoch; 0 when unknown.
+    pub created_at: i64,
+    pub started_at: i64,
+    pub finished_at: i64,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
+    /// The pod's termination grace period recorded on the container, so a pod
+    /// no source knows any more can still be stopped gently.
+    pub grace_period: Option<i64>,
+}
+
+/// Everything the runtime knows about one pod, newest sandbox first and
+/// newest container (per name) first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodStatus {
+    pub uid: PodUid,
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: Vec<SandboxStatus>,
+    pub containers: Vec<ContainerStatus>,
+}
+
+impl PodStatus {
+    /// The newest status of the container with this name.
+    pub fn container(&self, name: &str) -> Option<&ContainerStatus> {
+        self.containers.iter().find(|c| c.name == name)
+    }
+
+    pub fn running_containers(&self) -> impl Iterator<Item = &ContainerStatus> {
+        self.containers
+            .iter()
+            .filter(|c| c.state == ContainerState::Running)
+    }
+
+    /// Pod IPs of the newest sandbox.
+    pub fn ips(&self) -> &[String] {
+        self.sandboxes
+            .first()
+            .map(|s| s.ips.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The grace period to use when no pod spec is known: the largest one
+    /// recorded on the pod's containers.
+    pub fn recorded_grace_period(&self) -> Option<i64> {
+        self.containers.iter().filter_map(|c| c.grace_period).max()
+    }
+}
+
+/// A lightweight listing of every pod in the runtime, as PLEG relists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimePod {
+    pub uid: PodUid,
+    pub name: String,
+    pub namespace: String,
+    pub sandboxes: BTreeMap<String, SandboxState>,
+    /// Container id → (container name, state).
+    pub containers: BTreeMap<String, (String, ContainerState)>,
+}
+
+impl RuntimePod {
+    /// True when the runtime still runs something of this pod.
+    pub fn is_running(&self) -> bool {
+        self.sandboxes.values().any(|s| *s == SandboxState::Ready)
+            || self
+                .containers
+                .values()
+                .any(|(_, s)| *s == ContainerState::Running)
+    }
+}
+
+/// One PLEG relist: every pod the runtime holds, by UID.
+pub type RuntimePods = BTreeMap<PodUid, RuntimePod>;
