@@ -1,0 +1,438 @@
+//! The kubelet's CRI v1 client: runtime and image services over a unix
+//! socket, one deadline per call (runtimeRequestTimeout), typed errors that
+//! say whether a retry can help.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use k8s_cri::v1::image_service_client::ImageServiceClient;
+use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// The CRI API version this client speaks.
+pub const CRI_API_VERSION: &str = "v1";
+
+/// A failed CRI call: which operation, the gRPC code and the runtime's message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("CRI {op}: {code:?}: {message}")]
+pub struct CriError {
+    pub op: &'static str,
+    pub code: tonic::Code,
+    pub message: String,
+}
+
+impl CriError {
+    fn new(op: &'static str, code: tonic::Code, message: impl Into<String>) -> Self {
+        CriError {
+            op,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The object is gone: for stop and remove this counts as done.
+    pub fn is_not_found(&self) -> bool {
+        self.code == tonic::Code::NotFound
+    }
+
+    /// A later attempt may succeed (runtime down, slow or busy).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self.code,
+            tonic::Code::Unavailable
+                | tonic::Code::DeadlineExceeded
+                | tonic::Code::ResourceExhausted
+                | tonic::Code::Aborted
+                | tonic::Code::Unknown
+        )
+    }
+}
+
+/// What the runtime's `Status()` says about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeConditions {
+    pub runtime_ready: bool,
+    pub network_ready: bool,
+    /// `reason: message` of each condition that is not true.
+    pub problems: Vec<String>,
+}
+
+/// The runtime's name and version, from `Version()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeVersion {
+    pub runtime_name: String,
+    pub runtime_version: String,
+    pub runtime_api_version: String,
+}
+
+/// Typed CRI client. Cheap to clone: clones share one HTTP/2 connection.
+#[derive(Clone, Debug)]
+pub struct CriClient {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    timeout: Duration,
+}
+
+/// Turn `unix:///run/x.sock` (or a bare absolute path) into a socket path.
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
+    let path = endpoint.strip_prefix("unix://").unwrap_or(endpoint);
+    if path.starts_with('/') {
+        Ok(PathBuf::from(path))
+    } else {
+        Err(CriError::new(
+            "connect",
+            tonic::Code::InvalidArgument,
+            format!("container runtime endpoint {endpoint:?} is not a unix socket (unix:///path)"),
+        ))
+    }
+}
+
+impl CriClient {
+    /// A client that connects on first use and reconnects after the runtime
+    /// restarts; `timeout` bounds every call (runtimeRequestTimeout).
+    pub fn connect_lazy(endpoint: &str, timeout: Duration) -> Result<Self, CriError> {
+        let path = socket_path(endpoint)?;
+        let channel = Endpoint::from_static("http://[::]:50051")
+            .connect_timeout(timeout)
+            .connect_with_connector_lazy(tower::service_fn(move |_| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }));
+        Ok(CriClient {
+            runtime: RuntimeServiceClient::new(channel.clone()),
+            images: ImageServiceClient::new(channel),
+            timeout,
+        })
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    async fn call<T>(
+        op: &'static str,
+        deadline: Duration,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    ) -> Result<T, CriError> {
+        match tokio::time::timeout(deadline, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => Err(CriError::new(op, status.code(), status.message())),
+            Err(_) => Err(CriError::new(
+                op,
+                tonic::Code::DeadlineExceeded,
+                format!("no answer within {deadline:?}"),
+            )),
+        }
+    }
+
+    /// `Version()`, refusing a runtime that does not speak CRI v1.
+    pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
+        let mut c = self.runtime.clone();
+        let v = Self::call(
+            "Version",
+            self.timeout,
+            c.version(cri::VersionRequest {
+                version: CRI_API_VERSION.into(),
+            }),
+        )
+        .await?;
+        if v.runtime_api_version != CRI_API_VERSION {
+            return Err(CriError::new(
+                "Version",
+                tonic::Code::FailedPrecondition,
+                format!(
+                    "runtime {} speaks CRI {:?}, rkubelet needs {CRI_API_VERSION}",
+                    v.runtime_name, v.runtime_api_version
+                ),
+            ));
+        }
+        Ok(RuntimeVersion {
+            runtime_name: v.runtime_name,
+            runtime_version: v.runtime_version,
+            runtime_api_version: v.runtime_api_version,
+        })
+    }
+
+    /// `Status()`: runtime and network readiness.
+    pub async fn status(&self) -> Result<RuntimeConditions, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "Status",
+            self.timeout,
+            c.status(cri::StatusRequest { verbose: false }),
+        )
+        .await?;
+        let conditions = resp.status.map(|s| s.conditions).unwrap_or_default();
+        let mut out = RuntimeConditions {
+            runtime_ready: false,
+            network_ready: false,
+            problems: Vec::new(),
+        };
+        for cond in &conditions {
+            match cond.r#type.as_str() {
+                "RuntimeReady" => out.runtime_ready = cond.status,
+                "NetworkReady" => out.network_ready = cond.status,
+                _ => continue,
+            }
+            if !cond.status {
+                out.problems.push(format!(
+                    "{}=false reason:{} message:{}",
+                    cond.r#type, cond.reason, cond.message
+                ));
+            }
+        }
+        for (ty, seen) in [
+            ("RuntimeReady", out.runtime_ready),
+            ("NetworkReady", out.network_ready),
+        ] {
+            if !seen && !conditions.iter().any(|c| c.r#type == ty) {
+                out.problems.push(format!("{ty} condition missing"));
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "RunPodSandbox",
+            self.timeout,
+            c.run_pod_sandbox(cri::RunPodSandboxRequest {
+                config: Some(config),
+                runtime_handler: String::new(),
+            }),
+        )
+        .await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        Self::call(
+            "StopPodSandbox",
+            self.timeout,
+            c.stop_pod_sandbox(cri::StopPodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        Self::call(
+            "RemovePodSandbox",
+            self.timeout,
+            c.remove_pod_sandbox(cri::RemovePodSandboxRequest {
+                pod_sandbox_id: id.into(),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "PodSandboxStatus",
+            self.timeout,
+            c.pod_sandbox_status(cri::PodSandboxStatusRequest {
+                pod_sandbox_id: id.into(),
+                verbose: false,
+            }),
+        )
+        .await?;
+        resp.status
+            .ok_or_else(|| CriError::new("PodSandboxStatus", tonic::Code::Internal, "empty status"))
+    }
+
+    pub async fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "ListPodSandbox",
+            self.timeout,
+            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter }),
+        )
+        .await?;
+        Ok(resp.items)
+    }
+
+    pub async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "CreateContainer",
+            self.timeout,
+            c.create_container(cri::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.into(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            }),
+        )
+        .await?;
+        Ok(resp.container_id)
+    }
+
+    pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        Self::call(
+            "StartContainer",
+            self.timeout,
+            c.start_container(cri::StartContainerRequest {
+                container_id: id.into(),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Stop with `grace_secs` before SIGKILL; the call may take that long,
+    /// so its deadline is the grace period plus runtimeRequestTimeout.
+    pub async fn stop_container(&self, id: &str, grace_secs: i64) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let grace = Duration::from_secs(grace_secs.max(0) as u64);
+        Self::call(
+            "StopContainer",
+            self.timeout + grace,
+            c.stop_container(cri::StopContainerRequest {
+                container_id: id.into(),
+                timeout: grace_secs.max(0),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        Self::call(
+            "RemoveContainer",
+            self.timeout,
+            c.remove_container(cri::RemoveContainerRequest {
+                container_id: id.into(),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    pub async fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "ListContainers",
+            self.timeout,
+            c.list_containers(cri::ListContainersRequest { filter }),
+        )
+        .await?;
+        Ok(resp.containers)
+    }
+
+    pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = Self::call(
+            "ContainerStatus",
+            self.timeout,
+            c.container_status(cri::ContainerStatusRequest {
+                container_id: id.into(),
+                verbose: false,
+            }),
+        )
+        .await?;
+        resp.status
+            .ok_or_else(|| CriError::new("ContainerStatus", tonic::Code::Internal, "empty status"))
+    }
+
+    /// The image if the runtime has it locally.
+    pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
+        let mut c = self.images.clone();
+        let resp = Self::call(
+            "ImageStatus",
+            self.timeout,
+            c.image_status(cri::ImageStatusRequest {
+                image: Some(image_spec(image)),
+                verbose: false,
+            }),
+        )
+        .await?;
+        Ok(resp.image)
+    }
+
+    /// Pull an image, returning its reference. Pulls are slow by nature:
+    /// the deadline is ten times runtimeRequestTimeout.
+    pub async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let mut c = self.images.clone();
+        let resp = Self::call(
+            "PullImage",
+            self.timeout * 10,
+            c.pull_image(cri::PullImageRequest {
+                image: Some(image_spec(image)),
+                auth: None,
+                sandbox_config,
+            }),
+        )
+        .await?;
+        Ok(resp.image_ref)
+    }
+}
+
+fn image_spec(image: &str) -> cri::ImageSpec {
+    cri::ImageSpec {
+        image: image.into(),
+        user_specified_image: image.into(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        let cases = [
+            (
+                "unix:///run/containerd/containerd.sock",
+                Some("/run/containerd/containerd.sock"),
+            ),
+            ("/tmp/x.sock", Some("/tmp/x.sock")),
+            ("tcp://127.0.0.1:1234", None),
+            ("unix://relative.sock", None),
+        ];
+        for (endpoint, want) in cases {
+            let got = socket_path(endpoint).ok();
+            assert_eq!(got.as_deref(), want.map(std::path::Path::new), "{endpoint}");
+        }
+    }
+
+    #[test]
+    fn error_classes() {
+        let nf = CriError::new("RemoveContainer", tonic::Code::NotFound, "gone");
+        assert!(nf.is_not_found() && !nf.is_retryable());
+        let down = CriError::new("Status", tonic::Code::Unavailable, "connection refused");
+        assert!(down.is_retryable() && !down.is_not_found());
+        assert_eq!(
+            down.to_string(),
+            "CRI Status: Unavailable: connection refused"
+        );
+    }
+}
