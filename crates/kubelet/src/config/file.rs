@@ -1,0 +1,567 @@
+//! The static pod directory source (upstream's `pkg/kubelet/config/file.go` and
+//! `file_linux.go`): watch a directory of manifests and report the pods it describes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchDescriptor, WatchMask};
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::manifest::parse_static_pods;
+use kubelet_core::types::SOURCE_FILE;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::SourceSnapshot;
+
+/// How long a burst of inotify events must stay quiet before the directory is rescanned,
+/// and the longest a burst can delay the rescan.
+const DEBOUNCE_QUIET: Duration = Duration::from_millis(50);
+const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+
+/// Watches a directory of static pod manifests.
+#[derive(Clone, Debug)]
+pub struct FileSource {
+    pub dir: PathBuf,
+    pub node_name: String,
+    /// Period of the full rescan that backs up inotify (`fileCheckFrequency`).
+    pub check_every: Duration,
+}
+
+impl FileSource {
+    /// Watch `dir` with inotify (create, close_write, moved_to/from, delete) and rescan the
+    /// whole dir on any event and every `check_every`; send a SourceSnapshot after each rescan
+    /// whose pod set differs from the last sent one (and always the first, even if the dir is
+    /// missing or empty). Ends when `cancel` fires (or the receiver is gone).
+    ///
+    /// When the directory cannot be watched (it does not exist yet, or inotify is
+    /// unavailable) the periodic rescan carries on alone, and the watch is retried at every
+    /// rescan.
+    pub async fn run(self, tx: mpsc::Sender<SourceSnapshot>, cancel: CancellationToken) {
+        let check_every = self.check_every.max(Duration::from_millis(1));
+        let mut ticker = tokio::time::interval_at(Instant::now() + check_every, check_every);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut watcher = DirWatcher::new();
+        let mut last_good: BTreeMap<PathBuf, Vec<Pod>> = BTreeMap::new();
+        let mut last_sent: Option<Vec<Pod>> = None;
+        let mut dir_state = DirState::Present;
+
+        tracing::info!(dir = %self.dir.display(), every = ?check_every, "watching static pod directory");
+        loop {
+            // Watch first, then scan: a change landing in between is seen by the next rescan.
+            watcher.ensure_watch(&self.dir);
+            let Some((pods, state, good)) =
+                rescan(self.dir.clone(), self.node_name.clone(), last_good).await
+            else {
+                return; // the runtime is shutting down
+            };
+            last_good = good;
+            match (dir_state, state) {
+                (DirState::Present, DirState::Missing) => tracing::warn!(
+                    dir = %self.dir.display(),
+                    "static pod directory does not exist; checking again every {check_every:?}"
+                ),
+                (DirState::Missing, DirState::Present) => {
+                    tracing::info!(dir = %self.dir.display(), "static pod directory appeared")
+                }
+                _ => {}
+            }
+            dir_state = state;
+
+            if last_sent.as_ref() != Some(&pods) {
+                tracing::debug!(pods = pods.len(), "static pods changed");
+                let snapshot = SourceSnapshot {
+                    source: SOURCE_FILE,
+                    pods: pods.clone(),
+                };
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    sent = tx.send(snapshot) => if sent.is_err() { return },
+                }
+                last_sent = Some(pods);
+            }
+
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = ticker.tick() => {}
+                _ = watcher.changed() => {}
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DirState {
+    Present,
+    Missing,
+    /// Exists but cannot be listed: the last good pods are kept.
+    Unreadable,
+}
+
+/// Runs [`scan`] off the async threads, moving the per-file state in and out.
+async fn rescan(
+    dir: PathBuf,
+    node_name: String,
+    mut last_good: BTreeMap<PathBuf, Vec<Pod>>,
+) -> Option<(Vec<Pod>, DirState, BTreeMap<PathBuf, Vec<Pod>>)> {
+    let scanned = tokio::task::spawn_blocking(move || {
+        let (pods, state) = scan(&dir, &node_name, &mut last_good);
+        (pods, state, last_good)
+    })
+    .await;
+    match scanned {
+        Ok(result) => Some(result),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
+    }
+}
+
+/// One rescan (pure-ish, testable): read every regular file in dir (skip names starting
+/// with '.', skip dirs), parse with manifest::parse_static_pods. `last_good` keeps, per file,
+/// the pods from its last good parse: a file that now fails to parse is reported
+/// (tracing::warn! naming the file and field) and its last good pods are kept (so a
+/// half-written edit does not kill a running pod); a deleted file's pods go away. A missing
+/// dir gives an empty set ([`FileSource::run`] warns once when it goes missing). A dir that
+/// exists but cannot be listed keeps every file's last good pods.
+///
+/// Files are read in name order, so the result is deterministic.
+pub fn scan_dir(
+    dir: &Path,
+    node_name: &str,
+    last_good: &mut BTreeMap<PathBuf, Vec<Pod>>,
+) -> Vec<Pod> {
+    scan(dir, node_name, last_good).0
+}
+
+fn scan(
+    dir: &Path,
+    node_name: &str,
+    last_good: &mut BTreeMap<PathBuf, Vec<Pod>>,
+) -> (Vec<Pod>, DirState) {
+    let keep_all = |last_good: &BTreeMap<PathBuf, Vec<Pod>>, e: &io::Error| {
+        tracing::warn!(
+            dir = %dir.display(), error = %e,
+            "cannot list the static pod directory; keeping the pods last read from it"
+        );
+        (collect(last_good), DirState::Unreadable)
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            tracing::debug!(dir = %dir.display(), "static pod directory does not exist");
+            last_good.clear();
+            return (Vec::new(), DirState::Missing);
+        }
+        Err(e) => return keep_all(last_good, &e),
+    };
+
+    // Files to (re)read, and files that exist but could not even be stat'ed.
+    let mut files = Vec::new();
+    let mut present = BTreeSet::new();
+    for entry in entries {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(e) => return keep_all(last_good, &e),
+        };
+        if entry.file_name().as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        let path = entry.path();
+        // Follows symlinks: a link to a manifest is a manifest.
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.is_file() => files.push(path),
+            Ok(_) => {} // directories, sockets, ...
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {} // gone, or a dangling link
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot stat static pod file; keeping its last good pods");
+                present.insert(path);
+            }
+        }
+    }
+    files.sort();
+
+    for path in files {
+        let name = path.to_string_lossy().into_owned();
+        let content = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue, // removed meanwhile
+            Err(e) => {
+                tracing::warn!(file = %name, error = %e, "cannot read static pod file; keeping its last good pods");
+                present.insert(path);
+                continue;
+            }
+        };
+        present.insert(path.clone());
+        let Ok(text) = String::from_utf8(content) else {
+            tracing::warn!(file = %name, "static pod file is not UTF-8; keeping its last good pods");
+            continue;
+        };
+        match parse_static_pods(&name, &text, node_name) {
+            Ok(pods) => {
+                last_good.insert(path, pods);
+            }
+            Err(e) => tracing::warn!(
+                file = %e.file,
+                document = e.doc,
+                field = %e.field,
+                error = %e.message,
+                kept = last_good.get(&path).map_or(0, Vec::len),
+                "invalid static pod manifest; keeping the pods from its last good version"
+            ),
+        }
+    }
+    last_good.retain(|path, _| present.contains(path));
+    (collect(last_good), DirState::Present)
+}
+
+fn collect(last_good: &BTreeMap<PathBuf, Vec<Pod>>) -> Vec<Pod> {
+    last_good.values().flatten().cloned().collect()
+}
+
+/// The inotify side of the file source: at most one watch, on the directory itself.
+struct DirWatcher {
+    /// None when inotify is unavailable (or broke): periodic rescans only.
+    stream: Option<EventStream<[u8; 4096]>>,
+    watch: Option<WatchDescriptor>,
+    /// The last error adding the watch, to log each distinct failure once.
+    last_error: Option<io::ErrorKind>,
+}
+
+impl DirWatcher {
+    fn new() -> Self {
+        let stream = Inotify::init().and_then(|inotify| inotify.into_event_stream([0u8; 4096]));
+        let stream = match stream {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                tracing::warn!(error = %e, "inotify unavailable; static pods are rescanned periodically only");
+                None
+            }
+        };
+        DirWatcher {
+            stream,
+            watch: None,
+            last_error: None,
+        }
+    }
+
+    fn ensure_watch(&mut self, dir: &Path) {
+        let Some(stream) = self.stream.as_ref() else {
+            return;
+        };
+        if self.watch.is_some() {
+            return;
+        }
+        let mask = WatchMask::CREATE
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_TO
+            | WatchMask::MOVED_FROM
+            | WatchMask::DELETE
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::ONLYDIR;
+        match stream.watches().add(dir, mask) {
+            Ok(wd) => {
+                tracing::debug!(dir = %dir.display(), "watching static pod directory with inotify");
+                self.watch = Some(wd);
+                self.last_error = None;
+            }
+            Err(e) => {
+                if self.last_error != Some(e.kind()) && e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch static pod directory; relying on periodic rescans");
+                }
+                self.last_error = Some(e.kind());
+            }
+        }
+    }
+
+    /// Resolves after a burst of directory events has gone quiet; never resolves without
+    /// inotify.
+    async fn changed(&mut self) {
+        let Some(stream) = self.stream.as_mut() else {
+            return std::future::pending().await;
+        };
+        let first = stream.next().await;
+        if !self.note(first) {
+            return;
+        }
+        let deadline = Instant::now() + DEBOUNCE_MAX;
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return;
+            };
+            let quiet_until = (Instant::now() + DEBOUNCE_QUIET).min(deadline);
+            match tokio::time::timeout_at(quiet_until, stream.next()).await {
+                Ok(event) => {
+                    if !self.note(event) {
+                        return;
+                    }
+                }
+                Err(_quiet) => break,
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+        }
+        // Whatever else is already queued belongs to this rescan too.
+        while let Some(stream) = self.stream.as_mut()
+            && let Some(event) = stream.next().now_or_never()
+            && self.note(event)
+        {}
+    }
+
+    /// Records one stream item; false when the stream is gone.
+    fn note(&mut self, item: Option<io::Result<EventOwned>>) -> bool {
+        match item {
+            Some(Ok(event)) => {
+                let ours = self.watch.as_ref() == Some(&event.wd);
+                if ours && event.mask.contains(EventMask::MOVE_SELF) {
+                    // The watch would follow the directory to its new name: drop it, and
+                    // watch whatever is at the configured path from the next rescan on.
+                    if let (Some(stream), Some(wd)) = (self.stream.as_ref(), self.watch.take()) {
+                        let _ = stream.watches().remove(wd);
+                    }
+                }
+                if ours
+                    && event
+                        .mask
+                        .intersects(EventMask::IGNORED | EventMask::DELETE_SELF)
+                {
+                    self.watch = None;
+                }
+                tracing::trace!(mask = ?event.mask, name = ?event.name, "static pod directory event");
+                true
+            }
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "reading inotify events failed; static pods are rescanned periodically only");
+                self.stream = None;
+                self.watch = None;
+                false
+            }
+            None => {
+                self.stream = None;
+                self.watch = None;
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use kubelet_core::types::PodUid;
+    use tokio::time::timeout;
+
+    use super::*;
+
+    const NODE: &str = "node1";
+    const WAIT: Duration = Duration::from_secs(10);
+
+    fn manifest(name: &str, image: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+        )
+    }
+
+    /// Writes through a dot-file and a rename, as careful tools do.
+    fn write_atomically(dir: &Path, name: &str, content: &str) {
+        let tmp = dir.join(format!(".{name}.tmp"));
+        fs::write(&tmp, content).unwrap();
+        fs::rename(&tmp, dir.join(name)).unwrap();
+    }
+
+    fn summary(pods: &[Pod]) -> Vec<(String, String)> {
+        pods.iter()
+            .map(|p| {
+                let image = p.spec.as_ref().unwrap().containers[0]
+                    .image
+                    .clone()
+                    .unwrap();
+                (p.metadata.name.clone().unwrap(), image)
+            })
+            .collect()
+    }
+
+    fn expect(items: &[(&str, &str)]) -> Vec<(String, String)> {
+        items
+            .iter()
+            .map(|(n, i)| (format!("{n}-{NODE}"), i.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn scan_keeps_last_good_and_forgets_deleted_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let mut last_good = BTreeMap::new();
+        assert_eq!(scan_dir(dir, NODE, &mut last_good), []);
+
+        fs::write(dir.join("b.yaml"), manifest("b", "img:1")).unwrap();
+        fs::write(dir.join("a.json"), r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"img:1"}]}}"#).unwrap();
+        fs::write(dir.join(".hidden.yaml"), manifest("hidden", "img:1")).unwrap();
+        fs::create_dir(dir.join("sub.yaml")).unwrap();
+        fs::write(dir.join("sub.yaml").join("x.yaml"), manifest("x", "img:1")).unwrap();
+        fs::write(dir.join("empty.yaml"), "").unwrap();
+        let pods = scan_dir(dir, NODE, &mut last_good);
+        assert_eq!(summary(&pods), expect(&[("a", "img:1"), ("b", "img:1")]));
+
+        // Breaking b keeps its last good pods; editing a is seen.
+        fs::write(dir.join("b.yaml"), "apiVersion: v1\nkind: Pod\nmetadata: {name: b}\nspec:\n  containers:\n  - name: c\n    image: ''\n").unwrap();
+        fs::write(dir.join("a.json"), manifest("a", "img:2")).unwrap();
+        let pods = scan_dir(dir, NODE, &mut last_good);
+        assert_eq!(summary(&pods), expect(&[("a", "img:2"), ("b", "img:1")]));
+        // Not UTF-8: same.
+        fs::write(dir.join("b.yaml"), [0xff, 0xfe, 0x00]).unwrap();
+        let pods = scan_dir(dir, NODE, &mut last_good);
+        assert_eq!(summary(&pods), expect(&[("a", "img:2"), ("b", "img:1")]));
+
+        // A file that never parsed contributes nothing.
+        fs::write(dir.join("c.yaml"), "kind: Pod\n").unwrap();
+        assert_eq!(scan_dir(dir, NODE, &mut last_good).len(), 2);
+
+        // Deleting the broken file drops its pods.
+        fs::remove_file(dir.join("b.yaml")).unwrap();
+        let pods = scan_dir(dir, NODE, &mut last_good);
+        assert_eq!(summary(&pods), expect(&[("a", "img:2")]));
+        assert_eq!(last_good.len(), 2, "a.json and empty.yaml");
+
+        // A dangling symlink is skipped; a link to a manifest is read.
+        std::os::unix::fs::symlink(dir.join("nowhere"), dir.join("dangling.yaml")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("l.yaml"), manifest("l", "img:1")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("l.yaml"), dir.join("link.yaml")).unwrap();
+        let pods = scan_dir(dir, NODE, &mut last_good);
+        assert_eq!(summary(&pods), expect(&[("a", "img:2"), ("l", "img:1")]));
+
+        // The directory going away empties everything.
+        drop(tmp);
+        let gone = outside.path().join("missing");
+        assert_eq!(scan_dir(&gone, NODE, &mut last_good), []);
+        assert!(last_good.is_empty());
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<SourceSnapshot>) -> Vec<Pod> {
+        let snapshot = timeout(WAIT, rx.recv())
+            .await
+            .expect("timed out waiting for a snapshot")
+            .expect("file source ended");
+        assert_eq!(snapshot.source, SOURCE_FILE);
+        snapshot.pods
+    }
+
+    fn uid_of(pods: &[Pod], name: &str) -> PodUid {
+        let full = format!("{name}-{NODE}");
+        PodUid::of(
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(&full))
+                .unwrap(),
+        )
+    }
+
+    /// With an hour between rescans, every change below must come through inotify.
+    #[tokio::test]
+    async fn inotify_drives_snapshots() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let (tx, mut rx) = mpsc::channel(8);
+        let cancel = CancellationToken::new();
+        let source = FileSource {
+            dir: dir.clone(),
+            node_name: NODE.into(),
+            check_every: Duration::from_secs(3600),
+        };
+        let task = tokio::spawn(source.run(tx, cancel.clone()));
+
+        // The first snapshot comes even for an empty directory.
+        assert_eq!(next(&mut rx).await, []);
+
+        // A new file: Add.
+        fs::write(dir.join("a.yaml"), manifest("a", "img:1")).unwrap();
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("a", "img:1")]));
+        let uid_a = uid_of(&pods, "a");
+
+        // Edit in place: same UID, new content.
+        fs::write(dir.join("a.yaml"), manifest("a", "img:2")).unwrap();
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("a", "img:2")]));
+        assert_eq!(uid_of(&pods, "a"), uid_a);
+
+        // Break a, then add b: b arrives and a's last good pod is still there.
+        write_atomically(
+            &dir,
+            "a.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\nspec: {containers: []}\n",
+        );
+        write_atomically(&dir, "b.yaml", &manifest("b", "img:1"));
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("a", "img:2"), ("b", "img:1")]));
+        assert_eq!(uid_of(&pods, "a"), uid_a);
+
+        // Removing the broken file removes its pod.
+        fs::remove_file(dir.join("a.yaml")).unwrap();
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("b", "img:1")]));
+
+        // Moving a file out of the directory removes its pod too.
+        fs::rename(dir.join("b.yaml"), tmp.path().join(".b.yaml")).unwrap();
+        assert_eq!(next(&mut rx).await, []);
+
+        cancel.cancel();
+        timeout(WAIT, task).await.expect("source stops").unwrap();
+    }
+
+    /// A directory that does not exist yet is picked up by the periodic rescan.
+    #[tokio::test]
+    async fn missing_directory_is_rescanned() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("manifests");
+        let (tx, mut rx) = mpsc::channel(8);
+        let cancel = CancellationToken::new();
+        let source = FileSource {
+            dir: dir.clone(),
+            node_name: NODE.into(),
+            check_every: Duration::from_millis(50),
+        };
+        let task = tokio::spawn(source.run(tx, cancel.clone()));
+        assert_eq!(next(&mut rx).await, []);
+
+        fs::create_dir(&dir).unwrap();
+        write_atomically(&dir, "a.yaml", &manifest("a", "img:1"));
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("a", "img:1")]));
+
+        // Once it exists the directory is watched as well as rescanned; removing it
+        // removes its pods.
+        fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(next(&mut rx).await, []);
+        // ... and it is picked up again when it comes back.
+        fs::create_dir(&dir).unwrap();
+        write_atomically(&dir, "b.yaml", &manifest("b", "img:1"));
+        let pods = next(&mut rx).await;
+        assert_eq!(summary(&pods), expect(&[("b", "img:1")]));
+
+        cancel.cancel();
+        timeout(WAIT, task).await.expect("source stops").unwrap();
+    }
+
+    /// The source stops when its receiver goes away.
+    #[tokio::test]
+    async fn stops_without_a_receiver() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let source = FileSource {
+            dir: tmp.path().to_path_buf(),
+            node_name: NODE.into(),
+            check_every: Duration::from_secs(3600),
+        };
+        timeout(WAIT, source.run(tx, CancellationToken::new()))
+            .await
+            .expect("source stops");
+    }
+}

@@ -1,0 +1,490 @@
+//! The Kubelet: wiring, phased boot, and the sync loop that dispatches
+//! config updates, PLEG events, periodic syncs and housekeeping to the pod
+//! workers (upstream's kubelet.go Run / syncLoop / syncLoopIteration /
+//! HandlePodCleanups).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::backoff::Backoff;
+use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_FILE};
+use kubelet_cri::client::CriClient;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::file::FileSource;
+use crate::config::mux::new_mux;
+use crate::config::{SourceSnapshot, SourcesReady};
+use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
+use crate::kuberuntime::{PodRef, RuntimeManager};
+use crate::pleg::Pleg;
+use crate::pod_workers::{PodTarget, PodWorkers};
+use crate::podmanager::PodManager;
+use crate::runtime_state::RuntimeState;
+use crate::server::{self, Health};
+use crate::status_manager::StatusManager;
+use crate::sync::Syncer;
+use crate::tasks::Tasks;
+
+pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How often the runtime's Status() is read once it is up.
+pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
+
+/// What woke the sync loop.
+enum Wake {
+    Update(PodUpdate),
+    Pleg(Vec<PodLifecycleEvent>),
+    SyncTick,
+    Housekeeping,
+}
+
+/// Everything the kubelet needs to know at start, from flags and config.
+#[derive(Clone, Debug)]
+pub struct KubeletOptions {
+    pub config: KubeletConfiguration,
+    pub root_dir: PathBuf,
+    pub node_name: String,
+    /// The node's memory in bytes (for oom_score_adj of Burstable pods).
+    pub node_memory: i64,
+    /// The host's resolver, for pods using the Default DNS policy.
+    pub host_dns: ResolvConf,
+}
+
+impl KubeletOptions {
+    /// Options with the host's facts read from /proc and /etc.
+    pub fn from_host(config: KubeletConfiguration, root_dir: PathBuf, node_name: String) -> Self {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let node_memory = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(1 << 30);
+        let host_dns =
+            parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+        KubeletOptions {
+            config,
+            root_dir,
+            node_name,
+            node_memory,
+            host_dns,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("listening on {addr} ({what}): {source}")]
+    Listen {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// The running kubelet. Cheap handles to its three owners of state are
+/// public so tests and the local server can read them.
+pub struct Kubelet {
+    pub opts: KubeletOptions,
+    pub pod_manager: PodManager,
+    pub status: StatusManager,
+    pub runtime_state: RuntimeState,
+    pub pleg: Pleg,
+    pub workers: PodWorkers<Syncer>,
+    syncer: Syncer,
+    tasks: Tasks,
+    started: Instant,
+    /// When the sync loop last began an iteration (its health).
+    sync_loop_seen: Arc<Mutex<Instant>>,
+    /// Addresses the local servers listen on, once bound.
+    pub bound: Mutex<HashMap<&'static str, SocketAddr>>,
+}
+
+impl Kubelet {
+    /// Phase 0: wire the kubelet's parts. Starts nothing.
+    pub fn new(opts: KubeletOptions, cri: CriClient, cancel: CancellationToken) -> Arc<Kubelet> {
+        let runtime = RuntimeManager::new(
+            cri,
+            opts.config.pod_logs_dir.clone(),
+            opts.host_dns.clone(),
+            opts.node_memory,
+        );
+        let tasks = Tasks::new(cancel);
+        let syncer = Syncer {
+            runtime: runtime.clone(),
+            runtime_state: RuntimeState::default(),
+            status: StatusManager::default(),
+            reasons: Arc::default(),
+            runtime_name: Arc::new(RwLock::new("containerd".into())),
+            pods_dir: opts.root_dir.join("pods"),
+        };
+        let workers = PodWorkers::new(
+            Arc::new(syncer.clone()),
+            tasks.clone(),
+            opts.config.sync_frequency,
+        );
+        Arc::new(Kubelet {
+            pod_manager: PodManager::default(),
+            status: syncer.status.clone(),
+            runtime_state: syncer.runtime_state.clone(),
+            pleg: Pleg::new(runtime),
+            workers,
+            syncer,
+            tasks,
+            started: Instant::now(),
+            sync_loop_seen: Arc::new(Mutex::new(Instant::now())),
+            bound: Mutex::default(),
+            opts,
+        })
+    }
+
+    /// Boot in phases, then run the sync loop until cancelled. Pods keep
+    /// running after the kubelet stops, as upstream's do.
+    pub async fn run(self: Arc<Self>) -> Result<(), KubeletError> {
+        let cancel = self.tasks.token().clone();
+        // Phase 1: what needs no runtime: local servers, pod sources, mux.
+        if let Err(e) = self.start_servers().await {
+            self.tasks.shutdown().await;
+            return Err(e);
+        }
+        let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
+        let sources_ready = self.start_sources(updates_tx);
+        // Phase 2: runtime-dependent modules start once the runtime answers.
+        let (pleg_tx, pleg_rx) = mpsc::channel(64);
+        let me = self.clone();
+        self.tasks
+            .spawn(tracing::info_span!("runtime_up"), move |token| {
+                me.runtime_up(pleg_tx, token)
+            });
+
+        self.sync_loop(updates_rx, pleg_rx, sources_ready, cancel)
+            .await;
+        tracing::info!("stopping: pods keep running");
+        self.tasks.shutdown().await;
+        Ok(())
+    }
+
+    async fn start_servers(self: &Arc<Self>) -> Result<(), KubeletError> {
+        let cfg = &self.opts.config;
+        let mut servers = Vec::new();
+        if cfg.healthz_port != 0 {
+            servers.push((
+                "healthz",
+                format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port),
+                false,
+            ));
+        }
+        if cfg.read_only_port != 0 {
+            servers.push((
+                "readonly",
+                format!("{}:{}", cfg.address, cfg.read_only_port),
+                true,
+            ));
+        }
+        for (what, addr, with_pods) in servers {
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .map_err(|source| KubeletError::Listen {
+                    what,
+                    addr: addr.clone(),
+                    source,
+                })?;
+            if let Ok(local) = listener.local_addr() {
+                self.bound
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(what, local);
+                tracing::info!(%local, what, "listening");
+            }
+            let health: Arc<dyn Health> = self.clone();
+            let tasks = self.tasks.clone();
+            self.tasks
+                .spawn(tracing::info_span!("server", what), move |token| {
+                    server::serve(listener, health, with_pods, tasks, token)
+                });
+        }
+        Ok(())
+    }
+
+    fn start_sources(self: &Arc<Self>, updates_tx: mpsc::Sender<PodUpdate>) -> SourcesReady {
+        let cfg = &self.opts.config;
+        let sources: Vec<&'static str> = if cfg.static_pod_path.is_some() {
+            vec![SOURCE_FILE]
+        } else {
+            vec![]
+        };
+        let (mux, ready) = new_mux(&sources);
+        let (snap_tx, snap_rx) = mpsc::channel::<SourceSnapshot>(16);
+        if let Some(dir) = &cfg.static_pod_path {
+            let source = FileSource {
+                dir: dir.clone(),
+                node_name: self.opts.node_name.clone(),
+                check_every: cfg.file_check_frequency,
+            };
+            self.tasks
+                .spawn(tracing::info_span!("source", kind = "file"), move |token| {
+                    source.run(snap_tx, token)
+                });
+        }
+        self.tasks
+            .spawn(tracing::info_span!("config_mux"), move |token| {
+                mux.run(snap_rx, updates_tx, token)
+            });
+        ready
+    }
+
+    /// Read the runtime's Version and Status until it answers healthy, then
+    /// start what depends on it (PLEG); keep reading Status afterwards.
+    async fn runtime_up(
+        self: Arc<Self>,
+        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+        cancel: CancellationToken,
+    ) {
+        let cri = self.syncer.runtime.cri().clone();
+        let mut backoff = Backoff::new(Duration::from_millis(200), RUNTIME_STATUS_PERIOD);
+        let mut pleg_tx = Some(pleg_tx);
+        loop {
+            let checked = async {
+                if pleg_tx.is_some() {
+                    let v = cri.version().await?;
+                    tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "container runtime answers");
+                    *self.syncer.runtime_name.write().unwrap_or_else(|e| e.into_inner()) = v.runtime_name;
+                }
+                cri.status().await
+            }
+            .await;
+            let delay = match checked {
+                Ok(s) => {
+                    let problems = s.problems.join("; ");
+                    let runtime_err = (!s.runtime_ready)
+                        .then(|| format!("container runtime not ready: {problems}"));
+                    let network_err = (!s.network_ready)
+                        .then(|| format!("container runtime network not ready: {problems}"));
+                    self.runtime_state
+                        .set_status(runtime_err.clone(), network_err);
+                    if runtime_err.is_none() {
+                        if let Some(tx) = pleg_tx.take() {
+                            self.initialize_runtime_dependent_modules(tx);
+                        }
+                        backoff.reset();
+                        RUNTIME_STATUS_PERIOD
+                    } else {
+                        backoff.next_delay()
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "container runtime check failed");
+                    self.runtime_state.set_unreachable(e.to_string());
+                    backoff.next_delay()
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    fn initialize_runtime_dependent_modules(
+        self: &Arc<Self>,
+        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+    ) {
+        tracing::info!("runtime is healthy: starting PLEG");
+        let pleg = self.pleg.clone();
+        let started = self.started;
+        self.runtime_state
+            .add_health_check("pleg", Arc::new(move || pleg.healthy(started)));
+        let pleg = self.pleg.clone();
+        self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
+            pleg.run(pleg_tx, token)
+        });
+    }
+
+    async fn sync_loop(
+        &self,
+        mut updates: mpsc::Receiver<PodUpdate>,
+        mut pleg: mpsc::Receiver<Vec<PodLifecycleEvent>>,
+        sources_ready: SourcesReady,
+        cancel: CancellationToken,
+    ) {
+        tracing::info!("starting the sync loop");
+        let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        for t in [&mut sync_tick, &mut housekeeping] {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        let mut last_error = String::new();
+        loop {
+            let errors = self.runtime_state.runtime_errors();
+            if !errors.is_empty() {
+                let msg = errors.join("; ");
+                if msg != last_error {
+                    tracing::warn!(error = %msg, "skipping pod synchronization");
+                    last_error = msg;
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => continue,
+                }
+            }
+            if !last_error.is_empty() {
+                tracing::info!("container runtime healthy again: resuming pod synchronization");
+                last_error.clear();
+            }
+            backoff.reset();
+            *self
+                .sync_loop_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            let wake = tokio::select! {
+                _ = cancel.cancelled() => return,
+                Some(update) = updates.recv() => Wake::Update(update),
+                Some(events) = pleg.recv() => Wake::Pleg(events),
+                _ = sync_tick.tick() => Wake::SyncTick,
+                _ = housekeeping.tick() => Wake::Housekeeping,
+            };
+            match wake {
+                Wake::Update(update) => self.handle_update(update),
+                Wake::Pleg(events) => self.handle_pleg(events),
+                Wake::SyncTick => self.handle_due(),
+                Wake::Housekeeping => {
+                    // Sources mark themselves ready after sending: take what
+                    // they sent first, so no wanted pod looks like an orphan.
+                    while let Ok(update) = updates.try_recv() {
+                        self.handle_update(update);
+                    }
+                    self.housekeeping(&sources_ready);
+                }
+            }
+        }
+    }
+
+    fn handle_update(&self, update: PodUpdate) {
+        for pod in update.pods {
+            let uid = PodUid::of(&pod);
+            match update.op {
+                PodOperation::Add | PodOperation::Update => {
+                    tracing::info!(op = ?update.op, pod = %kubelet_core::types::pod_full_name(&pod), %uid, source = update.source, "pod update");
+                    self.pod_manager.add_or_update(pod.clone());
+                    self.workers.update_pod(pod);
+                }
+                PodOperation::Remove => {
+                    tracing::info!(pod = %kubelet_core::types::pod_full_name(&pod), %uid, "pod removed by its source");
+                    self.pod_manager.remove(&uid);
+                    self.workers.kill_pod(PodTarget::from_pod(pod), None);
+                }
+                PodOperation::Reconcile => self.pod_manager.add_or_update(pod),
+            }
+        }
+    }
+
+    fn handle_pleg(&self, events: Vec<PodLifecycleEvent>) {
+        let uids: BTreeSet<PodUid> = events.into_iter().map(|e| e.uid).collect();
+        for uid in uids {
+            if let Some(pod) = self.pod_manager.get(&uid) {
+                self.workers.update_pod(pod);
+            }
+        }
+    }
+
+    fn handle_due(&self) {
+        for uid in self.workers.take_due() {
+            match self.pod_manager.get(&uid) {
+                Some(pod) => self.workers.update_pod(pod),
+                None => self.workers.poke(&uid),
+            }
+        }
+    }
+
+    /// HandlePodCleanups: forget finished workers, restart pods that came
+    /// back, drop stale statuses, and stop whatever the runtime runs that no
+    /// source wants (after a restart, or a manifest removed while down).
+    fn housekeeping(&self, sources_ready: &SourcesReady) {
+        if !sources_ready.all_ready() {
+            return;
+        }
+        let desired = |uid: &PodUid| self.pod_manager.contains(uid);
+        for uid in self.workers.sync_known_pods(desired) {
+            if let Some(pod) = self.pod_manager.get(&uid) {
+                tracing::info!(%uid, "pod wanted again after termination: starting it afresh");
+                self.workers.update_pod(pod);
+            }
+        }
+        let known = self.workers.known();
+        let keep = |uid: &PodUid| desired(uid) || known.contains(uid);
+        self.status.remove_orphans(keep);
+        self.syncer
+            .reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| keep(uid));
+        if !self.pleg.has_relisted() {
+            return;
+        }
+        for (uid, rp) in self.pleg.pods().iter() {
+            if keep(uid) {
+                continue;
+            }
+            tracing::info!(%uid, pod = %format!("{}/{}", rp.namespace, rp.name), "stopping a pod no source wants");
+            let target = PodTarget {
+                pod_ref: PodRef {
+                    uid: uid.clone(),
+                    name: rp.name.clone(),
+                    namespace: rp.namespace.clone(),
+                },
+                pod: None,
+            };
+            self.workers.kill_pod(target, None);
+        }
+    }
+
+    /// Every desired pod with the status the status manager holds for it.
+    pub fn pods_with_status(&self) -> Vec<Pod> {
+        self.pod_manager
+            .pods()
+            .into_iter()
+            .map(|p| {
+                let mut pod = (*p).clone();
+                if let Some(s) = self.status.get_pod_status(&PodUid::of(&pod)) {
+                    pod.status = Some((*s).clone());
+                }
+                pod
+            })
+            .collect()
+    }
+}
+
+impl Health for Kubelet {
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let since = self
+            .sync_loop_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed();
+        let limit = (self.opts.config.sync_frequency * 2).max(Duration::from_secs(5 * 60));
+        if since > limit {
+            out.push((
+                "syncloop",
+                format!("sync loop last ran {since:?} ago; threshold is {limit:?}"),
+            ));
+        }
+        if let Some(e) = self.pleg.healthy(self.started) {
+            out.push(("pleg", e));
+        }
+        out
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        self.pods_with_status()
+    }
+}

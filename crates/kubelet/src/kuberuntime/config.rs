@@ -1,0 +1,558 @@
+//! CRI configs for a pod's sandbox and containers (upstream's
+//! kuberuntime_sandbox.go / kuberuntime_container.go): labels and
+//! annotations crictl understands, DNS, ports, namespaces, Linux resources,
+//! log paths. Pure functions of the pod spec.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_core::actions::container_hash;
+use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
+use kubelet_core::status::qos_class;
+use kubelet_core::types::keys;
+
+/// Name of the pod's log directory under podLogsDir:
+/// `<namespace>_<name>_<uid>`. Refuses components that could escape the
+/// directory (only names the API would accept are used).
+pub fn pod_log_dir(logs_root: &Path, namespace: &str, name: &str, uid: &str) -> Option<PathBuf> {
+    let safe = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+    };
+    (safe(namespace) && safe(name) && safe(uid))
+        .then(|| logs_root.join(format!("{namespace}_{name}_{uid}")))
+}
+
+/// A resolver configuration, as in resolv.conf.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResolvConf {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+/// Parse resolv.conf (nameserver, search/domain, options lines).
+pub fn parse_resolv_conf(text: &str) -> ResolvConf {
+    let mut rc = ResolvConf::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        match words.next() {
+            Some("nameserver") => rc.servers.extend(words.next().map(str::to_owned)),
+            Some("search") | Some("domain") => {
+                rc.searches = words.map(str::to_owned).collect();
+            }
+            Some("options") => rc.options.extend(words.map(str::to_owned)),
+            _ => {}
+        }
+    }
+    rc
+}
+
+fn spec(pod: &Pod) -> &k8s_openapi::api::core::v1::PodSpec {
+    static EMPTY: std::sync::OnceLock<k8s_openapi::api::core::v1::PodSpec> =
+        std::sync::OnceLock::new();
+    pod.spec
+        .as_ref()
+        .unwrap_or_else(|| EMPTY.get_or_init(Default::default))
+}
+
+pub fn host_network(pod: &Pod) -> bool {
+    spec(pod).host_network.unwrap_or(false)
+}
+
+fn name_ns_uid(pod: &Pod) -> (&str, &str, &str) {
+    (
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.uid.as_deref().unwrap_or(""),
+    )
+}
+
+/// The labels upstream puts on sandboxes: the pod's own plus its identity.
+fn pod_labels(pod: &Pod) -> HashMap<String, String> {
+    let (name, ns, uid) = name_ns_uid(pod);
+    let mut labels: HashMap<String, String> = pod
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(keys::POD_NAME.into(), name.into());
+    labels.insert(keys::POD_NAMESPACE.into(), ns.into());
+    labels.insert(keys::POD_UID.into(), uid.into());
+    labels
+}
+
+/// The pod's DNS settings (dnsPolicy, dnsConfig) against the host's resolver.
+/// Without cluster DNS configured, ClusterFirst falls back to Default as
+/// upstream does.
+fn dns_config(pod: &Pod, host: &ResolvConf) -> cri::DnsConfig {
+    let spec = spec(pod);
+    let mut rc = match spec.dns_policy.as_deref() {
+        Some("None") => ResolvConf::default(),
+        _ => host.clone(),
+    };
+    if let Some(extra) = &spec.dns_config {
+        rc.servers
+            .extend(extra.nameservers.iter().flatten().cloned());
+        rc.searches.extend(extra.searches.iter().flatten().cloned());
+        for o in extra.options.iter().flatten() {
+            let name = o.name.clone().unwrap_or_default();
+            rc.options
+                .retain(|x| x.split(':').next() != Some(name.as_str()));
+            rc.options.push(match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    cri::DnsConfig {
+        servers: rc.servers,
+        searches: rc.searches,
+        options: rc.options,
+    }
+}
+
+fn protocol(p: Option<&str>) -> i32 {
+    match p {
+        Some("UDP") => cri::Protocol::Udp as i32,
+        Some("SCTP") => cri::Protocol::Sctp as i32,
+        _ => cri::Protocol::Tcp as i32,
+    }
+}
+
+fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+    let s = spec(pod);
+    let mode = |host: Option<bool>, otherwise: cri::NamespaceMode| {
+        if host.unwrap_or(false) {
+            cri::NamespaceMode::Node as i32
+        } else {
+            otherwise as i32
+        }
+    };
+    cri::NamespaceOption {
+        network: mode(s.host_network, cri::NamespaceMode::Pod),
+        pid: mode(
+            s.host_pid,
+            if s.share_process_namespace.unwrap_or(false) {
+                cri::NamespaceMode::Pod
+            } else {
+                cri::NamespaceMode::Container
+            },
+        ),
+        ipc: mode(s.host_ipc, cri::NamespaceMode::Pod),
+        ..Default::default()
+    }
+}
+
+/// RunPodSandbox's config for `pod` (attempt = how many sandboxes came before).
+pub fn sandbox_config(
+    pod: &Pod,
+    attempt: u32,
+    logs_root: &Path,
+    host_dns: &ResolvConf,
+) -> cri::PodSandboxConfig {
+    let (name, ns, uid) = name_ns_uid(pod);
+    let s = spec(pod);
+    let hostname = if host_network(pod) {
+        String::new()
+    } else {
+        let h = s.hostname.as_deref().unwrap_or(name);
+        h.chars()
+            .take(63)
+            .collect::<String>()
+            .trim_end_matches(['-', '.'])
+            .to_owned()
+    };
+    let port_mappings = s
+        .containers
+        .iter()
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter(|p| p.host_port.unwrap_or(0) > 0)
+        .map(|p| cri::PortMapping {
+            protocol: protocol(p.protocol.as_deref()),
+            container_port: p.container_port,
+            host_port: p.host_port.unwrap_or(0),
+            host_ip: p.host_ip.clone().unwrap_or_default(),
+        })
+        .collect();
+    let psc = s.security_context.as_ref();
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: ns.into(),
+            attempt,
+        }),
+        hostname,
+        log_directory: pod_log_dir(logs_root, ns, name, uid)
+            .map(|p| p.display().to_string())
+            .unwrap_or_default(),
+        dns_config: Some(dns_config(pod, host_dns)),
+        port_mappings,
+        labels: pod_labels(pod),
+        annotations: pod
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                run_as_user: psc
+                    .and_then(|p| p.run_as_user)
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: psc
+                    .and_then(|p| p.run_as_group)
+                    .map(|value| cri::Int64Value { value }),
+                supplemental_groups: psc
+                    .and_then(|p| p.supplemental_groups.clone())
+                    .unwrap_or_default(),
+                ..Default::default()
+            }),
+            sysctls: psc
+                .and_then(|p| p.sysctls.as_ref())
+                .into_iter()
+                .flatten()
+                .map(|s| (s.name.clone(), s.value.clone()))
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Why a container's config could not be built; the name of the field.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container:?}: {field}: {message}")]
+pub struct ConfigError {
+    pub container: String,
+    pub field: String,
+    pub message: String,
+}
+
+/// oom_score_adj by QoS class, as upstream's qos policy computes it.
+fn oom_score_adj(pod: &Pod, memory_request: Option<i64>, node_memory: i64) -> i64 {
+    match qos_class(pod) {
+        "Guaranteed" => -997,
+        "BestEffort" => 1000,
+        _ => {
+            let req = memory_request.unwrap_or(0).max(0);
+            let adj = 1000 - (1000 * req) / node_memory.max(1);
+            adj.clamp(3, 999)
+        }
+    }
+}
+
+/// Linux resources from requests and limits: cpu shares from the request,
+/// CFS quota from the limit (100 ms period), memory limit in bytes.
+fn linux_resources(
+    pod: &Pod,
+    c: &Container,
+    node_memory: i64,
+) -> Result<cri::LinuxContainerResources, ConfigError> {
+    let err = |field: String, e: &dyn std::fmt::Display| ConfigError {
+        container: c.name.clone(),
+        field,
+        message: e.to_string(),
+    };
+    let r = c.resources.as_ref();
+    let get = |kind: &str, res: &str| {
+        let map = match kind {
+            "requests" => r.and_then(|r| r.requests.as_ref()),
+            _ => r.and_then(|r| r.limits.as_ref()),
+        };
+        map.and_then(|m| m.get(res))
+    };
+    let field = |kind: &str, res: &str| format!("resources.{kind}.{res}");
+    let cpu_limit = get("limits", "cpu")
+        .map(|q| parse_cpu_millis(q).map_err(|e| err(field("limits", "cpu"), &e)))
+        .transpose()?;
+    // A request defaults to the limit, as the API server does.
+    let cpu_request = match get("requests", "cpu") {
+        Some(q) => Some(parse_cpu_millis(q).map_err(|e| err(field("requests", "cpu"), &e))?),
+        None => cpu_limit,
+    };
+    let mem_limit = get("limits", "memory")
+        .map(|q| parse_bytes(q).map_err(|e| err(field("limits", "memory"), &e)))
+        .transpose()?;
+    let mem_request = match get("requests", "memory") {
+        Some(q) => Some(parse_bytes(q).map_err(|e| err(field("requests", "memory"), &e))?),
+        None => mem_limit,
+    };
+    const PERIOD: i64 = 100_000;
+    Ok(cri::LinuxContainerResources {
+        cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),
+        cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
+        cpu_quota: cpu_limit
+            .map(|m| (m * PERIOD / 1000).max(1000))
+            .unwrap_or(0),
+        memory_limit_in_bytes: mem_limit.unwrap_or(0),
+        oom_score_adj: oom_score_adj(pod, mem_request, node_memory),
+        ..Default::default()
+    })
+}
+
+/// CreateContainer's config for `pod.spec.containers[index]`.
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    restart_count: i32,
+    image_ref: &str,
+    node_memory: i64,
+) -> Result<cri::ContainerConfig, ConfigError> {
+    let (name, ns, uid) = name_ns_uid(pod);
+    let mut envs = Vec::new();
+    for (i, e) in c.env.iter().flatten().enumerate() {
+        if e.value_from.is_some() {
+            return Err(ConfigError {
+                container: c.name.clone(),
+                field: format!("env[{i}].valueFrom"),
+                message: "not supported yet: only literal values".into(),
+            });
+        }
+        envs.push(cri::KeyValue {
+            key: e.name.clone(),
+            value: e.value.clone().unwrap_or_default(),
+        });
+    }
+    let labels = HashMap::from([
+        (keys::POD_NAME.to_owned(), name.to_owned()),
+        (keys::POD_NAMESPACE.to_owned(), ns.to_owned()),
+        (keys::POD_UID.to_owned(), uid.to_owned()),
+        (keys::CONTAINER_NAME.to_owned(), c.name.clone()),
+    ]);
+    let mut annotations = HashMap::from([
+        (keys::CONTAINER_HASH.to_owned(), container_hash(c)),
+        (
+            keys::CONTAINER_RESTART_COUNT.to_owned(),
+            restart_count.to_string(),
+        ),
+        (
+            keys::CONTAINER_TERMINATION_MESSAGE_PATH.to_owned(),
+            c.termination_message_path.clone().unwrap_or_default(),
+        ),
+        (
+            keys::CONTAINER_TERMINATION_MESSAGE_POLICY.to_owned(),
+            c.termination_message_policy.clone().unwrap_or_default(),
+        ),
+    ]);
+    if let Some(grace) = spec(pod).termination_grace_period_seconds {
+        annotations.insert(keys::POD_TERMINATION_GRACE_PERIOD.into(), grace.to_string());
+    }
+    if let Some(ports) = c.ports.as_ref().filter(|p| !p.is_empty()) {
+        annotations.insert(
+            keys::CONTAINER_PORTS.into(),
+            serde_json::to_string(ports).unwrap_or_default(),
+        );
+    }
+    let sc = c.security_context.as_ref();
+    let psc = spec(pod).security_context.as_ref();
+    Ok(cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: c.name.clone(),
+            attempt: restart_count.max(0) as u32,
+        }),
+        image: Some(cri::ImageSpec {
+            image: image_ref.into(),
+            user_specified_image: c.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command: c.command.clone().unwrap_or_default(),
+        args: c.args.clone().unwrap_or_default(),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs,
+        labels,
+        annotations,
+        log_path: format!("{}/{}.log", c.name, restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(linux_resources(pod, c, node_memory)?),
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+                run_as_user: sc
+                    .and_then(|s| s.run_as_user)
+                    .or_else(|| psc.and_then(|p| p.run_as_user))
+                    .map(|value| cri::Int64Value { value }),
+                run_as_group: sc
+                    .and_then(|s| s.run_as_group)
+                    .or_else(|| psc.and_then(|p| p.run_as_group))
+                    .map(|value| cri::Int64Value { value }),
+                readonly_rootfs: sc
+                    .and_then(|s| s.read_only_root_filesystem)
+                    .unwrap_or(false),
+                no_new_privs: !sc
+                    .and_then(|s| s.allow_privilege_escalation)
+                    .unwrap_or(true),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some("web-node1".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                labels: Some([("app".to_string(), "web".to_string())].into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                termination_grace_period_seconds: Some(30),
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some("busybox:1".into()),
+                    command: Some(vec!["sh".into()]),
+                    env: Some(vec![EnvVar {
+                        name: "A".into(),
+                        value: Some("1".into()),
+                        ..Default::default()
+                    }]),
+                    ports: Some(vec![ContainerPort {
+                        container_port: 80,
+                        host_port: Some(8080),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }]),
+                    resources: Some(ResourceRequirements {
+                        limits: Some(
+                            [
+                                ("cpu".to_string(), Quantity("500m".into())),
+                                ("memory".to_string(), Quantity("64Mi".into())),
+                            ]
+                            .into(),
+                        ),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn sandbox() {
+        let host = parse_resolv_conf("nameserver 1.1.1.1\nsearch a.b c\noptions ndots:2\n");
+        let cfg = sandbox_config(&pod(), 2, Path::new("/var/log/pods"), &host);
+        let md = cfg.metadata.as_ref().unwrap();
+        assert_eq!(
+            (md.name.as_str(), md.uid.as_str(), md.attempt),
+            ("web-node1", "u1", 2)
+        );
+        assert_eq!(cfg.log_directory, "/var/log/pods/default_web-node1_u1");
+        assert_eq!(cfg.hostname, "web-node1");
+        assert_eq!(
+            cfg.labels.get(keys::POD_UID).map(String::as_str),
+            Some("u1")
+        );
+        assert_eq!(cfg.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(cfg.port_mappings.len(), 1);
+        assert_eq!(cfg.port_mappings[0].host_port, 8080);
+        let dns = cfg.dns_config.unwrap();
+        assert_eq!(dns.servers, ["1.1.1.1"]);
+        assert_eq!(dns.searches, ["a.b", "c"]);
+        let ns = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn host_network_sandbox() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().host_network = Some(true);
+        let cfg = sandbox_config(&p, 0, Path::new("/l"), &ResolvConf::default());
+        let ns = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .namespace_options
+            .unwrap();
+        assert_eq!(ns.network, cri::NamespaceMode::Node as i32);
+        assert_eq!(cfg.hostname, "");
+    }
+
+    #[test]
+    fn container() {
+        let p = pod();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(&p, c, 3, "sha256:abc", 1 << 30).unwrap();
+        assert_eq!(cfg.log_path, "c/3.log");
+        assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 3);
+        assert_eq!(
+            cfg.annotations
+                .get(keys::CONTAINER_RESTART_COUNT)
+                .map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(
+            cfg.annotations.get(keys::CONTAINER_HASH),
+            Some(&container_hash(c))
+        );
+        assert_eq!(
+            cfg.labels.get(keys::CONTAINER_NAME).map(String::as_str),
+            Some("c")
+        );
+        assert_eq!(cfg.image.as_ref().unwrap().image, "sha256:abc");
+        let r = cfg.linux.unwrap().resources.unwrap();
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.cpu_period),
+            (512, 50_000, 100_000)
+        );
+        assert_eq!(r.memory_limit_in_bytes, 64 << 20);
+        assert_eq!(r.oom_score_adj, -997, "limits only: Guaranteed");
+        assert_eq!(cfg.envs[0].key, "A");
+    }
+
+    #[test]
+    fn value_from_names_the_field() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().containers[0].env.as_mut().unwrap()[0].value_from =
+            Some(Default::default());
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let e = container_config(&p, &c, 0, "x", 1).unwrap_err();
+        assert_eq!(e.field, "env[0].valueFrom");
+    }
+
+    #[test]
+    fn log_dirs_never_escape() {
+        let root = Path::new("/var/log/pods");
+        assert!(pod_log_dir(root, "default", "web", "u1").is_some());
+        for (ns, name, uid) in [
+            ("..", "a", "b"),
+            ("a", "../x", "b"),
+            ("a", "b", "c/d"),
+            ("", "a", "b"),
+        ] {
+            assert_eq!(pod_log_dir(root, ns, name, uid), None, "{ns} {name} {uid}");
+        }
+    }
+}

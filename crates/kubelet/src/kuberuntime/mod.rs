@@ -1,0 +1,459 @@
+//! The runtime manager (upstream's kuberuntime): reads what the CRI runtime
+//! holds for a pod, and carries out compute-pod-actions' decisions: sandbox,
+//! image pulls, container create/start, kill with SIGTERM→SIGKILL, removal.
+//! Every operation is idempotent: NotFound on stop or remove counts as done.
+
+pub mod config;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use futures::future::join_all;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::actions::{PodActions, compute_pod_actions};
+use kubelet_core::runtime::{
+    ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
+    SandboxStatus,
+};
+use kubelet_core::status::{Waiting, WaitingReasons};
+use kubelet_core::types::{PodUid, keys};
+use kubelet_cri::client::{CriClient, CriError};
+
+use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
+
+/// Upstream never kills with less than this grace period (seconds).
+pub const MIN_GRACE_PERIOD: i64 = 2;
+
+/// A pod as the runtime manager needs to know it to stop or clean it: its
+/// identity and, when a source still knows it, its spec.
+#[derive(Clone, Debug)]
+pub struct PodRef {
+    pub uid: PodUid,
+    pub name: String,
+    pub namespace: String,
+}
+
+/// What went wrong starting containers, per container (fed to the reason
+/// cache), and whether a step must be retried.
+#[derive(Debug, Default)]
+pub struct SyncResult {
+    pub waiting: WaitingReasons,
+    pub errors: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct RuntimeManager {
+    cri: CriClient,
+    logs_root: PathBuf,
+    host_dns: ResolvConf,
+    node_memory: i64,
+}
+
+fn uid_filter(uid: &PodUid) -> HashMap<String, String> {
+    HashMap::from([(keys::POD_UID.to_owned(), uid.to_string())])
+}
+
+fn container_state(s: i32) -> ContainerState {
+    match cri::ContainerState::try_from(s) {
+        Ok(cri::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(cri::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(cri::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sandbox_state(s: i32) -> SandboxState {
+    if s == cri::PodSandboxState::SandboxReady as i32 {
+        SandboxState::Ready
+    } else {
+        SandboxState::NotReady
+    }
+}
+
+/// The relist entry of the pod a labelled sandbox or container belongs to;
+/// None for objects the kubelet did not create.
+fn runtime_pod<'a>(
+    pods: &'a mut RuntimePods,
+    labels: &HashMap<String, String>,
+) -> Option<&'a mut RuntimePod> {
+    let uid = PodUid(labels.get(keys::POD_UID)?.clone());
+    Some(pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+        uid,
+        name: labels.get(keys::POD_NAME).cloned().unwrap_or_default(),
+        namespace: labels.get(keys::POD_NAMESPACE).cloned().unwrap_or_default(),
+        ..Default::default()
+    }))
+}
+
+fn ok_if_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
+    match r {
+        Err(e) if e.is_not_found() => Ok(()),
+        r => r,
+    }
+}
+
+fn pull_policy_default(image: &str) -> &'static str {
+    let last = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') || (last.contains(':') && !last.ends_with(":latest")) {
+        "IfNotPresent"
+    } else {
+        "Always"
+    }
+}
+
+impl RuntimeManager {
+    pub fn new(cri: CriClient, logs_root: PathBuf, host_dns: ResolvConf, node_memory: i64) -> Self {
+        RuntimeManager {
+            cri,
+            logs_root,
+            host_dns,
+            node_memory,
+        }
+    }
+
+    pub fn cri(&self) -> &CriClient {
+        &self.cri
+    }
+
+    /// Everything the runtime holds for one pod (upstream's GetPodStatus).
+    pub async fn get_pod_status(&self, pod: &PodRef) -> Result<PodStatus, CriError> {
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(Some(cri::PodSandboxFilter {
+                label_selector: uid_filter(&pod.uid),
+                ..Default::default()
+            }))
+            .await?;
+        let mut out = PodStatus {
+            uid: pod.uid.clone(),
+            name: pod.name.clone(),
+            namespace: pod.namespace.clone(),
+            ..Default::default()
+        };
+        for sb in sandboxes {
+            let st = match self.cri.pod_sandbox_status(&sb.id).await {
+                Ok(st) => st,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let net = st.network.as_ref();
+            let ips = net
+                .map(|n| {
+                    std::iter::once(n.ip.clone())
+                        .chain(n.additional_ips.iter().map(|i| i.ip.clone()))
+                        .filter(|ip| !ip.is_empty())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let host_network = st
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .is_some_and(|o| o.network == cri::NamespaceMode::Node as i32);
+            out.sandboxes.push(SandboxStatus {
+                id: st.id,
+                state: sandbox_state(st.state),
+                attempt: st.metadata.map(|m| m.attempt).unwrap_or(0),
+                created_at: st.created_at,
+                ips,
+                host_network,
+            });
+        }
+        out.sandboxes
+            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+
+        let containers = self
+            .cri
+            .list_containers(Some(cri::ContainerFilter {
+                label_selector: uid_filter(&pod.uid),
+                ..Default::default()
+            }))
+            .await?;
+        for c in containers {
+            let st = match self.cri.container_status(&c.id).await {
+                Ok(st) => st,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let ann = |k: &str| st.annotations.get(k).cloned().unwrap_or_default();
+            out.containers.push(ContainerStatus {
+                id: st.id.clone(),
+                name: st
+                    .metadata
+                    .as_ref()
+                    .map(|m| m.name.clone())
+                    .unwrap_or_default(),
+                state: container_state(st.state),
+                hash: ann(keys::CONTAINER_HASH),
+                restart_count: ann(keys::CONTAINER_RESTART_COUNT).parse().unwrap_or(0),
+                image: st
+                    .image
+                    .as_ref()
+                    .map(|i| i.image.clone())
+                    .unwrap_or_default(),
+                image_ref: st.image_ref.clone(),
+                created_at: st.created_at,
+                started_at: st.started_at,
+                finished_at: st.finished_at,
+                exit_code: st.exit_code,
+                reason: st.reason.clone(),
+                message: st.message.clone(),
+                grace_period: ann(keys::POD_TERMINATION_GRACE_PERIOD).parse().ok(),
+            });
+        }
+        out.containers
+            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        Ok(out)
+    }
+
+    /// One relist for PLEG: every kubelet-managed sandbox and container.
+    pub async fn relist(&self) -> Result<RuntimePods, CriError> {
+        let sandboxes = self.cri.list_pod_sandbox(None).await?;
+        let containers = self.cri.list_containers(None).await?;
+        let mut pods = RuntimePods::new();
+        for sb in sandboxes {
+            if let Some(pod) = runtime_pod(&mut pods, &sb.labels) {
+                pod.sandboxes.insert(sb.id, sandbox_state(sb.state));
+            }
+        }
+        for c in containers {
+            if let Some(pod) = runtime_pod(&mut pods, &c.labels) {
+                let name = c.metadata.map(|m| m.name).unwrap_or_default();
+                pod.containers
+                    .insert(c.id, (name, container_state(c.state)));
+            }
+        }
+        Ok(pods)
+    }
+
+    /// Converge `pod` toward its spec from `status` (upstream's
+    /// kubeGenericRuntimeManager.SyncPod). Start failures are reported per
+    /// container in the result, not as an error: other containers go on.
+    pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<SyncResult, CriError> {
+        let actions: PodActions = compute_pod_actions(pod, status);
+        let grace = grace_period(Some(pod), status, None);
+        let mut result = SyncResult::default();
+        if actions.kill_pod {
+            self.kill_pod(status, grace).await?;
+        }
+        self.stop_containers(
+            actions.containers_to_kill.iter().map(|k| {
+                tracing::info!(container = %k.name, reason = %k.reason, "killing container");
+                k.id.as_str()
+            }),
+            grace,
+        )
+        .await?;
+        for id in &actions.containers_to_remove {
+            ok_if_not_found(self.cri.remove_container(id).await)?;
+        }
+        let sandbox_id = match actions.create_sandbox {
+            Some(attempt) => {
+                let cfg = sandbox_config(pod, attempt, &self.logs_root, &self.host_dns);
+                if !cfg.log_directory.is_empty()
+                    && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
+                {
+                    result
+                        .errors
+                        .push(format!("creating {}: {e}", cfg.log_directory));
+                }
+                tracing::info!(attempt, "creating pod sandbox");
+                Some(self.cri.run_pod_sandbox(cfg).await?)
+            }
+            None => actions.sandbox_id.clone(),
+        };
+        let Some(sandbox_id) = sandbox_id else {
+            return Ok(result);
+        };
+        let sandbox_cfg = || sandbox_config(pod, 0, &self.logs_root, &self.host_dns);
+        let containers = pod
+            .spec
+            .as_ref()
+            .map(|s| s.containers.as_slice())
+            .unwrap_or(&[]);
+        for start in &actions.containers_to_start {
+            let c = &containers[start.index];
+            let fail = |result: &mut SyncResult, reason: &str, message: String| {
+                tracing::warn!(container = %c.name, %reason, %message, "container not started");
+                result
+                    .errors
+                    .push(format!("{}: {reason}: {message}", c.name));
+                result.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: reason.into(),
+                        message,
+                    },
+                );
+            };
+            let image_ref = match self.ensure_image(c, sandbox_cfg).await {
+                Ok(r) => r,
+                Err((reason, message)) => {
+                    fail(&mut result, reason, message);
+                    continue;
+                }
+            };
+            let cfg =
+                match container_config(pod, c, start.restart_count, &image_ref, self.node_memory) {
+                    Ok(cfg) => cfg,
+                    Err(e) => {
+                        fail(&mut result, "CreateContainerConfigError", e.to_string());
+                        continue;
+                    }
+                };
+            if let Some(dir) = pod_log_dir(
+                &self.logs_root,
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.uid.as_deref().unwrap_or(""),
+            ) && let Err(e) = tokio::fs::create_dir_all(dir.join(&c.name)).await
+            {
+                result
+                    .errors
+                    .push(format!("log directory for {}: {e}", c.name));
+            }
+            let id = match self
+                .cri
+                .create_container(&sandbox_id, cfg, sandbox_cfg())
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => {
+                    fail(&mut result, "CreateContainerError", e.message);
+                    continue;
+                }
+            };
+            if let Err(e) = self.cri.start_container(&id).await {
+                fail(&mut result, "RunContainerError", e.message);
+                continue;
+            }
+            tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
+        }
+        Ok(result)
+    }
+
+    /// Pull as imagePullPolicy says; Err is (waiting reason, message).
+    async fn ensure_image(
+        &self,
+        c: &k8s_openapi::api::core::v1::Container,
+        sandbox_cfg: impl Fn() -> cri::PodSandboxConfig,
+    ) -> Result<String, (&'static str, String)> {
+        let image = c.image.as_deref().unwrap_or("");
+        if image.is_empty() {
+            return Err(("InvalidImageName", "no image given".into()));
+        }
+        let policy = c
+            .image_pull_policy
+            .as_deref()
+            .unwrap_or_else(|| pull_policy_default(image));
+        let present = match self.cri.image_status(image).await {
+            Ok(img) => img.map(|i| i.id),
+            Err(e) => return Err(("ErrImageInspect", e.message)),
+        };
+        match present {
+            Some(id) if policy != "Always" => Ok(id),
+            None if policy == "Never" => Err((
+                "ErrImageNeverPull",
+                format!("Container image {image:?} is not present with pull policy of Never"),
+            )),
+            _ => {
+                tracing::info!(%image, "pulling image");
+                self.cri
+                    .pull_image(image, Some(sandbox_cfg()))
+                    .await
+                    .map_err(|e| ("ErrImagePull", e.message))
+            }
+        }
+    }
+
+    async fn stop_containers<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a str>,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let stops =
+            ids.map(|id| async move { ok_if_not_found(self.cri.stop_container(id, grace).await) });
+        join_all(stops).await.into_iter().collect()
+    }
+
+    /// Stop every running container (in parallel, each with `grace` seconds
+    /// between SIGTERM and SIGKILL), then every ready sandbox.
+    pub async fn kill_pod(&self, status: &PodStatus, grace: i64) -> Result<(), CriError> {
+        self.stop_containers(status.running_containers().map(|c| c.id.as_str()), grace)
+            .await?;
+        for sb in status
+            .sandboxes
+            .iter()
+            .filter(|s| s.state == SandboxState::Ready)
+        {
+            ok_if_not_found(self.cri.stop_pod_sandbox(&sb.id).await)?;
+        }
+        Ok(())
+    }
+
+    /// Remove every container and sandbox of a stopped pod, and its log
+    /// directory. Safe to repeat.
+    pub async fn remove_pod(&self, pod: &PodRef, status: &PodStatus) -> Result<(), CriError> {
+        for c in &status.containers {
+            ok_if_not_found(self.cri.remove_container(&c.id).await)?;
+        }
+        for sb in &status.sandboxes {
+            ok_if_not_found(self.cri.stop_pod_sandbox(&sb.id).await)?;
+            ok_if_not_found(self.cri.remove_pod_sandbox(&sb.id).await)?;
+        }
+        if let Some(dir) = pod_log_dir(&self.logs_root, &pod.namespace, &pod.name, pod.uid.as_str())
+        {
+            match tokio::fs::remove_dir_all(&dir).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(dir = %dir.display(), error = %e, "removing pod log directory")
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The grace period for a kill: an explicit one (shortened deletion), else
+/// the pod's terminationGracePeriodSeconds, else the one recorded on its
+/// containers; never below upstream's minimum of 2 s.
+pub fn grace_period(pod: Option<&Pod>, status: &PodStatus, explicit: Option<i64>) -> i64 {
+    explicit
+        .or_else(|| {
+            pod.and_then(|p| p.spec.as_ref())
+                .and_then(|s| s.termination_grace_period_seconds)
+        })
+        .or_else(|| status.recorded_grace_period())
+        .unwrap_or(30)
+        .max(MIN_GRACE_PERIOD)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_pull_policy() {
+        for (image, want) in [
+            ("busybox", "Always"),
+            ("busybox:latest", "Always"),
+            ("busybox:1", "IfNotPresent"),
+            ("localhost:5000/busybox", "Always"),
+            ("localhost:5000/busybox:1", "IfNotPresent"),
+            ("busybox@sha256:abcd", "IfNotPresent"),
+        ] {
+            assert_eq!(pull_policy_default(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn grace_periods() {
+        let empty = PodStatus::default();
+        assert_eq!(grace_period(None, &empty, None), 30);
+        assert_eq!(grace_period(None, &empty, Some(0)), MIN_GRACE_PERIOD);
+        assert_eq!(grace_period(None, &empty, Some(10)), 10);
+    }
+}

@@ -1,0 +1,21 @@
+//! kubelet: the moving parts of rkubelet, named after upstream's packages.
+//! Pure decisions live in `kubelet-core`; this crate performs them against
+//! the world (files, the CRI runtime, HTTP) on tokio.
+//!
+//! Three owners of state: the pod manager (desired), the pod workers
+//! (actual), the status manager (reported).
+
+pub mod config;
+pub mod error;
+pub mod kubelet;
+pub mod kuberuntime;
+pub mod pleg;
+pub mod pod_workers;
+pub mod podmanager;
+pub mod runtime_state;
+pub mod server;
+pub mod status_manager;
+pub mod sync;
+pub mod tasks;
+
+pub use kubelet::{Kubelet, KubeletError, KubeletOptions};

@@ -1,0 +1,101 @@
+//! PLEG, the pod lifecycle event generator (upstream's `pleg/generic.go`):
+//! relist the runtime every second, diff against the last relist, and tell
+//! the sync loop which pods changed. The last relist is kept for
+//! housekeeping; its age is PLEG's health.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubelet_core::pleg::{PodLifecycleEvent, diff};
+use kubelet_core::runtime::RuntimePods;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::kuberuntime::RuntimeManager;
+
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// PLEG is unhealthy when no relist finished for this long.
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(3 * 60);
+
+#[derive(Default)]
+struct Shared {
+    pods: Arc<RuntimePods>,
+    last_relist: Option<Instant>,
+    relist_duration: Duration,
+}
+
+#[derive(Clone)]
+pub struct Pleg {
+    runtime: RuntimeManager,
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl Pleg {
+    pub fn new(runtime: RuntimeManager) -> Self {
+        Pleg {
+            runtime,
+            shared: Arc::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The last relist: every pod the runtime held then.
+    pub fn pods(&self) -> Arc<RuntimePods> {
+        self.lock().pods.clone()
+    }
+
+    /// Whether a relist has completed since PLEG started.
+    pub fn has_relisted(&self) -> bool {
+        self.lock().last_relist.is_some()
+    }
+
+    /// Duration of the last relist.
+    pub fn relist_duration(&self) -> Duration {
+        self.lock().relist_duration
+    }
+
+    /// None while healthy; the reason otherwise.
+    pub fn healthy(&self, started: Instant) -> Option<String> {
+        let since = self.lock().last_relist.unwrap_or(started).elapsed();
+        (since > RELIST_THRESHOLD).then(|| {
+            format!("pleg was last seen active {since:?} ago; threshold is {RELIST_THRESHOLD:?}")
+        })
+    }
+
+    /// Relist once and return what changed.
+    pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, kubelet_cri::client::CriError> {
+        let start = Instant::now();
+        let pods = Arc::new(self.runtime.relist().await?);
+        let mut s = self.lock();
+        let events = diff(&s.pods, &pods);
+        s.pods = pods;
+        s.last_relist = Some(Instant::now());
+        s.relist_duration = start.elapsed();
+        Ok(events)
+    }
+
+    /// Relist every RELIST_PERIOD until cancelled, sending each batch of events.
+    pub async fn run(self, tx: mpsc::Sender<Vec<PodLifecycleEvent>>, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(RELIST_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.relist().await {
+                Ok(events) if events.is_empty() => {}
+                Ok(events) => {
+                    if tx.send(events).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "PLEG relist failed"),
+            }
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! Pod workers: ACTUAL state. One task per pod UID, the only place a pod's
+//! lifecycle moves (syncing → terminating → terminated → finished, decided by
+//! `kubelet_core::lifecycle::step`). Each worker has a latest-wins inbox, so
+//! updates coalesce and two operations on one pod never overlap; a kill
+//! interrupts a running SyncPod (or a slower termination) at once.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::backoff::Backoff;
+use kubelet_core::lifecycle::{self, Event, State, Step, Why};
+use kubelet_core::types::PodUid;
+use kubelet_core::workqueue::WorkQueue;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::SyncError;
+use crate::kuberuntime::PodRef;
+use crate::tasks::Tasks;
+
+/// The pod a worker acts on: its identity, and its spec while a source
+/// knows it (orphans found in the runtime have none).
+#[derive(Clone, Debug)]
+pub struct PodTarget {
+    pub pod_ref: PodRef,
+    pub pod: Option<Arc<Pod>>,
+}
+
+impl PodTarget {
+    pub fn from_pod(pod: Arc<Pod>) -> Self {
+        PodTarget {
+            pod_ref: PodRef {
+                uid: PodUid::of(&pod),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            },
+            pod: Some(pod),
+        }
+    }
+}
+
+/// The three transaction scripts the workers run (implemented by the Kubelet).
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Converge a pod to running; Ok(true) when it reached a terminal phase.
+    fn sync_pod(&self, pod: Arc<Pod>) -> impl Future<Output = Result<bool, SyncError>> + Send;
+    /// Stop every container of the pod and verify none runs.
+    fn sync_terminating_pod(
+        &self,
+        target: &PodTarget,
+        grace: Option<i64>,
+    ) -> impl Future<Output = Result<(), SyncError>> + Send;
+    /// Clean up what a stopped pod leaves behind.
+    fn sync_terminated_pod(
+        &self,
+        target: &PodTarget,
+        why: Why,
+    ) -> impl Future<Output = Result<(), SyncError>> + Send;
+}
+
+struct Inbox {
+    state: State,
+    target: PodTarget,
+    /// A kill not yet seen by the worker, with its grace period.
+    pending_kill: Option<Option<i64>>,
+    dirty: bool,
+    /// The step running now and how to interrupt it.
+    running: Option<(Step, CancellationToken)>,
+}
+
+struct Worker {
+    inbox: Mutex<Inbox>,
+    notify: Notify,
+    cancel: CancellationToken,
+}
+
+impl Worker {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Whether a kill with `grace` should cut the running step short.
+fn interrupts(running: Step, grace: Option<i64>) -> bool {
+    match running {
+        Step::SyncPod => true,
+        Step::SyncTerminatingPod { grace: current } => match (current, grace) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(c), Some(g)) => g < c,
+        },
+        _ => false,
+    }
+}
+
+pub struct PodWorkers<S: PodSyncer> {
+    syncer: Arc<S>,
+    tasks: Tasks,
+    queue: Arc<Mutex<WorkQueue>>,
+    epoch: Instant,
+    resync: Duration,
+    workers: Mutex<HashMap<PodUid, Arc<Worker>>>,
+}
+
+/// Retry delays after a failed step.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+impl<S: PodSyncer> PodWorkers<S> {
+    /// `resync`: how long after a successful SyncPod the pod is synced again
+    /// (syncFrequency).
+    pub fn new(syncer: Arc<S>, tasks: Tasks, resync: Duration) -> Self {
+        PodWorkers {
+            syncer,
+            tasks,
+            queue: Arc::default(),
+            epoch: Instant::now(),
+            resync,
+            workers: Mutex::default(),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, Arc<Worker>>> {
+        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sync a pod (create, update, resync, PLEG event): the latest spec wins.
+    pub fn update_pod(&self, pod: Arc<Pod>) {
+        self.deliver(PodTarget::from_pod(pod), None);
+    }
+
+    /// Terminate a pod with a grace period (None: the pod's own).
+    pub fn kill_pod(&self, target: PodTarget, grace: Option<i64>) {
+        self.deliver(target, Some(grace));
+    }
+
+    /// Re-run whatever step the pod is in (a retry for a pod no source knows).
+    pub fn poke(&self, uid: &PodUid) {
+        if let Some(w) = self.map().get(uid).cloned() {
+            w.lock().dirty = true;
+            w.notify.notify_one();
+        }
+    }
+
+    fn deliver(&self, target: PodTarget, kill: Option<Option<i64>>) {
+        let uid = target.pod_ref.uid.clone();
+        let worker = {
+            let mut map = self.map();
+            match map.get(&uid) {
+                Some(w) => w.clone(),
+                None => {
+                    let w = self.spawn(target.clone());
+                    map.insert(uid, w.clone());
+                    w
+                }
+            }
+        };
+        {
+            let mut inbox = worker.lock();
+            if target.pod.is_some() || inbox.target.pod.is_none() {
+                inbox.target = target;
+            }
+            if let Some(grace) = kill {
+                let merged = match inbox.pending_kill {
+                    Some(Some(old)) => Some(grace.map_or(old, |g| g.min(old))),
+                    _ => grace,
+                };
+                inbox.pending_kill = Some(merged);
+                if let Some((step, token)) = &inbox.running
+                    && interrupts(*step, grace)
+                {
+                    token.cancel();
+                }
+            }
+            inbox.dirty = true;
+        }
+        worker.notify.notify_one();
+    }
+
+    fn spawn(&self, target: PodTarget) -> Arc<Worker> {
+        let span = tracing::info_span!(
+            "pod_worker",
+            pod = %format!("{}/{}", target.pod_ref.namespace, target.pod_ref.name),
+            uid = %target.pod_ref.uid
+        );
+        let worker = Arc::new(Worker {
+            inbox: Mutex::new(Inbox {
+                state: State::Syncing,
+                target,
+                pending_kill: None,
+                dirty: false,
+                running: None,
+            }),
+            notify: Notify::new(),
+            cancel: self.tasks.child_token(),
+        });
+        self.tasks.spawn_with(
+            span,
+            run_worker(
+                worker.clone(),
+                self.syncer.clone(),
+                self.queue.clone(),
+                self.epoch,
+                self.resync,
+            ),
+        );
+        worker
+    }
+
+    /// Pods due for a periodic sync or a retry (the sync tick takes them).
+    pub fn take_due(&self) -> Vec<PodUid> {
+        let now = Instant::now() - self.epoch;
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take_due(now)
+    }
+
+    pub fn state(&self, uid: &PodUid) -> Option<State> {
+        self.map().get(uid).map(|w| w.lock().state)
+    }
+
+    pub fn known(&self) -> HashSet<PodUid> {
+        self.map().keys().cloned().collect()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map().is_empty()
+    }
+
+    /// Housekeeping: forget finished workers of pods no longer desired.
+    /// Returns the UIDs of pods that were removed and then came back (a
+    /// static pod's manifest restored): their worker is forgotten so the
+    /// caller can start them afresh.
+    pub fn sync_known_pods(&self, desired: impl Fn(&PodUid) -> bool) -> Vec<PodUid> {
+        let (mut restartable, mut forgotten) = (Vec::new(), Vec::new());
+        let mut map = self.map();
+        map.retain(|uid, w| {
+            let State::Finished { why } = w.lock().state else {
+                return true;
+            };
+            let wanted = desired(uid);
+            if wanted && why == Why::Completed {
+                return true;
+            }
+            if wanted {
+                restartable.push(uid.clone());
+            }
+            forgotten.push(uid.clone());
+            w.cancel.cancel();
+            false
+        });
+        drop(map);
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for uid in &forgotten {
+            q.forget(uid);
+        }
+        restartable
+    }
+}
+
+async fn run_step<S: PodSyncer>(
+    syncer: &S,
+    step: Step,
+    state: State,
+    target: &PodTarget,
+) -> Result<Event, SyncError> {
+    match step {
+        Step::SyncPod => match &target.pod {
+            Some(pod) => Ok(Event::Synced {
+                terminal: syncer.sync_pod(pod.clone()).await?,
+            }),
+            None => Ok(Event::Synced { terminal: false }),
+        },
+        Step::SyncTerminatingPod { grace } => {
+            syncer.sync_terminating_pod(target, grace).await?;
+            Ok(Event::TerminatingDone)
+        }
+        Step::SyncTerminatedPod => {
+            let why = match state {
+                State::Terminated { why } | State::Terminating { why, .. } => why,
+                _ => Why::Removed,
+            };
+            syncer.sync_terminated_pod(target, why).await?;
+            Ok(Event::TerminatedDone)
+        }
+        Step::Idle => Err(SyncError::Interrupted),
+    }
+}
+
+async fn run_worker<S: PodSyncer>(
+    worker: Arc<Worker>,
+    syncer: Arc<S>,
+    queue: Arc<Mutex<WorkQueue>>,
+    epoch: Instant,
+    resync: Duration,
+) {
+    let requeue = |uid: &PodUid, after: Duration| {
+        let at = Instant::now() + after - epoch;
+        queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .enqueue(uid.clone(), at);
+    };
+    let mut backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+    loop {
+        tokio::select! {
+            _ = worker.cancel.cancelled() => return,
+            _ = worker.notify.notified() => {}
+        }
+        loop {
+            let (event, target, from) = {
+                let mut inbox = worker.lock();
+                if !inbox.dirty {
+                    break;
+                }
+                inbox.dirty = false;
+                let event = match inbox.pending_kill.take() {
+                    Some(grace) => Event::Kill { grace },
+                    None => Event::Update,
+                };
+                (event, inbox.target.clone(), inbox.state)
+            };
+            let (mut state, mut step) = lifecycle::step(from, event);
+            worker.lock().state = state;
+            while step != Step::Idle {
+                let token = worker.cancel.child_token();
+                worker.lock().running = Some((step, token.clone()));
+                let started = Instant::now();
+                let outcome = tokio::select! {
+                    r = run_step(&*syncer, step, state, &target) => r,
+                    _ = token.cancelled() => Err(SyncError::Interrupted),
+                };
+                worker.lock().running = None;
+                tracing::debug!(?step, elapsed = ?started.elapsed(), ok = outcome.is_ok(), "step done");
+                match outcome {
+                    Ok(event) => {
+                        backoff.reset();
+                        (state, step) = lifecycle::step(state, event);
+                        worker.lock().state = state;
+                        if state == State::Syncing && step == Step::Idle {
+                            requeue(&target.pod_ref.uid, resync);
+                        }
+                    }
+                    Err(SyncError::Interrupted) => break,
+                    Err(e) => {
+                        let delay = backoff.next_delay();
+                        tracing::warn!(?step, error = %e, retry_in = ?delay, "pod step failed");
+                        requeue(&target.pod_ref.uid, delay);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use tokio::sync::mpsc;
+
+    /// Records every step; SyncPod blocks until released when `gate` is set.
+    struct Recorder {
+        tx: mpsc::UnboundedSender<String>,
+        gate: Option<Arc<Notify>>,
+        terminal: bool,
+    }
+
+    impl PodSyncer for Recorder {
+        async fn sync_pod(&self, pod: Arc<Pod>) -> Result<bool, SyncError> {
+            let _ = self.tx.send(format!(
+                "sync {}",
+                pod.metadata.resource_version.clone().unwrap_or_default()
+            ));
+            if let Some(g) = &self.gate {
+                g.notified().await;
+            }
+            Ok(self.terminal)
+        }
+        async fn sync_terminating_pod(
+            &self,
+            _: &PodTarget,
+            grace: Option<i64>,
+        ) -> Result<(), SyncError> {
+            let _ = self.tx.send(format!("terminating {grace:?}"));
+            Ok(())
+        }
+        async fn sync_terminated_pod(&self, _: &PodTarget, why: Why) -> Result<(), SyncError> {
+            let _ = self.tx.send(format!("terminated {why:?}"));
+            Ok(())
+        }
+    }
+
+    fn pod(version: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    async fn next(rx: &mut mpsc::UnboundedReceiver<String>) -> String {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("a step within 5 s")
+            .expect("channel open")
+    }
+
+    fn workers(syncer: Recorder) -> PodWorkers<Recorder> {
+        PodWorkers::new(
+            Arc::new(syncer),
+            Tasks::new(CancellationToken::new()),
+            Duration::from_secs(60),
+        )
+    }
+
+    #[tokio::test]
+    async fn kill_interrupts_sync_and_runs_termination_once() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let gate = Arc::new(Notify::new());
+        let w = workers(Recorder {
+            tx,
+            gate: Some(gate.clone()),
+            terminal: false,
+        });
+        w.update_pod(pod("1"));
+        assert_eq!(next(&mut rx).await, "sync 1");
+        // While SyncPod blocks, newer updates coalesce and a kill interrupts it.
+        w.update_pod(pod("2"));
+        w.update_pod(pod("3"));
+        w.kill_pod(PodTarget::from_pod(pod("3")), Some(5));
+        assert_eq!(next(&mut rx).await, "terminating Some(5)");
+        assert_eq!(next(&mut rx).await, "terminated Removed");
+        // Finished: updates do nothing; housekeeping forgets it when undesired.
+        w.update_pod(pod("4"));
+        assert_eq!(w.sync_known_pods(|_| false), Vec::<PodUid>::new());
+        assert!(w.is_empty());
+        assert!(rx.try_recv().is_err(), "no step after finishing");
+    }
+
+    #[tokio::test]
+    async fn terminal_pod_terminates_and_stays_finished() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let w = workers(Recorder {
+            tx,
+            gate: None,
+            terminal: true,
+        });
+        w.update_pod(pod("1"));
+        assert_eq!(next(&mut rx).await, "sync 1");
+        assert_eq!(next(&mut rx).await, "terminating None");
+        assert_eq!(next(&mut rx).await, "terminated Completed");
+        // Still desired and completed: kept, not restarted.
+        assert_eq!(w.sync_known_pods(|_| true), Vec::<PodUid>::new());
+        assert_eq!(w.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn removed_then_desired_again_is_restartable() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let w = workers(Recorder {
+            tx,
+            gate: None,
+            terminal: false,
+        });
+        w.update_pod(pod("1"));
+        assert_eq!(next(&mut rx).await, "sync 1");
+        w.kill_pod(PodTarget::from_pod(pod("1")), None);
+        assert_eq!(next(&mut rx).await, "terminating None");
+        assert_eq!(next(&mut rx).await, "terminated Removed");
+        // Wait for the worker to record Finished.
+        let uid = PodUid::from("u1");
+        for _ in 0..100 {
+            if w.state(&uid).is_some_and(State::is_finished) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(w.sync_known_pods(|_| true), vec![uid]);
+        assert!(w.is_empty());
+    }
+}

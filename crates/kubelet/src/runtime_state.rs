@@ -1,0 +1,104 @@
+//! Runtime and network readiness as the kubelet last saw them (upstream's
+//! `runtimeState`), plus health checks (PLEG). The sync loop skips work while
+//! `runtime_errors` is non-empty; SyncPod refuses non-hostNetwork pods while
+//! `network_errors` is.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// A named health check; returns an error message while unhealthy.
+pub type HealthCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+#[derive(Default)]
+struct Inner {
+    last_sync: Option<Instant>,
+    runtime_error: Option<String>,
+    network_error: Option<String>,
+    checks: Vec<(&'static str, HealthCheck)>,
+}
+
+#[derive(Clone, Default)]
+pub struct RuntimeState {
+    inner: Arc<Mutex<Inner>>,
+}
+
+/// The runtime counts as down when its status has not been read this long.
+pub const RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(30);
+
+impl RuntimeState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a successful Status() call and what it said.
+    pub fn set_status(&self, runtime_error: Option<String>, network_error: Option<String>) {
+        let mut s = self.lock();
+        s.last_sync = Some(Instant::now());
+        s.runtime_error = runtime_error;
+        s.network_error = network_error;
+    }
+
+    /// Record that the runtime could not be reached.
+    pub fn set_unreachable(&self, error: String) {
+        self.lock().runtime_error = Some(format!("container runtime is down: {error}"));
+    }
+
+    pub fn add_health_check(&self, name: &'static str, check: HealthCheck) {
+        self.lock().checks.push((name, check));
+    }
+
+    /// Why pods cannot be synced now; empty when the runtime is healthy.
+    pub fn runtime_errors(&self) -> Vec<String> {
+        let s = self.lock();
+        let mut errs = Vec::new();
+        match s.last_sync {
+            None => errs.push("container runtime status check may not have completed yet".into()),
+            Some(t) if t.elapsed() > RUNTIME_SYNC_THRESHOLD => errs.push(format!(
+                "container runtime is down: no status for {:?}",
+                t.elapsed()
+            )),
+            _ => {}
+        }
+        errs.extend(s.runtime_error.clone());
+        for (name, check) in &s.checks {
+            if let Some(e) = check() {
+                errs.push(format!("{name} is not healthy: {e}"));
+            }
+        }
+        errs
+    }
+
+    pub fn network_error(&self) -> Option<String> {
+        self.lock().network_error.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn errors_follow_status() {
+        let s = RuntimeState::default();
+        assert_eq!(s.runtime_errors().len(), 1, "no status yet");
+        s.set_status(None, Some("cni not ready".into()));
+        assert!(s.runtime_errors().is_empty());
+        assert_eq!(s.network_error().as_deref(), Some("cni not ready"));
+        tokio::time::advance(RUNTIME_SYNC_THRESHOLD + Duration::from_secs(1)).await;
+        assert_eq!(s.runtime_errors().len(), 1, "stale status");
+        s.set_status(None, None);
+        s.set_unreachable("connection refused".into());
+        assert_eq!(
+            s.runtime_errors(),
+            vec!["container runtime is down: connection refused".to_string()]
+        );
+        s.set_status(None, None);
+        s.add_health_check("pleg", Arc::new(|| Some("relist stuck".into())));
+        assert_eq!(
+            s.runtime_errors(),
+            vec!["pleg is not healthy: relist stuck".to_string()]
+        );
+    }
+}

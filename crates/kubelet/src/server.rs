@@ -1,0 +1,125 @@
+//! Local HTTP endpoints, as upstream's: `/healthz` on
+//! healthzBindAddress:healthzPort (failing while the sync loop or PLEG is
+//! unhealthy), and on the read-only port (off unless configured) `/pods`, a
+//! v1 PodList with the statuses the status manager holds.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Pod;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::tasks::Tasks;
+
+/// What the endpoints read from the kubelet.
+pub trait Health: Send + Sync + 'static {
+    /// Failing checks: (name, reason).
+    fn problems(&self) -> Vec<(&'static str, String)>;
+    fn pods(&self) -> Vec<Pod>;
+}
+
+fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = code;
+    if let Ok(v) = content_type.parse() {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    resp
+}
+
+/// The healthz body upstream writes: "ok", or each check with [+]/[-].
+fn healthz(problems: &[(&'static str, String)]) -> (StatusCode, String) {
+    if problems.is_empty() {
+        return (StatusCode::OK, "ok".into());
+    }
+    let mut body = String::from("[+]ping ok\n[+]log ok\n");
+    for (name, why) in problems {
+        body.push_str(&format!("[-]{name} failed: {why}\n"));
+    }
+    body.push_str("healthz check failed\n");
+    (StatusCode::INTERNAL_SERVER_ERROR, body)
+}
+
+fn route(req: &Request<Incoming>, health: &dyn Health, with_pods: bool) -> Response<Full<Bytes>> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            "method not allowed\n".into(),
+        );
+    }
+    match req.uri().path() {
+        "/healthz" => {
+            let (code, body) = healthz(&health.problems());
+            reply(code, "text/plain; charset=utf-8", body)
+        }
+        "/pods" | "/pods/" if with_pods => {
+            let list = serde_json::json!({
+                "kind": "PodList",
+                "apiVersion": "v1",
+                "metadata": {},
+                "items": health.pods(),
+            });
+            reply(StatusCode::OK, "application/json", list.to_string())
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "404 page not found\n".into(),
+        ),
+    }
+}
+
+/// Serve HTTP/1 on `listener` until cancelled; one task per connection.
+pub async fn serve(
+    listener: TcpListener,
+    health: Arc<dyn Health>,
+    with_pods: bool,
+    tasks: Tasks,
+    cancel: CancellationToken,
+) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = cancel.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+        };
+        let health = health.clone();
+        let conn_cancel = cancel.clone();
+        tasks.spawn_with(tracing::debug_span!("connection", %peer), async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let resp = route(&req, &*health, with_pods);
+                async move { Ok::<_, Infallible>(resp) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::select! {
+                _ = conn_cancel.cancelled() => {}
+                r = conn => if let Err(e) = r { tracing::debug!(error = %e, "connection ended") },
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_bodies() {
+        assert_eq!(healthz(&[]), (StatusCode::OK, "ok".to_string()));
+        let (code, body) = healthz(&[("pleg", "stuck".into())]);
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.contains("[-]pleg failed: stuck"), "{body}");
+    }
+}

@@ -1,0 +1,154 @@
+//! The three reentrant transaction scripts the pod workers run: SyncPod,
+//! SyncTerminatingPod, SyncTerminatedPod. Each recomputes from the runtime's
+//! truth on every call and treats "already done" as success, so a retry, a
+//! crash or a restart simply runs it again.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::lifecycle::Why;
+use kubelet_core::runtime::PodStatus;
+use kubelet_core::status::{
+    PHASE_FAILED, PHASE_SUCCEEDED, WaitingReasons, generate_api_pod_status,
+};
+use kubelet_core::types::PodUid;
+
+use crate::error::SyncError;
+use crate::kuberuntime::config::host_network;
+use crate::kuberuntime::{RuntimeManager, grace_period};
+use crate::pod_workers::{PodSyncer, PodTarget};
+use crate::runtime_state::RuntimeState;
+use crate::status_manager::StatusManager;
+
+/// What the transaction scripts work with.
+#[derive(Clone)]
+pub struct Syncer {
+    pub runtime: RuntimeManager,
+    pub runtime_state: RuntimeState,
+    pub status: StatusManager,
+    /// Why containers last failed to start, per pod (the reason cache).
+    pub reasons: Arc<Mutex<HashMap<PodUid, WaitingReasons>>>,
+    /// The runtime's name from Version(), used in container IDs.
+    pub runtime_name: Arc<RwLock<String>>,
+    /// `<root-dir>/pods`.
+    pub pods_dir: PathBuf,
+}
+
+impl Syncer {
+    fn api_status(
+        &self,
+        pod: &Pod,
+        rt: &PodStatus,
+        terminal: bool,
+    ) -> k8s_openapi::api::core::v1::PodStatus {
+        let waiting = self
+            .reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&PodUid::of(pod))
+            .cloned()
+            .unwrap_or_default();
+        let runtime_name = self
+            .runtime_name
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        generate_api_pod_status(pod, rt, &waiting, &runtime_name, terminal)
+    }
+
+    /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
+    fn pod_dir(&self, uid: &PodUid) -> Option<PathBuf> {
+        let ok = !uid.as_str().is_empty()
+            && uid
+                .as_str()
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        ok.then(|| self.pods_dir.join(uid.as_str()))
+    }
+}
+
+impl PodSyncer for Syncer {
+    async fn sync_pod(&self, pod: Arc<Pod>) -> Result<bool, SyncError> {
+        let target = PodTarget::from_pod(pod.clone());
+        let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
+        let status = self.api_status(&pod, &rt, false);
+        let terminal = matches!(
+            status.phase.as_deref(),
+            Some(PHASE_SUCCEEDED | PHASE_FAILED)
+        );
+        self.status.set_pod_status(&pod, status);
+        if terminal {
+            return Ok(true);
+        }
+        if !host_network(&pod)
+            && let Some(e) = self.runtime_state.network_error()
+        {
+            return Err(SyncError::NetworkNotReady(e));
+        }
+        if let Some(dir) = self.pod_dir(&target.pod_ref.uid)
+            && let Err(e) = tokio::fs::create_dir_all(&dir).await
+        {
+            tracing::warn!(dir = %dir.display(), error = %e, "creating pod directory");
+        }
+        let result = self.runtime.sync_pod(&pod, &rt).await?;
+        let failed = result.errors;
+        self.reasons
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(target.pod_ref.uid.clone(), result.waiting);
+        if failed.is_empty() {
+            Ok(false)
+        } else {
+            Err(SyncError::StartFailed(failed))
+        }
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        target: &PodTarget,
+        grace: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
+        if let Some(pod) = &target.pod {
+            self.status
+                .set_pod_status(pod, self.api_status(pod, &rt, false));
+        }
+        let grace = grace_period(target.pod.as_deref(), &rt, grace);
+        tracing::info!(grace, "killing pod");
+        self.runtime.kill_pod(&rt, grace).await?;
+        let after = self.runtime.get_pod_status(&target.pod_ref).await?;
+        let running: Vec<String> = after.running_containers().map(|c| c.name.clone()).collect();
+        if !running.is_empty() {
+            return Err(SyncError::StillRunning(running));
+        }
+        if let Some(pod) = &target.pod {
+            self.status
+                .set_pod_status(pod, self.api_status(pod, &after, true));
+        }
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, target: &PodTarget, why: Why) -> Result<(), SyncError> {
+        let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
+        if let Some(pod) = &target.pod {
+            self.status
+                .set_pod_status(pod, self.api_status(pod, &rt, true));
+        }
+        if why == Why::Removed {
+            self.runtime.remove_pod(&target.pod_ref, &rt).await?;
+            if let Some(dir) = self.pod_dir(&target.pod_ref.uid) {
+                match tokio::fs::remove_dir_all(&dir).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(dir = %dir.display(), error = %e, "removing pod directory")
+                    }
+                }
+            }
+            tracing::info!("pod removed from the runtime");
+        }
+        Ok(())
+    }
+}

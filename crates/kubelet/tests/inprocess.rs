@@ -1,0 +1,474 @@
+//! In-process tests: the whole kubelet (file source, mux, sync loop, pod
+//! workers, runtime manager, PLEG, status manager) against the fake CRI
+//! runtime serving the real gRPC API on a temp unix socket.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+use kubelet::{Kubelet, KubeletOptions};
+use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::types::{PodUid, keys};
+use kubelet_cri::client::CriClient;
+use kubelet_cri::fake::FakeRuntime;
+use tokio_util::sync::CancellationToken;
+
+const IMAGE: &str = "rkubelet.test/busybox:1";
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Node {
+    dir: tempfile::TempDir,
+    fake: FakeRuntime,
+}
+
+struct Running {
+    kubelet: Arc<Kubelet>,
+    cancel: CancellationToken,
+    done: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    async fn new() -> Node {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
+        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image(IMAGE);
+        Node { dir, fake }
+    }
+
+    fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    fn write(&self, file: &str, body: &str) {
+        // Write then rename, as editors and config tools do.
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    fn remove(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    fn start(&self) -> Running {
+        let config = KubeletConfiguration {
+            static_pod_path: Some(self.manifests()),
+            pod_logs_dir: self.dir.path().join("logs"),
+            container_runtime_endpoint: self.fake.endpoint(),
+            runtime_request_timeout: Duration::from_secs(5),
+            healthz_port: 0,
+            ..Default::default()
+        };
+        let opts = KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
+        let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
+        let cancel = CancellationToken::new();
+        let kubelet = Kubelet::new(opts, cri, cancel.clone());
+        let k = kubelet.clone();
+        let done = tokio::spawn(async move { k.run().await.unwrap() });
+        Running {
+            kubelet,
+            cancel,
+            done,
+        }
+    }
+
+    fn running(&self, name: &str) -> Vec<cri::Container> {
+        self.fake
+            .containers()
+            .into_iter()
+            .filter(|c| {
+                c.state == cri::ContainerState::ContainerRunning as i32
+                    && c.metadata.as_ref().is_some_and(|m| m.name == name)
+            })
+            .collect()
+    }
+
+    fn ready_sandboxes(&self) -> usize {
+        self.fake
+            .sandboxes()
+            .iter()
+            .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .count()
+    }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.cancel.cancel();
+        self.done.await.unwrap();
+    }
+
+    fn phase(&self, name: &str) -> Option<String> {
+        self.kubelet
+            .pods_with_status()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.status)
+            .and_then(|s| s.phase)
+    }
+
+    async fn wait_phase(&self, name: &str, want: &str) {
+        eventually(&format!("pod {name} reaches {want}"), || {
+            self.phase(name).as_deref() == Some(want)
+        })
+        .await;
+    }
+}
+
+/// Await a condition on kubelet state (which has no change feed), checking
+/// every 50 ms; fails the test after WAIT.
+async fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut tick = tokio::time::interval(Duration::from_millis(50));
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tick.tick().await;
+    }
+}
+
+fn pod(name: &str, containers: &[(&str, &str)], extra_spec: &str) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\nspec:\n{extra_spec}  containers:\n"
+    );
+    for (c, arg) in containers {
+        s.push_str(&format!(
+            "  - name: {c}\n    image: {IMAGE}\n    command: [\"sh\", \"-c\", \"{arg}\"]\n"
+        ));
+    }
+    s
+}
+
+fn restart_count(c: &cri::Container) -> String {
+    c.annotations
+        .get(keys::CONTAINER_RESTART_COUNT)
+        .cloned()
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn static_pod_runs_with_upstream_labels_and_status() {
+    let node = Node::new().await;
+    node.write(
+        "web.yaml",
+        &pod("web", &[("a", "sleep 1000"), ("b", "sleep 1000")], ""),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("two running containers", WAIT, |f| {
+            f.containers()
+                .iter()
+                .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+                .count()
+                == 2
+        })
+        .await;
+    k.wait_phase("web-node1", "Running").await;
+    let sb = &node.fake.sandboxes()[0];
+    assert_eq!(
+        sb.labels.get(keys::POD_NAME).map(String::as_str),
+        Some("web-node1")
+    );
+    assert_eq!(
+        sb.labels.get(keys::POD_NAMESPACE).map(String::as_str),
+        Some("default")
+    );
+    assert_eq!(sb.labels.get("app").map(String::as_str), Some("web"));
+    let uid = sb.labels.get(keys::POD_UID).cloned().unwrap();
+    for c in node.fake.containers() {
+        assert_eq!(c.labels.get(keys::POD_UID), Some(&uid));
+        assert!(c.annotations.contains_key(keys::CONTAINER_HASH));
+        assert_eq!(restart_count(&c), "0");
+    }
+    let status = k.kubelet.status.get_pod_status(&PodUid(uid)).unwrap();
+    let cs = status.container_statuses.as_ref().unwrap();
+    assert!(cs.iter().all(|c| c.ready), "{cs:?}");
+    assert!(
+        status
+            .pod_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.88."))
+    );
+    assert!(
+        node.dir
+            .path()
+            .join("logs")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some(),
+        "pod log dir created"
+    );
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn manifest_edit_restarts_only_the_changed_container() {
+    let node = Node::new().await;
+    node.write(
+        "p.yaml",
+        &pod("p", &[("a", "sleep 1000"), ("b", "sleep 1000")], ""),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("a and b run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("b").len() == 1
+        })
+        .await;
+    let a_before = node.running("a")[0].id.clone();
+    node.write(
+        "p.yaml",
+        &pod("p", &[("a", "sleep 1000"), ("b", "sleep 2000")], ""),
+    );
+    node.fake
+        .wait_for("b restarted", WAIT, |_| {
+            node.running("b")
+                .first()
+                .is_some_and(|b| restart_count(b) == "1")
+        })
+        .await;
+    assert_eq!(node.running("a")[0].id, a_before, "a untouched");
+    assert_eq!(node.ready_sandboxes(), 1, "same sandbox");
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn manifest_removal_kills_and_removes_everything() {
+    let node = Node::new().await;
+    node.write(
+        "p.yaml",
+        &pod(
+            "p",
+            &[("a", "sleep 1000")],
+            "  terminationGracePeriodSeconds: 3\n",
+        ),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    node.remove("p.yaml");
+    node.fake
+        .wait_for("nothing left", WAIT, |f| {
+            f.containers().is_empty() && f.sandboxes().is_empty()
+        })
+        .await;
+    assert!(node.fake.calls("StopContainer") >= 1);
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn a_broken_manifest_costs_nothing_else() {
+    let node = Node::new().await;
+    node.write(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad_Name\nspec:\n  containers: []\n",
+    );
+    node.write("good.yaml", &pod("good", &[("a", "sleep 1000")], ""));
+    let k = node.start();
+    k.wait_phase("good-node1", "Running").await;
+    assert_eq!(node.fake.sandboxes().len(), 1);
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn restart_adopts_running_containers() {
+    let node = Node::new().await;
+    node.write(
+        "p.yaml",
+        &pod("p", &[("a", "sleep 1000"), ("b", "sleep 1000")], ""),
+    );
+    let k = node.start();
+    k.wait_phase("p-node1", "Running").await;
+    k.stop().await;
+    let created = node.fake.calls("CreateContainer");
+    let sandboxes = node.fake.calls("RunPodSandbox");
+
+    let k = node.start();
+    k.wait_phase("p-node1", "Running").await;
+    // Let PLEG relist and housekeeping run a few times before judging.
+    let relists = node.fake.calls("ListContainers");
+    node.fake
+        .wait_for("three more relists", WAIT, |f| {
+            f.calls("ListContainers") >= relists + 3
+        })
+        .await;
+    assert_eq!(
+        node.fake.calls("CreateContainer"),
+        created,
+        "no duplicate container"
+    );
+    assert_eq!(
+        node.fake.calls("RunPodSandbox"),
+        sandboxes,
+        "no duplicate sandbox"
+    );
+    assert!(
+        node.fake
+            .containers()
+            .iter()
+            .all(|c| restart_count(c) == "0")
+    );
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn pods_removed_while_down_are_cleaned_up_at_start() {
+    let node = Node::new().await;
+    node.write("keep.yaml", &pod("keep", &[("a", "sleep 1000")], ""));
+    node.write("gone.yaml", &pod("gone", &[("g", "sleep 1000")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("both run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("g").len() == 1
+        })
+        .await;
+    k.stop().await;
+    node.remove("gone.yaml");
+    let k = node.start();
+    node.fake
+        .wait_for("gone's containers removed", WAIT, |f| {
+            f.containers()
+                .iter()
+                .all(|c| c.metadata.as_ref().is_some_and(|m| m.name != "g"))
+                && f.sandboxes().len() == 1
+        })
+        .await;
+    assert_eq!(node.running("a").len(), 1, "the wanted pod keeps running");
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn restart_policy_never_ends_the_pod() {
+    let node = Node::new().await;
+    node.write(
+        "job.yaml",
+        &pod("job", &[("a", "exit 1")], "  restartPolicy: Never\n"),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let id = node.running("a")[0].id.clone();
+    assert!(node.fake.exit_container(&id, 1));
+    k.wait_phase("job-node1", "Failed").await;
+    node.fake
+        .wait_for("sandbox stopped", WAIT, |n| {
+            n.sandboxes()
+                .iter()
+                .all(|s| s.state == cri::PodSandboxState::SandboxNotready as i32)
+        })
+        .await;
+    assert_eq!(node.fake.calls("CreateContainer"), 1, "never restarted");
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn missing_image_under_never_waits_with_err_image_never_pull() {
+    let node = Node::new().await;
+    let body = pod("np", &[("a", "sleep 1")], "").replace(
+        &format!("image: {IMAGE}"),
+        "image: rkubelet.test/absent:1\n    imagePullPolicy: Never",
+    );
+    node.write("np.yaml", &body);
+    let k = node.start();
+    let reason = || {
+        k.kubelet.pods_with_status().into_iter().find_map(|p| {
+            p.status?
+                .container_statuses?
+                .first()?
+                .state
+                .clone()?
+                .waiting?
+                .reason
+        })
+    };
+    eventually("waiting reason ErrImageNeverPull", || {
+        reason().as_deref() == Some("ErrImageNeverPull")
+    })
+    .await;
+    assert_eq!(node.fake.calls("PullImage"), 0);
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn network_not_ready_holds_pod_networked_pods_only() {
+    let node = Node::new().await;
+    node.fake.set_network_ready(false);
+    node.write(
+        "host.yaml",
+        &pod("host", &[("hostc", "sleep 1000")], "  hostNetwork: true\n"),
+    );
+    node.write("net.yaml", &pod("net", &[("netc", "sleep 1000")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("host-network pod runs", WAIT, |_| {
+            node.running("hostc").len() == 1
+        })
+        .await;
+    assert!(
+        node.running("netc").is_empty(),
+        "pod network pod waits for the network"
+    );
+    node.fake.set_network_ready(true);
+    node.fake
+        .wait_for("network pod runs once CNI is ready", WAIT, |_| {
+            node.running("netc").len() == 1
+        })
+        .await;
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn runtime_outage_pauses_sync_and_recovers() {
+    let node = Node::new().await;
+    node.write("a.yaml", &pod("a", &[("a", "sleep 1000")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    node.fake.set_unavailable(true);
+    node.write("b.yaml", &pod("b", &[("b", "sleep 1000")], ""));
+    eventually("the outage is noticed", || {
+        !k.kubelet.runtime_state.runtime_errors().is_empty()
+    })
+    .await;
+    assert!(node.running("b").is_empty());
+    node.fake.set_unavailable(false);
+    node.fake
+        .wait_for("b runs after the outage", WAIT, |_| {
+            node.running("b").len() == 1
+        })
+        .await;
+    assert_eq!(node.running("a").len(), 1, "a kept running, not restarted");
+    assert_eq!(restart_count(&node.running("a")[0]), "0");
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn crash_between_create_and_start_leaves_no_duplicate() {
+    let node = Node::new().await;
+    node.fake
+        .inject_error("StartContainer", tonic::Code::Unavailable, 1);
+    node.write("p.yaml", &pod("p", &[("a", "sleep 1000")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    node.fake
+        .wait_for("stale created container removed", WAIT, |f| {
+            f.containers().len() == 1
+        })
+        .await;
+    k.stop().await;
+}
