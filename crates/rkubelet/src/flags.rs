@@ -1,0 +1,420 @@
+//! The rkubelet command line: upstream kubelet flag names, the
+//! `--config` KubeletConfiguration file, and the merge of the two (a flag
+//! given explicitly overrides the file, as upstream).
+//!
+//! Numeric and duration flags take the next argument as their value even when
+//! it starts with '-' (as Go's pflag does), so `--healthz-port -1` is reported
+//! as a bad value rather than as an unknown flag.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kubelet_core::config::{CgroupDriver, KubeletConfiguration, parse_kubelet_config_reporting};
+use kubelet_core::duration::parse_go_duration;
+
+/// Where the machine's hostname is read from when --hostname-override is absent.
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+
+/// rkubelet: a Kubernetes node agent running static pods against a CRI runtime.
+#[derive(Parser, Debug)]
+#[command(name = "rkubelet", version)]
+pub struct Flags {
+    /// KubeletConfiguration file (kubelet.config.k8s.io/v1beta1). Flags given on the command line
+    /// override its values.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Directory of static pod manifests (upstream's deprecated spelling of staticPodPath).
+    #[arg(long, value_name = "DIR")]
+    pub pod_manifest_path: Option<PathBuf>,
+
+    /// The CRI endpoint, e.g. unix:///run/containerd/containerd.sock.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub container_runtime_endpoint: Option<String>,
+
+    /// Directory for the kubelet's state (pods, plugins, checkpoints).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
+    pub root_dir: PathBuf,
+
+    /// Node name to use instead of the machine's hostname.
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+
+    /// Log verbosity (klog level).
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
+    pub v: u8,
+
+    /// Maximum period between pod syncs (Go duration, e.g. 1m0s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub sync_frequency: Option<Duration>,
+
+    /// How often the static pod path is rescanned (Go duration, e.g. 20s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub file_check_frequency: Option<Duration>,
+
+    /// Timeout of CRI requests other than long-running ones (Go duration, e.g. 2m0s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub runtime_request_timeout: Option<Duration>,
+
+    /// Address the healthz endpoint listens on.
+    #[arg(long, value_name = "ADDRESS")]
+    pub healthz_bind_address: Option<String>,
+
+    /// Port of the healthz endpoint; 0 disables it.
+    #[arg(long, value_name = "PORT", allow_hyphen_values = true)]
+    pub healthz_port: Option<u16>,
+
+    /// Port of the unauthenticated read-only server; 0 disables it.
+    #[arg(long, value_name = "PORT", allow_hyphen_values = true)]
+    pub read_only_port: Option<u16>,
+
+    /// IP address the kubelet's servers bind to.
+    #[arg(long, value_name = "IP")]
+    pub address: Option<String>,
+
+    /// Most pods this kubelet runs.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub max_pods: Option<u32>,
+
+    /// Cgroup driver shared with the runtime.
+    #[arg(long, value_name = "DRIVER", value_parser = CgroupDriver::from_str)]
+    pub cgroup_driver: Option<CgroupDriver>,
+}
+
+/// Everything start-up needs, once flags and the config file are merged and validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub config: KubeletConfiguration,
+    pub root_dir: PathBuf,
+    /// --hostname-override, else the machine's hostname; trimmed and lowercased.
+    pub node_name: String,
+    pub verbosity: u8,
+    /// Upstream KubeletConfiguration fields in the file that rkubelet ignores (to warn about).
+    pub ignored_fields: Vec<String>,
+}
+
+impl Flags {
+    /// Loads --config (if given; a missing or unreadable file is an error naming the path),
+    /// applies the flags given explicitly on top, and validates the result.
+    pub fn into_settings(self) -> anyhow::Result<Settings> {
+        self.into_settings_with(|| {
+            std::fs::read_to_string(HOSTNAME_FILE)
+                .with_context(|| format!("failed to read the hostname from {HOSTNAME_FILE}"))
+        })
+    }
+
+    fn into_settings_with(
+        self,
+        machine_hostname: impl FnOnce() -> anyhow::Result<String>,
+    ) -> anyhow::Result<Settings> {
+        let (mut config, ignored_fields) = match &self.config {
+            Some(path) => load_config_file(path)?,
+            None => (KubeletConfiguration::default(), Vec::new()),
+        };
+        self.apply_overrides(&mut config);
+        config.validate()?;
+
+        let raw_name = match self.hostname_override.as_deref() {
+            Some(name) if !name.trim().is_empty() => name.to_owned(),
+            _ => machine_hostname()?,
+        };
+        let node_name = raw_name.trim().to_lowercase();
+        if node_name.is_empty() {
+            bail!("empty hostname is invalid");
+        }
+
+        Ok(Settings {
+            config,
+            root_dir: self.root_dir,
+            node_name,
+            verbosity: self.v,
+            ignored_fields,
+        })
+    }
+
+    fn apply_overrides(&self, config: &mut KubeletConfiguration) {
+        if let Some(path) = &self.pod_manifest_path {
+            config.static_pod_path = (!path.as_os_str().is_empty()).then(|| path.clone());
+        }
+        if let Some(endpoint) = &self.container_runtime_endpoint {
+            config.container_runtime_endpoint = endpoint.clone();
+        }
+        if let Some(d) = self.sync_frequency {
+            config.sync_frequency = d;
+        }
+        if let Some(d) = self.file_check_frequency {
+            config.file_check_frequency = d;
+        }
+        if let Some(d) = self.runtime_request_timeout {
+            config.runtime_request_timeout = d;
+        }
+        if let Some(addr) = &self.healthz_bind_address {
+            config.healthz_bind_address = addr.clone();
+        }
+        if let Some(port) = self.healthz_port {
+            config.healthz_port = port;
+        }
+        if let Some(port) = self.read_only_port {
+            config.read_only_port = port;
+        }
+        if let Some(addr) = &self.address {
+            config.address = addr.clone();
+        }
+        if let Some(n) = self.max_pods {
+            config.max_pods = n;
+        }
+        if let Some(driver) = self.cgroup_driver {
+            config.cgroup_driver = driver;
+        }
+    }
+}
+
+fn load_config_file(path: &Path) -> anyhow::Result<(KubeletConfiguration, Vec<String>)> {
+    let content = std::fs::read_to_string(path)
+        .with_context(|| format!("failed to read kubelet config file {}", path.display()))?;
+    parse_kubelet_config_reporting(&content)
+        .with_context(|| format!("failed to load kubelet config file {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use kubelet_core::config::DEFAULT_CONTAINER_RUNTIME_ENDPOINT;
+
+    use super::*;
+
+    const FILE: &str = "\
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+staticPodPath: /etc/kubernetes/manifests
+syncFrequency: 30s
+fileCheckFrequency: 5s
+runtimeRequestTimeout: 1m
+containerRuntimeEndpoint: unix:///run/crio/crio.sock
+healthzBindAddress: 0.0.0.0
+healthzPort: 11000
+readOnlyPort: 10255
+address: 127.0.0.1
+maxPods: 50
+cgroupDriver: systemd
+clusterDomain: cluster.local
+";
+
+    fn config_file(content: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(content.as_bytes()).unwrap();
+        f
+    }
+
+    fn settings(args: &[&str]) -> anyhow::Result<Settings> {
+        let flags = Flags::try_parse_from(std::iter::once("rkubelet").chain(args.iter().copied()))?;
+        flags.into_settings_with(|| Ok("  Node-A.example\n".to_owned()))
+    }
+
+    fn file_config() -> KubeletConfiguration {
+        KubeletConfiguration {
+            static_pod_path: Some("/etc/kubernetes/manifests".into()),
+            sync_frequency: Duration::from_secs(30),
+            file_check_frequency: Duration::from_secs(5),
+            runtime_request_timeout: Duration::from_secs(60),
+            container_runtime_endpoint: "unix:///run/crio/crio.sock".into(),
+            healthz_bind_address: "0.0.0.0".into(),
+            healthz_port: 11000,
+            read_only_port: 10255,
+            address: "127.0.0.1".into(),
+            max_pods: 50,
+            cgroup_driver: CgroupDriver::Systemd,
+            ..KubeletConfiguration::default()
+        }
+    }
+
+    #[test]
+    fn no_flags_gives_defaults() {
+        let s = settings(&[]).unwrap();
+        assert_eq!(
+            s,
+            Settings {
+                config: KubeletConfiguration::default(),
+                root_dir: "/var/lib/kubelet".into(),
+                node_name: "node-a.example".into(),
+                verbosity: 0,
+                ignored_fields: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn file_values_kept_when_flags_absent() {
+        let f = config_file(FILE);
+        let s = settings(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(s.config, file_config());
+        assert_eq!(s.ignored_fields, vec!["clusterDomain"]);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let f = config_file(FILE);
+        let config_arg = format!("--config={}", f.path().display());
+        let s = settings(&[
+            &config_arg,
+            "--pod-manifest-path",
+            "/srv/manifests",
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--root-dir",
+            "/tmp/kubelet",
+            "--hostname-override",
+            " Worker-1 ",
+            "--sync-frequency=2m",
+            "--file-check-frequency",
+            "1s",
+            "--runtime-request-timeout=1h30m",
+            "--healthz-bind-address=127.0.0.2",
+            "--healthz-port=0",
+            "--read-only-port",
+            "0",
+            "--address=::",
+            "--max-pods=7",
+            "--cgroup-driver=cgroupfs",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.config,
+            KubeletConfiguration {
+                static_pod_path: Some("/srv/manifests".into()),
+                sync_frequency: Duration::from_secs(120),
+                file_check_frequency: Duration::from_secs(1),
+                runtime_request_timeout: Duration::from_secs(5400),
+                container_runtime_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.into(),
+                healthz_bind_address: "127.0.0.2".into(),
+                healthz_port: 0,
+                read_only_port: 0,
+                address: "::".into(),
+                max_pods: 7,
+                cgroup_driver: CgroupDriver::Cgroupfs,
+                ..KubeletConfiguration::default()
+            }
+        );
+        assert_eq!(s.root_dir, PathBuf::from("/tmp/kubelet"));
+        assert_eq!(s.node_name, "worker-1");
+        assert_eq!(s.ignored_fields, vec!["clusterDomain"]);
+    }
+
+    #[test]
+    fn some_flags_override_only_their_field() {
+        let f = config_file(FILE);
+        let s = settings(&["--config", f.path().to_str().unwrap(), "--max-pods", "9"]).unwrap();
+        assert_eq!(
+            s.config,
+            KubeletConfiguration {
+                max_pods: 9,
+                ..file_config()
+            }
+        );
+    }
+
+    #[test]
+    fn verbosity_spellings() {
+        for args in [
+            &["--v=4"][..],
+            &["--v", "4"],
+            &["-v", "4"],
+            &["-v=4"],
+            &["-v4"],
+        ] {
+            let s = settings(args).unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
+            assert_eq!(s.verbosity, 4, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_flag_is_rejected() {
+        let err = Flags::try_parse_from(["rkubelet", "--bogus"]).unwrap_err();
+        assert!(err.to_string().contains("--bogus"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_are_rejected_naming_the_flag() {
+        let cases: &[&[&str]] = &[
+            &["--healthz-port=abc"],
+            &["--healthz-port=70000"],
+            &["--read-only-port", "-1"],
+            &["--max-pods=many"],
+            &["--sync-frequency=10"],
+            &["--file-check-frequency=-1s"],
+            &["--runtime-request-timeout", "soon"],
+            &["--sync-frequency", "-1s"],
+            &["--max-pods", "-3"],
+            &["--cgroup-driver=upstart"],
+            &["--v=loud"],
+        ];
+        for args in cases {
+            let err =
+                Flags::try_parse_from(std::iter::once("rkubelet").chain(args.iter().copied()))
+                    .unwrap_err()
+                    .to_string();
+            let flag = args[0].split('=').next().unwrap();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
+        let err = Flags::try_parse_from(["rkubelet", "--healthz-port=abc"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("abc"), "{err}");
+    }
+
+    #[test]
+    fn invalid_merged_settings_are_rejected() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["--sync-frequency=0s"], "syncFrequency"),
+            (&["--max-pods=0"], "maxPods"),
+            (
+                &["--container-runtime-endpoint=tcp://1.2.3.4:5"],
+                "containerRuntimeEndpoint",
+            ),
+            (&["--address=somewhere"], "address"),
+        ];
+        for (args, needle) in cases {
+            let err = format!("{:#}", settings(args).unwrap_err());
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn config_file_errors_name_the_path() {
+        let missing = "/nonexistent/rkubelet/config.yaml";
+        let err = format!("{:#}", settings(&["--config", missing]).unwrap_err());
+        assert!(err.contains(missing), "{err}");
+
+        let f = config_file(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfoo: 1\n",
+        );
+        let path = f.path().to_str().unwrap();
+        let err = format!("{:#}", settings(&["--config", path]).unwrap_err());
+        assert!(err.contains(path), "{err}");
+        assert!(err.contains("unknown field \"foo\""), "{err}");
+    }
+
+    #[test]
+    fn node_name_falls_back_to_the_machine_hostname() {
+        let flags = Flags::try_parse_from(["rkubelet", "--hostname-override="]).unwrap();
+        let s = flags.into_settings_with(|| Ok("Box\n".to_owned())).unwrap();
+        assert_eq!(s.node_name, "box");
+
+        let flags = Flags::try_parse_from(["rkubelet"]).unwrap();
+        let err = flags
+            .into_settings_with(|| Ok(" \n".to_owned()))
+            .unwrap_err();
+        assert!(err.to_string().contains("empty hostname"), "{err}");
+
+        // The real lookup works on this machine.
+        let s = Flags::try_parse_from(["rkubelet"])
+            .unwrap()
+            .into_settings()
+            .unwrap();
+        assert!(!s.node_name.is_empty());
+        assert_eq!(s.node_name, s.node_name.trim().to_lowercase());
+    }
+}
