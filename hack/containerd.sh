@@ -1,0 +1,589 @@
+#!/usr/bin/env bash
+# A private containerd for rkubelet's development and tests.
+#
+#   hack/containerd.sh start  [DIR]   start it (no-op when it already runs)
+#   hack/containerd.sh stop   [DIR]   stop it and clean up what pods left behind
+#   hack/containerd.sh status [DIR]   say whether it runs (exit 0 yes, 3 no)
+#
+# DIR defaults to ${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}. Everything
+# this containerd owns lives under DIR: config.toml, root/, state/ (with the
+# pod network namespaces), runc/ (runc state of CRI containers), cni/ (the
+# bridge conflist), ipam/ (host-local leases), containerd.sock,
+# containerd.log and containerd.pid. The system containerd
+# (/run/containerd/containerd.sock) is never touched.
+#
+# `start` prints only shell `export` lines on stdout, so
+#   eval "$(hack/containerd.sh start)"
+# points CONTAINER_RUNTIME_ENDPOINT (and ctr's CONTAINERD_ADDRESS) at it.
+#
+# Pod networking is one bridge, ${RKUBELET_CNI_BRIDGE:-rkbr0}, on
+# ${RKUBELET_POD_SUBNET:-10.88.0.0/16}; two instances running at the same
+# time need different values for both (hack/test.sh uses its own). `stop`
+# takes the bridge name from DIR's conflist.
+set -euo pipefail
+
+PROG=${0##*/}
+SANDBOX_IMAGE=registry.k8s.io/pause:3.10
+CNI_BIN_DIR=/usr/lib/cni
+BRIDGE=${RKUBELET_CNI_BRIDGE:-rkbr0}
+[[ "$BRIDGE" =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || {
+  echo "${0##*/}: error: bridge name '$BRIDGE' must be 1-15 of [A-Za-z0-9_.-]" >&2
+  exit 1
+}
+POD_SUBNET=${RKUBELET_POD_SUBNET:-10.88.0.0/16}
+[[ "$POD_SUBNET" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || {
+  echo "${0##*/}: error: pod subnet '$POD_SUBNET' must be an IPv4 CIDR like 10.88.0.0/16" >&2
+  exit 1
+}
+NETWORK="rkubelet-${BRIDGE}"
+START_TIMEOUT=30
+STOP_TIMEOUT=10
+
+TEMP_FILES=()
+cleanup_temp_files() { ((${#TEMP_FILES[@]} == 0)) || rm -f "${TEMP_FILES[@]}"; }
+trap cleanup_temp_files EXIT
+
+die() { echo "$PROG: error: $*" >&2; exit 1; }
+warn() { echo "$PROG: warning: $*" >&2; }
+
+usage() {
+  echo "usage: $PROG start|stop|status [DIR]" >&2
+  echo "  DIR defaults to \${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}" >&2
+  exit 2
+}
+
+# ---------------------------------------------------------------------------
+# paths
+
+# resolve_dir DIR [create]: make DIR absolute (physical path when it exists,
+# so it matches what /proc/mounts and /proc/PID/cmdline show).
+resolve_dir() {
+  local dir=$1 create=${2:-}
+  [[ -n "$dir" ]] || die "empty runtime directory"
+  [[ "$dir" == /* ]] || dir="$PWD/$dir"
+  check_dir "$dir"
+  if [[ -n "$create" ]]; then
+    mkdir -p "$dir" || die "cannot create $dir"
+  fi
+  if [[ -d "$dir" ]]; then
+    dir=$(cd "$dir" && pwd -P)
+  fi
+  dir=${dir%/}
+  check_dir "$dir"
+  printf '%s\n' "$dir"
+}
+
+check_dir() {
+  # The path is written into TOML, JSON, and matched against /proc/mounts
+  # (which escapes blanks): keep it to plain characters.
+  [[ "$1" =~ ^/[A-Za-z0-9._+/-]+$ ]] ||
+    die "runtime directory '$1' must be an absolute path of letters, digits and . _ + / - only"
+  # unix socket paths are limited to 107 bytes; the ttrpc socket is the longest
+  ((${#1} + 26 <= 107)) || die "runtime directory '$1' is too long for a unix socket path"
+}
+
+set_paths() {
+  DIR=$1
+  SOCK="$DIR/containerd.sock"
+  CONFIG="$DIR/config.toml"
+  PIDFILE="$DIR/containerd.pid"
+  LOG="$DIR/containerd.log"
+}
+
+# ---------------------------------------------------------------------------
+# processes
+
+# cmdline PID: the command line of PID with NULs as blanks (empty if gone).
+cmdline() {
+  local c
+  c=$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null) || return 0
+  printf '%s\n' "$c"
+}
+
+# alive PID: the process exists and is not a zombie.
+alive() {
+  local stat
+  [[ -r "/proc/$1/stat" ]] || return 1
+  read -r stat 2>/dev/null <"/proc/$1/stat" || return 1
+  stat=${stat##*) }
+  [[ "${stat%% *}" != Z ]]
+}
+
+is_our_containerd() {
+  local pid=$1 cmd
+  alive "$pid" || return 1
+  cmd=$(cmdline "$pid")
+  [[ "$cmd" == *containerd* && " $cmd " == *" --config $CONFIG "* ]]
+}
+
+# find_pid: pid of the containerd serving DIR, or nothing.
+find_pid() {
+  local pid p comm
+  if [[ -r "$PIDFILE" ]]; then
+    pid=""
+    read -r pid <"$PIDFILE" || true
+    if [[ "$pid" =~ ^[0-9]+$ ]] && is_our_containerd "$pid"; then
+      echo "$pid"
+      return 0
+    fi
+  fi
+  # the pid file may be stale or gone: look for it
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    read -r comm 2>/dev/null <"/proc/$p/comm" || continue
+    [[ "$comm" == containerd ]] || continue
+    if is_our_containerd "$p"; then
+      echo "$p"
+      return 0
+    fi
+  done
+  return 0
+}
+
+answers() {
+  [[ -S "$SOCK" ]] || return 1
+  timeout 5 ctr --connect-timeout 2s -a "$SOCK" version >/dev/null 2>&1
+}
+
+# wait_gone PID SECONDS: wait until PID is gone; fails on timeout.
+wait_gone() {
+  local pid=$1 deadline=$((SECONDS + $2))
+  while alive "$pid"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+# terminate PID...: TERM, then KILL those left after STOP_TIMEOUT seconds.
+terminate() {
+  local pid
+  (($# > 0)) || return 0
+  kill -TERM "$@" 2>/dev/null || true
+  for pid in "$@"; do
+    if ! wait_gone "$pid" "$STOP_TIMEOUT"; then
+      kill -KILL "$pid" 2>/dev/null || true
+      wait_gone "$pid" 5 || warn "process $pid survives SIGKILL"
+    fi
+  done
+}
+
+# ---------------------------------------------------------------------------
+# configuration
+
+# edit_toml SETTINGS < IN > OUT: set `key = value` inside [section] for each
+# "section<TAB>key<TAB>value" line of SETTINGS (section "" is the top
+# level). Existing keys are replaced in place, missing keys are added at the
+# end of their section, missing sections are appended.
+edit_toml() {
+  awk -v settings="$1" '
+    BEGIN {
+      n = 0
+      while ((getline line < settings) > 0) {
+        if (line == "") continue
+        split(line, f, "\t")
+        n++; sec[n] = f[1]; key[n] = f[2]; val[n] = f[3]; done[n] = 0
+      }
+      cur = ""
+    }
+    function flush(s,   i) {
+      for (i = 1; i <= n; i++)
+        if (sec[i] == s && !done[i]) { print key[i] " = " val[i]; done[i] = 1 }
+    }
+    /^[ \t]*\[/ {
+      flush(cur)
+      hdr = $0
+      sub(/^[ \t]*\[/, "", hdr); sub(/\][ \t]*$/, "", hdr)
+      cur = hdr; seen[hdr] = 1
+      print; next
+    }
+    {
+      eq = index($0, "=")
+      if (eq > 0 && $0 !~ /^[ \t]*#/) {
+        k = substr($0, 1, eq - 1); gsub(/^[ \t]+|[ \t]+$/, "", k)
+        for (i = 1; i <= n; i++) {
+          if (sec[i] == cur && key[i] == k) {
+            ind = $0; sub(/[^ \t].*$/, "", ind)
+            print ind key[i] " = " val[i]; done[i] = 1; next
+          }
+        }
+      }
+      print
+    }
+    END {
+      flush(cur)
+      for (i = 1; i <= n; i++) {
+        if (done[i]) continue
+        if (!(sec[i] in opened)) { print ""; print "[" sec[i] "]"; opened[sec[i]] = 1 }
+        print key[i] " = " val[i]; done[i] = 1
+        for (j = i + 1; j <= n; j++)
+          if (!done[j] && sec[j] == sec[i]) { print key[j] " = " val[j]; done[j] = 1 }
+      }
+    }
+  '
+}
+
+write_config() {
+  local cri='plugins."io.containerd.grpc.v1.cri"'
+  local runc="$cri.containerd.runtimes.runc"
+  local settings="$CONFIG.settings" tmp="$CONFIG.tmp"
+  TEMP_FILES+=("$settings" "$tmp" "$tmp.default")
+  {
+    printf '%s\t%s\t%s\n' \
+      "" root "\"$DIR/root\"" \
+      "" state "\"$DIR/state\"" \
+      grpc address "\"$SOCK\"" \
+      grpc tcp_address '""' \
+      ttrpc address "\"$SOCK.ttrpc\"" \
+      debug address '""' \
+      metrics address '""' \
+      'plugins."io.containerd.internal.v1.opt"' path "\"$DIR/opt\"" \
+      "$cri" restrict_oom_score_adj true \
+      "$cri" sandbox_image "\"$SANDBOX_IMAGE\"" \
+      "$cri" disable_tcp_service true \
+      "$cri" stream_server_address '"127.0.0.1"' \
+      "$cri" stream_server_port '"0"' \
+      "$cri" netns_mounts_under_state_dir true \
+      "$cri" systemd_cgroup false \
+      "$cri" enable_selinux false \
+      "$cri.cni" bin_dir "\"$CNI_BIN_DIR\"" \
+      "$cri.cni" conf_dir "\"$DIR/cni\"" \
+      "$cri.cni" max_conf_num 1 \
+      "$cri.containerd" snapshotter '"overlayfs"' \
+      "$cri.containerd" default_runtime_name '"runc"' \
+      "$runc" runtime_type '"io.containerd.runc.v2"' \
+      "$runc.options" SystemdCgroup false \
+      "$runc.options" Root "\"$DIR/runc\""
+  } >"$settings"
+
+  containerd config default >"$tmp.default" 2>/dev/null ||
+    { rm -f "$tmp.default"; die "'containerd config default' failed"; }
+  edit_toml "$settings" <"$tmp.default" >"$tmp"
+  rm -f "$tmp.default"
+
+  # let containerd itself parse the result and check the settings took
+  local dump
+  dump=$(containerd --config "$tmp" config dump 2>&1) ||
+    die "containerd rejects the generated config: $dump"
+  local want
+  for want in "address = \"$SOCK\"" "restrict_oom_score_adj = true" \
+    "sandbox_image = \"$SANDBOX_IMAGE\"" "conf_dir = \"$DIR/cni\"" \
+    "root = \"$DIR/root\"" "SystemdCgroup = false"; do
+    grep -qF -- "$want" <<<"$dump" || die "generated config lacks '$want'"
+  done
+  mv -f "$tmp" "$CONFIG"
+  rm -f "$settings"
+}
+
+write_cni() {
+  mkdir -p "$DIR/cni" "$DIR/ipam"
+  # only one network: remove any other file containerd could pick first
+  find "$DIR/cni" -mindepth 1 -maxdepth 1 ! -name 10-rkubelet.conflist -exec rm -rf {} +
+  cat >"$DIR/cni/10-rkubelet.conflist.tmp" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "$NETWORK",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{ "subnet": "$POD_SUBNET" }]],
+        "routes": [{ "dst": "0.0.0.0/0" }],
+        "dataDir": "$DIR/ipam"
+      }
+    },
+    {
+      "type": "portmap",
+      "capabilities": { "portMappings": true }
+    }
+  ]
+}
+EOF
+  mv -f "$DIR/cni/10-rkubelet.conflist.tmp" "$DIR/cni/10-rkubelet.conflist"
+}
+
+# ---------------------------------------------------------------------------
+# commands
+
+print_hints() {
+  echo "export CONTAINER_RUNTIME_ENDPOINT=unix://$SOCK"
+  echo "export CONTAINERD_ADDRESS=$SOCK"
+}
+
+cmd_start() {
+  local tool pid
+  for tool in containerd ctr runc timeout setsid; do
+    command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found (run hack/install-deps.sh)"
+  done
+  [[ -x "$CNI_BIN_DIR/bridge" && -x "$CNI_BIN_DIR/host-local" && -x "$CNI_BIN_DIR/portmap" ]] ||
+    die "CNI plugins missing in $CNI_BIN_DIR (run hack/install-deps.sh)"
+  [[ $(id -u) -eq 0 ]] || die "containerd needs root"
+
+  pid=$(find_pid)
+  if [[ -n "$pid" ]]; then
+    wait_answering "$pid"
+    echo "$pid" >"$PIDFILE"
+    print_hints
+    return 0
+  fi
+
+  mkdir -p "$DIR/root" "$DIR/state" "$DIR/runc" "$DIR/opt"
+  write_config
+  write_cni
+  rm -f "$SOCK" "$SOCK.ttrpc"
+  [[ ! -f "$LOG" ]] || mv -f "$LOG" "$LOG.1"
+
+  # own session: the daemon outlives this script and the caller's terminal
+  setsid containerd --config "$CONFIG" </dev/null >"$LOG" 2>&1 &
+  pid=$!
+  echo "$pid" >"$PIDFILE"
+  wait_answering "$pid"
+  # setsid normally execs in place; make sure the pid file names containerd
+  is_our_containerd "$pid" || pid=$(find_pid)
+  [[ -n "$pid" ]] || die "containerd answers on $SOCK but its process was not found"
+  echo "$pid" >"$PIDFILE"
+  print_hints
+}
+
+# wait_answering PID: wait (bounded) until containerd answers on SOCK.
+wait_answering() {
+  local pid=$1 deadline=$((SECONDS + START_TIMEOUT))
+  until answers; do
+    if ! alive "$pid"; then
+      echo "$PROG: containerd exited; last lines of $LOG:" >&2
+      tail -n 20 "$LOG" >&2 2>/dev/null || true
+      die "containerd failed to start"
+    fi
+    if ((SECONDS >= deadline)); then
+      echo "$PROG: last lines of $LOG:" >&2
+      tail -n 20 "$LOG" >&2 2>/dev/null || true
+      die "containerd (pid $pid) does not answer on $SOCK after ${START_TIMEOUT}s"
+    fi
+    sleep 0.2
+  done
+}
+
+# Kill what runc still runs for the CRI containers (their runc state is under
+# DIR/runc/<namespace>): `runc delete --force` kills and removes each one.
+cleanup_runc() {
+  local root id
+  command -v runc >/dev/null 2>&1 || return 0
+  for root in "$DIR"/runc/*/; do
+    [[ -d "$root" ]] || continue
+    root=${root%/}
+    while read -r id; do
+      [[ -n "$id" ]] || continue
+      runc --root "$root" delete --force "$id" >/dev/null 2>&1 ||
+        warn "runc delete --force $id failed"
+    done < <(runc --root "$root" list -q 2>/dev/null || true)
+  done
+}
+
+# pids of processes whose parent is one of the given pids
+children_of() {
+  local p stat ppid want=" $* "
+  for p in /proc/[0-9]*; do
+    read -r stat 2>/dev/null <"$p/stat" || continue
+    stat=${stat##*) }
+    ppid=${stat#* }
+    ppid=${ppid%% *}
+    [[ "$want" == *" $ppid "* ]] && echo "${p#/proc/}"
+  done
+  return 0
+}
+
+# paths of the unix sockets a process holds (from /proc/net/unix)
+socket_paths() {
+  local fd link inodes=""
+  for fd in /proc/"$1"/fd/*; do
+    link=$(readlink "$fd" 2>/dev/null) || continue
+    [[ "$link" == socket:\[*\] ]] || continue
+    link=${link#socket:\[}
+    inodes+=" ${link%\]}"
+  done
+  [[ -n "$inodes" ]] || return 0
+  awk -v inodes="$inodes" '
+    BEGIN { n = split(inodes, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 }
+    NR > 1 && NF >= 8 && ($7 in want) { print $8 }
+  ' /proc/net/unix 2>/dev/null || true
+}
+
+# Containers started without the CRI runtime options (e.g. by `ctr run`)
+# keep their runc state in runc's default root /run/containerd/runc/<ns>.
+# The shim's command line names the container: delete it there (this also
+# removes its cgroups), but only a container that one of our shims serves.
+delete_shim_container() {
+  local args=() i ns="" id="" root
+  command -v runc >/dev/null 2>&1 || return 0
+  mapfile -d '' -t args <"/proc/$1/cmdline" 2>/dev/null || return 0
+  for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+    -namespace) ns=${args[i + 1]} ;;
+    -id) id=${args[i + 1]} ;;
+    esac
+  done
+  [[ "$ns" =~ ^[A-Za-z0-9._-]+$ && "$id" =~ ^[A-Za-z0-9._-]+$ ]] || return 0
+  [[ "$ns" != .* && "$id" != .* ]] || return 0
+  root="/run/containerd/runc/$ns"
+  [[ -e "$root/$id/state.json" ]] || return 0
+  runc --root "$root" delete --force "$id" >/dev/null 2>&1 || warn "runc delete --force $id failed"
+}
+
+# Shims serving this containerd mention its socket on their command line.
+# Kill their children (container init processes; with them their pid
+# namespaces) first, then the shims, then remove the shims' sockets.
+cleanup_shims() {
+  local p comm shims=() kids=() sockets=() path
+  for p in /proc/[0-9]*; do
+    p=${p#/proc/}
+    read -r comm 2>/dev/null <"/proc/$p/comm" || continue
+    [[ "$comm" == containerd-shim* ]] || continue
+    [[ "$(cmdline "$p")" == *"$SOCK"* ]] && shims+=("$p")
+  done
+  ((${#shims[@]} > 0)) || return 0
+  for p in "${shims[@]}"; do
+    delete_shim_container "$p"
+    while read -r path; do
+      [[ "$path" == /run/containerd/s/* ]] && sockets+=("$path")
+    done < <(socket_paths "$p")
+  done
+  mapfile -t kids < <(children_of "${shims[@]}")
+  if ((${#kids[@]} > 0)); then
+    kill -KILL "${kids[@]}" 2>/dev/null || true
+    for p in "${kids[@]}"; do wait_gone "$p" 5 || warn "container process $p survives SIGKILL"; done
+  fi
+  terminate "${shims[@]}"
+  ((${#sockets[@]} == 0)) || rm -f "${sockets[@]}"
+}
+
+# Unmount everything mounted at or below DIR, deepest first.
+cleanup_mounts() {
+  local m pass
+  for pass in 1 2 3; do
+    local mounts=()
+    mapfile -t mounts < <(
+      awk -v d="$DIR" '$2 == d || index($2, d "/") == 1 { print length($2) " " $2 }' /proc/mounts |
+        sort -rn | cut -d' ' -f2-
+    )
+    ((${#mounts[@]} > 0)) || return 0
+    for m in "${mounts[@]}"; do
+      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+    done
+    [[ $pass -lt 3 ]] || warn "could not unmount everything under $DIR"
+  done
+}
+
+# Rules the bridge (ipMasq) and portmap plugins left in the nat table for
+# our network (pods whose CNI DEL never ran), and the chains they jump to.
+cleanup_iptables() {
+  local chain num target chains=() dead=()
+  command -v iptables >/dev/null 2>&1 || return 0
+  iptables -w -t nat -S >/dev/null 2>&1 || return 0
+  mapfile -t chains < <(iptables -w -t nat -S 2>/dev/null | awk '$1 == "-P" || $1 == "-N" { print $2 }')
+  for chain in "${chains[@]}"; do
+    while read -r num target; do
+      iptables -w -t nat -D "$chain" "$num" 2>/dev/null || continue
+      if [[ "$target" == CNI-* && "$target" != CNI-HOSTPORT-* ]]; then
+        dead+=("$target")
+      fi
+    done < <(
+      iptables -w -t nat -L "$chain" -n --line-numbers 2>/dev/null |
+        awk -v pat="name: \"$NETWORK\" id: " 'index($0, pat) { print $1, $2 }' | sort -rn
+    )
+  done
+  for chain in "${dead[@]}"; do
+    iptables -w -t nat -F "$chain" 2>/dev/null || true
+    iptables -w -t nat -X "$chain" 2>/dev/null || true
+  done
+}
+
+cleanup_network() {
+  if command -v ip >/dev/null 2>&1 && ip link show "$BRIDGE" >/dev/null 2>&1; then
+    ip link delete "$BRIDGE" 2>/dev/null || warn "could not delete bridge $BRIDGE"
+  fi
+  cleanup_iptables
+  # libcni's result cache (containerd keeps it in the system-wide default):
+  # our network's entries, and the loopback network's for our sandboxes
+  local cache=/var/lib/cni/results sandbox
+  [[ -d "$cache" ]] || return 0
+  rm -f "$cache/$NETWORK"-*
+  for sandbox in "$DIR"/root/io.containerd.grpc.v1.cri/sandboxes/*/; do
+    [[ -d "$sandbox" ]] || continue
+    sandbox=${sandbox%/}
+    rm -f "$cache/cni-loopback-${sandbox##*/}-lo"
+  done
+}
+
+# The bridge this DIR's containerd was started with (it may differ from
+# the current environment): read it back from the conflist.
+bridge_from_conflist() {
+  local conflist="$DIR/cni/10-rkubelet.conflist" name
+  [[ -f "$conflist" ]] || return 0
+  name=$(sed -n 's/^[[:space:]]*"bridge":[[:space:]]*"\([A-Za-z0-9_.-]*\)".*/\1/p' "$conflist" | head -n 1)
+  if [[ -n "$name" ]]; then
+    BRIDGE=$name
+    NETWORK="rkubelet-${BRIDGE}"
+  fi
+}
+
+cmd_stop() {
+  local pid
+  bridge_from_conflist
+  pid=$(find_pid)
+  if [[ -n "$pid" ]]; then
+    terminate "$pid"
+  fi
+  cleanup_runc
+  cleanup_shims
+  cleanup_mounts
+  cleanup_network
+  # no pod network survives the above: drop host-local's leases
+  if [[ -d "$DIR/ipam" ]]; then
+    find "$DIR/ipam" -mindepth 1 -delete
+  fi
+  rm -f "$PIDFILE" "$SOCK" "$SOCK.ttrpc"
+}
+
+cmd_status() {
+  local pid
+  pid=$(find_pid)
+  if [[ -z "$pid" ]]; then
+    echo "containerd for $DIR: not running"
+    return 3
+  fi
+  if answers; then
+    echo "containerd for $DIR: running (pid $pid), socket $SOCK"
+  else
+    echo "containerd for $DIR: process $pid exists but does not answer on $SOCK"
+    return 1
+  fi
+}
+
+main() {
+  (($# >= 1 && $# <= 2)) || usage
+  local cmd=$1 dir=${2:-${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}}
+  case "$cmd" in
+  start)
+    dir=$(resolve_dir "$dir" create)
+    set_paths "$dir"
+    cmd_start
+    ;;
+  stop)
+    dir=$(resolve_dir "$dir")
+    set_paths "$dir"
+    cmd_stop
+    ;;
+  status)
+    dir=$(resolve_dir "$dir")
+    set_paths "$dir"
+    cmd_status
+    ;;
+  *) usage ;;
+  esac
+}
+
+main "$@"
