@@ -75,12 +75,8 @@ stage "import test images"
 hack/images.sh "$RUNTIME_DIR/containerd.sock"
 
 stage "end-to-end tests"
-if [[ -f crates/rkubelet/tests/e2e.rs || -d crates/rkubelet/tests/e2e ]]; then
-  RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
-    RKUBELET_E2E_RUNTIME_DIR="$RUNTIME_DIR" \
-    cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
-else
-  echo "skipped: crates/rkubelet/tests/e2e.rs does not exist yet"
-fi
+RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
+  RKUBELET_E2E_RUNTIME_DIR="$RUNTIME_DIR" \
+  cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
 
 stage "done"

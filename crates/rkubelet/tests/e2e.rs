@@ -1,0 +1,894 @@
+//! End-to-end tests: the rkubelet binary as a child process against a real
+//! containerd (the private one of `hack/containerd.sh`), inspected through
+//! the CRI. Run them through `hack/test.sh`, or by hand:
+//!
+//! ```text
+//! RKUBELET_E2E_ENDPOINT=unix://DIR/containerd.sock RKUBELET_E2E_RUNTIME_DIR=DIR \
+//!   cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
+//! ```
+//!
+//! Every test runs its own rkubelet with its own manifest, root and log
+//! directories and its own node name (so static pod names and UIDs never
+//! collide), and leaves nothing behind: it removes its manifests, waits until
+//! the runtime holds nothing of its node, then stops rkubelet with SIGTERM.
+//! A failing test still kills its rkubelet and removes its sandboxes (the
+//! `Node` drop guard), and prints rkubelet's log and what the runtime held.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_cri::v1 as cri;
+use kubelet_cri::client::CriClient;
+
+const IMAGE: &str = "rkubelet.test/busybox:1";
+const POLL: Duration = Duration::from_millis(150);
+/// Starting a pod (sandbox, network, two containers) on a loaded machine.
+const START: Duration = Duration::from_secs(60);
+/// Everything of a removed pod gone from the runtime.
+const CLEANUP: Duration = Duration::from_secs(60);
+/// rkubelet's exit after SIGTERM.
+const EXIT: Duration = Duration::from_secs(15);
+const CRI_TIMEOUT: Duration = Duration::from_secs(10);
+
+const POD_NAME: &str = "io.kubernetes.pod.name";
+const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
+const POD_UID: &str = "io.kubernetes.pod.uid";
+const CONTAINER_NAME: &str = "io.kubernetes.container.name";
+const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
+
+/// Runs until SIGTERM, which it honours within a second (sh as PID 1 has no
+/// default SIGTERM action, so the trap is needed).
+const SLEEPER: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+fn endpoint() -> String {
+    std::env::var("RKUBELET_E2E_ENDPOINT").expect(
+        "RKUBELET_E2E_ENDPOINT (unix://.../containerd.sock) must be set: run through hack/test.sh",
+    )
+}
+
+/// Await `check` returning `Some`, polling every 150 ms; fails the test
+/// after `deadline`.
+async fn eventually<T>(
+    what: &str,
+    deadline: Duration,
+    mut check: impl AsyncFnMut() -> Option<T>,
+) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            eprintln!("[{:>6.2}s] {what}", start.elapsed().as_secs_f64());
+            return v;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "timed out after {deadline:?} waiting: {what}"
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Assert that `check` holds at every poll for `window` (for things that
+/// must not happen, e.g. a duplicate container).
+async fn consistently(
+    what: &str,
+    window: Duration,
+    mut check: impl AsyncFnMut() -> Result<(), String>,
+) {
+    let start = Instant::now();
+    while start.elapsed() < window {
+        if let Err(e) = check().await {
+            panic!(
+                "after {:.2}s: not {what}: {e}",
+                start.elapsed().as_secs_f64()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A pod manifest; `containers` are (name, shell script) pairs.
+fn pod(name: &str, containers: &[(&str, &str)], extra_spec: &str) -> String {
+    let mut s = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels:\n    app: {name}\nspec:\n{extra_spec}  containers:\n"
+    );
+    for (c, script) in containers {
+        let script = serde_json::to_string(script).unwrap();
+        s.push_str(&format!(
+            "  - name: {c}\n    image: {IMAGE}\n    imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", {script}]\n"
+        ));
+    }
+    s
+}
+
+fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -> &'a str {
+    labels.get(key).map(String::as_str).unwrap_or("")
+}
+
+fn cname(c: &cri::Container) -> &str {
+    c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("")
+}
+
+fn restart_count(c: &cri::Container) -> &str {
+    label(&c.annotations, RESTART_COUNT)
+}
+
+fn is_running(c: &cri::Container) -> bool {
+    c.state == cri::ContainerState::ContainerRunning as i32
+}
+
+fn is_ready(s: &cri::PodSandbox) -> bool {
+    s.state == cri::PodSandboxState::SandboxReady as i32
+}
+
+fn unique_node(tag: &str) -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = (nanos ^ std::process::id().rotate_left(16)) & 0xff_ffff;
+    format!("e2e-{tag}-{n:06x}")
+}
+
+/// One rkubelet child process with its own directories and node name.
+struct Node {
+    name: String,
+    endpoint: String,
+    dir: tempfile::TempDir,
+    cri: CriClient,
+    child: Option<Child>,
+    finished: bool,
+}
+
+impl Node {
+    fn new(tag: &str) -> Node {
+        let endpoint = endpoint();
+        let name = unique_node(tag);
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("rkubelet-{name}-"))
+            .tempdir()
+            .unwrap();
+        for d in ["manifests", "root", "logs"] {
+            std::fs::create_dir(dir.path().join(d)).unwrap();
+        }
+        let config = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             podLogsDir: {}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
+            dir.path().join("logs").display()
+        );
+        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+        let cri = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT).unwrap();
+        eprintln!("node {name} in {}", dir.path().display());
+        Node {
+            name,
+            endpoint,
+            dir,
+            cri,
+            child: None,
+            finished: false,
+        }
+    }
+
+    fn manifests(&self) -> PathBuf {
+        self.dir.path().join("manifests")
+    }
+
+    fn logs(&self) -> PathBuf {
+        self.dir.path().join("logs")
+    }
+
+    /// The static pod's name on this node.
+    fn pod_name(&self, name: &str) -> String {
+        format!("{name}-{}", self.name)
+    }
+
+    fn write(&self, file: &str, body: &str) {
+        // Write then rename, as editors and config tools do.
+        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+    }
+
+    fn remove(&self, file: &str) {
+        std::fs::remove_file(self.manifests().join(file)).unwrap();
+    }
+
+    /// Start (or restart) rkubelet; its output is appended to rkubelet.log.
+    fn start(&mut self) {
+        assert!(self.child.is_none(), "rkubelet already runs");
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("rkubelet.log"))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg("--config")
+            .arg(self.dir.path().join("config.yaml"))
+            .arg("--container-runtime-endpoint")
+            .arg(&self.endpoint)
+            .arg("--pod-manifest-path")
+            .arg(self.manifests())
+            .arg("--root-dir")
+            .arg(self.dir.path().join("root"))
+            .arg("--hostname-override")
+            .arg(&self.name)
+            // The log goes to a file: no terminal colours in it.
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawning rkubelet");
+        self.child = Some(child);
+    }
+
+    /// Fails the test if rkubelet has exited.
+    fn assert_alive(&mut self) {
+        let child = self.child.as_mut().expect("rkubelet was started");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("rkubelet exited unexpectedly: {status}");
+        }
+    }
+
+    /// `kill -9` rkubelet.
+    fn kill9(&mut self) {
+        let mut child = self.child.take().expect("rkubelet was started");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM rkubelet and wait for a clean exit.
+    async fn terminate(&mut self) {
+        let mut child = self.child.take().expect("rkubelet was started");
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM rkubelet failed");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > EXIT {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("rkubelet did not exit within {EXIT:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        eprintln!(
+            "rkubelet exited {status} {:.2}s after SIGTERM",
+            start.elapsed().as_secs_f64()
+        );
+        assert!(status.success(), "rkubelet exited with {status} on SIGTERM");
+    }
+
+    fn mine(&self, labels: &std::collections::HashMap<String, String>) -> bool {
+        label(labels, POD_NAME).ends_with(&format!("-{}", self.name))
+    }
+
+    /// This node's sandboxes.
+    async fn sandboxes(&self) -> Option<Vec<cri::PodSandbox>> {
+        let all = self.cri.list_pod_sandbox(None).await.ok()?;
+        Some(all.into_iter().filter(|s| self.mine(&s.labels)).collect())
+    }
+
+    /// This node's containers.
+    async fn containers(&self) -> Option<Vec<cri::Container>> {
+        let all = self.cri.list_containers(None).await.ok()?;
+        Some(all.into_iter().filter(|c| self.mine(&c.labels)).collect())
+    }
+
+    /// The containers of `pod` (the manifest's name).
+    async fn pod_containers(&self, pod: &str) -> Option<Vec<cri::Container>> {
+        let full = self.pod_name(pod);
+        let cs = self.containers().await?;
+        Some(
+            cs.into_iter()
+                .filter(|c| label(&c.labels, POD_NAME) == full)
+                .collect(),
+        )
+    }
+
+    async fn pod_sandboxes(&self, pod: &str) -> Option<Vec<cri::PodSandbox>> {
+        let full = self.pod_name(pod);
+        let sbs = self.sandboxes().await?;
+        Some(
+            sbs.into_iter()
+                .filter(|s| label(&s.labels, POD_NAME) == full)
+                .collect(),
+        )
+    }
+
+    /// The one running container `container` of `pod`, if exactly one runs.
+    async fn running(&self, pod: &str, container: &str) -> Option<cri::Container> {
+        let mut cs: Vec<_> = self
+            .pod_containers(pod)
+            .await?
+            .into_iter()
+            .filter(|c| cname(c) == container && is_running(c))
+            .collect();
+        (cs.len() == 1).then(|| cs.remove(0))
+    }
+
+    /// Remove every manifest, wait until the runtime holds nothing of this
+    /// node, then stop rkubelet with SIGTERM.
+    async fn finish(mut self) {
+        for entry in std::fs::read_dir(self.manifests()).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        eventually(
+            "the runtime holds nothing of this node",
+            CLEANUP,
+            async || {
+                let s = self.sandboxes().await?;
+                let c = self.containers().await?;
+                (s.is_empty() && c.is_empty()).then_some(())
+            },
+        )
+        .await;
+        self.assert_alive();
+        self.terminate().await;
+        self.finished = true;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if self.finished {
+            return;
+        }
+        if let Ok(log) = std::fs::read_to_string(self.dir.path().join("rkubelet.log")) {
+            let lines: Vec<_> = log.lines().collect();
+            let from = lines.len().saturating_sub(150);
+            eprintln!(
+                "---- rkubelet log of {} (last {} lines) ----",
+                self.name,
+                lines.len() - from
+            );
+            for l in &lines[from..] {
+                eprintln!("{l}");
+            }
+            eprintln!("---- end of rkubelet log ----");
+        }
+        cleanup_runtime(self.endpoint.clone(), format!("-{}", self.name));
+    }
+}
+
+/// Best effort: print, then stop and remove every sandbox and container
+/// whose pod name ends with `suffix`. Runs on a thread of its own so it can
+/// be called from `Drop` inside the test's runtime.
+fn cleanup_runtime(endpoint: String, suffix: String) {
+    let work = move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let Ok(cri) = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT) else {
+                return;
+            };
+            let mine = |l: &std::collections::HashMap<String, String>| {
+                label(l, POD_NAME).ends_with(&suffix)
+            };
+            let containers = cri.list_containers(None).await.unwrap_or_default();
+            for c in containers.iter().filter(|c| mine(&c.labels)) {
+                eprintln!(
+                    "left behind: container {} {} of {} {:?} restartCount {}",
+                    &c.id[..12.min(c.id.len())],
+                    cname(c),
+                    label(&c.labels, POD_NAME),
+                    cri::ContainerState::try_from(c.state),
+                    restart_count(c)
+                );
+                let _ = cri.stop_container(&c.id, 0).await;
+                let _ = cri.remove_container(&c.id).await;
+            }
+            let sandboxes = cri.list_pod_sandbox(None).await.unwrap_or_default();
+            for s in sandboxes.iter().filter(|s| mine(&s.labels)) {
+                eprintln!(
+                    "left behind: sandbox {} of {} {:?}",
+                    &s.id[..12.min(s.id.len())],
+                    label(&s.labels, POD_NAME),
+                    cri::PodSandboxState::try_from(s.state)
+                );
+                let _ = cri.stop_pod_sandbox(&s.id).await;
+                let _ = cri.remove_pod_sandbox(&s.id).await;
+            }
+        });
+    };
+    let _ = std::thread::spawn(work).join();
+}
+
+/// `<RFC3339Nano> <stdout|stderr> <F|P> <text>`, the CRI log format.
+fn parse_cri_line(line: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = line.splitn(4, ' ');
+    let (ts, stream, tag, text) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let b = ts.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let shape = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    let rest = ts.get(19..)?;
+    let rest = match rest.strip_prefix('.') {
+        Some(frac) => {
+            let n = frac.bytes().take_while(u8::is_ascii_digit).count();
+            if n == 0 || n > 9 {
+                return None;
+            }
+            &frac[n..]
+        }
+        None => rest,
+    };
+    let zone = rest == "Z"
+        || (rest.len() == 6
+            && (rest.starts_with('+') || rest.starts_with('-'))
+            && rest.as_bytes()[3] == b':');
+    (shape && zone && (stream == "stdout" || stream == "stderr") && (tag == "F" || tag == "P"))
+        .then_some((stream, tag, text))
+}
+
+#[test]
+fn cri_log_line_shape() {
+    assert_eq!(
+        parse_cri_line("2026-01-02T03:04:05.123456789Z stdout F hello world"),
+        Some(("stdout", "F", "hello world"))
+    );
+    assert!(parse_cri_line("2026-01-02T03:04:05+01:00 stderr P x").is_some());
+    assert!(parse_cri_line("2026-01-02 03:04:05Z stdout F x").is_none());
+    assert!(parse_cri_line("hello").is_none());
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn multi_container_pod_runs_with_ip_and_cri_logs() {
+    let mut node = Node::new("multi");
+    node.write(
+        "web.yaml",
+        &pod(
+            "web",
+            &[
+                ("a", &format!("echo hello from a; {SLEEPER}")),
+                ("b", &format!("echo hello from b; {SLEEPER}")),
+            ],
+            "",
+        ),
+    );
+    node.start();
+    let (a, b) = eventually("a and b run", START, async || {
+        Some((
+            node.running("web", "a").await?,
+            node.running("web", "b").await?,
+        ))
+    })
+    .await;
+    let sbs = node.pod_sandboxes("web").await.unwrap();
+    assert_eq!(sbs.len(), 1, "one sandbox: {sbs:?}");
+    let sb = &sbs[0];
+    assert!(is_ready(sb), "sandbox ready: {sb:?}");
+    assert_eq!(a.pod_sandbox_id, sb.id);
+    assert_eq!(b.pod_sandbox_id, sb.id);
+    assert_eq!(label(&sb.labels, POD_NAMESPACE), "default");
+    assert_eq!(label(&sb.labels, "app"), "web");
+    let uid = label(&sb.labels, POD_UID).to_owned();
+    assert!(!uid.is_empty(), "sandbox has a pod uid label");
+    for c in [&a, &b] {
+        assert_eq!(label(&c.labels, POD_UID), uid);
+        assert_eq!(label(&c.labels, POD_NAME), node.pod_name("web"));
+        assert_eq!(label(&c.labels, CONTAINER_NAME), cname(c));
+        assert_eq!(restart_count(c), "0");
+    }
+    let status = node.cri.pod_sandbox_status(&sb.id).await.unwrap();
+    let ip = status.network.map(|n| n.ip).unwrap_or_default();
+    assert!(
+        ip.parse::<std::net::Ipv4Addr>().is_ok(),
+        "pod IP {ip:?} is an IPv4 address"
+    );
+    eprintln!("pod IP {ip}");
+
+    let log = node
+        .logs()
+        .join(format!("default_{}_{uid}", node.pod_name("web")))
+        .join("a")
+        .join("0.log");
+    let line = eventually("a's log file has its line", START, async || {
+        let body = std::fs::read_to_string(&log).ok()?;
+        body.lines()
+            .find(|l| l.ends_with(" hello from a"))
+            .map(str::to_owned)
+    })
+    .await;
+    assert_eq!(
+        parse_cri_line(&line),
+        Some(("stdout", "F", "hello from a")),
+        "CRI log line: {line:?}"
+    );
+    let status = node.cri.container_status(&a.id).await.unwrap();
+    assert_eq!(Path::new(&status.log_path), log, "ContainerStatus log path");
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn manifest_edit_restarts_only_the_changed_container() {
+    let mut node = Node::new("edit");
+    node.write("p.yaml", &pod("p", &[("a", SLEEPER), ("b", SLEEPER)], ""));
+    node.start();
+    let (a, b) = eventually("a and b run", START, async || {
+        Some((node.running("p", "a").await?, node.running("p", "b").await?))
+    })
+    .await;
+    let b2_script = format!("echo v2; {SLEEPER}");
+    node.write(
+        "p.yaml",
+        &pod("p", &[("a", SLEEPER), ("b", &b2_script)], ""),
+    );
+    let b2 = eventually("b restarted with restartCount 1", START, async || {
+        node.running("p", "b")
+            .await
+            .filter(|c| c.id != b.id && restart_count(c) == "1")
+    })
+    .await;
+    assert_eq!(b2.pod_sandbox_id, b.pod_sandbox_id, "same sandbox");
+    let a_now = node.running("p", "a").await.expect("a still runs");
+    assert_eq!(a_now.id, a.id, "a untouched");
+    assert_eq!(restart_count(&a_now), "0");
+    let sbs = node.pod_sandboxes("p").await.unwrap();
+    assert_eq!(sbs.len(), 1, "one sandbox: {sbs:?}");
+    assert!(is_ready(&sbs[0]) && sbs[0].id == a.pod_sandbox_id);
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn manifest_removal_kills_within_grace_and_removes_everything() {
+    const GRACE: u64 = 3;
+    let mut node = Node::new("rm");
+    node.write(
+        "p.yaml",
+        &pod(
+            "p",
+            &[("stubborn", "trap '' TERM; while true; do sleep 1; done")],
+            &format!("  terminationGracePeriodSeconds: {GRACE}\n"),
+        ),
+    );
+    node.start();
+    let c = eventually("stubborn runs", START, async || {
+        node.running("p", "stubborn").await
+    })
+    .await;
+    let uid = label(&c.labels, POD_UID).to_owned();
+    let log_dir = node
+        .logs()
+        .join(format!("default_{}_{uid}", node.pod_name("p")));
+    assert!(log_dir.is_dir(), "{} exists", log_dir.display());
+
+    let removed = Instant::now();
+    node.remove("p.yaml");
+    eventually("stubborn no longer runs", CLEANUP, async || {
+        let cs = node.pod_containers("p").await?;
+        (!cs.iter().any(is_running)).then_some(())
+    })
+    .await;
+    let took = removed.elapsed();
+    eprintln!(
+        "stubborn stopped {:.2}s after the manifest was removed (grace {GRACE}s)",
+        took.as_secs_f64()
+    );
+    assert!(
+        took >= Duration::from_millis(GRACE * 1000 - 500),
+        "the grace period was honoured: stopped after {took:?}"
+    );
+    assert!(
+        took < Duration::from_secs(GRACE + 3),
+        "killed within the grace period plus slack: stopped after {took:?}"
+    );
+    eventually(
+        "the pod's containers, sandbox and log directory are gone",
+        CLEANUP,
+        async || {
+            let cs = node.pod_containers("p").await?;
+            let sbs = node.pod_sandboxes("p").await?;
+            (cs.is_empty() && sbs.is_empty() && !log_dir.exists()).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "everything removed {:.2}s after the manifest was removed",
+        removed.elapsed().as_secs_f64()
+    );
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn bad_manifests_beside_a_good_one() {
+    let mut node = Node::new("bad");
+    node.write(
+        "invalid.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: Bad_Name\nspec:\n  containers: []\n",
+    );
+    node.write("garbage.yaml", "this: [is not\n  yaml: {\n");
+    node.write("good.yaml", &pod("good", &[("a", SLEEPER)], ""));
+    node.start();
+    eventually("good's container runs", START, async || {
+        node.running("good", "a").await
+    })
+    .await;
+    let sbs = node.sandboxes().await.unwrap();
+    assert_eq!(sbs.len(), 1, "only the good pod has a sandbox: {sbs:?}");
+    assert!(is_ready(&sbs[0]));
+    node.assert_alive();
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
+    let mut node = Node::new("crash");
+    node.write(
+        "keep.yaml",
+        &pod("keep", &[("a", SLEEPER), ("b", SLEEPER)], ""),
+    );
+    node.write("gone.yaml", &pod("gone", &[("g", SLEEPER)], ""));
+    node.start();
+    eventually("keep's a and b and gone's g run", START, async || {
+        node.running("keep", "a").await?;
+        node.running("keep", "b").await?;
+        node.running("gone", "g").await
+    })
+    .await;
+    let mut keep_containers: Vec<_> = node
+        .pod_containers("keep")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    keep_containers.sort();
+    let keep_sandbox = node.pod_sandboxes("keep").await.unwrap();
+    assert_eq!(keep_sandbox.len(), 1);
+    let keep_sandbox = keep_sandbox[0].id.clone();
+
+    node.kill9();
+    node.remove("gone.yaml");
+    node.start();
+    eventually(
+        "gone's pod is removed after the restart",
+        CLEANUP,
+        async || {
+            let cs = node.pod_containers("gone").await?;
+            let sbs = node.pod_sandboxes("gone").await?;
+            (cs.is_empty() && sbs.is_empty()).then_some(())
+        },
+    )
+    .await;
+    consistently(
+        "keeping keep's sandbox and containers",
+        Duration::from_secs(5),
+        async || {
+            let sbs = node.sandboxes().await.ok_or("ListPodSandbox failed")?;
+            let ids: Vec<_> = sbs.iter().map(|s| s.id.as_str()).collect();
+            if ids != [keep_sandbox.as_str()] || !is_ready(&sbs[0]) {
+                return Err(format!("sandboxes {sbs:?}"));
+            }
+            let cs = node.containers().await.ok_or("ListContainers failed")?;
+            let mut ids: Vec<_> = cs.iter().map(|c| c.id.clone()).collect();
+            ids.sort();
+            if ids != keep_containers {
+                return Err(format!("containers {ids:?}, before {keep_containers:?}"));
+            }
+            if let Some(c) = cs
+                .iter()
+                .find(|c| !is_running(c) || restart_count(c) != "0")
+            {
+                return Err(format!("container {c:?}"));
+            }
+            Ok(())
+        },
+    )
+    .await;
+    node.assert_alive();
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn exit_codes_and_restart_policies() {
+    let mut node = Node::new("exit");
+    node.write(
+        "never.yaml",
+        &pod("never", &[("fail", "exit 3")], "  restartPolicy: Never\n"),
+    );
+    node.write(
+        "always.yaml",
+        &pod("always", &[("crash", "echo crashing; sleep 1; exit 1")], ""),
+    );
+    node.start();
+
+    let fail = eventually("never's container exited", START, async || {
+        let cs = node.pod_containers("never").await?;
+        cs.into_iter()
+            .find(|c| c.state == cri::ContainerState::ContainerExited as i32)
+    })
+    .await;
+    let status = node.cri.container_status(&fail.id).await.unwrap();
+    assert_eq!(status.exit_code, 3, "exit code of `exit 3`: {status:?}");
+    eventually("never's sandbox is stopped", START, async || {
+        let sbs = node.pod_sandboxes("never").await?;
+        (sbs.len() == 1 && !is_ready(&sbs[0])).then_some(())
+    })
+    .await;
+
+    eventually(
+        "always's container restarted (restartCount 1)",
+        START,
+        async || {
+            let cs = node.pod_containers("always").await?;
+            cs.iter().any(|c| restart_count(c) == "1").then_some(())
+        },
+    )
+    .await;
+    eventually(
+        "always's container restarted again (restartCount 2)",
+        START,
+        async || {
+            let cs = node.pod_containers("always").await?;
+            cs.iter().any(|c| restart_count(c) == "2").then_some(())
+        },
+    )
+    .await;
+    let always_sbs = node.pod_sandboxes("always").await.unwrap();
+    assert_eq!(
+        always_sbs.len(),
+        1,
+        "always keeps one sandbox: {always_sbs:?}"
+    );
+
+    // By now never's pod has been looked at many times: still one container.
+    let cs = node.pod_containers("never").await.unwrap();
+    assert_eq!(cs.len(), 1, "never's container not restarted: {cs:?}");
+    assert_eq!(cs[0].id, fail.id);
+    assert_eq!(restart_count(&cs[0]), "0");
+    node.finish().await;
+}
+
+/// containerd is down from `stop` until `start` (or drop, so that a failing
+/// test does not leave the runtime down for the cleanup and the next run).
+struct Containerd {
+    dir: PathBuf,
+    down: bool,
+}
+
+impl Containerd {
+    fn pid(&self) -> u32 {
+        let s = std::fs::read_to_string(self.dir.join("containerd.pid")).unwrap();
+        s.trim().parse().unwrap()
+    }
+
+    async fn stop(&mut self) {
+        let pid = self.pid();
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM containerd ({pid})");
+        self.down = true;
+        eventually("containerd exited", Duration::from_secs(30), async || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+            let gone = stat.is_none_or(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| rest.starts_with('Z'))
+            });
+            gone.then_some(())
+        })
+        .await;
+    }
+
+    fn start(&mut self) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/containerd.sh");
+        let mut cmd = Command::new(script);
+        cmd.arg("start").arg(&self.dir).stdin(Stdio::null());
+        // `start` rewrites the CNI config from these: keep this DIR's values.
+        if let Some((bridge, subnet)) = self.network() {
+            cmd.env("RKUBELET_CNI_BRIDGE", bridge)
+                .env("RKUBELET_POD_SUBNET", subnet);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "hack/containerd.sh start failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.down = false;
+    }
+
+    /// Bridge and subnet of this containerd's CNI config.
+    fn network(&self) -> Option<(String, String)> {
+        let conf = std::fs::read_to_string(self.dir.join("cni/10-rkubelet.conflist")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&conf).ok()?;
+        let bridge = v["plugins"][0]["bridge"].as_str()?.to_owned();
+        let subnet = v["plugins"][0]["ipam"]["ranges"][0][0]["subnet"]
+            .as_str()?
+            .to_owned();
+        Some((bridge, subnet))
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        if self.down {
+            self.start();
+        }
+    }
+}
+
+/// Keep this one last (libtest runs tests in name order, hence `zz_`): it
+/// stops the shared containerd for 20 s.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn zz_containerd_outage_is_survived() {
+    let runtime_dir = std::env::var("RKUBELET_E2E_RUNTIME_DIR")
+        .expect("RKUBELET_E2E_RUNTIME_DIR (the hack/containerd.sh DIR) must be set");
+    let mut node = Node::new("outage");
+    node.write("old.yaml", &pod("old", &[("a", SLEEPER)], ""));
+    node.start();
+    let old = eventually("old's container runs", START, async || {
+        node.running("old", "a").await
+    })
+    .await;
+
+    // Declared after `node`, so dropped first: containerd is back before
+    // the node's cleanup needs it.
+    let mut containerd = Containerd {
+        dir: PathBuf::from(runtime_dir),
+        down: false,
+    };
+    containerd.stop().await;
+    node.write("new.yaml", &pod("new", &[("b", SLEEPER)], ""));
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_secs(20) {
+        node.assert_alive();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    containerd.start();
+    eprintln!("containerd back");
+    node.assert_alive();
+
+    eventually(
+        "the pod written during the outage runs",
+        Duration::from_secs(90),
+        async || node.running("new", "b").await,
+    )
+    .await;
+    let now = node
+        .running("old", "a")
+        .await
+        .expect("old's container runs");
+    assert_eq!(now.id, old.id, "old's container survived the outage");
+    assert_eq!(restart_count(&now), "0");
+    let sbs = node.pod_sandboxes("old").await.unwrap();
+    assert_eq!(sbs.len(), 1, "old keeps one sandbox: {sbs:?}");
+    assert_eq!(sbs[0].id, old.pod_sandbox_id);
+    node.assert_alive();
+    node.finish().await;
+    drop(containerd);
+}
