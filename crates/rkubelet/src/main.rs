@@ -3,11 +3,15 @@
 
 mod flags;
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use k8s_openapi::api::core::v1::Taint;
+use kubelet::nodestatus::{NodeRegistration, detect_node_ip};
 use kubelet::{Kubelet, KubeletOptions};
+use kubelet_api::ApiClient;
 use kubelet_cri::client::CriClient;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
@@ -55,9 +59,13 @@ fn init_tracing(verbosity: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         tracing_subscriber::EnvFilter::new(format!("{level},h2=info,tower=info,hyper=info"))
     });
+    // Colour only on a terminal: log files stay plain, as upstream's.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(colour)
+        .with_writer(std::io::stderr)
         .init();
 }
 
@@ -66,6 +74,37 @@ fn init_tracing(verbosity: u8) {
 fn protect_from_oom_killer() {
     if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
         tracing::warn!(error = %e, "could not lower rkubelet's oom_score_adj to -999; continuing");
+    }
+}
+
+/// How the node registers: upstream's --node-ip, --node-labels,
+/// --register-node and --register-with-taints over the config file.
+fn registration(settings: &flags::Settings) -> NodeRegistration {
+    let cfg = &settings.config;
+    let node_ips = if settings.node_ips.is_empty() {
+        vec![detect_node_ip()]
+    } else {
+        settings.node_ips.clone()
+    };
+    NodeRegistration {
+        node_name: settings.node_name.clone(),
+        node_ips,
+        labels: settings.node_labels.clone(),
+        taints: settings
+            .taints
+            .iter()
+            .map(|t| Taint {
+                key: t.key.clone(),
+                value: t.value.clone(),
+                effect: t.effect.clone(),
+                time_added: None,
+            })
+            .collect(),
+        register: cfg.register_node,
+        update_every: cfg.node_status_update_frequency,
+        report_every: cfg.node_status_report_frequency,
+        max_pods: cfg.max_pods,
+        kubelet_port: 10250,
     }
 }
 
@@ -83,9 +122,20 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         static_pod_path = ?cfg.static_pod_path,
         "starting rkubelet"
     );
+    let api = match &settings.kubeconfig {
+        Some(path) => Some(
+            ApiClient::from_kubeconfig(path, cfg.kube_api_qps, cfg.kube_api_burst)
+                .await
+                .context("--kubeconfig")?,
+        ),
+        None => None,
+    };
+    let registration = api.as_ref().map(|_| registration(&settings));
     let cancel = CancellationToken::new();
-    let opts = KubeletOptions::from_host(settings.config, settings.root_dir, settings.node_name);
-    let kubelet = Kubelet::new(opts, cri, cancel.clone());
+    let mut opts =
+        KubeletOptions::from_host(settings.config, settings.root_dir, settings.node_name);
+    opts.registration = registration;
+    let kubelet = Kubelet::new(opts, cri, api, cancel.clone());
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let run = kubelet.run();
