@@ -10,6 +10,7 @@ pub mod config;
 pub mod duration;
 pub mod lifecycle;
 pub mod manifest;
+pub mod nodestatus;
 pub mod pleg;
 pub mod podconfig;
 pub mod quantity;

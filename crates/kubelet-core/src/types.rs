@@ -59,6 +59,14 @@ pub enum PodOperation {
     Reconcile,
 }
 
+/// The full set of pods one source wants now (SET semantics): what each pod
+/// source sends the config mux.
+#[derive(Clone, Debug)]
+pub struct SourceSnapshot {
+    pub source: &'static str,
+    pub pods: Vec<Pod>,
+}
+
 /// One batch of changes from the config mux to the sync loop.
 #[derive(Clone, Debug)]
 pub struct PodUpdate {

@@ -373,6 +373,18 @@ impl CriClient {
         Ok(resp.image)
     }
 
+    /// Every image the runtime holds (for node status).
+    pub async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {
+        let mut c = self.images.clone();
+        let resp = Self::call(
+            "ListImages",
+            self.timeout,
+            c.list_images(cri::ListImagesRequest { filter: None }),
+        )
+        .await?;
+        Ok(resp.images)
+    }
+
     /// Pull an image, returning its reference. Pulls are slow by nature:
     /// the deadline is ten times runtimeRequestTimeout.
     pub async fn pull_image(

@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_api::ApiClient;
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::pleg::PodLifecycleEvent;
-use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_FILE};
+use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -24,6 +25,7 @@ use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
 use crate::kuberuntime::{PodRef, RuntimeManager};
+use crate::nodestatus::{NodeRegistration, NodeStatusController};
 use crate::pleg::Pleg;
 use crate::pod_workers::{PodTarget, PodWorkers};
 use crate::podmanager::PodManager;
@@ -56,6 +58,8 @@ pub struct KubeletOptions {
     pub node_memory: i64,
     /// The host's resolver, for pods using the Default DNS policy.
     pub host_dns: ResolvConf,
+    /// How the node registers, when an API server is configured.
+    pub registration: Option<NodeRegistration>,
 }
 
 impl KubeletOptions {
@@ -76,6 +80,7 @@ impl KubeletOptions {
             node_name,
             node_memory,
             host_dns,
+            registration: None,
         }
     }
 }
@@ -106,11 +111,21 @@ pub struct Kubelet {
     sync_loop_seen: Arc<Mutex<Instant>>,
     /// Addresses the local servers listen on, once bound.
     pub bound: Mutex<HashMap<&'static str, SocketAddr>>,
+    /// The API server, when the kubelet is part of a cluster.
+    api: Option<ApiClient>,
+    node_uid: Arc<RwLock<Option<String>>>,
+    /// `<runtime>://<version>` for node status.
+    runtime_version: Arc<RwLock<String>>,
 }
 
 impl Kubelet {
     /// Phase 0: wire the kubelet's parts. Starts nothing.
-    pub fn new(opts: KubeletOptions, cri: CriClient, cancel: CancellationToken) -> Arc<Kubelet> {
+    pub fn new(
+        opts: KubeletOptions,
+        cri: CriClient,
+        api: Option<ApiClient>,
+        cancel: CancellationToken,
+    ) -> Arc<Kubelet> {
         let runtime = RuntimeManager::new(
             cri,
             opts.config.pod_logs_dir.clone(),
@@ -142,8 +157,19 @@ impl Kubelet {
             started: Instant::now(),
             sync_loop_seen: Arc::new(Mutex::new(Instant::now())),
             bound: Mutex::default(),
+            api,
+            node_uid: Arc::default(),
+            runtime_version: Arc::default(),
             opts,
         })
+    }
+
+    /// The registered Node's UID, once registration succeeded.
+    pub fn node_uid(&self) -> Option<String> {
+        self.node_uid
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Boot in phases, then run the sync loop until cancelled. Pods keep
@@ -157,6 +183,7 @@ impl Kubelet {
         }
         let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
         let sources_ready = self.start_sources(updates_tx);
+        self.start_api_modules();
         // Phase 2: runtime-dependent modules start once the runtime answers.
         let (pleg_tx, pleg_rx) = mpsc::channel(64);
         let me = self.clone();
@@ -216,13 +243,22 @@ impl Kubelet {
 
     fn start_sources(self: &Arc<Self>, updates_tx: mpsc::Sender<PodUpdate>) -> SourcesReady {
         let cfg = &self.opts.config;
-        let sources: Vec<&'static str> = if cfg.static_pod_path.is_some() {
-            vec![SOURCE_FILE]
-        } else {
-            vec![]
-        };
+        let mut sources: Vec<&'static str> = Vec::new();
+        if cfg.static_pod_path.is_some() {
+            sources.push(SOURCE_FILE);
+        }
+        if self.api.is_some() {
+            sources.push(SOURCE_API);
+        }
         let (mux, ready) = new_mux(&sources);
         let (snap_tx, snap_rx) = mpsc::channel::<SourceSnapshot>(16);
+        if let Some(api) = &self.api {
+            let (api, node, tx) = (api.clone(), self.opts.node_name.clone(), snap_tx.clone());
+            self.tasks
+                .spawn(tracing::info_span!("source", kind = "api"), move |token| {
+                    kubelet_api::pods::watch_node_pods(api, node, tx, token)
+                });
+        }
         if let Some(dir) = &cfg.static_pod_path {
             let source = FileSource {
                 dir: dir.clone(),
@@ -241,6 +277,33 @@ impl Kubelet {
         ready
     }
 
+    /// With an API server: node registration, status and lease, and the
+    /// status manager's API sync. None of them needs the runtime to start.
+    fn start_api_modules(self: &Arc<Self>) {
+        let (Some(api), Some(reg)) = (&self.api, &self.opts.registration) else {
+            return;
+        };
+        let controller = NodeStatusController {
+            api: api.clone(),
+            cri: self.syncer.runtime.cri().clone(),
+            runtime_state: self.runtime_state.clone(),
+            runtime_version: self.runtime_version.clone(),
+            root_dir: self.opts.root_dir.clone(),
+            node_memory: self.opts.node_memory,
+            reg: reg.clone(),
+            node_uid: self.node_uid.clone(),
+        };
+        self.tasks
+            .spawn(tracing::info_span!("node_status"), move |token| {
+                controller.run(token)
+            });
+        let (me, api) = (self.clone(), api.clone());
+        self.tasks
+            .spawn(tracing::info_span!("status_sync"), move |token| {
+                me.status_sync(api, token)
+            });
+    }
+
     /// Read the runtime's Version and Status until it answers healthy, then
     /// start what depends on it (PLEG); keep reading Status afterwards.
     async fn runtime_up(
@@ -256,6 +319,8 @@ impl Kubelet {
                 if pleg_tx.is_some() {
                     let v = cri.version().await?;
                     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "container runtime answers");
+                    *self.runtime_version.write().unwrap_or_else(|e| e.into_inner()) =
+                        format!("{}://{}", v.runtime_name, v.runtime_version);
                     *self.syncer.runtime_name.write().unwrap_or_else(|e| e.into_inner()) = v.runtime_name;
                 }
                 cri.status().await
@@ -371,18 +436,30 @@ impl Kubelet {
     fn handle_update(&self, update: PodUpdate) {
         for pod in update.pods {
             let uid = PodUid::of(&pod);
+            let name = kubelet_core::types::pod_full_name(&pod);
             match update.op {
                 PodOperation::Add | PodOperation::Update => {
-                    tracing::info!(op = ?update.op, pod = %kubelet_core::types::pod_full_name(&pod), %uid, source = update.source, "pod update");
-                    self.pod_manager.add_or_update(pod.clone());
-                    self.workers.update_pod(pod);
+                    if !self.pod_manager.add_or_update(pod.clone()) {
+                        continue; // a mirror pod: bookkeeping only
+                    }
+                    tracing::info!(op = ?update.op, pod = %name, %uid, source = update.source, "pod update");
+                    if pod.metadata.deletion_timestamp.is_some() {
+                        let grace = pod.metadata.deletion_grace_period_seconds;
+                        tracing::info!(pod = %name, %uid, ?grace, "pod is being deleted");
+                        self.workers.kill_pod(PodTarget::from_pod(pod), grace);
+                    } else {
+                        self.workers.update_pod(pod);
+                    }
                 }
                 PodOperation::Remove => {
-                    tracing::info!(pod = %kubelet_core::types::pod_full_name(&pod), %uid, "pod removed by its source");
-                    self.pod_manager.remove(&uid);
-                    self.workers.kill_pod(PodTarget::from_pod(pod), None);
+                    if self.pod_manager.remove(&pod).is_some() {
+                        tracing::info!(pod = %name, %uid, "pod removed by its source");
+                        self.workers.kill_pod(PodTarget::from_pod(pod), None);
+                    }
                 }
-                PodOperation::Reconcile => self.pod_manager.add_or_update(pod),
+                PodOperation::Reconcile => {
+                    self.pod_manager.add_or_update(pod);
+                }
             }
         }
     }
@@ -412,7 +489,7 @@ impl Kubelet {
         if !sources_ready.all_ready() {
             return;
         }
-        let desired = |uid: &PodUid| self.pod_manager.contains(uid);
+        let desired = |uid: &PodUid| self.pod_manager.wants(uid);
         for uid in self.workers.sync_known_pods(desired) {
             if let Some(pod) = self.pod_manager.get(&uid) {
                 tracing::info!(%uid, "pod wanted again after termination: starting it afresh");

@@ -9,12 +9,14 @@ pub mod config;
 pub mod error;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod nodestatus;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podmanager;
 pub mod runtime_state;
 pub mod server;
 pub mod status_manager;
+pub mod status_sync;
 pub mod sync;
 pub mod tasks;
 

@@ -1,58 +1,95 @@
 //! The pod manager: DESIRED state. What pods the sources want on this node,
-//! by UID. Only the sync loop writes it.
+//! by UID, and the mirror pods the API server holds for static pods (by
+//! full name; they are never run). Only the sync loop writes it.
 
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::types::PodUid;
+use kubelet_core::types::{PodUid, keys, pod_full_name};
+
+/// Whether `pod` is a mirror pod (a static pod's reflection in the API).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(keys::CONFIG_MIRROR))
+}
+
+#[derive(Default)]
+struct Inner {
+    pods: HashMap<PodUid, Arc<Pod>>,
+    mirrors: HashMap<String, Arc<Pod>>,
+}
 
 #[derive(Default, Clone)]
 pub struct PodManager {
-    pods: Arc<RwLock<HashMap<PodUid, Arc<Pod>>>>,
+    inner: Arc<RwLock<Inner>>,
 }
 
 impl PodManager {
-    pub fn add_or_update(&self, pod: Arc<Pod>) {
-        let uid = PodUid::of(&pod);
-        self.pods
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid, pod);
+    fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn remove(&self, uid: &PodUid) -> Option<Arc<Pod>> {
-        self.pods
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid)
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Record a desired pod, or a mirror pod. Returns false for mirror pods:
+    /// they are bookkeeping, not work.
+    pub fn add_or_update(&self, pod: Arc<Pod>) -> bool {
+        if is_mirror_pod(&pod) {
+            self.write().mirrors.insert(pod_full_name(&pod), pod);
+            return false;
+        }
+        self.write().pods.insert(PodUid::of(&pod), pod);
+        true
+    }
+
+    /// Forget a pod (or mirror pod); returns the desired pod it was.
+    pub fn remove(&self, pod: &Pod) -> Option<Arc<Pod>> {
+        let mut inner = self.write();
+        if is_mirror_pod(pod) {
+            let name = pod_full_name(pod);
+            if inner
+                .mirrors
+                .get(&name)
+                .is_some_and(|m| m.metadata.uid == pod.metadata.uid)
+            {
+                inner.mirrors.remove(&name);
+            }
+            return None;
+        }
+        inner.pods.remove(&PodUid::of(pod))
     }
 
     pub fn get(&self, uid: &PodUid) -> Option<Arc<Pod>> {
-        self.pods
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(uid)
-            .cloned()
+        self.read().pods.get(uid).cloned()
     }
 
-    /// Every desired pod, oldest first (by name for a stable order).
+    /// The mirror pod of a static pod, by the static pod's full name.
+    pub fn mirror_of(&self, pod: &Pod) -> Option<Arc<Pod>> {
+        self.read().mirrors.get(&pod_full_name(pod)).cloned()
+    }
+
+    /// Every mirror pod.
+    pub fn mirrors(&self) -> Vec<Arc<Pod>> {
+        self.read().mirrors.values().cloned().collect()
+    }
+
+    /// Every desired pod, by name for a stable order.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        let mut pods: Vec<_> = self
-            .pods
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let mut pods: Vec<_> = self.read().pods.values().cloned().collect();
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         pods
     }
 
-    pub fn contains(&self, uid: &PodUid) -> bool {
-        self.pods
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(uid)
+    /// Whether the pod should run: known and not being deleted.
+    pub fn wants(&self, uid: &PodUid) -> bool {
+        self.read()
+            .pods
+            .get(uid)
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
     }
 }

@@ -1,10 +1,12 @@
 //! The status manager: REPORTED state, and its only writer. SyncPod and
 //! friends compose a status; this module keeps the start time and condition
 //! transition times, refuses to move a pod out of a terminal phase, and
-//! serves the result (to `/pods` now, to the API server later).
+//! marks what changed so the API sync (`status_sync`) sends it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -12,9 +14,17 @@ use k8s_openapi::jiff::Timestamp;
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, carry_over};
 use kubelet_core::types::PodUid;
 
+#[derive(Default)]
+struct Inner {
+    statuses: HashMap<PodUid, Arc<PodStatus>>,
+    /// Statuses changed since the API sync last took them.
+    dirty: BTreeSet<PodUid>,
+}
+
 #[derive(Clone, Default)]
 pub struct StatusManager {
-    statuses: Arc<Mutex<HashMap<PodUid, Arc<PodStatus>>>>,
+    inner: Arc<Mutex<Inner>>,
+    changed: Arc<Notify>,
 }
 
 /// The wall-clock time statuses record (seconds, as the API stores them).
@@ -31,16 +41,22 @@ fn terminal(s: &PodStatus) -> bool {
 }
 
 impl StatusManager {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, Arc<PodStatus>>> {
-        self.statuses.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Record the status the kubelet computed for `pod`.
+    /// Record the status the kubelet computed for `pod`. The first status of
+    /// a pod carries over from the status it came with (the scheduler's
+    /// PodScheduled, a start time from before a restart).
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = PodUid::of(pod);
         let now = wall_clock_now();
-        let mut map = self.lock();
-        let old = map.get(&uid).cloned();
+        let mut inner = self.lock();
+        let old = inner
+            .statuses
+            .get(&uid)
+            .cloned()
+            .or_else(|| pod.status.clone().map(Arc::new));
         if let Some(old) = &old
             && terminal(old)
             && !terminal(&status)
@@ -49,17 +65,42 @@ impl StatusManager {
             return;
         }
         carry_over(&mut status, old.as_deref(), &now);
-        if old.as_deref() != Some(&status) {
-            map.insert(uid, Arc::new(status));
+        if inner.statuses.get(&uid).map(|s| s.as_ref()) != Some(&status) {
+            inner.statuses.insert(uid.clone(), Arc::new(status));
+            inner.dirty.insert(uid);
+            self.changed.notify_one();
         }
     }
 
     pub fn get_pod_status(&self, uid: &PodUid) -> Option<Arc<PodStatus>> {
-        self.lock().get(uid).cloned()
+        self.lock().statuses.get(uid).cloned()
     }
 
     /// Forget statuses of pods `keep` rejects (pods the kubelet has forgotten).
     pub fn remove_orphans(&self, keep: impl Fn(&PodUid) -> bool) {
-        self.lock().retain(|uid, _| keep(uid));
+        let mut inner = self.lock();
+        inner.statuses.retain(|uid, _| keep(uid));
+        inner.dirty.retain(|uid| keep(uid));
+    }
+
+    /// The statuses changed since the last call, for the API sync.
+    pub fn take_dirty(&self) -> Vec<(PodUid, Arc<PodStatus>)> {
+        let mut inner = self.lock();
+        let dirty = std::mem::take(&mut inner.dirty);
+        dirty
+            .into_iter()
+            .filter_map(|uid| inner.statuses.get(&uid).cloned().map(|s| (uid, s)))
+            .collect()
+    }
+
+    /// Send this pod's status again (a failed patch, a mirror pod that
+    /// appeared).
+    pub fn mark_dirty(&self, uid: &PodUid) {
+        self.lock().dirty.insert(uid.clone());
+    }
+
+    /// Woken when a status changes.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
     }
 }

@@ -70,7 +70,7 @@ impl Node {
         let opts = KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
-        let kubelet = Kubelet::new(opts, cri, cancel.clone());
+        let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
         let k = kubelet.clone();
         let done = tokio::spawn(async move { k.run().await.unwrap() });
         Running {

@@ -43,6 +43,27 @@ pub struct Flags {
     #[arg(long, value_name = "NAME")]
     pub hostname_override: Option<String>,
 
+    /// kubeconfig of the API server to join (client certificate or bearer token). Without it
+    /// rkubelet runs standalone on static pods.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// IP address(es) of the node, comma-separated; detected when absent.
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
+    pub node_ip: Vec<std::net::IpAddr>,
+
+    /// Labels to add when registering the node, `key=value` pairs separated by commas.
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_label, value_delimiter = ',')]
+    pub node_labels: Vec<(String, String)>,
+
+    /// Register the node with the API server (registerNode).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub register_node: Option<bool>,
+
+    /// Taints to register the node with, `key=value:Effect` separated by commas.
+    #[arg(long, value_name = "TAINTS", value_parser = parse_taint, value_delimiter = ',')]
+    pub register_with_taints: Vec<TaintSpec>,
+
     /// Log verbosity (klog level).
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub v: u8,
@@ -94,6 +115,57 @@ pub struct Settings {
     pub verbosity: u8,
     /// Upstream KubeletConfiguration fields in the file that rkubelet ignores (to warn about).
     pub ignored_fields: Vec<String>,
+    pub kubeconfig: Option<PathBuf>,
+    pub node_ips: Vec<String>,
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    pub taints: Vec<TaintSpec>,
+}
+
+/// A taint from --register-with-taints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaintSpec {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: String,
+}
+
+/// `key=value` of --node-labels.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("invalid label {s:?}: want key=value"))?;
+    let k = k.trim();
+    if k.is_empty() || k.len() > 317 || k.contains(char::is_whitespace) {
+        return Err(format!("invalid label key {k:?}"));
+    }
+    if v.len() > 63 || v.contains(char::is_whitespace) {
+        return Err(format!("invalid label value {v:?} for key {k:?}"));
+    }
+    Ok((k.to_owned(), v.to_owned()))
+}
+
+/// `key[=value]:Effect` of --register-with-taints.
+fn parse_taint(s: &str) -> Result<TaintSpec, String> {
+    let (kv, effect) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("invalid taint {s:?}: want key=value:Effect"))?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return Err(format!(
+            "invalid taint effect {effect:?} in {s:?}: want NoSchedule, PreferNoSchedule or NoExecute"
+        ));
+    }
+    let (key, value) = match kv.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_owned())),
+        None => (kv, None),
+    };
+    if key.is_empty() {
+        return Err(format!("invalid taint {s:?}: empty key"));
+    }
+    Ok(TaintSpec {
+        key: key.to_owned(),
+        value,
+        effect: effect.to_owned(),
+    })
 }
 
 impl Flags {
@@ -132,6 +204,10 @@ impl Flags {
             node_name,
             verbosity: self.v,
             ignored_fields,
+            kubeconfig: self.kubeconfig,
+            node_ips: self.node_ip.iter().map(ToString::to_string).collect(),
+            node_labels: self.node_labels.into_iter().collect(),
+            taints: self.register_with_taints,
         })
     }
 
@@ -168,6 +244,9 @@ impl Flags {
         }
         if let Some(driver) = self.cgroup_driver {
             config.cgroup_driver = driver;
+        }
+        if let Some(register) = self.register_node {
+            config.register_node = register;
         }
     }
 }
@@ -243,8 +322,54 @@ clusterDomain: cluster.local
                 node_name: "node-a.example".into(),
                 verbosity: 0,
                 ignored_fields: vec![],
+                kubeconfig: None,
+                node_ips: vec![],
+                node_labels: Default::default(),
+                taints: vec![],
             }
         );
+    }
+
+    #[test]
+    fn cluster_flags() {
+        let s = settings(&[
+            "--kubeconfig",
+            "/etc/kubernetes/kubelet.conf",
+            "--node-ip=192.0.2.7",
+            "--node-labels=role=edge,zone=a",
+            "--register-node=false",
+            "--register-with-taints=dedicated=infra:NoSchedule,gpu:NoExecute",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.kubeconfig.as_deref(),
+            Some(Path::new("/etc/kubernetes/kubelet.conf"))
+        );
+        assert_eq!(s.node_ips, ["192.0.2.7"]);
+        assert_eq!(s.node_labels.get("zone").map(String::as_str), Some("a"));
+        assert!(!s.config.register_node);
+        assert_eq!(
+            s.taints,
+            [
+                TaintSpec {
+                    key: "dedicated".into(),
+                    value: Some("infra".into()),
+                    effect: "NoSchedule".into()
+                },
+                TaintSpec {
+                    key: "gpu".into(),
+                    value: None,
+                    effect: "NoExecute".into()
+                },
+            ]
+        );
+        for bad in [
+            "--register-with-taints=a=b:Sometimes",
+            "--node-labels=novalue",
+            "--node-ip=not-an-ip",
+        ] {
+            assert!(settings(&[bad]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -8,18 +8,12 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Notify;
 
 pub mod file;
 pub mod mux;
 
-/// The full set of pods one source wants now (SET semantics).
-#[derive(Clone, Debug)]
-pub struct SourceSnapshot {
-    pub source: &'static str,
-    pub pods: Vec<Pod>,
-}
+pub use kubelet_core::types::SourceSnapshot;
 
 /// Set once every registered source has delivered at least one snapshot (upstream's
 /// SourcesReady): housekeeping must never kill pods before that. Clones share the flag.

@@ -1,0 +1,10 @@
+//! kubelet-api: the API-server boundary. Operations only — the `kubelet`
+//! crate runs the loops (node status, lease, status manager sync) that call
+//! them. Every request is rate limited (kubeAPIQPS/kubeAPIBurst) and is one
+//! the Node authorizer allows a kubelet to make.
+
+pub mod client;
+pub mod node;
+pub mod pods;
+
+pub use client::{ApiClient, ApiError};

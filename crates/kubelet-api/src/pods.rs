@@ -1,0 +1,140 @@
+//! Pods in the API server, as the kubelet touches them: the watch of this
+//! node's pods (the API pod source), status patches with a UID
+//! precondition, the final delete, and mirror pods for static pods.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kubelet_core::types::{SOURCE_API, SourceSnapshot};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::{ApiClient, ApiError};
+
+fn pods_in(client: &kube::Client, namespace: &str) -> Api<Pod> {
+    Api::namespaced(client.clone(), namespace)
+}
+
+fn what(namespace: &str, name: &str) -> String {
+    format!("pods/{namespace}/{name}")
+}
+
+/// Watch every pod bound to `node` (fieldSelector spec.nodeName) and send
+/// the whole set after each change (SET semantics), mirror pods included
+/// (the pod manager tells them apart). Resumes from the last
+/// resource version and relists on 410 Gone (kube's watcher), backing off
+/// while the API server is away. Ends when `cancel` fires or `tx` closes.
+pub async fn watch_node_pods(
+    api: ApiClient,
+    node: String,
+    tx: mpsc::Sender<SourceSnapshot>,
+    cancel: CancellationToken,
+) {
+    let client = api.ready().await.clone();
+    let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
+    let stream = watcher::watcher(Api::<Pod>::all(client), config).default_backoff();
+    futures::pin_mut!(stream);
+    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, Pod>> = None;
+    let key = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+    loop {
+        let event = tokio::select! {
+            _ = cancel.cancelled() => return,
+            e = stream.next() => match e {
+                Some(e) => e,
+                None => return,
+            },
+        };
+        let changed = match event {
+            Ok(Event::Init) => {
+                listing = Some(BTreeMap::new());
+                false
+            }
+            Ok(Event::InitApply(p)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(key(&p), p);
+                }
+                false
+            }
+            Ok(Event::InitDone) => {
+                pods = listing.take().unwrap_or_default();
+                true
+            }
+            Ok(Event::Apply(p)) => {
+                pods.insert(key(&p), p);
+                true
+            }
+            Ok(Event::Delete(p)) => pods.remove(&key(&p)).is_some(),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching this node's pods");
+                false
+            }
+        };
+        let snapshot = SourceSnapshot {
+            source: SOURCE_API,
+            pods: pods.values().cloned().collect(),
+        };
+        if changed && tx.send(snapshot).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Patch `pods/status` with the kubelet's status. The UID in the patch is a
+/// precondition: a pod recreated under the same name is never overwritten.
+/// Conditions and container statuses merge by key (strategic merge), so
+/// conditions others own (PodScheduled) are kept.
+pub async fn patch_status(api: &ApiClient, pod: &Pod, status: &PodStatus) -> Result<Pod, ApiError> {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    let patch = serde_json::json!({
+        "metadata": { "uid": pod.metadata.uid },
+        "status": status,
+    });
+    pods_in(api.ready().await, ns)
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(|e| ApiError::from_kube("patch", format!("{}/status", what(ns, name)), e))
+}
+
+/// Delete a pod the kubelet has finished with: grace period 0 and a UID
+/// precondition, as upstream's status manager does. Gone already is done.
+pub async fn delete_finished(
+    api: &ApiClient,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<(), ApiError> {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match pods_in(api.ready().await, namespace)
+        .delete(name, &params)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let e = ApiError::from_kube("delete", what(namespace, name), e);
+            if e.is_not_found() { Ok(()) } else { Err(e) }
+        }
+    }
+}
+
+/// Create a mirror pod (a static pod's reflection in the API).
+pub async fn create_mirror(api: &ApiClient, mirror: &Pod) -> Result<Pod, ApiError> {
+    let ns = mirror.metadata.namespace.as_deref().unwrap_or("default");
+    let name = mirror.metadata.name.as_deref().unwrap_or("");
+    pods_in(api.ready().await, ns)
+        .create(&PostParams::default(), mirror)
+        .await
+        .map_err(|e| ApiError::from_kube("create", what(ns, name), e))
+}

@@ -1,0 +1,340 @@
+//! Node object and status synthesis (upstream's nodestatus setters and
+//! kubelet_node_status.go): labels, addresses, capacity and allocatable,
+//! nodeInfo, conditions. Pure: the host's facts and the time come in.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
+    NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+/// What the kubelet knows about its host, gathered once (and the images, on
+/// each update).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeFacts {
+    pub node_name: String,
+    pub hostname: String,
+    pub node_ips: Vec<String>,
+    pub machine_id: String,
+    pub system_uuid: String,
+    pub boot_id: String,
+    pub kernel_version: String,
+    pub os_image: String,
+    pub architecture: String,
+    pub cpu_cores: i64,
+    pub memory_bytes: i64,
+    pub ephemeral_storage_bytes: i64,
+    pub max_pods: u32,
+    pub kubelet_version: String,
+    pub container_runtime_version: String,
+    pub kubelet_port: i32,
+    pub images: Vec<ContainerImage>,
+}
+
+/// Why the node is not ready, if it is not (runtime, network, PLEG).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    pub errors: Vec<String>,
+}
+
+/// Memory upstream's default hard eviction threshold keeps free
+/// (`memory.available<100Mi`): allocatable is capacity minus it.
+pub const EVICTION_MEMORY_BYTES: i64 = 100 * 1024 * 1024;
+/// Upstream's default `nodefs.available<10%`.
+pub const EVICTION_NODEFS_PERCENT: i64 = 10;
+/// Images reported in node status, as upstream's nodeStatusMaxImages.
+pub const MAX_IMAGES: usize = 50;
+
+/// The labels upstream's kubelet sets on its Node, plus `--node-labels`.
+pub fn node_labels(
+    facts: &NodeFacts,
+    extra: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/hostname".to_owned(), facts.hostname.clone()),
+        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
+        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        (
+            "beta.kubernetes.io/arch".to_owned(),
+            facts.architecture.clone(),
+        ),
+    ]);
+    labels.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    labels
+}
+
+/// The Node to register (upstream's initialNode).
+pub fn initial_node(
+    facts: &NodeFacts,
+    extra_labels: &BTreeMap<String, String>,
+    taints: &[Taint],
+) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(facts.node_name.clone()),
+            labels: Some(node_labels(facts, extra_labels)),
+            annotations: Some(BTreeMap::from([(
+                "volumes.kubernetes.io/controller-managed-attach-detach".to_owned(),
+                "true".to_owned(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            taints: (!taints.is_empty()).then(|| taints.to_vec()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn q(s: String) -> Quantity {
+    Quantity(s)
+}
+
+fn condition(kind: &str, ok_status: &str, reason: &str, message: String) -> NodeCondition {
+    NodeCondition {
+        type_: kind.into(),
+        status: ok_status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        ..Default::default()
+    }
+}
+
+/// The node's status now. `previous` keeps condition transition times that
+/// did not flip; every condition's heartbeat is `now`.
+pub fn node_status(
+    facts: &NodeFacts,
+    readiness: &Readiness,
+    previous: Option<&NodeStatus>,
+    now: &Time,
+) -> NodeStatus {
+    let capacity = BTreeMap::from([
+        ("cpu".to_owned(), q(facts.cpu_cores.to_string())),
+        (
+            "memory".to_owned(),
+            q(format!("{}Ki", facts.memory_bytes / 1024)),
+        ),
+        ("pods".to_owned(), q(facts.max_pods.to_string())),
+        (
+            "ephemeral-storage".to_owned(),
+            q(format!("{}Ki", facts.ephemeral_storage_bytes / 1024)),
+        ),
+        ("hugepages-1Gi".to_owned(), q("0".into())),
+        ("hugepages-2Mi".to_owned(), q("0".into())),
+    ]);
+    let mut allocatable = capacity.clone();
+    allocatable.insert(
+        "memory".into(),
+        q(format!(
+            "{}Ki",
+            (facts.memory_bytes - EVICTION_MEMORY_BYTES).max(0) / 1024
+        )),
+    );
+    allocatable.insert(
+        "ephemeral-storage".into(),
+        q((facts.ephemeral_storage_bytes * (100 - EVICTION_NODEFS_PERCENT) / 100).to_string()),
+    );
+    let mut addresses: Vec<NodeAddress> = facts
+        .node_ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.clone(),
+        })
+        .collect();
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: facts.hostname.clone(),
+    });
+    let ready = if readiness.errors.is_empty() {
+        condition(
+            "Ready",
+            "True",
+            "KubeletReady",
+            "kubelet is posting ready status".into(),
+        )
+    } else {
+        condition(
+            "Ready",
+            "False",
+            "KubeletNotReady",
+            readiness.errors.join(", "),
+        )
+    };
+    let mut conditions = vec![
+        condition(
+            "MemoryPressure",
+            "False",
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available".into(),
+        ),
+        condition(
+            "DiskPressure",
+            "False",
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure".into(),
+        ),
+        condition(
+            "PIDPressure",
+            "False",
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available".into(),
+        ),
+        ready,
+    ];
+    for c in &mut conditions {
+        c.last_heartbeat_time = Some(now.clone());
+        let prev = previous
+            .and_then(|p| p.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
+        c.last_transition_time = match prev {
+            Some(p) if p.status == c.status && p.last_transition_time.is_some() => {
+                p.last_transition_time.clone()
+            }
+            _ => Some(now.clone()),
+        };
+    }
+    let mut images = facts.images.clone();
+    images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes.unwrap_or(0)));
+    images.truncate(MAX_IMAGES);
+    NodeStatus {
+        addresses: Some(addresses),
+        allocatable: Some(allocatable),
+        capacity: Some(capacity),
+        conditions: Some(conditions),
+        daemon_endpoints: Some(NodeDaemonEndpoints {
+            kubelet_endpoint: Some(DaemonEndpoint {
+                port: facts.kubelet_port,
+            }),
+        }),
+        images: Some(images),
+        node_info: Some(NodeSystemInfo {
+            architecture: facts.architecture.clone(),
+            boot_id: facts.boot_id.clone(),
+            container_runtime_version: facts.container_runtime_version.clone(),
+            kernel_version: facts.kernel_version.clone(),
+            kubelet_version: facts.kubelet_version.clone(),
+            machine_id: facts.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: facts.os_image.clone(),
+            system_uuid: facts.system_uuid.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether two statuses differ in anything but heartbeat times: an unchanged
+/// status is only re-sent every nodeStatusReportFrequency.
+pub fn status_changed(old: &NodeStatus, new: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(old) != strip(new)
+}
+
+/// The Ready condition's status ("True"/"False"), if any.
+pub fn ready_status(status: &NodeStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn facts() -> NodeFacts {
+        NodeFacts {
+            node_name: "node1".into(),
+            hostname: "node1".into(),
+            node_ips: vec!["192.0.2.10".into()],
+            architecture: "amd64".into(),
+            cpu_cores: 2,
+            memory_bytes: 4 << 30,
+            ephemeral_storage_bytes: 100 << 30,
+            max_pods: 110,
+            kubelet_version: "v1.37.2".into(),
+            container_runtime_version: "containerd://1.6.20".into(),
+            kubelet_port: 10250,
+            ..Default::default()
+        }
+    }
+
+    fn at(s: i64) -> Time {
+        Time(Timestamp::from_second(s).unwrap())
+    }
+
+    #[test]
+    fn capacity_allocatable_and_labels() {
+        let s = node_status(&facts(), &Readiness::default(), None, &at(1));
+        let cap = s.capacity.clone().unwrap();
+        let alloc = s.allocatable.clone().unwrap();
+        assert_eq!(cap["pods"].0, "110");
+        assert_eq!(cap["memory"].0, format!("{}Ki", 4 * 1024 * 1024));
+        assert_eq!(
+            alloc["memory"].0,
+            format!("{}Ki", 4 * 1024 * 1024 - 100 * 1024)
+        );
+        assert_eq!(alloc["ephemeral-storage"].0, (90i64 << 30).to_string());
+        assert_eq!(ready_status(&s), Some("True"));
+        let labels = node_labels(&facts(), &BTreeMap::from([("role".into(), "edge".into())]));
+        assert_eq!(labels["kubernetes.io/hostname"], "node1");
+        assert_eq!(labels["kubernetes.io/arch"], "amd64");
+        assert_eq!(labels["role"], "edge");
+    }
+
+    #[test]
+    fn not_ready_names_the_reason_and_transitions_are_kept() {
+        let not_ready = Readiness {
+            errors: vec!["container runtime network not ready: NetworkReady=false".into()],
+        };
+        let s1 = node_status(&facts(), &not_ready, None, &at(1));
+        let ready = s1
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap();
+        assert_eq!(ready.status, "False");
+        assert_eq!(ready.reason.as_deref(), Some("KubeletNotReady"));
+        assert!(
+            ready
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("NetworkReady=false")
+        );
+
+        let s2 = node_status(&facts(), &not_ready, Some(&s1), &at(10));
+        assert!(!status_changed(&s1, &s2), "only heartbeats moved");
+        let s3 = node_status(&facts(), &Readiness::default(), Some(&s2), &at(20));
+        assert!(status_changed(&s2, &s3));
+        let get = |s: &NodeStatus, t: &str| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .unwrap()
+                .last_transition_time
+                .clone()
+        };
+        assert_eq!(get(&s3, "Ready"), Some(at(20)));
+        assert_eq!(get(&s3, "MemoryPressure"), Some(at(1)));
+    }
+}

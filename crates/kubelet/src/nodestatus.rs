@@ -1,0 +1,242 @@
+//! The node's life in the API (upstream's kubelet_node_status.go and
+//! nodelease): register the Node (or reconcile an existing one), compute its
+//! status every nodeStatusUpdateFrequency and send it when it changed or
+//! every nodeStatusReportFrequency, and renew the Lease every 10 s.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerImage, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kubelet_api::ApiClient;
+use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
+use kubelet_core::backoff::Backoff;
+use kubelet_core::nodestatus::{
+    NodeFacts, Readiness, initial_node, node_status, ready_status, status_changed,
+};
+use kubelet_cri::client::CriClient;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::runtime_state::RuntimeState;
+
+/// The version rkubelet reports as kubeletVersion: the Kubernetes API it
+/// implements, with rkubelet's own version as build metadata.
+pub const KUBELET_VERSION: &str = concat!("v1.37.2+rkubelet-", env!("CARGO_PKG_VERSION"));
+pub const LEASE_DURATION_SECONDS: i32 = 40;
+pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
+
+/// How this node presents itself to the API server.
+#[derive(Clone, Debug)]
+pub struct NodeRegistration {
+    pub node_name: String,
+    pub node_ips: Vec<String>,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub register: bool,
+    pub update_every: Duration,
+    pub report_every: Duration,
+    pub max_pods: u32,
+    pub kubelet_port: i32,
+}
+
+pub struct NodeStatusController {
+    pub api: ApiClient,
+    pub cri: CriClient,
+    pub runtime_state: RuntimeState,
+    /// `<runtime>://<version>`, from Version().
+    pub runtime_version: Arc<RwLock<String>>,
+    pub root_dir: PathBuf,
+    pub node_memory: i64,
+    pub reg: NodeRegistration,
+    /// Set once the node is registered (mirror pods name it as owner).
+    pub node_uid: Arc<RwLock<Option<String>>>,
+}
+
+fn read_trimmed(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+fn os_image() -> String {
+    let text = std::fs::read_to_string("/etc/os-release").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_owned())
+        .unwrap_or_else(|| "Linux".into())
+}
+
+fn architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// The node's IP when none is given: the source address the kernel would
+/// use for a remote destination (a UDP connect sends no packet), else the
+/// loopback address.
+pub fn detect_node_ip() -> String {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| {
+            s.connect("192.0.2.1:9")?;
+            s.local_addr()
+        })
+        .map(|a| a.ip().to_string())
+        .unwrap_or_else(|_| "127.0.0.1".into())
+}
+
+fn now_time() -> Timestamp {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0);
+    Timestamp::from_microsecond(secs).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+impl NodeStatusController {
+    async fn facts(&self) -> NodeFacts {
+        let images = match self.cri.list_images().await {
+            Ok(images) => images
+                .into_iter()
+                .map(|i| ContainerImage {
+                    names: Some(i.repo_tags.into_iter().chain(i.repo_digests).collect()),
+                    size_bytes: Some(i.size as i64),
+                })
+                .collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "listing images for node status");
+                Vec::new()
+            }
+        };
+        let ephemeral = rustix::fs::statvfs(&self.root_dir)
+            .map(|s| (s.f_blocks * s.f_frsize) as i64)
+            .unwrap_or(0);
+        NodeFacts {
+            node_name: self.reg.node_name.clone(),
+            hostname: self.reg.node_name.clone(),
+            node_ips: self.reg.node_ips.clone(),
+            machine_id: read_trimmed("/etc/machine-id"),
+            system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid"),
+            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+            kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
+            os_image: os_image(),
+            architecture: architecture().into(),
+            cpu_cores: std::thread::available_parallelism()
+                .map(|n| n.get() as i64)
+                .unwrap_or(1),
+            memory_bytes: self.node_memory,
+            ephemeral_storage_bytes: ephemeral,
+            max_pods: self.reg.max_pods,
+            kubelet_version: KUBELET_VERSION.into(),
+            container_runtime_version: self
+                .runtime_version
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+            kubelet_port: self.reg.kubelet_port,
+            images,
+        }
+    }
+
+    fn readiness(&self) -> Readiness {
+        let mut errors = self.runtime_state.runtime_errors();
+        errors.extend(self.runtime_state.network_error());
+        Readiness { errors }
+    }
+
+    /// Register (with backoff until the API server takes it), then keep the
+    /// status and the lease fresh until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
+        let node_uid = if self.reg.register {
+            loop {
+                let facts = self.facts().await;
+                let node = initial_node(&facts, &self.reg.labels, &self.reg.taints);
+                match register(&self.api, &node).await {
+                    Ok(n) => {
+                        tracing::info!(node = %self.reg.node_name, "node registered");
+                        *self.node_uid.write().unwrap_or_else(|e| e.into_inner()) =
+                            n.metadata.uid.clone();
+                        break n.metadata.uid;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "registering the node"),
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        } else {
+            None
+        };
+        tokio::join!(
+            self.status_loop(&cancel),
+            self.lease_loop(node_uid, &cancel)
+        );
+    }
+
+    async fn status_loop(&self, cancel: &CancellationToken) {
+        let mut sent: Option<(NodeStatus, Instant)> = None;
+        let mut tick = tokio::time::interval(self.reg.update_every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let facts = self.facts().await;
+            let now = Time(now_time());
+            let status = node_status(&facts, &self.readiness(), sent.as_ref().map(|s| &s.0), &now);
+            let due = match &sent {
+                None => true,
+                Some((old, at)) => {
+                    status_changed(old, &status) || at.elapsed() >= self.reg.report_every
+                }
+            };
+            if !due {
+                continue;
+            }
+            let was = sent
+                .as_ref()
+                .and_then(|(s, _)| ready_status(s).map(str::to_owned));
+            match patch_status(&self.api, &self.reg.node_name, &status).await {
+                Ok(_) => {
+                    let is = ready_status(&status).map(str::to_owned);
+                    if was != is {
+                        tracing::info!(ready = ?is, "node readiness reported");
+                    }
+                    sent = Some((status, Instant::now()));
+                }
+                Err(e) => tracing::warn!(error = %e, "updating node status"),
+            }
+        }
+    }
+
+    async fn lease_loop(&self, node_uid: Option<String>, cancel: &CancellationToken) {
+        let mut lease =
+            LeaseHeartbeat::new(self.reg.node_name.clone(), node_uid, LEASE_DURATION_SECONDS);
+        let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
+        loop {
+            let delay = match lease.renew(&self.api, MicroTime(now_time())).await {
+                Ok(()) => {
+                    backoff.reset();
+                    LEASE_RENEW_INTERVAL
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "renewing the node lease");
+                    backoff.next_delay()
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+}
