@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes control plane on loopback, hardened as a real
+# cluster runs: anonymous auth off, --authorization-mode=Node,RBAC,
+# NodeRestriction admission, TLS everywhere but etcd (loopback only).
+#
+#   hack/cluster.sh up [NODE]     certs, kubeconfigs, etcd, kube-apiserver,
+#                                 kube-controller-manager, kube-scheduler
+#   hack/cluster.sh down          stop them all (state dir kept unless CLEAN=1)
+#   hack/cluster.sh env           print KUBECONFIG and PATH exports
+#
+# State lives in ${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}; binaries come
+# from hack/control-plane.sh build (cached by version).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+REPO_ROOT=$PWD
+
+DIR=${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}
+PKI=$DIR/pki
+APISERVER_PORT=${RKUBELET_APISERVER_PORT:-6443}
+ETCD_PORT=${RKUBELET_ETCD_PORT:-2379}
+SERVICE_CIDR=10.0.0.0/24
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+
+die() { echo "cluster.sh: error: $*" >&2; exit 1; }
+
+bin_dir() { "$REPO_ROOT/hack/control-plane.sh" build; }
+
+# cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster CA.
+cert() {
+  local name=$1 cn=$2 org=${3:-} sans=${4:-}
+  [[ -f $PKI/$name.crt ]] && return
+  local subj="/CN=$cn"
+  [[ -n $org ]] && subj="/O=$org$subj"
+  openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
+  openssl req -new -key "$PKI/$name.key" -subj "$subj" -out "$PKI/$name.csr" 2>/dev/null
+  local ext="$PKI/$name.ext"
+  {
+    echo "basicConstraints=CA:FALSE"
+    echo "keyUsage=critical,digitalSignature,keyEncipherment"
+    if [[ -n $sans ]]; then
+      echo "extendedKeyUsage=serverAuth,clientAuth"
+      echo "subjectAltName=$sans"
+    else
+      echo "extendedKeyUsage=clientAuth"
+    fi
+  } >"$ext"
+  openssl x509 -req -in "$PKI/$name.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial \
+    -days 365 -sha256 -extfile "$ext" -out "$PKI/$name.crt" 2>/dev/null
+  rm -f "$PKI/$name.csr" "$ext"
+}
+
+# kubeconfig NAME CERT: a kubeconfig using client certificate CERT.
+kubeconfig() {
+  local name=$1 cert=$2
+  cat >"$DIR/$name.conf" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rkubelet
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority: $PKI/ca.crt
+users:
+- name: $name
+  user:
+    client-certificate: $PKI/$cert.crt
+    client-key: $PKI/$cert.key
+contexts:
+- name: $name
+  context: {cluster: rkubelet, user: $name}
+current-context: $name
+EOF
+}
+
+pki() {
+  local node=$1
+  mkdir -p "$PKI"
+  if [[ ! -f $PKI/ca.crt ]]; then
+    openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
+    openssl req -x509 -new -key "$PKI/ca.key" -subj "/CN=rkubelet-ca" -days 365 -sha256 \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  cert apiserver kube-apiserver "" \
+    "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert admin kubernetes-admin system:masters
+  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+  cert controller-manager system:kube-controller-manager
+  cert scheduler system:kube-scheduler
+  cert "node-$node" "system:node:$node" system:nodes
+  cert "node-other" "system:node:other-node" system:nodes
+  [[ -f $PKI/sa.key ]] || openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
+  [[ -f $PKI/sa.pub ]] || openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  kubeconfig admin admin
+  kubeconfig controller-manager controller-manager
+  kubeconfig scheduler scheduler
+  kubeconfig "kubelet-$node" "node-$node"
+  kubeconfig kubelet-other node-other
+}
+
+running() { [[ -f $DIR/$1.pid ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
+
+start() {
+  local name=$1; shift
+  running "$name" && return
+  setsid "$@" >"$DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$DIR/$name.pid"
+}
+
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 1 120); do
+    "$@" >/dev/null 2>&1 && return
+    sleep 0.5
+  done
+  die "$what did not come up; see $DIR/*.log"
+}
+
+up() {
+  local node=${1:-$(hostname | tr 'A-Z' 'a-z')}
+  local bin
+  bin=$(bin_dir)
+  mkdir -p "$DIR"
+  pki "$node"
+  start etcd "$bin/etcd" --name rkubelet --data-dir "$DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls http://127.0.0.1:0 --log-level warn
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --anonymous-auth=false --authorization-mode=Node,RBAC \
+    --enable-admission-plugins=NodeRestriction --allow-privileged=true
+  local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
+  wait_for kube-apiserver "${kubectl[@]}" get --raw /readyz
+  start kube-controller-manager "$bin/kube-controller-manager" \
+    --kubeconfig "$DIR/controller-manager.conf" \
+    --authentication-kubeconfig "$DIR/controller-manager.conf" \
+    --authorization-kubeconfig "$DIR/controller-manager.conf" \
+    --bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR"
+  start kube-scheduler "$bin/kube-scheduler" \
+    --kubeconfig "$DIR/scheduler.conf" \
+    --authentication-kubeconfig "$DIR/scheduler.conf" \
+    --authorization-kubeconfig "$DIR/scheduler.conf" \
+    --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false
+  wait_for "the default service account" "${kubectl[@]}" get serviceaccount default -n default
+  cat <<EOF
+control plane up (state in $DIR); use it with:
+  export KUBECONFIG=$DIR/admin.conf PATH=$bin:\$PATH
+node $node's kubeconfig: $DIR/kubelet-$node.conf
+EOF
+}
+
+down() {
+  local name pid
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
+    name=${COMPONENTS[i]}
+    [[ -f $DIR/$name.pid ]] || continue
+    pid=$(cat "$DIR/$name.pid")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid"
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$DIR/$name.pid"
+  done
+  [[ ${CLEAN:-0} == 1 ]] && rm -rf "$DIR"
+  return 0
+}
+
+case ${1:-} in
+  up) up "${2:-}" ;;
+  down) down ;;
+  env) echo "export KUBECONFIG=$DIR/admin.conf PATH=$(bin_dir):\$PATH" ;;
+  *) die "usage: $0 up [NODE]|down|env" ;;
+esac
