@@ -7,6 +7,7 @@
 pub mod actions;
 pub mod backoff;
 pub mod config;
+pub mod crashloop;
 pub mod duration;
 pub mod lifecycle;
 pub mod manifest;

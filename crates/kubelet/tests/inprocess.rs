@@ -472,3 +472,51 @@ async fn crash_between_create_and_start_leaves_no_duplicate() {
         .await;
     k.stop().await;
 }
+
+#[tokio::test]
+async fn a_crashing_container_backs_off() {
+    let node = Node::new().await;
+    node.write("crash.yaml", &pod("crash", &[("c", "exit 1")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("c runs", WAIT, |_| node.running("c").len() == 1)
+        .await;
+    // The first exit restarts at once…
+    assert!(node.fake.exit_container(&node.running("c")[0].id, 1));
+    node.fake
+        .wait_for("first restart", WAIT, |_| {
+            node.running("c")
+                .first()
+                .is_some_and(|c| restart_count(c) == "1")
+        })
+        .await;
+    // …the second waits out a 10 s back-off, reported as CrashLoopBackOff.
+    assert!(node.fake.exit_container(&node.running("c")[0].id, 1));
+    let waiting = || {
+        k.kubelet.pods_with_status().into_iter().find_map(|p| {
+            let w = p
+                .status?
+                .container_statuses?
+                .first()?
+                .state
+                .clone()?
+                .waiting?;
+            Some((w.reason?, w.message.unwrap_or_default()))
+        })
+    };
+    eventually("CrashLoopBackOff", || {
+        waiting().is_some_and(|(r, _)| r == "CrashLoopBackOff")
+    })
+    .await;
+    let (_, message) = waiting().unwrap();
+    assert!(
+        message.starts_with("back-off 10s restarting failed container=c pod=crash-node1_default("),
+        "{message}"
+    );
+    assert_eq!(
+        node.fake.calls("CreateContainer"),
+        2,
+        "no restart during the back-off"
+    );
+    k.stop().await;
+}

@@ -7,11 +7,14 @@ pub mod config;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::actions::{PodActions, compute_pod_actions};
+use kubelet_core::actions::{PodActions, compute_pod_actions, container_hash};
+use kubelet_core::crashloop::{self, CrashLoopBackoff};
+use kubelet_core::duration::format_go_duration;
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
@@ -48,6 +51,15 @@ pub struct RuntimeManager {
     logs_root: PathBuf,
     host_dns: ResolvConf,
     node_memory: i64,
+    crashloop: Arc<Mutex<CrashLoopBackoff>>,
+}
+
+/// Nanoseconds since the epoch, the clock CRI timestamps use.
+fn wall_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn uid_filter(uid: &PodUid) -> HashMap<String, String> {
@@ -109,6 +121,7 @@ impl RuntimeManager {
             logs_root,
             host_dns,
             node_memory,
+            crashloop: Arc::default(),
         }
     }
 
@@ -288,6 +301,18 @@ impl RuntimeManager {
                     },
                 );
             };
+            if let Some(backoff) = self.crash_backoff(pod, c, status) {
+                let message = format!(
+                    "back-off {} restarting failed container={} pod={}_{}({})",
+                    format_go_duration(backoff),
+                    c.name,
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                    pod.metadata.uid.as_deref().unwrap_or(""),
+                );
+                fail(&mut result, "CrashLoopBackOff", message);
+                continue;
+            }
             let image_ref = match self.ensure_image(c, sandbox_cfg).await {
                 Ok(r) => r,
                 Err((reason, message)) => {
@@ -332,6 +357,31 @@ impl RuntimeManager {
             tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
         }
         Ok(result)
+    }
+
+    /// The back-off still to wait before restarting `c`, whose last run
+    /// exited; None when it may start now (which counts as a restart).
+    fn crash_backoff(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        status: &PodStatus,
+    ) -> Option<std::time::Duration> {
+        let last = status
+            .container(&c.name)
+            .filter(|l| l.state == ContainerState::Exited)?;
+        let key = crashloop::key(
+            pod.metadata.uid.as_deref().unwrap_or(""),
+            &c.name,
+            &container_hash(c),
+        );
+        let now = wall_nanos();
+        let mut backoff = self.crashloop.lock().unwrap_or_else(|e| e.into_inner());
+        backoff.gc(now);
+        backoff
+            .try_restart(&key, last.finished_at, now)
+            .err()
+            .map(|(b, _)| b)
     }
 
     /// Pull as imagePullPolicy says; Err is (waiting reason, message).
