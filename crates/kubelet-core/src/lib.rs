@@ -5,6 +5,7 @@
 //! backoff. The `kubelet` crate drives these against the world.
 
 pub mod actions;
+pub mod admission;
 pub mod backoff;
 pub mod config;
 pub mod crashloop;

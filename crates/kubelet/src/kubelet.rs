@@ -11,9 +11,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_api::ApiClient;
+use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED};
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use tokio::sync::mpsc;
@@ -116,6 +119,8 @@ pub struct Kubelet {
     node_uid: Arc<RwLock<Option<String>>>,
     /// `<runtime>://<version>` for node status.
     runtime_version: Arc<RwLock<String>>,
+    /// Pods admission refused: never started, reported Failed.
+    rejected: Mutex<std::collections::HashSet<PodUid>>,
 }
 
 impl Kubelet {
@@ -160,6 +165,7 @@ impl Kubelet {
             api,
             node_uid: Arc::default(),
             runtime_version: Arc::default(),
+            rejected: Mutex::default(),
             opts,
         })
     }
@@ -442,7 +448,23 @@ impl Kubelet {
                     if !self.pod_manager.add_or_update(pod.clone()) {
                         continue; // a mirror pod: bookkeeping only
                     }
+                    if self
+                        .rejected
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .contains(&uid)
+                    {
+                        continue;
+                    }
                     tracing::info!(op = ?update.op, pod = %name, %uid, source = update.source, "pod update");
+                    if update.op == PodOperation::Add
+                        && update.source == SOURCE_API
+                        && pod.metadata.deletion_timestamp.is_none()
+                        && let Err(r) = self.admit(&pod)
+                    {
+                        self.reject(&pod, r);
+                        continue;
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         let grace = pod.metadata.deletion_grace_period_seconds;
                         tracing::info!(pod = %name, %uid, ?grace, "pod is being deleted");
@@ -452,6 +474,10 @@ impl Kubelet {
                     }
                 }
                 PodOperation::Remove => {
+                    self.rejected
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&uid);
                     if self.pod_manager.remove(&pod).is_some() {
                         tracing::info!(pod = %name, %uid, "pod removed by its source");
                         self.workers.kill_pod(PodTarget::from_pod(pod), None);
@@ -462,6 +488,69 @@ impl Kubelet {
                 }
             }
         }
+    }
+
+    /// Admission of an API pod against this node and the pods active on it.
+    fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        let Some(reg) = &self.opts.registration else {
+            return Ok(());
+        };
+        let facts = NodeFacts {
+            hostname: reg.node_name.clone(),
+            architecture: crate::nodestatus::architecture().into(),
+            ..Default::default()
+        };
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get() as i64)
+            .unwrap_or(1);
+        let node = NodeInfo {
+            name: reg.node_name.clone(),
+            labels: node_labels(&facts, &reg.labels),
+            taints: reg.taints.clone(),
+            allocatable_cpu_millis: cores * 1000,
+            allocatable_memory_bytes: self.opts.node_memory - EVICTION_MEMORY_BYTES,
+            max_pods: self.opts.config.max_pods,
+        };
+        let uid = PodUid::of(pod);
+        let rejected = self
+            .rejected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let pods = self.pod_manager.pods();
+        let active: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| {
+                let u = PodUid::of(p);
+                u != uid
+                    && !rejected.contains(&u)
+                    && !self.workers.state(&u).is_some_and(|s| s.is_finished())
+                    && !self.status.get_pod_status(&u).is_some_and(|s| {
+                        matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
+                    })
+            })
+            .map(|p| p.as_ref())
+            .collect();
+        admit(pod, &node, &active)
+    }
+
+    /// Refuse a pod: Failed with admission's reason, never started.
+    fn reject(&self, pod: &Pod, r: Rejection) {
+        let uid = PodUid::of(pod);
+        tracing::warn!(pod = %kubelet_core::types::pod_full_name(pod), reason = %r.reason, message = %r.message, "pod rejected");
+        self.rejected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid);
+        self.status.set_pod_status(
+            pod,
+            k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(PHASE_FAILED.into()),
+                reason: Some(r.reason),
+                message: Some(r.message),
+                ..Default::default()
+            },
+        );
     }
 
     fn handle_pleg(&self, events: Vec<PodLifecycleEvent>) {

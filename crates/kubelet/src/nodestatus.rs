@@ -70,7 +70,8 @@ fn os_image() -> String {
         .unwrap_or_else(|| "Linux".into())
 }
 
-fn architecture() -> &'static str {
+/// The node's architecture in Kubernetes' spelling.
+pub fn architecture() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",

@@ -1,0 +1,394 @@
+//! Pod admission (upstream's lifecycle/predicate.go): before a pod from the
+//! API server starts, check it fits this node — pod count, cpu and memory
+//! requests against allocatable, node name, node selector and required node
+//! affinity, NoExecute taints. A pod that does not fit is rejected with
+//! upstream's reason (OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, ...)
+//! and never started.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint, Toleration};
+
+use crate::quantity::{parse_bytes, parse_cpu_millis};
+
+/// What admission needs to know about the node.
+#[derive(Clone, Debug, Default)]
+pub struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    pub allocatable_cpu_millis: i64,
+    pub allocatable_memory_bytes: i64,
+    pub max_pods: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+fn reject(reason: &str, message: String) -> Result<(), Rejection> {
+    Err(Rejection {
+        reason: reason.into(),
+        message,
+    })
+}
+
+/// The pod's cpu (millicores) and memory (bytes) requests, as the scheduler
+/// counts them: the sum over containers, or the largest init container if
+/// that is more.
+pub fn pod_requests(pod: &Pod) -> (i64, i64) {
+    let Some(spec) = &pod.spec else {
+        return (0, 0);
+    };
+    let one = |c: &k8s_openapi::api::core::v1::Container| {
+        let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+        let get = |k: &str| {
+            req.and_then(|m| m.get(k))
+                .or_else(|| lim.and_then(|m| m.get(k)))
+        };
+        (
+            get("cpu")
+                .and_then(|q| parse_cpu_millis(q).ok())
+                .unwrap_or(0),
+            get("memory").and_then(|q| parse_bytes(q).ok()).unwrap_or(0),
+        )
+    };
+    let (mut cpu, mut mem) = spec
+        .containers
+        .iter()
+        .map(one)
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    for init in spec.init_containers.iter().flatten() {
+        let (c, m) = one(init);
+        cpu = cpu.max(c);
+        mem = mem.max(m);
+    }
+    (cpu, mem)
+}
+
+fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
+    let value = labels.get(&req.key);
+    let values = req.values.as_deref().unwrap_or(&[]);
+    match req.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (
+                value.and_then(|v| v.parse::<i64>().ok()),
+                values.first().and_then(|b| b.parse::<i64>().ok()),
+            ) else {
+                return false;
+            };
+            if req.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+fn matches_node_affinity(pod: &Pod, node: &NodeInfo) -> bool {
+    let Some(spec) = &pod.spec else {
+        return true;
+    };
+    if let Some(selector) = &spec.node_selector
+        && !selector.iter().all(|(k, v)| node.labels.get(k) == Some(v))
+    {
+        return false;
+    }
+    let required = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|na| {
+            na.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    match required {
+        // Terms are ORed; the expressions of a term are ANDed.
+        Some(sel) => sel.node_selector_terms.iter().any(|term| {
+            let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+            let fields = term.match_fields.as_deref().unwrap_or(&[]);
+            (!exprs.is_empty() || !fields.is_empty())
+                && exprs.iter().all(|r| requirement_matches(r, &node.labels))
+                && fields.iter().all(|r| {
+                    let name = BTreeMap::from([("metadata.name".to_owned(), node.name.clone())]);
+                    requirement_matches(r, &name)
+                })
+        }),
+        None => true,
+    }
+}
+
+fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let key_ok = t
+            .key
+            .as_deref()
+            .is_none_or(|k| k.is_empty() || k == taint.key);
+        let value_ok = match t.operator.as_deref() {
+            Some("Exists") => true,
+            _ => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        };
+        effect_ok
+            && key_ok
+            && value_ok
+            && (t.key.is_some() || t.operator.as_deref() == Some("Exists"))
+    })
+}
+
+/// Whether `pod` may start next to `active` (the pods admitted and not yet
+/// terminal on this node).
+pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejection> {
+    let spec_node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("");
+    if !spec_node.is_empty() && spec_node != node.name {
+        return reject(
+            "NodeName",
+            format!(
+                "Pod was rejected: Predicate NodeName failed: node {spec_node:?} is not {:?}",
+                node.name
+            ),
+        );
+    }
+    let used = active.len() as i64;
+    if used + 1 > i64::from(node.max_pods) {
+        return reject(
+            "OutOfpods",
+            format!(
+                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
+                node.max_pods
+            ),
+        );
+    }
+    let (cpu, mem) = pod_requests(pod);
+    let (used_cpu, used_mem) = active
+        .iter()
+        .map(|p| pod_requests(p))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    for (name, requested, used, capacity) in [
+        ("cpu", cpu, used_cpu, node.allocatable_cpu_millis),
+        ("memory", mem, used_mem, node.allocatable_memory_bytes),
+    ] {
+        if requested > 0 && requested + used > capacity {
+            return reject(
+                &format!("OutOf{name}"),
+                format!(
+                    "Pod was rejected: Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+                ),
+            );
+        }
+    }
+    if !matches_node_affinity(pod, node) {
+        return reject(
+            "NodeAffinity",
+            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),
+        );
+    }
+    let tolerations = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[]);
+    if let Some(t) = node
+        .taints
+        .iter()
+        .find(|t| t.effect == "NoExecute" && !tolerates(tolerations, t))
+    {
+        return reject(
+            "TaintToleration",
+            format!(
+                "Pod was rejected: Predicate TaintToleration failed: node(s) had untolerated taint {{{}: {}}}",
+                t.key,
+                t.value.as_deref().unwrap_or("")
+            ),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodSpec,
+        ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    fn node() -> NodeInfo {
+        NodeInfo {
+            name: "node1".into(),
+            labels: BTreeMap::from([("zone".into(), "a".into()), ("rank".into(), "5".into())]),
+            taints: vec![Taint {
+                key: "dedicated".into(),
+                value: Some("infra".into()),
+                effect: "NoExecute".into(),
+                time_added: None,
+            }],
+            allocatable_cpu_millis: 2000,
+            allocatable_memory_bytes: 1 << 30,
+            max_pods: 3,
+        }
+    }
+
+    fn pod(cpu: &str, mem: &str) -> Pod {
+        let mut requests = BTreeMap::new();
+        if !cpu.is_empty() {
+            requests.insert("cpu".to_string(), Quantity(cpu.into()));
+        }
+        if !mem.is_empty() {
+            requests.insert("memory".to_string(), Quantity(mem.into()));
+        }
+        Pod {
+            spec: Some(PodSpec {
+                node_name: Some("node1".into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(requests),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                tolerations: Some(vec![Toleration {
+                    key: Some("dedicated".into()),
+                    operator: Some("Equal".into()),
+                    value: Some("infra".into()),
+                    effect: Some("NoExecute".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn with(mut p: Pod, f: impl FnOnce(&mut PodSpec)) -> Pod {
+        f(p.spec.as_mut().unwrap());
+        p
+    }
+
+    fn affinity(op: &str, key: &str, values: &[&str]) -> Option<Affinity> {
+        Some(Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: key.into(),
+                            operator: op.into(),
+                            values: Some(values.iter().map(|v| v.to_string()).collect()),
+                        }]),
+                        match_fields: None,
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn table() {
+        let small = pod("500m", "100Mi");
+        let cases: Vec<(&str, Pod, Vec<Pod>, Option<&str>)> = vec![
+            ("fits", small.clone(), vec![], None),
+            (
+                "cpu over allocatable",
+                pod("2500m", ""),
+                vec![],
+                Some("OutOfcpu"),
+            ),
+            (
+                "cpu over with others",
+                pod("1", ""),
+                vec![pod("1500m", "")],
+                Some("OutOfcpu"),
+            ),
+            ("memory", pod("", "2Gi"), vec![], Some("OutOfmemory")),
+            (
+                "pods",
+                small.clone(),
+                vec![small.clone(), small.clone(), small.clone()],
+                Some("OutOfpods"),
+            ),
+            (
+                "other node",
+                with(small.clone(), |s| s.node_name = Some("node2".into())),
+                vec![],
+                Some("NodeName"),
+            ),
+            (
+                "selector matches",
+                with(small.clone(), |s| {
+                    s.node_selector = Some(BTreeMap::from([("zone".into(), "a".into())]))
+                }),
+                vec![],
+                None,
+            ),
+            (
+                "selector does not match",
+                with(small.clone(), |s| {
+                    s.node_selector = Some(BTreeMap::from([("zone".into(), "b".into())]))
+                }),
+                vec![],
+                Some("NodeAffinity"),
+            ),
+            (
+                "affinity In",
+                with(small.clone(), |s| {
+                    s.affinity = affinity("In", "zone", &["a", "b"])
+                }),
+                vec![],
+                None,
+            ),
+            (
+                "affinity NotIn",
+                with(small.clone(), |s| {
+                    s.affinity = affinity("NotIn", "zone", &["a"])
+                }),
+                vec![],
+                Some("NodeAffinity"),
+            ),
+            (
+                "affinity Gt",
+                with(small.clone(), |s| {
+                    s.affinity = affinity("Gt", "rank", &["3"])
+                }),
+                vec![],
+                None,
+            ),
+            (
+                "untolerated NoExecute taint",
+                with(small.clone(), |s| s.tolerations = None),
+                vec![],
+                Some("TaintToleration"),
+            ),
+        ];
+        let n = node();
+        for (name, p, active, want) in cases {
+            let active: Vec<&Pod> = active.iter().collect();
+            let got = admit(&p, &n, &active).err().map(|r| r.reason);
+            assert_eq!(got.as_deref(), want, "{name}");
+        }
+        let msg = admit(&pod("2500m", ""), &n, &[]).unwrap_err().message;
+        assert_eq!(
+            msg,
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000"
+        );
+    }
+}
