@@ -17,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::SourceSnapshot;
 
-/// How long a burst of inotify events must stay quiet before the directory is rescanned,
-/// and the longest a burst can delay the rescan.
+/// After a bare create (a file likely still being written): how long the
+/// directory must stay quiet before it is rescanned, and the longest wait.
 const DEBOUNCE_QUIET: Duration = Duration::from_millis(50);
 const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
 
@@ -277,32 +277,41 @@ impl DirWatcher {
         }
     }
 
-    /// Resolves after a burst of directory events has gone quiet; never resolves without
-    /// inotify.
+    /// Resolves when the directory changed; never resolves without inotify.
+    /// A finished write, a rename or a removal resolves at once (no added
+    /// latency for the common case); a bare create, usually a file still
+    /// being written, waits for the burst to go quiet (at most
+    /// DEBOUNCE_MAX) so a half-written manifest is not reported. Events
+    /// already queued are folded into the same rescan.
     async fn changed(&mut self) {
         let Some(stream) = self.stream.as_mut() else {
             return std::future::pending().await;
         };
         let first = stream.next().await;
+        let only_created = matches!(&first, Some(Ok(e)) if e.mask.contains(EventMask::CREATE));
         if !self.note(first) {
             return;
         }
-        let deadline = Instant::now() + DEBOUNCE_MAX;
-        loop {
-            let Some(stream) = self.stream.as_mut() else {
-                return;
-            };
-            let quiet_until = (Instant::now() + DEBOUNCE_QUIET).min(deadline);
-            match tokio::time::timeout_at(quiet_until, stream.next()).await {
-                Ok(event) => {
-                    if !self.note(event) {
-                        return;
+        if only_created {
+            let deadline = Instant::now() + DEBOUNCE_MAX;
+            loop {
+                let Some(stream) = self.stream.as_mut() else {
+                    return;
+                };
+                let quiet_until = (Instant::now() + DEBOUNCE_QUIET).min(deadline);
+                match tokio::time::timeout_at(quiet_until, stream.next()).await {
+                    Ok(event) => {
+                        let settled =
+                            matches!(&event, Some(Ok(e)) if !e.mask.contains(EventMask::CREATE));
+                        if !self.note(event) || settled {
+                            break;
+                        }
                     }
+                    Err(_quiet) => break,
                 }
-                Err(_quiet) => break,
-            }
-            if Instant::now() >= deadline {
-                break;
+                if Instant::now() >= deadline {
+                    break;
+                }
             }
         }
         // Whatever else is already queued belongs to this rescan too.
