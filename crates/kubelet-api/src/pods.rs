@@ -138,3 +138,18 @@ pub async fn create_mirror(api: &ApiClient, mirror: &Pod) -> Result<Pod, ApiErro
         .await
         .map_err(|e| ApiError::from_kube("create", what(ns, name), e))
 }
+
+/// Record a core/v1 Event (what `kubectl describe` shows).
+pub async fn create_event(
+    api: &ApiClient,
+    event: &k8s_openapi::api::core::v1::Event,
+) -> Result<(), ApiError> {
+    let ns = event.metadata.namespace.as_deref().unwrap_or("default");
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(api.ready().await.clone(), ns);
+    events
+        .create(&PostParams::default(), event)
+        .await
+        .map(drop)
+        .map_err(|e| ApiError::from_kube("create", format!("events/{ns}"), e))
+}

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
+use crate::events::{Involved, Recorder, WARNING};
 use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
 use crate::kuberuntime::{PodRef, RuntimeManager};
 use crate::nodestatus::{NodeRegistration, NodeStatusController};
@@ -121,6 +122,9 @@ pub struct Kubelet {
     runtime_version: Arc<RwLock<String>>,
     /// Pods admission refused: never started, reported Failed.
     rejected: Mutex<std::collections::HashSet<PodUid>>,
+    events: Recorder,
+    /// Taken by the event writer task when the API server is configured.
+    events_rx: Mutex<Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>>,
 }
 
 impl Kubelet {
@@ -131,11 +135,19 @@ impl Kubelet {
         api: Option<ApiClient>,
         cancel: CancellationToken,
     ) -> Arc<Kubelet> {
+        let (events, events_rx) = match &api {
+            Some(_) => {
+                let (r, rx) = Recorder::with_queue(opts.node_name.clone());
+                (r, Some(rx))
+            }
+            None => (Recorder::log_only(opts.node_name.clone()), None),
+        };
         let runtime = RuntimeManager::new(
             cri,
             opts.config.pod_logs_dir.clone(),
             opts.host_dns.clone(),
             opts.node_memory,
+            events.clone(),
         );
         let tasks = Tasks::new(cancel);
         let syncer = Syncer {
@@ -166,6 +178,8 @@ impl Kubelet {
             node_uid: Arc::default(),
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
+            events,
+            events_rx: Mutex::new(events_rx),
             opts,
         })
     }
@@ -298,16 +312,29 @@ impl Kubelet {
             node_memory: self.opts.node_memory,
             reg: reg.clone(),
             node_uid: self.node_uid.clone(),
+            events: self.events.clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {
                 controller.run(token)
             });
-        let (me, api) = (self.clone(), api.clone());
+        let (me, sync_api) = (self.clone(), api.clone());
         self.tasks
             .spawn(tracing::info_span!("status_sync"), move |token| {
-                me.status_sync(api, token)
+                me.status_sync(sync_api, token)
             });
+        if let Some(rx) = self
+            .events_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            let api = api.clone();
+            self.tasks
+                .spawn(tracing::info_span!("events"), move |token| {
+                    crate::events::run_event_writer(api, rx, token)
+                });
+        }
     }
 
     /// Read the runtime's Version and Status until it answers healthy, then
@@ -542,6 +569,12 @@ impl Kubelet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(uid);
+        self.events.event(
+            &Involved::pod(pod, None),
+            WARNING,
+            &r.reason,
+            r.message.clone(),
+        );
         self.status.set_pod_status(
             pod,
             k8s_openapi::api::core::v1::PodStatus {

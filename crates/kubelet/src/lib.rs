@@ -5,8 +5,10 @@
 //! Three owners of state: the pod manager (desired), the pod workers
 //! (actual), the status manager (reported).
 
+pub mod clock;
 pub mod config;
 pub mod error;
+pub mod events;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod nodestatus;

@@ -9,8 +9,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ContainerImage, NodeStatus, Taint};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use k8s_openapi::jiff::Timestamp;
 use kubelet_api::ApiClient;
 use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
 use kubelet_core::backoff::Backoff;
@@ -21,6 +19,7 @@ use kubelet_cri::client::CriClient;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{Involved, NORMAL, Recorder};
 use crate::runtime_state::RuntimeState;
 
 /// The version rkubelet reports as kubeletVersion: the Kubernetes API it
@@ -54,6 +53,7 @@ pub struct NodeStatusController {
     pub reg: NodeRegistration,
     /// Set once the node is registered (mirror pods name it as owner).
     pub node_uid: Arc<RwLock<Option<String>>>,
+    pub events: Recorder,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -90,14 +90,6 @@ pub fn detect_node_ip() -> String {
         })
         .map(|a| a.ip().to_string())
         .unwrap_or_else(|_| "127.0.0.1".into())
-}
-
-fn now_time() -> Timestamp {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0);
-    Timestamp::from_microsecond(secs).unwrap_or(Timestamp::UNIX_EPOCH)
 }
 
 impl NodeStatusController {
@@ -162,6 +154,12 @@ impl NodeStatusController {
                 match register(&self.api, &node).await {
                     Ok(n) => {
                         tracing::info!(node = %self.reg.node_name, "node registered");
+                        self.events.event(
+                            &Involved::node(&self.reg.node_name, n.metadata.uid.clone()),
+                            NORMAL,
+                            "Starting",
+                            "Starting kubelet.",
+                        );
                         *self.node_uid.write().unwrap_or_else(|e| e.into_inner()) =
                             n.metadata.uid.clone();
                         break n.metadata.uid;
@@ -192,7 +190,7 @@ impl NodeStatusController {
                 _ = tick.tick() => {}
             }
             let facts = self.facts().await;
-            let now = Time(now_time());
+            let now = crate::clock::now_time();
             let status = node_status(&facts, &self.readiness(), sent.as_ref().map(|s| &s.0), &now);
             let due = match &sent {
                 None => true,
@@ -211,6 +209,23 @@ impl NodeStatusController {
                     let is = ready_status(&status).map(str::to_owned);
                     if was != is {
                         tracing::info!(ready = ?is, "node readiness reported");
+                        let node_uid = self
+                            .node_uid
+                            .read()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        let about = Involved::node(&self.reg.node_name, node_uid);
+                        let (reason, message) = if is.as_deref() == Some("True") {
+                            ("NodeReady", "NodeReady")
+                        } else {
+                            ("NodeNotReady", "NodeNotReady")
+                        };
+                        self.events.event(
+                            &about,
+                            NORMAL,
+                            reason,
+                            format!("Node {} status is now: {message}", self.reg.node_name),
+                        );
                     }
                     sent = Some((status, Instant::now()));
                 }
@@ -224,7 +239,7 @@ impl NodeStatusController {
             LeaseHeartbeat::new(self.reg.node_name.clone(), node_uid, LEASE_DURATION_SECONDS);
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         loop {
-            let delay = match lease.renew(&self.api, MicroTime(now_time())).await {
+            let delay = match lease.renew(&self.api, crate::clock::now_micro()).await {
                 Ok(()) => {
                     backoff.reset();
                     LEASE_RENEW_INTERVAL

@@ -9,8 +9,6 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, carry_over};
 use kubelet_core::types::PodUid;
 
@@ -27,15 +25,6 @@ pub struct StatusManager {
     changed: Arc<Notify>,
 }
 
-/// The wall-clock time statuses record (seconds, as the API stores them).
-fn wall_clock_now() -> Time {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    Time(Timestamp::from_second(secs).unwrap_or(Timestamp::UNIX_EPOCH))
-}
-
 fn terminal(s: &PodStatus) -> bool {
     matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
 }
@@ -50,7 +39,7 @@ impl StatusManager {
     /// PodScheduled, a start time from before a restart).
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = PodUid::of(pod);
-        let now = wall_clock_now();
+        let now = crate::clock::now_time();
         let mut inner = self.lock();
         let old = inner
             .statuses

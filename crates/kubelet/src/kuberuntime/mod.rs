@@ -24,6 +24,7 @@ use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
+use crate::events::{Involved, NORMAL, Recorder, WARNING};
 
 /// Upstream never kills with less than this grace period (seconds).
 pub const MIN_GRACE_PERIOD: i64 = 2;
@@ -52,14 +53,7 @@ pub struct RuntimeManager {
     host_dns: ResolvConf,
     node_memory: i64,
     crashloop: Arc<Mutex<CrashLoopBackoff>>,
-}
-
-/// Nanoseconds since the epoch, the clock CRI timestamps use.
-fn wall_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
+    events: Recorder,
 }
 
 fn uid_filter(uid: &PodUid) -> HashMap<String, String> {
@@ -115,13 +109,20 @@ fn pull_policy_default(image: &str) -> &'static str {
 }
 
 impl RuntimeManager {
-    pub fn new(cri: CriClient, logs_root: PathBuf, host_dns: ResolvConf, node_memory: i64) -> Self {
+    pub fn new(
+        cri: CriClient,
+        logs_root: PathBuf,
+        host_dns: ResolvConf,
+        node_memory: i64,
+        events: Recorder,
+    ) -> Self {
         RuntimeManager {
             cri,
             logs_root,
             host_dns,
             node_memory,
             crashloop: Arc::default(),
+            events,
         }
     }
 
@@ -251,11 +252,15 @@ impl RuntimeManager {
         if actions.kill_pod {
             self.kill_pod(status, grace).await?;
         }
+        for k in &actions.containers_to_kill {
+            tracing::info!(container = %k.name, reason = %k.reason, "killing container");
+        }
         self.stop_containers(
-            actions.containers_to_kill.iter().map(|k| {
-                tracing::info!(container = %k.name, reason = %k.reason, "killing container");
-                k.id.as_str()
-            }),
+            status,
+            actions
+                .containers_to_kill
+                .iter()
+                .map(|k| (k.id.as_str(), k.name.as_str())),
             grace,
         )
         .await?;
@@ -288,8 +293,24 @@ impl RuntimeManager {
             .unwrap_or(&[]);
         for start in &actions.containers_to_start {
             let c = &containers[start.index];
+            let about = Involved::pod(pod, Some(&c.name));
             let fail = |result: &mut SyncResult, reason: &str, message: String| {
                 tracing::warn!(container = %c.name, %reason, %message, "container not started");
+                if reason == "CrashLoopBackOff" {
+                    self.events.event(
+                        &about,
+                        WARNING,
+                        "BackOff",
+                        format!(
+                            "Back-off restarting failed container {} in pod {}",
+                            c.name,
+                            kubelet_core::types::pod_full_name(pod)
+                        ),
+                    );
+                } else {
+                    self.events
+                        .event(&about, WARNING, "Failed", format!("Error: {reason}"));
+                }
                 result
                     .errors
                     .push(format!("{}: {reason}: {message}", c.name));
@@ -313,7 +334,7 @@ impl RuntimeManager {
                 fail(&mut result, "CrashLoopBackOff", message);
                 continue;
             }
-            let image_ref = match self.ensure_image(c, sandbox_cfg).await {
+            let image_ref = match self.ensure_image(c, &about, sandbox_cfg).await {
                 Ok(r) => r,
                 Err((reason, message)) => {
                     fail(&mut result, reason, message);
@@ -350,10 +371,22 @@ impl RuntimeManager {
                     continue;
                 }
             };
+            self.events.event(
+                &about,
+                NORMAL,
+                "Created",
+                format!("Created container: {}", c.name),
+            );
             if let Err(e) = self.cri.start_container(&id).await {
                 fail(&mut result, "RunContainerError", e.message);
                 continue;
             }
+            self.events.event(
+                &about,
+                NORMAL,
+                "Started",
+                format!("Started container {}", c.name),
+            );
             tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
         }
         Ok(result)
@@ -375,7 +408,7 @@ impl RuntimeManager {
             &c.name,
             &container_hash(c),
         );
-        let now = wall_nanos();
+        let now = crate::clock::now_nanos();
         let mut backoff = self.crashloop.lock().unwrap_or_else(|e| e.into_inner());
         backoff.gc(now);
         backoff
@@ -388,6 +421,7 @@ impl RuntimeManager {
     async fn ensure_image(
         &self,
         c: &k8s_openapi::api::core::v1::Container,
+        about: &Involved,
         sandbox_cfg: impl Fn() -> cri::PodSandboxConfig,
     ) -> Result<String, (&'static str, String)> {
         let image = c.image.as_deref().unwrap_or("");
@@ -403,36 +437,84 @@ impl RuntimeManager {
             Err(e) => return Err(("ErrImageInspect", e.message)),
         };
         match present {
-            Some(id) if policy != "Always" => Ok(id),
+            Some(id) if policy != "Always" => {
+                self.events.event(
+                    about,
+                    NORMAL,
+                    "Pulled",
+                    format!("Container image {image:?} already present on machine"),
+                );
+                Ok(id)
+            }
             None if policy == "Never" => Err((
                 "ErrImageNeverPull",
                 format!("Container image {image:?} is not present with pull policy of Never"),
             )),
             _ => {
                 tracing::info!(%image, "pulling image");
-                self.cri
-                    .pull_image(image, Some(sandbox_cfg()))
-                    .await
-                    .map_err(|e| ("ErrImagePull", e.message))
+                self.events
+                    .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
+                let started = tokio::time::Instant::now();
+                let pulled = self.cri.pull_image(image, Some(sandbox_cfg())).await;
+                match &pulled {
+                    Ok(_) => self.events.event(
+                        about,
+                        NORMAL,
+                        "Pulled",
+                        format!(
+                            "Successfully pulled image {image:?} in {}",
+                            format_go_duration(started.elapsed())
+                        ),
+                    ),
+                    Err(e) => self.events.event(
+                        about,
+                        WARNING,
+                        "Failed",
+                        format!("Failed to pull image {image:?}: {}", e.message),
+                    ),
+                }
+                pulled.map_err(|e| ("ErrImagePull", e.message))
             }
         }
     }
 
+    /// Stop containers (id, name) of the pod in parallel, each with its
+    /// Killing event.
     async fn stop_containers<'a>(
         &self,
-        ids: impl Iterator<Item = &'a str>,
+        status: &PodStatus,
+        containers: impl Iterator<Item = (&'a str, &'a str)>,
         grace: i64,
     ) -> Result<(), CriError> {
-        let stops =
-            ids.map(|id| async move { ok_if_not_found(self.cri.stop_container(id, grace).await) });
+        let stops = containers.map(|(id, name)| {
+            let about = Involved::pod_ref(
+                &status.namespace,
+                &status.name,
+                status.uid.as_str(),
+                Some(name),
+            );
+            self.events.event(
+                &about,
+                NORMAL,
+                "Killing",
+                format!("Stopping container {name}"),
+            );
+            async move { ok_if_not_found(self.cri.stop_container(id, grace).await) }
+        });
         join_all(stops).await.into_iter().collect()
     }
 
     /// Stop every running container (in parallel, each with `grace` seconds
     /// between SIGTERM and SIGKILL), then every ready sandbox.
     pub async fn kill_pod(&self, status: &PodStatus, grace: i64) -> Result<(), CriError> {
-        self.stop_containers(status.running_containers().map(|c| c.id.as_str()), grace)
-            .await?;
+        self.stop_containers(
+            status,
+            status
+                .running_containers()
+                .map(|c| (c.id.as_str(), c.name.as_str())),
+            grace,
+        )
+        .await?;
         for sb in status
             .sandboxes
             .iter()
