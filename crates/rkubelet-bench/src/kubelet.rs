@@ -1,0 +1,215 @@
+//! rkubelet as a child process: its directories, config file, log, and
+//! orderly stop (SIGTERM, SIGKILL after a grace period).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+/// Log line rkubelet prints once its sync loop runs.
+const READY_LINE: &str = "starting the sync loop";
+/// How long to wait for [`READY_LINE`].
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// SIGTERM to SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+pub struct Kubelet {
+    child: Child,
+    pid: u32,
+    pub manifest_dir: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl Kubelet {
+    /// Start rkubelet with its own manifest, root and log directories under `work`.
+    pub fn spawn(
+        binary: &Path,
+        endpoint: &str,
+        node: &str,
+        work: &Path,
+    ) -> anyhow::Result<Kubelet> {
+        let manifest_dir = work.join("manifests");
+        let root_dir = work.join("root");
+        let logs_dir = work.join("pod-logs");
+        for d in [&manifest_dir, &root_dir, &logs_dir] {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let config = work.join("kubelet-config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "kind: KubeletConfiguration\n\
+                 apiVersion: kubelet.config.k8s.io/v1beta1\n\
+                 podLogsDir: {}\n\
+                 healthzPort: 0\n\
+                 readOnlyPort: 0\n",
+                logs_dir.display()
+            ),
+        )
+        .with_context(|| format!("writing {}", config.display()))?;
+        let log_path = work.join("rkubelet.log");
+        let log =
+            File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let log2 = log.try_clone().context("duplicating the log file handle")?;
+        let child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .arg("--container-runtime-endpoint")
+            .arg(endpoint)
+            .arg("--pod-manifest-path")
+            .arg(&manifest_dir)
+            .arg("--root-dir")
+            .arg(&root_dir)
+            .arg("--hostname-override")
+            .arg(node)
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2))
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let pid = child.id().context("rkubelet exited at once")?;
+        Ok(Kubelet {
+            child,
+            pid,
+            manifest_dir,
+            log_path,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Fails if rkubelet has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait().context("waiting for rkubelet")? {
+            bail!(
+                "rkubelet exited unexpectedly ({status}); last log lines:\n{}",
+                self.log_tail(20)
+            );
+        }
+        Ok(())
+    }
+
+    /// Wait until rkubelet's log says the sync loop runs. Returns false
+    /// (rkubelet still alive) if it did not say so in time.
+    pub async fn wait_ready(&mut self) -> anyhow::Result<bool> {
+        let start = Instant::now();
+        while start.elapsed() < READY_TIMEOUT {
+            self.check_alive()?;
+            if std::fs::read_to_string(&self.log_path).is_ok_and(|log| log.contains(READY_LINE)) {
+                return Ok(true);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(false)
+    }
+
+    /// SIGTERM, then SIGKILL after [`STOP_GRACE`]. Returns how it ended.
+    pub async fn stop(&mut self) -> anyhow::Result<String> {
+        if let Some(status) = self.child.try_wait()? {
+            return Ok(format!("had already exited ({status})"));
+        }
+        // No unsafe code here (workspace lint): let kill(1) send the signal.
+        let sent = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status()
+            .context("running kill -TERM")?;
+        if !sent.success() {
+            bail!("kill -TERM {} failed ({sent})", self.pid);
+        }
+        let start = Instant::now();
+        match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
+            Ok(status) => {
+                let status = status.context("waiting for rkubelet")?;
+                Ok(format!(
+                    "exited {:.2} s after SIGTERM ({status})",
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            Err(_) => {
+                self.child.kill().await.context("killing rkubelet")?;
+                Ok(format!(
+                    "did not exit within {STOP_GRACE:?} of SIGTERM: killed with SIGKILL"
+                ))
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read(&self.log_path)
+            .map(|b| strip_ansi(&String::from_utf8_lossy(&b)))
+            .unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Warning and error lines of the log: (warnings, errors, distinct
+    /// messages without their timestamps, at most `keep`).
+    pub fn log_problems(&self, keep: usize) -> (usize, usize, Vec<String>) {
+        let text = self.log_text();
+        let (mut warns, mut errors) = (0, 0);
+        let mut distinct: Vec<String> = Vec::new();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            let _timestamp = words.next();
+            let level = words.next().unwrap_or("");
+            match level {
+                "WARN" => warns += 1,
+                "ERROR" => errors += 1,
+                _ if line.starts_with("rkubelet:") || line.contains("panicked") => errors += 1,
+                _ => continue,
+            }
+            let msg = line
+                .split_once(char::is_whitespace)
+                .map_or(line, |(_, rest)| rest)
+                .trim()
+                .to_owned();
+            if distinct.len() < keep && !distinct.contains(&msg) {
+                distinct.push(msg);
+            }
+        }
+        (warns, errors, distinct)
+    }
+}
+
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ params final-byte (0x40..=0x7e)
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('\u{40}'..='\u{7e}').contains(&c) {
+                        break;
+                    }
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_ansi;
+
+    #[test]
+    fn strips_colors() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[33m WARN\u{1b}[0m x"),
+            "2026  WARN x"
+        );
+    }
+}
