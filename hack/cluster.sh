@@ -98,7 +98,13 @@ pki() {
   kubeconfig kubelet-other node-other
 }
 
-running() { [[ -f $DIR/$1.pid ]] && kill -0 "$(cat "$DIR/$1.pid")" 2>/dev/null; }
+# Alive and not a zombie (PID 1 here may reap late).
+running() {
+  local pid
+  [[ -f $DIR/$1.pid ]] || return 1
+  pid=$(cat "$DIR/$1.pid")
+  [[ -r /proc/$pid/stat ]] && [[ $(cut -d' ' -f3 "/proc/$pid/stat") != Z ]]
+}
 
 start() {
   local name=$1; shift
@@ -134,7 +140,7 @@ up() {
     --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type=none \
     --anonymous-auth=false --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction --allow-privileged=true
   local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
@@ -143,7 +149,7 @@ up() {
     --kubeconfig "$DIR/controller-manager.conf" \
     --authentication-kubeconfig "$DIR/controller-manager.conf" \
     --authorization-kubeconfig "$DIR/controller-manager.conf" \
-    --bind-address 127.0.0.1 --secure-port 10257 --leader-elect=false \
+    --secure-port 0 --leader-elect=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
     --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR"
@@ -151,7 +157,7 @@ up() {
     --kubeconfig "$DIR/scheduler.conf" \
     --authentication-kubeconfig "$DIR/scheduler.conf" \
     --authorization-kubeconfig "$DIR/scheduler.conf" \
-    --bind-address 127.0.0.1 --secure-port 10259 --leader-elect=false
+    --secure-port 0 --leader-elect=false
   wait_for "the default service account" "${kubectl[@]}" get serviceaccount default -n default
   cat <<EOF
 control plane up (state in $DIR); use it with:

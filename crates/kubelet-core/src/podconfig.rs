@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::types::{PodOperation, PodUid, PodUpdate, keys, pod_full_name};
+use crate::types::{PodOperation, PodUid, PodUpdate, is_mirror_pod, keys, pod_full_name};
 
 /// Per-source desired pods, merged like upstream's PodConfig (pkg/kubelet/config/config.go).
 #[derive(Debug, Default)]
@@ -50,7 +50,9 @@ impl PodStorage {
         let mut uids: HashMap<&PodUid, &'static str> = HashMap::new();
         for (&other, their_pods) in &self.pods {
             for (uid, pod) in their_pods {
-                names.insert(pod_full_name(pod), (uid.clone(), other));
+                if !is_mirror_pod(pod) {
+                    names.insert(pod_full_name(pod), (uid.clone(), other));
+                }
                 uids.insert(uid, other);
             }
         }
@@ -80,17 +82,20 @@ impl PodStorage {
                 reject("the UID appears more than once in this source".into());
                 continue;
             }
-            match names.get(&full_name) {
-                Some((other_uid, other)) if *other_uid != uid => {
-                    reject(format!(
-                        "namespace/name already used by uid {:?} from source {other:?}",
-                        other_uid.as_str()
-                    ));
-                    continue;
+            // A mirror pod shares its static pod's name by design.
+            if !is_mirror_pod(&pod) {
+                match names.get(&full_name) {
+                    Some((other_uid, other)) if *other_uid != uid => {
+                        reject(format!(
+                            "namespace/name already used by uid {:?} from source {other:?}",
+                            other_uid.as_str()
+                        ));
+                        continue;
+                    }
+                    _ => {}
                 }
-                _ => {}
+                names.insert(full_name, (uid.clone(), source));
             }
-            names.insert(full_name, (uid.clone(), source));
 
             pod.metadata
                 .annotations
@@ -523,5 +528,24 @@ mod tests {
         assert!(errors[0].contains("default/web"), "{}", errors[0]);
         assert!(errors[0].contains("\"2\""), "{}", errors[0]);
         assert!(errors[0].contains("\"api\""), "{}", errors[0]);
+    }
+
+    #[test]
+    fn a_mirror_pod_may_share_its_static_pods_name() {
+        let mut st = PodStorage::new();
+        st.set("file", vec![pod("web-node1", "static")], "t0");
+        let mut mirror = pod("web-node1", "mirror");
+        mirror
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(keys::CONFIG_MIRROR.into(), "hash".into());
+        let (updates, errors) = st.set("api", vec![mirror], "t1");
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].op, PodOperation::Add);
+        // A non-mirror pod with the name is still refused.
+        let (_, errors) = st.set("api", vec![pod("web-node1", "other")], "t2");
+        assert_eq!(errors.len(), 1);
     }
 }

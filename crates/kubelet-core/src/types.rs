@@ -41,6 +41,15 @@ pub fn pod_full_name(pod: &Pod) -> String {
     )
 }
 
+/// Whether `pod` is a mirror pod (a static pod's reflection in the API):
+/// bookkeeping, never run.
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(keys::CONFIG_MIRROR))
+}
+
 /// The source a pod came from (`kubernetes.io/config.source`).
 pub const SOURCE_FILE: &str = "file";
 pub const SOURCE_API: &str = "api";

@@ -6,15 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::types::{PodUid, keys, pod_full_name};
-
-/// Whether `pod` is a mirror pod (a static pod's reflection in the API).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(keys::CONFIG_MIRROR))
-}
+use kubelet_core::types::{PodUid, is_mirror_pod, pod_full_name};
 
 #[derive(Default)]
 struct Inner {

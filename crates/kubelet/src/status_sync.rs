@@ -40,7 +40,8 @@ pub fn is_static_pod(pod: &Pod) -> bool {
 
 /// The mirror pod of a static pod: same name, spec and labels, the
 /// `kubernetes.io/config.mirror` annotation holding the static pod's
-/// config hash, and the Node as owner (what NodeRestriction requires).
+/// config hash, and the Node as controlling owner (what NodeRestriction
+/// requires).
 pub fn mirror_pod(pod: &Pod, node: &str, node_uid: &str) -> Pod {
     let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let hash = annotations
@@ -59,6 +60,7 @@ pub fn mirror_pod(pod: &Pod, node: &str, node_uid: &str) -> Pod {
                 kind: "Node".into(),
                 name: node.into(),
                 uid: node_uid.into(),
+                controller: Some(true),
                 ..Default::default()
             }]),
             ..Default::default()
@@ -232,10 +234,14 @@ impl Kubelet {
                     state.mirrors_pending.insert(name, (hash, Instant::now()));
                     self.status.mark_dirty(&PodUid::of(pod));
                 }
-                Err(e) if e.is_conflict() => {
+                Err(e) => {
+                    // Exists already (the watch will show it) or refused:
+                    // either way, not again before MIRROR_PENDING.
+                    if !e.is_conflict() {
+                        tracing::warn!(pod = %name, error = %e, "creating a mirror pod");
+                    }
                     state.mirrors_pending.insert(name, (hash, Instant::now()));
                 }
-                Err(e) => tracing::warn!(pod = %name, error = %e, "creating a mirror pod"),
             }
         }
         for m in self.pod_manager.mirrors() {

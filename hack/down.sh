@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Stop what hack/up.sh started: rkubelet, the private containerd (and the
+# pods' mounts, bridge and state), the control plane. Leaves nothing running.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export RKUBELET_CLUSTER_DIR=${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}
+export RKUBELET_RUNTIME_DIR=${RKUBELET_RUNTIME_DIR:-$RKUBELET_CLUSTER_DIR/runtime}
+state=$RKUBELET_CLUSTER_DIR/node
+
+if [[ -f $state/rkubelet.pid ]]; then
+  pid=$(cat "$state/rkubelet.pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$state/rkubelet.pid"
+fi
+hack/containerd.sh stop
+CLEAN=1 hack/cluster.sh down
+echo "stopped: rkubelet, containerd, control plane (state removed)"
