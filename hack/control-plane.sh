@@ -14,7 +14,7 @@ REPO_ROOT=$PWD
 
 K8S_VERSION=v1.37.2
 MOD_DIR=$REPO_ROOT/hack/k8s
-CACHE_ROOT=${RKUBELET_CACHE:-$REPO_ROOT/.cache}
+CACHE_ROOT=${RKUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkubelet}
 BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
 
 die() { echo "control-plane.sh: error: $*" >&2; exit 1; }

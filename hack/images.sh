@@ -15,7 +15,7 @@
 #   registry.k8s.io/pause:3.10   Cmd ["sleep","2147483647"]  (the sandbox image)
 #
 # The OCI layout tarball is cached under
-# ${RKUBELET_CACHE:-<repo>/.cache}/images/<recipe>-busybox-<version>-<arch>/
+# ${RKUBELET_CACHE:-~/.cache/rkubelet}/images/<recipe>-busybox-<version>-<arch>/
 # and is byte-for-byte reproducible. An image whose name already points at
 # the expected manifest digest is not imported again.
 set -euo pipefail
@@ -198,7 +198,7 @@ main() {
 
   local arch cache key dir
   arch=$(oci_arch)
-  cache=${RKUBELET_CACHE:-$REPO_ROOT/.cache}
+  cache=${RKUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkubelet}
   key="r${RECIPE_VERSION}-busybox-${bb_version//[^A-Za-z0-9.-]/_}-${arch}"
   dir="$cache/images/$key"
   if [[ ! -f "$dir/images.tar" || ! -f "$dir/refs" ]]; then
