@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use crate::status::transition_time;
+
 /// What the kubelet knows about its host, gathered once (and the images, on
 /// each update).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -192,12 +194,11 @@ pub fn node_status(
         let prev = previous
             .and_then(|p| p.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
-        c.last_transition_time = match prev {
-            Some(p) if p.status == c.status && p.last_transition_time.is_some() => {
-                p.last_transition_time.clone()
-            }
-            _ => Some(now.clone()),
-        };
+        c.last_transition_time = Some(transition_time(
+            prev.map(|p| (p.status.as_str(), p.last_transition_time.as_ref())),
+            &c.status,
+            now,
+        ));
     }
     let mut images = facts.images.clone();
     images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes.unwrap_or(0)));

@@ -323,6 +323,15 @@ pub fn generate_api_pod_status(
     }
 }
 
+/// A condition's lastTransitionTime: kept from its previous version while
+/// its status stays the same, `now` when it flips (or is new).
+pub fn transition_time(previous: Option<(&str, Option<&Time>)>, status: &str, now: &Time) -> Time {
+    match previous {
+        Some((old, Some(at))) if old == status => at.clone(),
+        _ => now.clone(),
+    }
+}
+
 /// Carry over what must not change from one status to the next: the start
 /// time and, for conditions whose status did not flip, their transition
 /// time (upstream's status manager does this on every SetPodStatus).
@@ -334,10 +343,11 @@ pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time
         let prev = old
             .and_then(|o| o.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
-        c.last_transition_time = match prev {
-            Some(p) if p.status == c.status => p.last_transition_time.clone(),
-            _ => Some(now.clone()),
-        };
+        c.last_transition_time = Some(transition_time(
+            prev.map(|p| (p.status.as_str(), p.last_transition_time.as_ref())),
+            &c.status,
+            now,
+        ));
     }
 }
 
