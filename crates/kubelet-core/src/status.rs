@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, Pod, PodCondition, PodIP,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
     PodStatus as ApiPodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -323,6 +323,29 @@ pub fn generate_api_pod_status(
     }
 }
 
+/// Fill hostIP and hostIPs with the node's addresses; a hostNetwork pod's
+/// IPs are the node's too, as upstream reports them.
+pub fn set_host_ips(status: &mut ApiPodStatus, pod: &Pod, host_ips: &[String]) {
+    if host_ips.is_empty() {
+        return;
+    }
+    let ips: Vec<HostIP> = host_ips
+        .iter()
+        .map(|ip| HostIP { ip: ip.clone() })
+        .collect();
+    status.host_ip = Some(host_ips[0].clone());
+    status.host_ips = Some(ips);
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false)
+    {
+        status.pod_ip = Some(host_ips[0].clone());
+        status.pod_ips = Some(host_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect());
+    }
+}
+
 /// A condition's lastTransitionTime: kept from its previous version while
 /// its status stays the same, `now` when it flips (or is new).
 pub fn transition_time(previous: Option<(&str, Option<&Time>)>, status: &str, now: &Time) -> Time {
@@ -607,5 +630,32 @@ mod tests {
         };
         assert_eq!(get(&second, "PodScheduled"), Some(t0));
         assert_eq!(get(&second, "Ready"), Some(t1));
+    }
+
+    #[test]
+    fn host_ips_and_host_network_pod_ips() {
+        let node = ["192.0.2.10".to_string()];
+        let p = pod("Always", &["a"]);
+        let mut st =
+            generate_api_pod_status(&p, &rt(vec![]), &WaitingReasons::new(), "containerd", false);
+        set_host_ips(&mut st, &p, &node);
+        assert_eq!(st.host_ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(
+            st.pod_ip.as_deref(),
+            Some("10.88.0.5"),
+            "pod network keeps its own IP"
+        );
+        let mut hp = p.clone();
+        hp.spec.as_mut().unwrap().host_network = Some(true);
+        let mut st = generate_api_pod_status(
+            &hp,
+            &rt(vec![]),
+            &WaitingReasons::new(),
+            "containerd",
+            false,
+        );
+        set_host_ips(&mut st, &hp, &node);
+        assert_eq!(st.pod_ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(st.pod_ips.unwrap().len(), 1);
     }
 }

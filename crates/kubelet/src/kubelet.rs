@@ -157,6 +157,11 @@ impl Kubelet {
             reasons: Arc::default(),
             runtime_name: Arc::new(RwLock::new("containerd".into())),
             pods_dir: opts.root_dir.join("pods"),
+            host_ips: opts
+                .registration
+                .as_ref()
+                .map(|r| r.node_ips.clone())
+                .unwrap_or_default(),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),

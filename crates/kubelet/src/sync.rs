@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::lifecycle::Why;
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
-    PHASE_FAILED, PHASE_SUCCEEDED, WaitingReasons, generate_api_pod_status,
+    PHASE_FAILED, PHASE_SUCCEEDED, WaitingReasons, generate_api_pod_status, set_host_ips,
 };
 use kubelet_core::types::PodUid;
 
@@ -34,6 +34,8 @@ pub struct Syncer {
     pub runtime_name: Arc<RwLock<String>>,
     /// `<root-dir>/pods`.
     pub pods_dir: PathBuf,
+    /// The node's addresses, reported as each pod's hostIPs.
+    pub host_ips: Vec<String>,
 }
 
 impl Syncer {
@@ -55,7 +57,9 @@ impl Syncer {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        generate_api_pod_status(pod, rt, &waiting, &runtime_name, terminal)
+        let mut status = generate_api_pod_status(pod, rt, &waiting, &runtime_name, terminal);
+        set_host_ips(&mut status, pod, &self.host_ips);
+        status
     }
 
     /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
