@@ -142,6 +142,12 @@ impl ApiClient {
         Ok(ApiClient::new(client, qps, burst))
     }
 
+    /// The same connection with a budget of its own (events use
+    /// eventRecordQPS/eventBurst, apart from kubeAPIQPS).
+    pub fn with_limits(&self, qps: u32, burst: u32) -> Self {
+        ApiClient::new(self.client.clone(), qps, burst)
+    }
+
     /// The kube client, once the rate limiter allows one more request.
     pub async fn ready(&self) -> &kube::Client {
         self.limiter.acquire().await;

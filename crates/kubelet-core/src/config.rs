@@ -46,6 +46,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "cgroupDriver",
     "kubeAPIQPS",
     "kubeAPIBurst",
+    "eventRecordQPS",
+    "eventBurst",
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
     "registerNode",
@@ -71,8 +73,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "registryBurst",
     "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
-    "eventRecordQPS",
-    "eventBurst",
     "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",
@@ -234,6 +234,10 @@ pub struct KubeletConfiguration {
     pub kube_api_qps: u32,
     /// `kubeAPIBurst`: burst of queries to the API server. Default 100.
     pub kube_api_burst: u32,
+    /// `eventRecordQPS`: events created per second (0: unlimited). Default 50.
+    pub event_record_qps: u32,
+    /// `eventBurst`: burst of event creations. Default 100.
+    pub event_burst: u32,
     /// `nodeStatusUpdateFrequency`: how often node status is computed. Default 10s.
     pub node_status_update_frequency: Duration,
     /// `nodeStatusReportFrequency`: how often an unchanged node status is posted. Default 5m.
@@ -259,6 +263,8 @@ impl Default for KubeletConfiguration {
             cgroup_driver: CgroupDriver::Cgroupfs,
             kube_api_qps: 50,
             kube_api_burst: 100,
+            event_record_qps: 50,
+            event_burst: 100,
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             register_node: true,
@@ -479,6 +485,16 @@ pub fn parse_kubelet_config_reporting(
                     cfg.kube_api_burst = n;
                 }
             }
+            "eventRecordQPS" => {
+                if let Some(n) = decode_uint(field, v, COUNT)? {
+                    cfg.event_record_qps = n;
+                }
+            }
+            "eventBurst" => {
+                if let Some(n) = decode_uint::<u32>(field, v, COUNT)?.filter(|n| *n != 0) {
+                    cfg.event_burst = n;
+                }
+            }
             "cgroupDriver" => {
                 if let Some(s) = decode_nonempty_string(field, v)? {
                     cfg.cgroup_driver = s.parse().map_err(|e: ParseCgroupDriverError| {
@@ -685,6 +701,8 @@ mod tests {
             }),
             ("kubeAPIQPS: 5", |c| c.kube_api_qps == 5),
             ("kubeAPIBurst: 10", |c| c.kube_api_burst == 10),
+            ("eventRecordQPS: 5", |c| c.event_record_qps == 5),
+            ("eventBurst: 7", |c| c.event_burst == 7),
             ("kubeAPIBurst: 0", |c| c.kube_api_burst == 100),
             ("nodeStatusUpdateFrequency: 4s", |c| {
                 c.node_status_update_frequency == Duration::from_secs(4)

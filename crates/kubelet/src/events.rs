@@ -3,7 +3,7 @@
 //! BackOff, Failed, rejected pods, node readiness. Recording never blocks a
 //! lifecycle step: events go through a bounded queue (dropped when it is
 //! full, as upstream's broadcaster does) to one task that writes them at
-//! eventRecordQPS.
+//! eventRecordQPS/eventBurst.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

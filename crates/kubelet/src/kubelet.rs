@@ -334,7 +334,8 @@ impl Kubelet {
             .unwrap_or_else(|e| e.into_inner())
             .take()
         {
-            let api = api.clone();
+            let cfg = &self.opts.config;
+            let api = api.with_limits(cfg.event_record_qps, cfg.event_burst);
             self.tasks
                 .spawn(tracing::info_span!("events"), move |token| {
                     crate::events::run_event_writer(api, rx, token)
