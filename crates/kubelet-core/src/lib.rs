@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod config;
 pub mod crashloop;
 pub mod duration;
+pub mod gc;
 pub mod lifecycle;
 pub mod manifest;
 pub mod nodestatus;

@@ -41,6 +41,9 @@ use crate::tasks::Tasks;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How often dead containers are garbage collected (upstream's
+/// ContainerGCPeriod).
+pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
 /// How often the runtime's Status() is read once it is up.
 pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
 
@@ -410,6 +413,33 @@ impl Kubelet {
         self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
             pleg.run(pleg_tx, token)
         });
+        let me = self.clone();
+        self.tasks
+            .spawn(tracing::info_span!("container_gc"), move |token| {
+                me.container_gc(token)
+            });
+    }
+
+    /// Container garbage collection every CONTAINER_GC_PERIOD while the
+    /// runtime is healthy.
+    async fn container_gc(self: Arc<Self>, cancel: CancellationToken) {
+        let mut tick =
+            tokio::time::interval_at(Instant::now() + CONTAINER_GC_PERIOD, CONTAINER_GC_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if !self.runtime_state.runtime_errors().is_empty() {
+                continue;
+            }
+            match self.syncer.runtime.garbage_collect().await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(removed = n, "garbage collected dead containers"),
+                Err(e) => tracing::warn!(error = %e, "container garbage collection"),
+            }
+        }
     }
 
     async fn sync_loop(

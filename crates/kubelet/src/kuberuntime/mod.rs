@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::{PodActions, compute_pod_actions, container_hash};
 use kubelet_core::crashloop::{self, CrashLoopBackoff};
 use kubelet_core::duration::format_go_duration;
+use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
@@ -525,6 +526,60 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// Container garbage collection: remove exited containers beyond the
+    /// newest one per container of each pod, with their log files (only
+    /// files under podLogsDir). Returns how many were removed.
+    pub async fn garbage_collect(&self) -> Result<usize, CriError> {
+        let containers = self.cri.list_containers(None).await?;
+        let candidates: Vec<GcCandidate> = containers
+            .iter()
+            .filter_map(|c| {
+                Some(GcCandidate {
+                    id: c.id.clone(),
+                    pod_uid: c.labels.get(keys::POD_UID)?.clone(),
+                    name: c.metadata.as_ref()?.name.clone(),
+                    state: container_state(c.state),
+                    created_at: c.created_at,
+                })
+            })
+            .collect();
+        let mut removed = 0;
+        for id in evictable(&candidates, 1) {
+            let log = self
+                .cri
+                .container_status(&id)
+                .await
+                .ok()
+                .map(|s| s.log_path);
+            if let Err(e) = ok_if_not_found(self.cri.remove_container(&id).await) {
+                tracing::warn!(container = %id, error = %e, "garbage collection: removing a dead container");
+                continue;
+            }
+            removed += 1;
+            if let Some(path) = log.filter(|p| self.owns_log(p)) {
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(%path, error = %e, "garbage collection: removing a log file")
+                    }
+                }
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether `path` is a log file the kubelet placed: absolute, under
+    /// podLogsDir, no `..` (a log path from the runtime never escapes).
+    fn owns_log(&self, path: &str) -> bool {
+        let p = std::path::Path::new(path);
+        p.is_absolute()
+            && p.starts_with(&self.logs_root)
+            && !p
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+    }
+
     /// Remove every container and sandbox of a stopped pod, and its log
     /// directory. Safe to repeat.
     pub async fn remove_pod(&self, pod: &PodRef, status: &PodStatus) -> Result<(), CriError> {
@@ -587,5 +642,76 @@ mod tests {
         assert_eq!(grace_period(None, &empty, None), 30);
         assert_eq!(grace_period(None, &empty, Some(0)), MIN_GRACE_PERIOD);
         assert_eq!(grace_period(None, &empty, Some(10)), 10);
+    }
+
+    #[tokio::test]
+    async fn garbage_collection_keeps_the_last_dead_instance_and_its_log() {
+        use kubelet_cri::fake::FakeRuntime;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image("img:1");
+        let cri =
+            CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
+        let logs = dir.path().join("logs");
+        let rm = RuntimeManager::new(
+            cri.clone(),
+            logs.clone(),
+            ResolvConf::default(),
+            1 << 30,
+            Recorder::log_only("n".into()),
+        );
+        let labels = uid_filter(&PodUid::from("u1"));
+        let sandbox = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            log_directory: logs.display().to_string(),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let sb = cri.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let mut ids = Vec::new();
+        for attempt in 0..3 {
+            let cfg = cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "a".into(),
+                    attempt,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: "img:1".into(),
+                    ..Default::default()
+                }),
+                labels: labels.clone(),
+                log_path: format!("a/{attempt}.log"),
+                ..Default::default()
+            };
+            let id = cri
+                .create_container(&sb, cfg, sandbox.clone())
+                .await
+                .unwrap();
+            cri.start_container(&id).await.unwrap();
+            assert!(fake.exit_container(&id, 1));
+            std::fs::create_dir_all(logs.join("a")).unwrap();
+            std::fs::write(logs.join(format!("a/{attempt}.log")), "x").unwrap();
+            ids.push(id);
+        }
+        assert_eq!(rm.garbage_collect().await.unwrap(), 2);
+        let left: Vec<String> = fake.containers().into_iter().map(|c| c.id).collect();
+        assert_eq!(left, [ids[2].clone()]);
+        assert!(!logs.join("a/0.log").exists() && !logs.join("a/1.log").exists());
+        assert!(
+            logs.join("a/2.log").exists(),
+            "the kept instance keeps its log"
+        );
+        assert_eq!(
+            rm.garbage_collect().await.unwrap(),
+            0,
+            "nothing more to collect"
+        );
     }
 }
