@@ -73,7 +73,9 @@ pub fn mirror_pod(pod: &Pod, node: &str, node_uid: &str) -> Pod {
 #[derive(Default)]
 struct SyncState {
     /// What the API server last accepted, per pod.
-    sent: HashMap<PodUid, Arc<PodStatus>>,
+    /// Keyed by the kubelet's pod UID; holds the UID of the API object
+    /// patched (a static pod's mirror changes UID when it is recreated).
+    sent: HashMap<PodUid, (String, Arc<PodStatus>)>,
     /// Pods already deleted, so the delete is asked once.
     deleted: HashSet<PodUid>,
     /// Mirror pods created and not yet seen in the watch: full name → (hash, when).
@@ -126,12 +128,13 @@ impl Kubelet {
             } else {
                 pod
             };
-            if state.sent.get(&uid) == Some(&status) {
+            let target_uid = target.metadata.uid.clone().unwrap_or_default();
+            if state.sent.get(&uid) == Some(&(target_uid.clone(), status.clone())) {
                 continue;
             }
             match patch_status(api, &target, &status).await {
                 Ok(_) => {
-                    state.sent.insert(uid, status);
+                    state.sent.insert(uid, (target_uid, status));
                 }
                 Err(e) if e.is_not_found() || e.is_conflict() => {
                     tracing::debug!(pod = %pod_full_name(&target), error = %e, "pod gone or replaced: status dropped");
@@ -164,7 +167,7 @@ impl Kubelet {
             let reported = self
                 .status
                 .get_pod_status(&uid)
-                .is_some_and(|s| state.sent.get(&uid) == Some(&s));
+                .is_some_and(|s| state.sent.get(&uid).is_some_and(|(_, sent)| *sent == s));
             if !(finished && reported) {
                 continue;
             }
