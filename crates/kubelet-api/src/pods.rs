@@ -3,12 +3,15 @@
 //! precondition, the final delete, and mirror pods for static pods.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+
+use kubelet_core::backoff::Backoff;
 use kubelet_core::types::{SOURCE_API, SourceSnapshot};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -21,6 +24,24 @@ fn pods_in(client: &kube::Client, namespace: &str) -> Api<Pod> {
 
 fn what(namespace: &str, name: &str) -> String {
     format!("pods/{namespace}/{name}")
+}
+
+/// The pod watch's retry delays: 200 ms doubling to 5 s, reset by the next
+/// event, so pod changes are seen within seconds of the API server's return
+/// (kube's default climbs to 30 s).
+struct WatchBackoff(Backoff);
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.0.next_delay())
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.0.reset();
+    }
 }
 
 /// Watch every pod bound to `node` (fieldSelector spec.nodeName) and send
@@ -36,7 +57,9 @@ pub async fn watch_node_pods(
 ) {
     let client = api.ready().await.clone();
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = watcher::watcher(Api::<Pod>::all(client), config).default_backoff();
+    let stream = watcher::watcher(Api::<Pod>::all(client), config).backoff(WatchBackoff(
+        Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
+    ));
     futures::pin_mut!(stream);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
     let mut listing: Option<BTreeMap<String, Pod>> = None;

@@ -31,7 +31,7 @@ use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
 use crate::kuberuntime::{PodRef, RuntimeManager};
 use crate::nodestatus::{NodeRegistration, NodeStatusController};
 use crate::pleg::Pleg;
-use crate::pod_workers::{PodTarget, PodWorkers};
+use crate::pod_workers::{Desire, PodTarget, PodWorkers};
 use crate::podmanager::PodManager;
 use crate::runtime_state::RuntimeState;
 use crate::server::{self, Health};
@@ -647,15 +647,20 @@ impl Kubelet {
         if !sources_ready.all_ready() {
             return;
         }
-        let desired = |uid: &PodUid| self.pod_manager.wants(uid);
-        for uid in self.workers.sync_known_pods(desired) {
+        for uid in self
+            .workers
+            .sync_known_pods(|uid| self.pod_manager.desire(uid))
+        {
             if let Some(pod) = self.pod_manager.get(&uid) {
                 tracing::info!(%uid, "pod wanted again after termination: starting it afresh");
                 self.workers.update_pod(pod);
             }
         }
         let known = self.workers.known();
-        let keep = |uid: &PodUid| desired(uid) || known.contains(uid);
+        // Anything a source knows (even while it is being deleted) or a
+        // worker holds is not an orphan.
+        let keep =
+            |uid: &PodUid| self.pod_manager.desire(uid) != Desire::Gone || known.contains(uid);
         self.status.remove_orphans(keep);
         self.syncer
             .reasons

@@ -43,6 +43,17 @@ impl PodTarget {
     }
 }
 
+/// What the sources want of a pod, for housekeeping.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Desire {
+    /// Known and wanted running.
+    Run,
+    /// Known, with a deletionTimestamp: stop it, then the API deletes it.
+    Deleting,
+    /// No source knows it any more.
+    Gone,
+}
+
 /// The three transaction scripts the workers run (implemented by the Kubelet).
 pub trait PodSyncer: Send + Sync + 'static {
     /// Converge a pod to running; Ok(true) when it reached a terminal phase.
@@ -239,19 +250,19 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Returns the UIDs of pods that were removed and then came back (a
     /// static pod's manifest restored): their worker is forgotten so the
     /// caller can start them afresh.
-    pub fn sync_known_pods(&self, desired: impl Fn(&PodUid) -> bool) -> Vec<PodUid> {
+    pub fn sync_known_pods(&self, desire: impl Fn(&PodUid) -> Desire) -> Vec<PodUid> {
         let (mut restartable, mut forgotten) = (Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|uid, w| {
             let State::Finished { why } = w.lock().state else {
                 return true;
             };
-            let wanted = desired(uid);
-            if wanted && why == Why::Completed {
-                return true;
-            }
-            if wanted {
-                restartable.push(uid.clone());
+            match (desire(uid), why) {
+                // Kept: a terminal pod stays Succeeded/Failed; a pod being
+                // deleted waits for its final delete.
+                (Desire::Run, Why::Completed) | (Desire::Deleting, _) => return true,
+                (Desire::Run, Why::Removed) => restartable.push(uid.clone()),
+                (Desire::Gone, _) => {}
             }
             forgotten.push(uid.clone());
             w.cancel.cancel();
@@ -447,7 +458,7 @@ mod tests {
         assert_eq!(next(&mut rx).await, "terminated Removed");
         // Finished: updates do nothing; housekeeping forgets it when undesired.
         w.update_pod(pod("4"));
-        assert_eq!(w.sync_known_pods(|_| false), Vec::<PodUid>::new());
+        assert_eq!(w.sync_known_pods(|_| Desire::Gone), Vec::<PodUid>::new());
         assert!(w.is_empty());
         assert!(rx.try_recv().is_err(), "no step after finishing");
     }
@@ -465,7 +476,7 @@ mod tests {
         assert_eq!(next(&mut rx).await, "terminating None");
         assert_eq!(next(&mut rx).await, "terminated Completed");
         // Still desired and completed: kept, not restarted.
-        assert_eq!(w.sync_known_pods(|_| true), Vec::<PodUid>::new());
+        assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
         assert_eq!(w.len(), 1);
     }
 
@@ -490,7 +501,13 @@ mod tests {
             }
             tokio::task::yield_now().await;
         }
-        assert_eq!(w.sync_known_pods(|_| true), vec![uid]);
+        // Still being deleted in the API: kept until the API lets go.
+        assert_eq!(
+            w.sync_known_pods(|_| Desire::Deleting),
+            Vec::<PodUid>::new()
+        );
+        assert_eq!(w.len(), 1);
+        assert_eq!(w.sync_known_pods(|_| Desire::Run), vec![uid]);
         assert!(w.is_empty());
     }
 }

@@ -8,6 +8,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::types::{PodUid, is_mirror_pod, pod_full_name};
 
+use crate::pod_workers::Desire;
+
 #[derive(Default)]
 struct Inner {
     pods: HashMap<PodUid, Arc<Pod>>,
@@ -77,11 +79,13 @@ impl PodManager {
         pods
     }
 
-    /// Whether the pod should run: known and not being deleted.
-    pub fn wants(&self, uid: &PodUid) -> bool {
-        self.read()
-            .pods
-            .get(uid)
-            .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+    /// What the sources want of the pod: run it, stop it for deletion, or
+    /// nothing (unknown).
+    pub fn desire(&self, uid: &PodUid) -> Desire {
+        match self.read().pods.get(uid) {
+            None => Desire::Gone,
+            Some(p) if p.metadata.deletion_timestamp.is_some() => Desire::Deleting,
+            Some(_) => Desire::Run,
+        }
     }
 }

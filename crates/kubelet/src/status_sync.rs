@@ -249,9 +249,7 @@ impl Kubelet {
         }
         for m in self.pod_manager.mirrors() {
             let name = pod_full_name(&m);
-            if statics.iter().any(|p| pod_full_name(p) == name)
-                || m.metadata.deletion_timestamp.is_some()
-            {
+            if statics.iter().any(|p| pod_full_name(p) == name) {
                 continue;
             }
             let uid = m.metadata.uid.clone().unwrap_or_default();
