@@ -8,9 +8,14 @@
 #      the end-to-end tests against it (cargo test -p rkubelet --test e2e
 #      -- --ignored), which read RKUBELET_E2E_ENDPOINT and
 #      RKUBELET_E2E_RUNTIME_DIR
+#   5. a real control plane (hack/cluster.sh, on ports 16443/12379 so a
+#      developer's cluster on 6443/2379 is untouched) and the cluster tests
+#      against it and the same containerd (cargo test -p rkubelet --test
+#      cluster -- --ignored), which read RKUBELET_CLUSTER_DIR,
+#      RKUBELET_CLUSTER_NODE, RKUBELET_KUBECTL and RKUBELET_E2E_ENDPOINT
 #
-# Whatever happens, containerd is stopped and the temporary directory removed
-# on exit, so a run leaves nothing behind.
+# Whatever happens, the control plane and containerd are stopped and the
+# temporary directory removed on exit, so a run leaves nothing behind.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,8 +39,18 @@ die() { echo "test.sh: error: $*" >&2; exit 1; }
 
 TMP_DIR=""
 RUNTIME_DIR=""
+CLUSTER_DIR=""
+CLUSTER_APISERVER_PORT=16443
+CLUSTER_ETCD_PORT=12379
+CLUSTER_NODE=rk-e2e-node
 cleanup() {
   local rc=$?
+  if [[ -n "$CLUSTER_DIR" ]]; then
+    CLEAN=1 RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
+      RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
+      "$REPO_ROOT/hack/cluster.sh" down ||
+      echo "test.sh: warning: stopping the control plane in $CLUSTER_DIR failed" >&2
+  fi
   if [[ -n "$RUNTIME_DIR" ]]; then
     "$REPO_ROOT/hack/containerd.sh" stop "$RUNTIME_DIR" ||
       echo "test.sh: warning: stopping containerd in $RUNTIME_DIR failed" >&2
@@ -78,5 +93,19 @@ stage "end-to-end tests"
 RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
   RKUBELET_E2E_RUNTIME_DIR="$RUNTIME_DIR" \
   cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
+
+stage "start a control plane"
+K8S_BIN=$(hack/control-plane.sh build)
+CLUSTER_DIR="$TMP_DIR/cluster"
+RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
+  RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
+  hack/cluster.sh up "$CLUSTER_NODE"
+
+stage "cluster tests"
+RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
+  RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
+  RKUBELET_KUBECTL="$K8S_BIN/kubectl" \
+  RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
+  cargo test -p rkubelet --test cluster -- --ignored --test-threads=1
 
 stage "done"
