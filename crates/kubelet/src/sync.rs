@@ -102,6 +102,12 @@ impl PodSyncer for Syncer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(target.pod_ref.uid.clone(), result.waiting);
+        if result.started > 0 {
+            // Report what just started now, not at the next relist.
+            let now = self.runtime.get_pod_status(&target.pod_ref).await?;
+            self.status
+                .set_pod_status(&pod, self.api_status(&pod, &now, false));
+        }
         if failed.is_empty() {
             Ok(false)
         } else {

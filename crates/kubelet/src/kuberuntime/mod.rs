@@ -45,6 +45,8 @@ pub struct PodRef {
 pub struct SyncResult {
     pub waiting: WaitingReasons,
     pub errors: Vec<String>,
+    /// Containers started by this sync.
+    pub started: usize,
 }
 
 #[derive(Clone)]
@@ -389,6 +391,7 @@ impl RuntimeManager {
                 format!("Started container {}", c.name),
             );
             tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
+            result.started += 1;
         }
         Ok(result)
     }
