@@ -10,6 +10,11 @@
 #
 # State lives in ${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}; binaries come
 # from hack/control-plane.sh build (cached by version).
+#
+# RKUBELET_AUDIT=1 (opt-in, for hack/bench-cluster.sh): the API server writes
+# an audit log, $DIR/audit.log (JSON lines), of every request made by a node
+# (group system:nodes, level Metadata; the RequestReceived stage is omitted,
+# so a request is one line, a watch two) and of nothing else.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT=$PWD
@@ -128,6 +133,20 @@ up() {
   bin=$(bin_dir)
   mkdir -p "$DIR"
   pki "$node"
+  local audit=()
+  if [[ ${RKUBELET_AUDIT:-0} == 1 ]]; then
+    cat >"$DIR/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  userGroups: ["system:nodes"]
+- level: None
+EOF
+    audit=(--audit-policy-file "$DIR/audit-policy.yaml" --audit-log-path "$DIR/audit.log"
+      --audit-log-mode blocking --audit-log-format json)
+  fi
   start etcd "$bin/etcd" --name rkubelet --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls http://127.0.0.1:0 --log-level warn
@@ -142,7 +161,7 @@ up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type=none \
     --anonymous-auth=false --authorization-mode=Node,RBAC \
-    --enable-admission-plugins=NodeRestriction --allow-privileged=true
+    --enable-admission-plugins=NodeRestriction --allow-privileged=true ${audit[@]+"${audit[@]}"}
   local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
   wait_for kube-apiserver "${kubectl[@]}" get --raw /readyz
   start kube-controller-manager "$bin/kube-controller-manager" \

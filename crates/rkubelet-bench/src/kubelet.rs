@@ -1,6 +1,8 @@
-//! rkubelet as a child process: its directories, config file, log, and
-//! orderly stop (SIGTERM, SIGKILL after a grace period).
+//! A kubelet as a child process: rkubelet's directories and config file for
+//! the static-pod bench, any kubelet's log, and orderly stop (SIGTERM,
+//! SIGKILL after a grace period).
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,6 +21,8 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 pub struct Kubelet {
     child: Child,
     pid: u32,
+    /// What the messages call it ("rkubelet", "upstream kubelet").
+    name: &'static str,
     pub manifest_dir: PathBuf,
     pub log_path: PathBuf,
 }
@@ -50,31 +54,54 @@ impl Kubelet {
             ),
         )
         .with_context(|| format!("writing {}", config.display()))?;
-        let log_path = work.join("rkubelet.log");
+        let args: Vec<OsString> = vec![
+            "--config".into(),
+            config.into(),
+            "--container-runtime-endpoint".into(),
+            endpoint.into(),
+            "--pod-manifest-path".into(),
+            manifest_dir.clone().into(),
+            "--root-dir".into(),
+            root_dir.into(),
+            "--hostname-override".into(),
+            node.into(),
+        ];
+        Kubelet::start(
+            "rkubelet",
+            binary,
+            &args,
+            work.join("rkubelet.log"),
+            manifest_dir,
+        )
+    }
+
+    /// Start `binary` with `args`, stdout and stderr to `log_path`.
+    /// `manifest_dir` is only used by the static-pod bench.
+    pub fn start(
+        name: &'static str,
+        binary: &Path,
+        args: &[OsString],
+        log_path: PathBuf,
+        manifest_dir: PathBuf,
+    ) -> anyhow::Result<Kubelet> {
         let log =
             File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
         let log2 = log.try_clone().context("duplicating the log file handle")?;
         let child = Command::new(binary)
-            .arg("--config")
-            .arg(&config)
-            .arg("--container-runtime-endpoint")
-            .arg(endpoint)
-            .arg("--pod-manifest-path")
-            .arg(&manifest_dir)
-            .arg("--root-dir")
-            .arg(&root_dir)
-            .arg("--hostname-override")
-            .arg(node)
+            .args(args)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2))
             .spawn()
             .with_context(|| format!("starting {}", binary.display()))?;
-        let pid = child.id().context("rkubelet exited at once")?;
+        let pid = child
+            .id()
+            .with_context(|| format!("{name} exited at once"))?;
         Ok(Kubelet {
             child,
             pid,
+            name,
             manifest_dir,
             log_path,
         })
@@ -86,9 +113,10 @@ impl Kubelet {
 
     /// Fails if rkubelet has exited.
     pub fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Some(status) = self.child.try_wait().context("waiting for rkubelet")? {
+        if let Some(status) = self.child.try_wait().context("waiting for the kubelet")? {
             bail!(
-                "rkubelet exited unexpectedly ({status}); last log lines:\n{}",
+                "{} exited unexpectedly ({status}); last log lines:\n{}",
+                self.name,
                 self.log_tail(20)
             );
         }
@@ -125,14 +153,14 @@ impl Kubelet {
         let start = Instant::now();
         match tokio::time::timeout(STOP_GRACE, self.child.wait()).await {
             Ok(status) => {
-                let status = status.context("waiting for rkubelet")?;
+                let status = status.context("waiting for the kubelet")?;
                 Ok(format!(
                     "exited {:.2} s after SIGTERM ({status})",
                     start.elapsed().as_secs_f64()
                 ))
             }
             Err(_) => {
-                self.child.kill().await.context("killing rkubelet")?;
+                self.child.kill().await.context("killing the kubelet")?;
                 Ok(format!(
                     "did not exit within {STOP_GRACE:?} of SIGTERM: killed with SIGKILL"
                 ))
@@ -153,12 +181,25 @@ impl Kubelet {
     }
 
     /// Warning and error lines of the log: (warnings, errors, distinct
-    /// messages without their timestamps, at most `keep`).
+    /// messages without their timestamps, at most `keep`). Reads rkubelet's
+    /// format and klog's (`W1129 11:07:42.0 PID file.go:12] msg`).
     pub fn log_problems(&self, keep: usize) -> (usize, usize, Vec<String>) {
         let text = self.log_text();
         let (mut warns, mut errors) = (0, 0);
         let mut distinct: Vec<String> = Vec::new();
         for line in text.lines() {
+            if let Some((severity, msg)) = klog_line(line) {
+                match severity {
+                    'W' => warns += 1,
+                    'E' | 'F' => errors += 1,
+                    _ => continue,
+                }
+                let msg = msg.to_owned();
+                if distinct.len() < keep && !distinct.contains(&msg) {
+                    distinct.push(msg);
+                }
+                continue;
+            }
             let mut words = line.split_whitespace();
             let _timestamp = words.next();
             let level = words.next().unwrap_or("");
@@ -179,6 +220,18 @@ impl Kubelet {
         }
         (warns, errors, distinct)
     }
+}
+
+/// A klog line's severity and message (after `file.go:NN] `).
+fn klog_line(line: &str) -> Option<(char, &str)> {
+    let mut chars = line.chars();
+    let severity = chars.next().filter(|c| "IWEF".contains(*c))?;
+    let digits = line.get(1..5)?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) || line.as_bytes().get(5) != Some(&b' ') {
+        return None;
+    }
+    let msg = line.split_once("] ").map_or(line, |(_, m)| m);
+    Some((severity, msg.trim()))
 }
 
 fn strip_ansi(s: &str) -> String {
@@ -203,7 +256,16 @@ fn strip_ansi(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::strip_ansi;
+    use super::{klog_line, strip_ansi};
+
+    #[test]
+    fn reads_klog() {
+        assert_eq!(
+            klog_line("E1129 11:07:42.008014   15531 server.go:1332] \"Failed\" err=\"x\""),
+            Some(('E', "\"Failed\" err=\"x\""))
+        );
+        assert_eq!(klog_line("2026-11-29T11:07:42Z  WARN x"), None);
+    }
 
     #[test]
     fn strips_colors() {

@@ -6,10 +6,14 @@
 //!     rkubelet-bench --rkubelet PATH [--endpoint unix://SOCK | --fake]
 //!                    [--serial N] [--batch M] [--timeout SECS]
 //!
+//! `rkubelet-bench cluster ...` is the side-by-side bench of rkubelet and the
+//! upstream kubelet on a real control plane (see `cluster.rs`).
+//!
 //! It only prints figures; it never judges them. It fails (exit 1) on real
 //! errors: rkubelet dying, the runtime failing, pods not running or not going
 //! away within the timeout, leftovers after cleanup.
 
+mod cluster;
 mod kubelet;
 mod procfs;
 
@@ -112,6 +116,9 @@ fn parse_args() -> anyhow::Result<Args> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("cluster") {
+        return main_cluster();
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -135,6 +142,28 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("rkubelet-bench: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn main_cluster() -> ExitCode {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rkubelet-bench: starting the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(cluster::main(std::env::args().skip(2).collect())) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("rkubelet-bench cluster: error: {e:#}");
             ExitCode::from(1)
         }
     }

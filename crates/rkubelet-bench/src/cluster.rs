@@ -1,0 +1,1108 @@
+//! `rkubelet-bench cluster`: rkubelet and the upstream kubelet side by side,
+//! one at a time, as the same node of the same control plane, on the same
+//! containerd. Pods are created through the API server with `spec.nodeName`
+//! set (the scheduler is bypassed, so its latency is not measured), and a
+//! watch of the API server says when each pod is Running.
+//!
+//!     rkubelet-bench cluster --rkubelet PATH --upstream PATH --cluster-dir DIR
+//!                            --node NAME --endpoint unix://SOCK
+//!                            [--serial N] [--bursts 20,100] [--steady SECS]
+//!                            [--rest SECS] [--settle SECS] [--timeout SECS]
+//!                            [--only rkubelet|upstream] [--work DIR]
+//!
+//! `DIR` is what `hack/cluster.sh up NODE` made: admin.conf,
+//! kubelet-NODE.conf, pki/ca.crt and, with RKUBELET_AUDIT=1, audit.log (the
+//! API requests per minute need it). Per kubelet:
+//!
+//!   1. start it, time until the Node is Ready;
+//!   2. settle, then a window with 0 pods: RSS, CPU and the node's API
+//!      requests (audit log);
+//!   3. a warm-up pod, then N pods one at a time: create → watch sees Running;
+//!   4. per burst size M: create M pods at once, time to all Running and CPU
+//!      meanwhile; settle; a steady window (RSS, CPU, API requests); delete
+//!      them and wait until they are gone;
+//!   5. delete its pods, stop it, delete the Node and its Lease, and remove
+//!      from the runtime whatever of the bench's pods it left.
+//!
+//! Only prints figures; exits 1 if a kubelet failed its run (the other one's
+//! column is still printed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kubelet_cri::client::CriClient;
+
+use crate::kubelet::Kubelet;
+use crate::procfs::{self, mib};
+
+const NAMESPACE: &str = "default";
+/// Every bench pod has this label (value "1") and a name starting with
+/// [`POD_PREFIX`].
+const LABEL: &str = "rkubelet-bench";
+const POD_PREFIX: &str = "rkb-";
+const IMAGE: &str = "rkubelet.test/busybox:1";
+const POLL: Duration = Duration::from_millis(5);
+const CRI_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the end of a kubelet's run waits for its pods to go away.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a burst's delete may take until all its pods are gone.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(90);
+
+const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
+    --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
+    [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] \
+    [--only rkubelet|upstream] [--work DIR]";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Which {
+    Rkubelet,
+    Upstream,
+}
+
+impl Which {
+    fn name(self) -> &'static str {
+        match self {
+            Which::Rkubelet => "rkubelet",
+            Which::Upstream => "upstream kubelet",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Which::Rkubelet => "rkubelet",
+            Which::Upstream => "upstream",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Args {
+    rkubelet: PathBuf,
+    upstream: PathBuf,
+    cluster_dir: PathBuf,
+    node: String,
+    endpoint: String,
+    serial: usize,
+    bursts: Vec<usize>,
+    steady: Duration,
+    rest: Duration,
+    settle: Duration,
+    timeout: Duration,
+    only: Option<Which>,
+    work: Option<PathBuf>,
+}
+
+fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
+    let mut rkubelet = None;
+    let mut upstream = None;
+    let mut cluster_dir = None;
+    let mut node = None;
+    let mut endpoint = None;
+    let mut serial = 30;
+    let mut bursts = vec![20, 100];
+    let mut steady = Duration::from_secs(60);
+    let mut rest = Duration::from_secs(60);
+    let mut settle = Duration::from_secs(10);
+    let mut timeout = Duration::from_secs(180);
+    let mut only = None;
+    let mut work = None;
+    let secs = |v: String, name: &str| -> anyhow::Result<Duration> {
+        let s: u64 = v.parse().with_context(|| format!("{name}: {v:?}"))?;
+        Ok(Duration::from_secs(s))
+    };
+    let mut args = argv.into_iter();
+    while let Some(arg) = args.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> anyhow::Result<String> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .with_context(|| format!("{name} needs a value\n{USAGE}")),
+            }
+        };
+        match flag.as_str() {
+            "--rkubelet" => rkubelet = Some(PathBuf::from(value("--rkubelet")?)),
+            "--upstream" => upstream = Some(PathBuf::from(value("--upstream")?)),
+            "--cluster-dir" => cluster_dir = Some(PathBuf::from(value("--cluster-dir")?)),
+            "--node" => node = Some(value("--node")?),
+            "--endpoint" => endpoint = Some(value("--endpoint")?),
+            "--serial" => serial = value("--serial")?.parse().context("--serial")?,
+            "--bursts" => {
+                let v = value("--bursts")?;
+                bursts = v
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(|s| {
+                        s.parse::<usize>()
+                            .with_context(|| format!("--bursts {v:?}"))
+                    })
+                    .collect::<anyhow::Result<_>>()?;
+            }
+            "--steady" => steady = secs(value("--steady")?, "--steady")?,
+            "--rest" => rest = secs(value("--rest")?, "--rest")?,
+            "--settle" => settle = secs(value("--settle")?, "--settle")?,
+            "--timeout" => {
+                timeout = secs(value("--timeout")?, "--timeout")?.max(Duration::from_secs(1))
+            }
+            "--only" => {
+                only = Some(match value("--only")?.as_str() {
+                    "rkubelet" => Which::Rkubelet,
+                    "upstream" => Which::Upstream,
+                    other => bail!("--only {other:?}: rkubelet or upstream"),
+                })
+            }
+            "--work" => work = Some(PathBuf::from(value("--work")?)),
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            other => bail!("unknown argument {other:?}\n{USAGE}"),
+        }
+    }
+    let need = |v: Option<PathBuf>, name: &str| -> anyhow::Result<PathBuf> {
+        let p = v.with_context(|| format!("{name} is required\n{USAGE}"))?;
+        std::fs::canonicalize(&p).with_context(|| format!("{name} {}", p.display()))
+    };
+    Ok(Args {
+        rkubelet: need(rkubelet, "--rkubelet")?,
+        upstream: need(upstream, "--upstream")?,
+        cluster_dir: need(cluster_dir, "--cluster-dir")?,
+        node: node.with_context(|| format!("--node is required\n{USAGE}"))?,
+        endpoint: endpoint.with_context(|| format!("--endpoint is required\n{USAGE}"))?,
+        serial,
+        bursts,
+        steady,
+        rest,
+        settle,
+        timeout,
+        only,
+        work,
+    })
+}
+
+/// One steady-state window.
+#[derive(Clone, Debug)]
+struct Window {
+    pods: usize,
+    secs: f64,
+    /// Mean of VmRSS samples taken every second, KiB.
+    rss_mean_kib: f64,
+    cpu_s: f64,
+    /// The node's API requests in the window, by "verb resource".
+    api: Option<BTreeMap<String, usize>>,
+}
+
+impl Window {
+    fn api_per_min(&self) -> Option<f64> {
+        self.api
+            .as_ref()
+            .map(|m| m.values().sum::<usize>() as f64 * 60.0 / self.secs)
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Burst {
+    pods: usize,
+    to_running: Duration,
+    cpu_s: f64,
+    teardown: Option<Duration>,
+}
+
+#[derive(Default)]
+struct KResults {
+    ready: Option<Duration>,
+    warmup: Option<Duration>,
+    serial: Vec<Duration>,
+    bursts: Vec<Burst>,
+    windows: Vec<Window>,
+    hwm_kib: Option<u64>,
+    failed: Option<String>,
+    notes: Vec<String>,
+}
+
+/// What the pod watch has seen: when each bench pod was first seen
+/// Running, and which exist.
+#[derive(Default)]
+struct Seen {
+    running: HashMap<String, Instant>,
+    present: HashSet<String>,
+    synced: bool,
+}
+
+struct Ctx {
+    args: Args,
+    client: kube::Client,
+    cri: CriClient,
+    seen: Arc<Mutex<Seen>>,
+    audit_log: PathBuf,
+    ticks_per_sec: u64,
+    /// Observations of the current kubelet's run that are not failures.
+    notes: Mutex<Vec<String>>,
+}
+
+pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
+    let args = parse_args(argv)?;
+    let client = admin_client(&args.cluster_dir.join("admin.conf")).await?;
+    let cri = CriClient::connect_lazy(&args.endpoint, CRI_TIMEOUT).context("CRI endpoint")?;
+    let version = cri
+        .version()
+        .await
+        .with_context(|| format!("the CRI runtime at {} does not answer", args.endpoint))?;
+    let api_version = client
+        .apiserver_version()
+        .await
+        .context("asking the API server its version")?;
+    let work_tmp;
+    let work = match &args.work {
+        Some(w) => {
+            std::fs::create_dir_all(w).with_context(|| format!("creating {}", w.display()))?;
+            w.clone()
+        }
+        None => {
+            work_tmp = tempfile::Builder::new()
+                .prefix("rkubelet-bench-cluster.")
+                .tempdir()
+                .context("creating a temporary directory")?;
+            work_tmp.path().to_owned()
+        }
+    };
+    println!(
+        "rkubelet-bench cluster: node {}, API server {} ({}), runtime {} {} at {}",
+        args.node,
+        api_version.git_version,
+        args.cluster_dir.display(),
+        version.runtime_name,
+        version.runtime_version,
+        args.endpoint
+    );
+    println!(
+        "pods: created through the API with spec.nodeName={} (no scheduler); latency = \
+         create call → the bench's pod watch sees phase Running",
+        args.node
+    );
+
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let watch_task = tokio::spawn(watch_pods(client.clone(), seen.clone()));
+    let ctx = Ctx {
+        audit_log: args.cluster_dir.join("audit.log"),
+        args,
+        client,
+        cri,
+        seen,
+        ticks_per_sec: procfs::clock_ticks_per_sec(),
+        notes: Mutex::default(),
+    };
+    if !ctx.audit_log.exists() {
+        println!(
+            "note: no {} (cluster not started with RKUBELET_AUDIT=1): no API request counts",
+            ctx.audit_log.display()
+        );
+    }
+    wait_until("the pod watch to list", Duration::from_secs(30), || {
+        ctx.seen.lock().unwrap_or_else(|e| e.into_inner()).synced
+    })
+    .await?;
+    // Start fresh: no bench pods, no Node, nothing in the runtime.
+    ctx.reset(None).await?;
+    ctx.notes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+
+    let order: Vec<Which> = [Which::Rkubelet, Which::Upstream]
+        .into_iter()
+        .filter(|w| ctx.args.only.is_none_or(|o| o == *w))
+        .collect();
+    let mut all: Vec<(Which, KResults)> = Vec::new();
+    for which in order {
+        println!("\n==> {} ({})", which.name(), ctx.binary(which).display());
+        let dir = work.join(which.short());
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let r = ctx.bench(which, &dir).await;
+        let interrupted = r.failed.as_deref() == Some("interrupted");
+        all.push((which, r));
+        if interrupted {
+            break;
+        }
+    }
+    watch_task.abort();
+    print_table(&ctx.args, &all);
+    Ok(all.iter().all(|(_, r)| r.failed.is_none()))
+}
+
+async fn admin_client(path: &Path) -> anyhow::Result<kube::Client> {
+    let kc = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .with_context(|| format!("kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("building the API client")
+}
+
+/// Keep `seen` up to date from a watch of the bench's pods.
+async fn watch_pods(client: kube::Client, seen: Arc<Mutex<Seen>>) {
+    let api: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let config = watcher::Config::default().labels(&format!("{LABEL}=1"));
+    let stream = watcher::watcher(api, config).default_backoff();
+    futures::pin_mut!(stream);
+    let mut listing: Option<Vec<Pod>> = None;
+    while let Some(event) = stream.next().await {
+        let now = Instant::now();
+        let apply = |s: &mut Seen, p: &Pod| {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let running = p
+                .status
+                .as_ref()
+                .and_then(|st| st.phase.as_deref())
+                .is_some_and(|ph| ph == "Running");
+            if running {
+                s.running.entry(name.clone()).or_insert(now);
+            }
+            s.present.insert(name);
+        };
+        let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Ok(Event::Init) => listing = Some(Vec::new()),
+            Ok(Event::InitApply(p)) => listing.get_or_insert_default().push(p),
+            Ok(Event::InitDone) => {
+                s.present.clear();
+                for p in listing.take().unwrap_or_default() {
+                    apply(&mut s, &p);
+                }
+                s.synced = true;
+            }
+            Ok(Event::Apply(p)) => apply(&mut s, &p),
+            Ok(Event::Delete(p)) => {
+                let name = p.metadata.name.unwrap_or_default();
+                s.present.remove(&name);
+                s.running.remove(&name);
+            }
+            Err(e) => eprintln!("rkubelet-bench: pod watch: {e}"),
+        }
+    }
+}
+
+async fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
+    // The shell traps SIGTERM so a delete does not wait out the grace period.
+    // No service account token and no service links: nothing but the
+    // container itself (rkubelet has no volumes yet).
+    let v = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": { LABEL: "1", "rkubelet-bench/group": group },
+        },
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 5,
+            "automountServiceAccountToken": false,
+            "enableServiceLinks": false,
+            "containers": [{
+                "name": "main",
+                "image": IMAGE,
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"],
+            }],
+        },
+    });
+    serde_json::from_value(v).context("building a pod")
+}
+
+impl Ctx {
+    fn binary(&self, which: Which) -> &Path {
+        match which {
+            Which::Rkubelet => &self.args.rkubelet,
+            Which::Upstream => &self.args.upstream,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    fn with_seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
+        f(&self.seen.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn note(&self, n: String) {
+        self.notes.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+    }
+
+    fn cpu_s(&self, pid: u32) -> anyhow::Result<f64> {
+        Ok(procfs::cpu_ticks(pid)? as f64 / self.ticks_per_sec as f64)
+    }
+
+    fn audit_len(&self) -> Option<u64> {
+        std::fs::metadata(&self.audit_log).ok().map(|m| m.len())
+    }
+
+    /// The node's API requests in the audit log between two byte offsets,
+    /// by "verb resource[/subresource]". A request is a ResponseComplete
+    /// event, a watch its ResponseStarted one (its end is not a request).
+    fn audit_requests(&self, from: u64, to: u64) -> anyhow::Result<BTreeMap<String, usize>> {
+        let mut f = std::fs::File::open(&self.audit_log)
+            .with_context(|| format!("opening {}", self.audit_log.display()))?;
+        f.seek(SeekFrom::Start(from))?;
+        let mut buf = Vec::new();
+        f.take(to.saturating_sub(from)).read_to_end(&mut buf)?;
+        let user = format!("system:node:{}", self.args.node);
+        let mut out = BTreeMap::new();
+        for line in String::from_utf8_lossy(&buf).lines() {
+            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            if ev["user"]["username"].as_str() != Some(&user) {
+                continue;
+            }
+            let verb = ev["verb"].as_str().unwrap_or("?");
+            let counted = match ev["stage"].as_str() {
+                Some("ResponseStarted") => true,
+                Some("ResponseComplete") => verb != "watch",
+                _ => false,
+            };
+            if !counted {
+                continue;
+            }
+            let obj = &ev["objectRef"];
+            let mut resource = obj["resource"].as_str().unwrap_or("?").to_owned();
+            if let Some(sub) = obj["subresource"].as_str() {
+                resource = format!("{resource}/{sub}");
+            }
+            *out.entry(format!("{verb} {resource}")).or_default() += 1;
+        }
+        Ok(out)
+    }
+
+    /// A steady-state window of `secs` with `pods` pods running.
+    async fn window(&self, k: &mut Kubelet, pods: usize, secs: Duration) -> anyhow::Result<Window> {
+        let pid = k.pid();
+        let audit0 = self.audit_len();
+        let cpu0 = self.cpu_s(pid)?;
+        let start = Instant::now();
+        let mut samples = Vec::new();
+        while start.elapsed() < secs {
+            k.check_alive()?;
+            samples.push(procfs::memory(pid)?.rss_kib as f64);
+            let next = Duration::from_secs(samples.len() as u64).min(secs);
+            tokio::time::sleep(next.saturating_sub(start.elapsed())).await;
+        }
+        let cpu = self.cpu_s(pid)? - cpu0;
+        let elapsed = start.elapsed().as_secs_f64();
+        let api = match (audit0, self.audit_len()) {
+            (Some(a), Some(b)) => Some(self.audit_requests(a, b)?),
+            _ => None,
+        };
+        let w = Window {
+            pods,
+            secs: elapsed,
+            rss_mean_kib: samples.iter().sum::<f64>() / samples.len().max(1) as f64,
+            cpu_s: cpu,
+            api,
+        };
+        println!(
+            "    steady {pods} pods, {elapsed:.0} s: VmRSS {:.1} MiB, {cpu:.2} CPU-s{}",
+            mib(w.rss_mean_kib as u64),
+            w.api_per_min()
+                .map_or_else(String::new, |r| format!(", {r:.1} API requests/min"))
+        );
+        Ok(w)
+    }
+
+    async fn create(&self, name: &str, group: &str) -> anyhow::Result<()> {
+        self.pods()
+            .create(&PostParams::default(), &pod(name, &self.args.node, group)?)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        Ok(())
+    }
+
+    /// Create one pod, time it to Running, delete it and wait until it is gone.
+    async fn one_pod(&self, k: &mut Kubelet, name: &str) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        self.create(name, "serial").await?;
+        loop {
+            if let Some(t) = self.with_seen(|s| s.running.get(name).copied()) {
+                let latency = t.saturating_duration_since(start);
+                self.delete_group("serial", k, self.args.timeout).await?;
+                return Ok(latency);
+            }
+            if start.elapsed() > self.args.timeout {
+                k.check_alive()?;
+                bail!(
+                    "pod {name} not Running {:?} after its creation",
+                    self.args.timeout
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Delete the bench pods of `group` (all of them when None) with their
+    /// grace period and wait until the API has none left (the kubelet
+    /// confirmed them stopped). Returns how long that took.
+    async fn delete_group(
+        &self,
+        group: &str,
+        k: &mut Kubelet,
+        timeout: Duration,
+    ) -> anyhow::Result<Duration> {
+        let start = Instant::now();
+        let selector = format!("{LABEL}=1,rkubelet-bench/group={group}");
+        self.pods()
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&selector),
+            )
+            .await
+            .with_context(|| format!("deleting pods {selector}"))?;
+        let prefix = format!("{POD_PREFIX}{group}-");
+        loop {
+            if self.with_seen(|s| !s.present.iter().any(|p| p.starts_with(&prefix))) {
+                return Ok(start.elapsed());
+            }
+            if start.elapsed() > timeout {
+                k.check_alive()?;
+                let left =
+                    self.with_seen(|s| s.present.iter().filter(|p| p.starts_with(&prefix)).count());
+                bail!(
+                    "{left} pod(s) of group {group} still exist {timeout:?} after their deletion"
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    async fn burst(&self, k: &mut Kubelet, m: usize) -> anyhow::Result<Burst> {
+        let group = format!("b{m}");
+        let names: Vec<String> = (0..m).map(|i| format!("{POD_PREFIX}{group}-{i}")).collect();
+        let pid = k.pid();
+        let cpu0 = self.cpu_s(pid)?;
+        let start = Instant::now();
+        let creates = names.iter().map(|n| self.create(n, &group));
+        for r in futures::future::join_all(creates).await {
+            r?;
+        }
+        let created = start.elapsed();
+        loop {
+            let n = self.with_seen(|s| names.iter().filter(|p| s.running.contains_key(*p)).count());
+            if n == m {
+                break;
+            }
+            if start.elapsed() > self.args.timeout {
+                k.check_alive()?;
+                bail!(
+                    "burst of {m}: {n} Running {:?} after the first create",
+                    self.args.timeout
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        let last = self.with_seen(|s| names.iter().filter_map(|p| s.running.get(p).copied()).max());
+        let to_running = last.map_or(start.elapsed(), |t| t.saturating_duration_since(start));
+        let cpu_s = self.cpu_s(pid)? - cpu0;
+        println!(
+            "    burst {m}: all Running after {:.2} s (creates took {:.2} s), {cpu_s:.2} CPU-s",
+            to_running.as_secs_f64(),
+            created.as_secs_f64()
+        );
+        Ok(Burst {
+            pods: m,
+            to_running,
+            cpu_s,
+            teardown: None,
+        })
+    }
+
+    async fn phases(&self, which: Which, k: &mut Kubelet, r: &mut KResults) -> anyhow::Result<()> {
+        let start = Instant::now();
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        loop {
+            k.check_alive()?;
+            let node = nodes
+                .get_opt(&self.args.node)
+                .await
+                .context("getting the Node")?;
+            let ready = node
+                .and_then(|n| n.status)
+                .and_then(|s| s.conditions)
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if ready {
+                break;
+            }
+            if start.elapsed() > self.args.timeout {
+                bail!(
+                    "node {} not Ready {:?} after {} started",
+                    self.args.node,
+                    self.args.timeout,
+                    which.name()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        r.ready = Some(start.elapsed());
+        println!(
+            "    node Ready after {:.2} s",
+            start.elapsed().as_secs_f64()
+        );
+        tokio::time::sleep(self.args.settle).await;
+        r.windows.push(self.window(k, 0, self.args.rest).await?);
+
+        if self.args.serial > 0 {
+            r.warmup = Some(
+                self.one_pod(k, &format!("{POD_PREFIX}serial-warmup"))
+                    .await?,
+            );
+            for i in 0..self.args.serial {
+                let l = self.one_pod(k, &format!("{POD_PREFIX}serial-{i}")).await?;
+                r.serial.push(l);
+            }
+            let mut sorted = r.serial.clone();
+            sorted.sort();
+            println!(
+                "    serial {}: p50 {:.1} ms, p99 {:.1} ms (warm-up {:.1} ms)",
+                sorted.len(),
+                ms(crate::percentile(&sorted, 0.5)),
+                ms(crate::percentile(&sorted, 0.99)),
+                r.warmup.map_or(0.0, ms)
+            );
+        }
+        for &m in &self.args.bursts {
+            r.bursts.push(self.burst(k, m).await?);
+            tokio::time::sleep(self.args.settle).await;
+            r.windows.push(self.window(k, m, self.args.steady).await?);
+            let t = self
+                .delete_group(&format!("b{m}"), k, TEARDOWN_TIMEOUT)
+                .await?;
+            println!(
+                "    burst {m}: all gone {:.2} s after the delete",
+                t.as_secs_f64()
+            );
+            if let Some(b) = r.bursts.last_mut() {
+                b.teardown = Some(t);
+            }
+        }
+        Ok(())
+    }
+
+    async fn bench(&self, which: Which, dir: &Path) -> KResults {
+        let mut r = KResults::default();
+        let mut k = match self.spawn(which, dir) {
+            Ok(k) => k,
+            Err(e) => {
+                r.failed = Some(format!("{e:#}"));
+                return r;
+            }
+        };
+        println!("    pid {}, log {}", k.pid(), k.log_path.display());
+        let outcome = tokio::select! {
+            o = self.phases(which, &mut k, &mut r) => o,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        };
+        if let Err(e) = outcome {
+            eprintln!("rkubelet-bench: {}: {e:#}", which.name());
+            r.failed = Some(format!("{e:#}"));
+        }
+        // Peak RSS of the whole run, failed or not, while it still runs.
+        r.hwm_kib = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
+        if let Err(e) = self.reset(Some(&mut k)).await {
+            r.notes.push(format!("cleanup after it: {e:#}"));
+        }
+        r.notes.extend(std::mem::take(
+            &mut *self.notes.lock().unwrap_or_else(|e| e.into_inner()),
+        ));
+        let (warns, errors, msgs) = k.log_problems(6);
+        if warns + errors > 0 {
+            let mut s = format!("logged {warns} warning(s) and {errors} error(s), e.g.:");
+            for m in msgs {
+                s.push_str("\n      ");
+                s.push_str(&m.chars().take(220).collect::<String>());
+            }
+            r.notes.push(s);
+        }
+        r
+    }
+
+    fn spawn(&self, which: Which, dir: &Path) -> anyhow::Result<Kubelet> {
+        let root = dir.join("root");
+        let logs = dir.join("pod-logs");
+        for d in [&root, &logs] {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let config = dir.join("kubelet-config.yaml");
+        let kubeconfig = self
+            .args
+            .cluster_dir
+            .join(format!("kubelet-{}.conf", self.args.node));
+        let mut args: Vec<OsString> = vec![
+            "--config".into(),
+            config.clone().into(),
+            "--kubeconfig".into(),
+            kubeconfig.into(),
+            "--hostname-override".into(),
+            self.args.node.clone().into(),
+            "--root-dir".into(),
+            root.clone().into(),
+        ];
+        let text = match which {
+            Which::Rkubelet => {
+                args.push("--container-runtime-endpoint".into());
+                args.push(self.args.endpoint.clone().into());
+                format!(
+                    "kind: KubeletConfiguration\n\
+                     apiVersion: kubelet.config.k8s.io/v1beta1\n\
+                     podLogsDir: {}\n\
+                     healthzPort: 0\n\
+                     readOnlyPort: 0\n",
+                    logs.display()
+                )
+            }
+            Which::Upstream => {
+                args.push("--cert-dir".into());
+                args.push(root.join("pki").into());
+                upstream_config(
+                    &self.args.endpoint,
+                    &self.args.cluster_dir.join("pki/ca.crt"),
+                    &logs,
+                    free_port()?,
+                )
+            }
+        };
+        std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
+        let log = dir.join("kubelet.log");
+        let name = which.name();
+        Kubelet::start(name, self.binary(which), &args, log, dir.join("unused"))
+    }
+
+    /// Delete the bench's pods (through the kubelet when `k` runs, waiting
+    /// for it), stop the kubelet, force-delete what is left, delete the Node
+    /// and its Lease, and remove the bench's pods from the runtime.
+    async fn reset(&self, k: Option<&mut Kubelet>) -> anyhow::Result<()> {
+        let mut problems = Vec::new();
+        let all = ListParams::default().labels(&format!("{LABEL}=1"));
+        if let Some(k) = k {
+            if k.check_alive().is_ok() && self.with_seen(|s| !s.present.is_empty()) {
+                let start = Instant::now();
+                if let Err(e) = self
+                    .pods()
+                    .delete_collection(&DeleteParams::default(), &all)
+                    .await
+                {
+                    problems.push(format!("deleting pods: {e}"));
+                }
+                while self.with_seen(|s| !s.present.is_empty()) && start.elapsed() < DRAIN_TIMEOUT {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                let left = self.with_seen(|s| s.present.len());
+                if left > 0 {
+                    problems.push(format!(
+                        "{left} pod(s) still exist {DRAIN_TIMEOUT:?} after their deletion"
+                    ));
+                }
+            }
+            match k.stop().await {
+                Ok(how) if how.contains("exit status: 0") || how.contains("signal: 15") => {
+                    println!("    stopped: {how}");
+                }
+                Ok(how) => problems.push(format!("stop: {how}")),
+                Err(e) => problems.push(format!("stop: {e:#}")),
+            }
+        }
+        let force = DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        self.pods()
+            .delete_collection(&force, &all)
+            .await
+            .context("force-deleting the bench's pods")?;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        if nodes.get_opt(&self.args.node).await?.is_some() {
+            nodes
+                .delete(&self.args.node, &DeleteParams::default())
+                .await
+                .context("deleting the Node")?;
+        }
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        if leases.get_opt(&self.args.node).await?.is_some() {
+            leases
+                .delete(&self.args.node, &DeleteParams::default())
+                .await
+                .context("deleting the node's Lease")?;
+        }
+        wait_until(
+            "the bench's pods to be gone",
+            Duration::from_secs(30),
+            || self.with_seen(|s| s.present.is_empty()),
+        )
+        .await?;
+        // The runtime: anything of the bench's pods a kubelet left behind.
+        let ours = |labels: &HashMap<String, String>| {
+            labels
+                .get("io.kubernetes.pod.namespace")
+                .map(String::as_str)
+                == Some(NAMESPACE)
+                && labels
+                    .get("io.kubernetes.pod.name")
+                    .is_some_and(|n| n.starts_with(POD_PREFIX))
+        };
+        // Exited containers and stopped sandboxes of deleted pods may remain
+        // until the kubelet's garbage collection; anything still running is
+        // a kubelet that did not stop a deleted pod.
+        let (mut running, mut exited) = (0, 0);
+        for c in self.cri.list_containers(None).await? {
+            if ours(&c.labels) {
+                if c.state == cri::ContainerState::ContainerRunning as i32 {
+                    running += 1;
+                } else {
+                    exited += 1;
+                }
+                let _ = self.cri.stop_container(&c.id, 0).await;
+                self.cri.remove_container(&c.id).await?;
+            }
+        }
+        let mut sandboxes = 0;
+        for sb in self.cri.list_pod_sandbox(None).await? {
+            if ours(&sb.labels) {
+                if sb.state == cri::PodSandboxState::SandboxReady as i32 {
+                    running += 1;
+                } else {
+                    sandboxes += 1;
+                }
+                self.cri.stop_pod_sandbox(&sb.id).await?;
+                self.cri.remove_pod_sandbox(&sb.id).await?;
+            }
+        }
+        if running > 0 {
+            problems.push(format!(
+                "{running} running container(s)/ready sandbox(es) of deleted pods were left in \
+                 the runtime (removed by the bench)"
+            ));
+        }
+        if exited + sandboxes > 0 {
+            self.note(format!(
+                "left {exited} exited container(s) and {sandboxes} stopped sandbox(es) of \
+                 deleted pods in the runtime at its stop (not yet garbage-collected; removed by \
+                 the bench)"
+            ));
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            bail!("{}", problems.join("; "))
+        }
+    }
+}
+
+/// The upstream kubelet's configuration for this environment (a container:
+/// cgroup v1, no systemd, no CAP_SYS_RESOURCE, disk possibly nearly full).
+fn upstream_config(endpoint: &str, ca: &Path, logs: &Path, port: u16) -> String {
+    format!(
+        r#"kind: KubeletConfiguration
+apiVersion: kubelet.config.k8s.io/v1beta1
+failCgroupV1: false
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: {endpoint}
+failSwapOn: false
+cgroupsPerQOS: false
+enforceNodeAllocatable: []
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: false}}
+  x509: {{clientCAFile: {ca}}}
+authorization: {{mode: AlwaysAllow}}
+staticPodPath: ""
+podLogsDir: {logs}
+address: 127.0.0.1
+port: {port}
+healthzPort: 0
+readOnlyPort: 0
+resolvConf: /etc/resolv.conf
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
+localStorageCapacityIsolation: false
+"#,
+        ca = ca.display(),
+        logs = logs.display(),
+    )
+}
+
+/// A loopback TCP port nobody listens on right now (the upstream kubelet's
+/// :10250 server, moved out of other kubelets' way).
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn print_table(args: &Args, all: &[(Which, KResults)]) {
+    let get = |w: Which| all.iter().find(|(x, _)| *x == w).map(|(_, r)| r);
+    let (rk, up) = (get(Which::Rkubelet), get(Which::Upstream));
+    type Metric<'a> = Box<dyn Fn(&KResults) -> Option<f64> + 'a>;
+    let mut rows: Vec<(String, Metric, usize)> = Vec::new();
+    rows.push((
+        "node Ready after start (s)".into(),
+        Box::new(|r| r.ready.map(|d| d.as_secs_f64())),
+        2,
+    ));
+    if args.serial > 0 {
+        let pct = |p: f64| -> Metric {
+            Box::new(move |r: &KResults| {
+                let mut s = r.serial.clone();
+                s.sort();
+                (!s.is_empty()).then(|| ms(crate::percentile(&s, p)))
+            })
+        };
+        rows.push((
+            format!("pod startup p50 (ms, serial n={})", args.serial),
+            pct(0.5),
+            1,
+        ));
+        rows.push(("pod startup p99 (ms)".into(), pct(0.99), 1));
+    }
+    for &m in &args.bursts {
+        let find = move |r: &KResults| r.bursts.iter().find(|b| b.pods == m).cloned();
+        rows.push((
+            format!("burst {m}: create → all Running (s)"),
+            Box::new(move |r| find(r).map(|b| b.to_running.as_secs_f64())),
+            2,
+        ));
+        rows.push((
+            format!("burst {m}: kubelet CPU-s until all Running"),
+            Box::new(move |r| find(r).map(|b| b.cpu_s)),
+            2,
+        ));
+        rows.push((
+            format!("burst {m}: delete → all gone (s)"),
+            Box::new(move |r| find(r).and_then(|b| b.teardown).map(|d| d.as_secs_f64())),
+            2,
+        ));
+    }
+    let mut counts = vec![0];
+    counts.extend(args.bursts.iter().copied());
+    for &m in &counts {
+        let find = move |r: &KResults| r.windows.iter().find(|w| w.pods == m).cloned();
+        let secs = if m == 0 { args.rest } else { args.steady }.as_secs();
+        rows.push((
+            format!("steady {m} pods: VmRSS (MiB, mean)"),
+            Box::new(move |r| find(r).map(|w| mib(w.rss_mean_kib as u64))),
+            1,
+        ));
+        rows.push((
+            format!("steady {m} pods: CPU-s over {secs} s"),
+            Box::new(move |r| find(r).map(|w| w.cpu_s)),
+            2,
+        ));
+        rows.push((
+            format!(
+                "{}API requests/min{}",
+                if m == 0 { "" } else { "  " },
+                if m == 0 {
+                    " at rest (0 pods)".to_owned()
+                } else {
+                    format!(" with {m} pods")
+                }
+            ),
+            Box::new(move |r| find(r).and_then(|w| w.api_per_min())),
+            1,
+        ));
+    }
+    rows.push((
+        "peak VmHWM over the run (MiB)".into(),
+        Box::new(|r| r.hwm_kib.map(mib)),
+        1,
+    ));
+
+    let cell = |r: Option<&KResults>, f: &Metric, prec: usize| -> String {
+        r.and_then(f)
+            .map_or("n/a".into(), |v| format!("{v:.prec$}"))
+    };
+    let width = rows
+        .iter()
+        .map(|(k, _, _)| k.chars().count())
+        .max()
+        .unwrap_or(0);
+    println!();
+    println!(
+        "{:<width$}  {:>10}  {:>10}  {:>17}",
+        "metric", "rkubelet", "upstream", "rkubelet/upstream"
+    );
+    println!("{:-<width$}  {:->10}  {:->10}  {:->17}", "", "", "", "");
+    for (name, f, prec) in &rows {
+        let (a, b) = (rk.and_then(f), up.and_then(f));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "n/a".into(),
+        };
+        let pad = width - name.chars().count();
+        println!(
+            "{name}{:pad$}  {:>10}  {:>10}  {:>17}",
+            "",
+            cell(rk, f, *prec),
+            cell(up, f, *prec),
+            ratio
+        );
+    }
+    println!();
+    for (which, r) in all {
+        println!("{}:", which.name());
+        if let Some(w) = r.windows.iter().find(|w| w.pods == 0)
+            && let Some(api) = &w.api
+        {
+            let mut v: Vec<_> = api.iter().collect();
+            v.sort_by(|a, b| b.1.cmp(a.1));
+            let mut list: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            if list.is_empty() {
+                list.push("none".into());
+            }
+            println!(
+                "  API requests at rest over {:.0} s: {}",
+                w.secs,
+                list.join(", ")
+            );
+        }
+        if let Some(f) = &r.failed {
+            println!("  FAILED: {f}");
+        }
+        for n in &r.notes {
+            println!("  - {n}");
+        }
+    }
+    println!();
+}
