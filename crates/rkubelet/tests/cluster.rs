@@ -30,12 +30,14 @@ use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 use serde_json::{Value, json};
 
+mod common;
+use common::{POLL, consistently, eventually};
+
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Every object a test creates carries this label (pods and sandboxes too).
 const TEST_LABEL: &str = "rkubelet-cluster-test";
 /// Runs until SIGTERM, which it honours at once.
 const SLEEPER: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
-const POLL: Duration = Duration::from_millis(250);
 /// Node registered and Ready after rkubelet starts (the target).
 const NODE_READY: Duration = Duration::from_secs(10);
 /// Node Ready again in the tests that do not measure it.
@@ -58,45 +60,6 @@ const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} must be set: run through hack/test.sh"))
-}
-
-/// Await `check` returning `Some`, polling every 250 ms; fails the test
-/// after `deadline`.
-async fn eventually<T>(
-    what: &str,
-    deadline: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            eprintln!("[{:>6.2}s] {what}", start.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting: {what}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Assert that `check` holds at every poll for `window`.
-async fn consistently(
-    what: &str,
-    window: Duration,
-    mut check: impl AsyncFnMut() -> Result<(), String>,
-) {
-    let start = Instant::now();
-    while start.elapsed() < window {
-        if let Err(e) = check().await {
-            panic!(
-                "after {:.2}s: not {what}: {e}",
-                start.elapsed().as_secs_f64()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// `SystemTime` as RFC 3339, comparable with API timestamps as strings (on

@@ -22,8 +22,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 
+mod common;
+use common::{consistently, eventually};
+
 const IMAGE: &str = "rkubelet.test/busybox:1";
-const POLL: Duration = Duration::from_millis(150);
 /// Starting a pod (sandbox, network, two containers) on a loaded machine.
 const START: Duration = Duration::from_secs(60);
 /// Everything of a removed pod gone from the runtime.
@@ -46,46 +48,6 @@ fn endpoint() -> String {
     std::env::var("RKUBELET_E2E_ENDPOINT").expect(
         "RKUBELET_E2E_ENDPOINT (unix://.../containerd.sock) must be set: run through hack/test.sh",
     )
-}
-
-/// Await `check` returning `Some`, polling every 150 ms; fails the test
-/// after `deadline`.
-async fn eventually<T>(
-    what: &str,
-    deadline: Duration,
-    mut check: impl AsyncFnMut() -> Option<T>,
-) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            eprintln!("[{:>6.2}s] {what}", start.elapsed().as_secs_f64());
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting: {what}"
-        );
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Assert that `check` holds at every poll for `window` (for things that
-/// must not happen, e.g. a duplicate container).
-async fn consistently(
-    what: &str,
-    window: Duration,
-    mut check: impl AsyncFnMut() -> Result<(), String>,
-) {
-    let start = Instant::now();
-    while start.elapsed() < window {
-        if let Err(e) = check().await {
-            panic!(
-                "after {:.2}s: not {what}: {e}",
-                start.elapsed().as_secs_f64()
-            );
-        }
-        tokio::time::sleep(POLL).await;
-    }
 }
 
 /// A pod manifest; `containers` are (name, shell script) pairs.
