@@ -6,7 +6,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kubelet_core::metrics::KubeletMetrics;
 use tokio::time::Instant;
+
+use crate::metrics::RequestMetricsLayer;
 
 /// A failed API request: the verb, what it was about, and why.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -127,8 +130,14 @@ impl ApiClient {
         }
     }
 
-    /// A client from a kubeconfig file (its current context).
-    pub async fn from_kubeconfig(path: &Path, qps: u32, burst: u32) -> Result<Self, ApiError> {
+    /// A client from a kubeconfig file (its current context); every
+    /// response is counted in `metrics` (rest_client_requests_total).
+    pub async fn from_kubeconfig(
+        path: &Path,
+        qps: u32,
+        burst: u32,
+        metrics: KubeletMetrics,
+    ) -> Result<Self, ApiError> {
         let err = |message: String| ApiError::Kubeconfig {
             path: path.display().to_string(),
             message,
@@ -138,7 +147,18 @@ impl ApiClient {
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|e| err(e.to_string()))?;
-        let client = kube::Client::try_from(config).map_err(|e| err(e.to_string()))?;
+        let layer = RequestMetricsLayer {
+            metrics,
+            host: config
+                .cluster_url
+                .authority()
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+        };
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| err(e.to_string()))?
+            .with_layer(&layer)
+            .build();
         Ok(ApiClient::new(client, qps, burst))
     }
 

@@ -4,6 +4,7 @@
 //! the Node authorizer allows a kubelet to make.
 
 pub mod client;
+pub mod metrics;
 pub mod node;
 pub mod pods;
 

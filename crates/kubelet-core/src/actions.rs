@@ -1,10 +1,16 @@
-//! compute-pod-actions (upstream's `kuberuntime.computePodActions`): from a
-//! pod's spec and what the runtime holds for it, decide what SyncPod must do.
-//! Pure: the runtime manager carries the decision out.
+//! compute-pod-actions (upstream's `kuberuntime.computePodActions` and
+//! `computeInitContainerActions`): from a pod's spec, what the runtime holds
+//! for it and what the prober says, decide what SyncPod must do. Pure: the
+//! runtime manager carries the decision out.
+//!
+//! Init containers run one at a time, in order, each to success before the
+//! next; sidecars (init containers with `restartPolicy: Always`) start in
+//! order, keep running, and gate later init containers on their startup
+//! probe. Regular containers start once initialization is done.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use crate::runtime::{ContainerState, ContainerStatus, PodStatus, SandboxState};
+use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
 /// What SyncPod has to do to converge one pod.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -18,7 +24,7 @@ pub struct PodActions {
     pub sandbox_id: Option<String>,
     /// Running containers to stop, each with the reason.
     pub containers_to_kill: Vec<KillContainer>,
-    /// Containers of the spec to create and start, in spec order.
+    /// Containers to create and start, in this order (init containers first).
     pub containers_to_start: Vec<StartContainer>,
     /// Containers created but never started (a crash between create and
     /// start): removed before their replacement is created, so no duplicate
@@ -30,13 +36,18 @@ pub struct PodActions {
 pub struct KillContainer {
     pub id: String,
     pub name: String,
+    /// The Killing event's message.
     pub reason: String,
+    /// A grace period that overrides the pod's (a probe's
+    /// terminationGracePeriodSeconds).
+    pub grace: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartContainer {
-    /// Index into `spec.containers`.
+    /// Index into `spec.initContainers` when `init`, else `spec.containers`.
     pub index: usize,
+    pub init: bool,
     /// The restart count the new container carries.
     pub restart_count: i32,
 }
@@ -54,11 +65,31 @@ pub fn container_hash(container: &Container) -> String {
     format!("{h:x}")
 }
 
-fn restart_policy(pod: &Pod) -> &str {
+/// The pod's restartPolicy (Always when unset).
+pub fn restart_policy(pod: &Pod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always")
+}
+
+/// A sidecar: an init container with `restartPolicy: Always`.
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+pub fn init_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+pub fn regular_containers(pod: &Pod) -> &[Container] {
+    pod.spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or(&[])
 }
 
 /// Whether a container that is not running should be started (again).
@@ -113,13 +144,165 @@ fn sandbox_change(pod: &Pod, status: &PodStatus) -> (bool, u32, Option<String>) 
     }
 }
 
+/// Why a running container must be replaced, if it must: its spec changed,
+/// or its liveness or startup probe failed. Returns (message, grace).
+fn replace_reason(
+    spec: &Container,
+    running: &ContainerStatus,
+    probes: &dyn ProbeView,
+    init: bool,
+) -> Option<(String, Option<i64>)> {
+    let what = if init { "Init container" } else { "Container" };
+    if running.hash != container_hash(spec) {
+        return Some((format!("{what} {} definition changed", spec.name), None));
+    }
+    let probe_grace = |p: Option<&k8s_openapi::api::core::v1::Probe>| {
+        p.and_then(|p| p.termination_grace_period_seconds)
+    };
+    if probes.liveness_failed(&running.id) {
+        return Some((
+            format!("{what} {} failed liveness probe", spec.name),
+            probe_grace(spec.liveness_probe.as_ref()),
+        ));
+    }
+    if probes.startup_failed(&running.id) {
+        return Some((
+            format!("{what} {} failed startup probe", spec.name),
+            probe_grace(spec.startup_probe.as_ref()),
+        ));
+    }
+    None
+}
+
+/// Whether a running sidecar counts as started: it has no startup probe,
+/// or the probe succeeded.
+fn sidecar_started(spec: &Container, running: &ContainerStatus, probes: &dyn ProbeView) -> bool {
+    spec.startup_probe.is_none() || probes.started(&running.id)
+}
+
+/// Whether initialization is over (the pod's Initialized condition): a
+/// regular container was created, or every init container succeeded
+/// (sidecars: started). The same decision SyncPod acts on.
+pub fn is_initialized(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> bool {
+    PodActions::default().init_actions(pod, status, probes)
+}
+
+impl PodActions {
+    fn start(&mut self, index: usize, init: bool, last: Option<&ContainerStatus>) {
+        if let Some(c) = last.filter(|c| c.state == ContainerState::Created) {
+            self.containers_to_remove.push(c.id.clone());
+        }
+        self.containers_to_start.push(StartContainer {
+            index,
+            init,
+            restart_count: next_restart_count(last),
+        });
+    }
+
+    fn kill(&mut self, c: &ContainerStatus, reason: String, grace: Option<i64>) {
+        self.containers_to_kill.push(KillContainer {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            reason,
+            grace,
+        });
+    }
+
+    /// Keep a sidecar running: start it when it is not, replace it when its
+    /// spec changed or a probe failed. True when it is running and started.
+    fn keep_sidecar(
+        &mut self,
+        index: usize,
+        spec: &Container,
+        last: Option<&ContainerStatus>,
+        probes: &dyn ProbeView,
+    ) -> bool {
+        match last {
+            Some(c) if c.state == ContainerState::Running => {
+                if let Some((why, grace)) = replace_reason(spec, c, probes, true) {
+                    self.kill(c, format!("{why}, will be restarted"), grace);
+                    self.containers_to_start.push(StartContainer {
+                        index,
+                        init: true,
+                        restart_count: c.restart_count + 1,
+                    });
+                    return false;
+                }
+                sidecar_started(spec, c, probes)
+            }
+            _ => {
+                self.start(index, true, last);
+                false
+            }
+        }
+    }
+
+    /// The init containers' part (upstream's computeInitContainerActions):
+    /// true when initialization is over and regular containers may run.
+    fn init_actions(&mut self, pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> bool {
+        let inits = init_containers(pod);
+        let restart_on_failure = restart_policy(pod) != "Never";
+        let initialized_before = regular_containers(pod)
+            .iter()
+            .any(|c| status.container(&c.name).is_some());
+        // Init containers before the last one the runtime has seen are done:
+        // their records may have been garbage collected since.
+        let frontier = inits
+            .iter()
+            .rposition(|c| status.container(&c.name).is_some())
+            .unwrap_or(0);
+        for (index, spec) in inits.iter().enumerate() {
+            let last = status.container(&spec.name);
+            if initialized_before || index < frontier {
+                if is_sidecar(spec) {
+                    self.keep_sidecar(index, spec, last, probes);
+                }
+                continue;
+            }
+            if is_sidecar(spec) {
+                if self.keep_sidecar(index, spec, last, probes) {
+                    continue;
+                }
+                return false;
+            }
+            match last {
+                None
+                | Some(ContainerStatus {
+                    state: ContainerState::Created,
+                    ..
+                }) => {
+                    self.start(index, true, last);
+                    return false;
+                }
+                Some(c) if c.state == ContainerState::Running => {
+                    if let Some((why, grace)) = replace_reason(spec, c, probes, true) {
+                        self.kill(c, why, grace);
+                    }
+                    return false;
+                }
+                Some(c) if c.state == ContainerState::Exited && c.exit_code == 0 => {}
+                Some(_) if !restart_on_failure => {
+                    // A failed init container of a pod that never restarts:
+                    // the pod has failed.
+                    self.kill_pod = true;
+                    self.containers_to_start.clear();
+                    self.containers_to_remove.clear();
+                    return false;
+                }
+                Some(_) => {
+                    self.start(index, true, last);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+}
+
 /// compute-pod-actions: the whole decision, as a table of cases in tests.
-pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
-    let containers: &[Container] = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or(&[]);
+pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> PodActions {
+    let containers = regular_containers(pod);
+    let inits = init_containers(pod);
     let policy = restart_policy(pod);
     let (create, attempt, sandbox_id) = sandbox_change(pod, status);
 
@@ -135,7 +318,21 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
                 ..Default::default()
             };
         }
-        let containers_to_start = containers
+        let mut actions = PodActions {
+            kill_pod: !status.sandboxes.is_empty(),
+            create_sandbox: Some(attempt),
+            ..Default::default()
+        };
+        if !inits.is_empty() {
+            // A new sandbox runs initialization again, from the first.
+            actions.containers_to_start.push(StartContainer {
+                index: 0,
+                init: true,
+                restart_count: next_restart_count(status.container(&inits[0].name)),
+            });
+            return actions;
+        }
+        actions.containers_to_start = containers
             .iter()
             .enumerate()
             .filter(|(_, c)| {
@@ -146,67 +343,70 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
             })
             .map(|(index, c)| StartContainer {
                 index,
+                init: false,
                 restart_count: next_restart_count(status.container(&c.name)),
             })
             .collect();
-        return PodActions {
-            kill_pod: !status.sandboxes.is_empty(),
-            create_sandbox: Some(attempt),
-            containers_to_start,
-            ..Default::default()
-        };
+        return actions;
     }
 
     let mut actions = PodActions {
         sandbox_id,
         ..Default::default()
     };
+    let initialized = actions.init_actions(pod, status, probes);
+    if actions.kill_pod {
+        actions.sandbox_id = None;
+        return actions;
+    }
+    if !initialized {
+        return actions;
+    }
     let mut keep = 0;
     for (index, container) in containers.iter().enumerate() {
         let last = status.container(&container.name);
         match last {
             Some(c) if c.state == ContainerState::Running => {
-                if c.hash == container_hash(container) {
+                let Some((why, grace)) = replace_reason(container, c, probes, false) else {
                     keep += 1;
                     continue;
+                };
+                // A changed spec always restarts; a failed probe only when
+                // the restart policy allows.
+                let restart = policy != "Never" || why.ends_with("definition changed");
+                if restart {
+                    actions.kill(c, format!("{why}, will be restarted"), grace);
+                    actions.containers_to_start.push(StartContainer {
+                        index,
+                        init: false,
+                        restart_count: c.restart_count + 1,
+                    });
+                } else {
+                    actions.kill(c, why, grace);
                 }
-                actions.containers_to_kill.push(KillContainer {
-                    id: c.id.clone(),
-                    name: c.name.clone(),
-                    reason: format!("Container {} definition changed, will be restarted", c.name),
-                });
-                actions.containers_to_start.push(StartContainer {
-                    index,
-                    restart_count: c.restart_count + 1,
-                });
             }
-            _ if should_start(policy, last) => {
-                if let Some(c) = last.filter(|c| c.state == ContainerState::Created) {
-                    actions.containers_to_remove.push(c.id.clone());
-                }
-                actions.containers_to_start.push(StartContainer {
-                    index,
-                    restart_count: next_restart_count(last),
-                });
-            }
+            _ if should_start(policy, last) => actions.start(index, false, last),
             _ => {}
         }
     }
     // Containers the spec no longer names are stopped too.
     for c in status.running_containers() {
-        if !containers.iter().any(|s| s.name == c.name) {
-            actions.containers_to_kill.push(KillContainer {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                reason: format!("Container {} is not in the pod spec", c.name),
-            });
+        let named = |s: &Container| s.name == c.name;
+        if !containers.iter().any(named) && !inits.iter().any(named) {
+            actions.kill(
+                c,
+                format!("Container {} is not in the pod spec", c.name),
+                None,
+            );
         }
     }
-    if keep == 0 && actions.containers_to_start.is_empty() {
-        // Nothing runs and nothing will: stop the sandbox too.
+    if keep == 0 && !actions.containers_to_start.iter().any(|s| !s.init) {
+        // No regular container runs or will: stop the pod, sidecars too.
         actions.kill_pod = true;
         actions.sandbox_id = None;
         actions.containers_to_kill.clear();
+        actions.containers_to_start.clear();
+        actions.containers_to_remove.clear();
     }
     actions
 }
@@ -214,7 +414,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::SandboxStatus;
+    use crate::runtime::{NoProbes, SandboxStatus};
     use k8s_openapi::api::core::v1::PodSpec;
 
     fn pod(policy: &str, names: &[&str]) -> Pod {
@@ -288,6 +488,7 @@ mod tests {
     fn start(index: usize, restart_count: i32) -> StartContainer {
         StartContainer {
             index,
+            init: false,
             restart_count,
         }
     }
@@ -350,6 +551,7 @@ mod tests {
                         id: "b-2".into(),
                         name: "b".into(),
                         reason: "Container b definition changed, will be restarted".into(),
+                        grace: None,
                     }],
                     containers_to_start: vec![start(1, 3)],
                     ..Default::default()
@@ -456,6 +658,7 @@ mod tests {
                         id: "b-0".into(),
                         name: "b".into(),
                         reason: "Container b is not in the pod spec".into(),
+                        grace: None,
                     }],
                     ..Default::default()
                 },
@@ -480,12 +683,289 @@ mod tests {
         ];
         for case in cases {
             assert_eq!(
-                compute_pod_actions(&case.pod, &case.status),
+                compute_pod_actions(&case.pod, &case.status, &NoProbes),
                 case.want,
                 "{}",
                 case.name
             );
         }
+    }
+
+    /// Probe results for tests: container IDs with a failed liveness probe,
+    /// and those whose startup probe succeeded.
+    #[derive(Default)]
+    struct Probes {
+        liveness_failed: Vec<&'static str>,
+        started: Vec<&'static str>,
+    }
+
+    impl ProbeView for Probes {
+        fn liveness_failed(&self, id: &str) -> bool {
+            self.liveness_failed.contains(&id)
+        }
+        fn startup_failed(&self, _: &str) -> bool {
+            false
+        }
+        fn started(&self, id: &str) -> bool {
+            self.started.contains(&id)
+        }
+        fn ready(&self, _: &str) -> bool {
+            false
+        }
+    }
+
+    /// A pod with init containers: `inits` are (name, sidecar, startup probe).
+    fn with_inits(policy: &str, inits: &[(&str, bool, bool)], names: &[&str]) -> Pod {
+        let mut p = pod(policy, names);
+        p.spec.as_mut().unwrap().init_containers = Some(
+            inits
+                .iter()
+                .map(|(n, sidecar, startup)| Container {
+                    name: (*n).into(),
+                    image: Some("busybox:1".into()),
+                    restart_policy: sidecar.then(|| "Always".into()),
+                    startup_probe: startup.then(Default::default),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        p
+    }
+
+    fn init_ctr(pod: &Pod, name: &str, state: ContainerState, exit: i32) -> ContainerStatus {
+        let spec = pod.spec.as_ref().unwrap().init_containers.as_ref().unwrap();
+        ContainerStatus {
+            hash: container_hash(spec.iter().find(|c| c.name == name).unwrap()),
+            ..ctr(pod, "a", state, exit, 0)
+        }
+        .renamed(name)
+    }
+
+    impl ContainerStatus {
+        fn renamed(mut self, name: &str) -> Self {
+            self.id = format!("{name}-{}", self.restart_count);
+            self.name = name.into();
+            self
+        }
+    }
+
+    fn init_start(index: usize, restart_count: i32) -> StartContainer {
+        StartContainer {
+            index,
+            init: true,
+            restart_count,
+        }
+    }
+
+    #[test]
+    fn init_containers_and_sidecars() {
+        use ContainerState::*;
+        use SandboxState::*;
+        let two_inits = with_inits(
+            "Always",
+            &[("i0", false, false), ("i1", false, false)],
+            &["a"],
+        );
+        let never = with_inits("Never", &[("i0", false, false)], &["a"]);
+        let sidecar = with_inits(
+            "Always",
+            &[("s", true, false), ("i1", false, false)],
+            &["a"],
+        );
+        let gated = with_inits("Always", &[("s", true, true), ("i1", false, false)], &["a"]);
+        let job = with_inits("OnFailure", &[("s", true, false)], &["a"]);
+        let ready = || vec![sandbox(Ready, 0)];
+        let sb0 = || Some("sb0".to_string());
+        let cases: Vec<(&str, &Pod, PodStatus, Probes, PodActions)> = vec![
+            (
+                "new pod: sandbox and the first init container only",
+                &two_inits,
+                status(vec![], vec![]),
+                Probes::default(),
+                PodActions {
+                    create_sandbox: Some(0),
+                    containers_to_start: vec![init_start(0, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "first init container running: wait",
+                &two_inits,
+                status(ready(), vec![init_ctr(&two_inits, "i0", Running, 0)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    ..Default::default()
+                },
+            ),
+            (
+                "first init container succeeded: start the second",
+                &two_inits,
+                status(ready(), vec![init_ctr(&two_inits, "i0", Exited, 0)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![init_start(1, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "init container failed under Always: run it again",
+                &two_inits,
+                status(ready(), vec![init_ctr(&two_inits, "i0", Exited, 1)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![init_start(0, 1)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "all init containers succeeded: start the regular containers",
+                &two_inits,
+                status(
+                    ready(),
+                    vec![
+                        init_ctr(&two_inits, "i1", Exited, 0),
+                        init_ctr(&two_inits, "i0", Exited, 0),
+                    ],
+                ),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![start(0, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "an earlier init container's record was collected: still done",
+                &two_inits,
+                status(ready(), vec![init_ctr(&two_inits, "i1", Exited, 0)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![start(0, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "init container failed under Never: the pod is done",
+                &never,
+                status(ready(), vec![init_ctr(&never, "i0", Exited, 2)]),
+                Probes::default(),
+                PodActions {
+                    kill_pod: true,
+                    ..Default::default()
+                },
+            ),
+            (
+                "running sidecar without a startup probe: the next init container starts",
+                &sidecar,
+                status(ready(), vec![init_ctr(&sidecar, "s", Running, 0)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![init_start(1, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "sidecar with a startup probe not yet passed gates the next",
+                &gated,
+                status(ready(), vec![init_ctr(&gated, "s", Running, 0)]),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    ..Default::default()
+                },
+            ),
+            (
+                "sidecar whose startup probe passed lets the next start",
+                &gated,
+                status(ready(), vec![init_ctr(&gated, "s", Running, 0)]),
+                Probes {
+                    started: vec!["s-0"],
+                    ..Default::default()
+                },
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![init_start(1, 0)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "a sidecar that exited after initialization is restarted beside the main container",
+                &sidecar,
+                status(
+                    ready(),
+                    vec![
+                        ctr(&sidecar, "a", Running, 0, 0),
+                        init_ctr(&sidecar, "i1", Exited, 0),
+                        init_ctr(&sidecar, "s", Exited, 1),
+                    ],
+                ),
+                Probes::default(),
+                PodActions {
+                    sandbox_id: sb0(),
+                    containers_to_start: vec![init_start(0, 1)],
+                    ..Default::default()
+                },
+            ),
+            (
+                "main containers done under OnFailure: the sidecar is stopped with the pod",
+                &job,
+                status(
+                    ready(),
+                    vec![
+                        ctr(&job, "a", Exited, 0, 0),
+                        init_ctr(&job, "s", Running, 0),
+                    ],
+                ),
+                Probes::default(),
+                PodActions {
+                    kill_pod: true,
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, pod, status, probes, want) in cases {
+            assert_eq!(compute_pod_actions(pod, &status, &probes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn failed_liveness_probe_restarts_that_container_only() {
+        use ContainerState::*;
+        let mut p = pod("Always", &["a", "b"]);
+        p.spec.as_mut().unwrap().containers[0].liveness_probe =
+            Some(k8s_openapi::api::core::v1::Probe {
+                termination_grace_period_seconds: Some(5),
+                ..Default::default()
+            });
+        let st = status(
+            vec![sandbox(SandboxState::Ready, 0)],
+            vec![ctr(&p, "a", Running, 0, 3), ctr(&p, "b", Running, 0, 0)],
+        );
+        let probes = Probes {
+            liveness_failed: vec!["a-3"],
+            ..Default::default()
+        };
+        let want = PodActions {
+            sandbox_id: Some("sb0".into()),
+            containers_to_kill: vec![KillContainer {
+                id: "a-3".into(),
+                name: "a".into(),
+                reason: "Container a failed liveness probe, will be restarted".into(),
+                grace: Some(5),
+            }],
+            containers_to_start: vec![start(0, 4)],
+            ..Default::default()
+        };
+        assert_eq!(compute_pod_actions(&p, &st, &probes), want);
+        p.spec.as_mut().unwrap().restart_policy = Some("Never".into());
+        let never = compute_pod_actions(&p, &st, &probes);
+        assert_eq!(never.containers_to_kill.len(), 1, "{never:?}");
+        assert!(never.containers_to_start.is_empty(), "Never: not restarted");
     }
 
     #[test]

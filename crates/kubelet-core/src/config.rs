@@ -51,6 +51,15 @@ pub const DECODED_FIELDS: &[&str] = &[
     "nodeStatusUpdateFrequency",
     "nodeStatusReportFrequency",
     "registerNode",
+    "port",
+    "tlsCertFile",
+    "tlsPrivateKeyFile",
+    "tlsCipherSuites",
+    "tlsMinVersion",
+    "authentication",
+    "authorization",
+    "enableDebuggingHandlers",
+    "streamingConnectionIdleTimeout",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -60,25 +69,16 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "httpCheckFrequency",
     "staticPodURL",
     "staticPodURLHeader",
-    "port",
-    "tlsCertFile",
-    "tlsPrivateKeyFile",
-    "tlsCipherSuites",
-    "tlsMinVersion",
     "rotateCertificates",
     "serverTLSBootstrap",
-    "authentication",
-    "authorization",
     "registryPullQPS",
     "registryBurst",
     "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
-    "enableDebuggingHandlers",
     "enableContentionProfiling",
     "oomScoreAdj",
     "clusterDomain",
     "clusterDNS",
-    "streamingConnectionIdleTimeout",
     "nodeLeaseDurationSeconds",
     "imageMinimumGCAge",
     "imageMaximumGCAge",
@@ -203,6 +203,150 @@ impl FromStr for CgroupDriver {
     }
 }
 
+/// The lowest TLS version the kubelet API server accepts (`tlsMinVersion`).
+/// Upstream also accepts VersionTLS10 and VersionTLS11; rkubelet refuses
+/// them (its TLS stack speaks TLS 1.2 and 1.3 only).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TlsMinVersion {
+    #[default]
+    Tls12,
+    Tls13,
+}
+
+impl TlsMinVersion {
+    /// Upstream's spelling (Go's crypto/tls constant names).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMinVersion::Tls12 => "VersionTLS12",
+            TlsMinVersion::Tls13 => "VersionTLS13",
+        }
+    }
+}
+
+/// A `tlsMinVersion` (`--tls-min-version`) rkubelet cannot serve.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseTlsMinVersionError {
+    #[error("{0} is not supported: the kubelet API serves TLS 1.2 and 1.3 only")]
+    Unsupported(String),
+    #[error("unknown TLS version {0:?} (expected \"VersionTLS12\" or \"VersionTLS13\")")]
+    Unknown(String),
+}
+
+impl FromStr for TlsMinVersion {
+    type Err = ParseTlsMinVersionError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "VersionTLS12" => Ok(TlsMinVersion::Tls12),
+            "VersionTLS13" => Ok(TlsMinVersion::Tls13),
+            "VersionTLS10" | "VersionTLS11" => {
+                Err(ParseTlsMinVersionError::Unsupported(s.to_owned()))
+            }
+            other => Err(ParseTlsMinVersionError::Unknown(other.to_owned())),
+        }
+    }
+}
+
+/// The upstream cipher suite names (`tlsCipherSuites`) rkubelet accepts: the
+/// ECDHE AES-GCM and ChaCha20-Poly1305 suites of TLS 1.2, and the TLS 1.3
+/// suites (which, as in Go, are always enabled whatever the list says).
+pub const TLS_CIPHER_SUITES: &[&str] = &[
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// `authorization.mode`: how the kubelet API authorizes requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AuthorizationMode {
+    /// SubjectAccessReviews against the API server (the v1beta1 default).
+    #[default]
+    Webhook,
+    /// Every authenticated request is allowed.
+    AlwaysAllow,
+}
+
+impl AuthorizationMode {
+    /// The spelling used in the file and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuthorizationMode::Webhook => "Webhook",
+            AuthorizationMode::AlwaysAllow => "AlwaysAllow",
+        }
+    }
+}
+
+/// An `authorization.mode` (`--authorization-mode`) other than Webhook or AlwaysAllow.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown authorization mode {0:?} (expected \"Webhook\" or \"AlwaysAllow\")")]
+pub struct ParseAuthorizationModeError(pub String);
+
+impl FromStr for AuthorizationMode {
+    type Err = ParseAuthorizationModeError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "Webhook" => Ok(AuthorizationMode::Webhook),
+            "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+            other => Err(ParseAuthorizationModeError(other.to_owned())),
+        }
+    }
+}
+
+/// `authentication`: how the kubelet API identifies callers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeletAuthentication {
+    /// `x509.clientCAFile`: CA bundle verifying client certificates; none by default.
+    pub client_ca_file: Option<PathBuf>,
+    /// `webhook.enabled`: bearer tokens checked with TokenReviews. Default true.
+    pub webhook_enabled: bool,
+    /// `webhook.cacheTTL`: how long TokenReview answers are cached. Default 2m.
+    pub webhook_cache_ttl: Duration,
+    /// `anonymous.enabled`: requests without credentials run as
+    /// system:anonymous. Default false (v1beta1).
+    pub anonymous_enabled: bool,
+}
+
+impl Default for KubeletAuthentication {
+    fn default() -> Self {
+        KubeletAuthentication {
+            client_ca_file: None,
+            webhook_enabled: true,
+            webhook_cache_ttl: Duration::from_secs(120),
+            anonymous_enabled: false,
+        }
+    }
+}
+
+/// `authorization`: how the kubelet API authorizes requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubeletAuthorization {
+    /// `mode`: Webhook (default) or AlwaysAllow.
+    pub mode: AuthorizationMode,
+    /// `webhook.cacheAuthorizedTTL`: how long allowed decisions are cached. Default 5m.
+    pub cache_authorized_ttl: Duration,
+    /// `webhook.cacheUnauthorizedTTL`: how long denied decisions are cached. Default 30s.
+    pub cache_unauthorized_ttl: Duration,
+}
+
+impl Default for KubeletAuthorization {
+    fn default() -> Self {
+        KubeletAuthorization {
+            mode: AuthorizationMode::Webhook,
+            cache_authorized_ttl: Duration::from_secs(300),
+            cache_unauthorized_ttl: Duration::from_secs(30),
+        }
+    }
+}
+
 /// The subset of upstream's KubeletConfiguration that rkubelet implements.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubeletConfiguration {
@@ -244,6 +388,27 @@ pub struct KubeletConfiguration {
     pub node_status_report_frequency: Duration,
     /// `registerNode`: register the node with the API server. Default true.
     pub register_node: bool,
+    /// `port`: the port of the kubelet API (HTTPS). Default 10250.
+    pub port: u16,
+    /// `tlsCertFile`: the serving certificate; none: a self-signed one is made.
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tlsPrivateKeyFile`: the key of `tlsCertFile`.
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `tlsCipherSuites`: TLS 1.2 suites allowed (names from
+    /// [`TLS_CIPHER_SUITES`]); empty: all of them.
+    pub tls_cipher_suites: Vec<String>,
+    /// `tlsMinVersion`: default VersionTLS12.
+    pub tls_min_version: TlsMinVersion,
+    /// `authentication`.
+    pub authentication: KubeletAuthentication,
+    /// `authorization`.
+    pub authorization: KubeletAuthorization,
+    /// `enableDebuggingHandlers`: serve exec/attach/portForward/containerLogs/
+    /// runningpods (off: 405 "Debug endpoints are disabled."). Default true.
+    pub enable_debugging_handlers: bool,
+    /// `streamingConnectionIdleTimeout`: a streaming connection (exec, attach,
+    /// port-forward) with no traffic for this long is closed. Default 4h.
+    pub streaming_connection_idle_timeout: Duration,
 }
 
 impl Default for KubeletConfiguration {
@@ -268,7 +433,70 @@ impl Default for KubeletConfiguration {
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             register_node: true,
+            port: 10250,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            tls_cipher_suites: Vec::new(),
+            tls_min_version: TlsMinVersion::Tls12,
+            authentication: KubeletAuthentication::default(),
+            authorization: KubeletAuthorization::default(),
+            enable_debugging_handlers: true,
+            streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
         }
+    }
+}
+
+impl KubeletConfiguration {
+    /// The effective configuration as upstream's `/configz` shows it: the
+    /// v1beta1 field names, durations as Go durations.
+    pub fn to_v1beta1_json(&self) -> serde_json::Value {
+        use crate::duration::format_go_duration as d;
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        serde_json::json!({
+            "kind": KIND,
+            "apiVersion": API_VERSION,
+            "staticPodPath": path(&self.static_pod_path),
+            "syncFrequency": d(self.sync_frequency),
+            "fileCheckFrequency": d(self.file_check_frequency),
+            "containerRuntimeEndpoint": self.container_runtime_endpoint,
+            "runtimeRequestTimeout": d(self.runtime_request_timeout),
+            "podLogsDir": self.pod_logs_dir.display().to_string(),
+            "healthzBindAddress": self.healthz_bind_address,
+            "healthzPort": self.healthz_port,
+            "readOnlyPort": self.read_only_port,
+            "address": self.address,
+            "port": self.port,
+            "maxPods": self.max_pods,
+            "cgroupDriver": self.cgroup_driver.as_str(),
+            "kubeAPIQPS": self.kube_api_qps,
+            "kubeAPIBurst": self.kube_api_burst,
+            "eventRecordQPS": self.event_record_qps,
+            "eventBurst": self.event_burst,
+            "nodeStatusUpdateFrequency": d(self.node_status_update_frequency),
+            "nodeStatusReportFrequency": d(self.node_status_report_frequency),
+            "registerNode": self.register_node,
+            "tlsCertFile": path(&self.tls_cert_file),
+            "tlsPrivateKeyFile": path(&self.tls_private_key_file),
+            "tlsCipherSuites": self.tls_cipher_suites,
+            "tlsMinVersion": self.tls_min_version.as_str(),
+            "authentication": {
+                "x509": {"clientCAFile": path(&self.authentication.client_ca_file)},
+                "webhook": {
+                    "enabled": self.authentication.webhook_enabled,
+                    "cacheTTL": d(self.authentication.webhook_cache_ttl),
+                },
+                "anonymous": {"enabled": self.authentication.anonymous_enabled},
+            },
+            "authorization": {
+                "mode": self.authorization.mode.as_str(),
+                "webhook": {
+                    "cacheAuthorizedTTL": d(self.authorization.cache_authorized_ttl),
+                    "cacheUnauthorizedTTL": d(self.authorization.cache_unauthorized_ttl),
+                },
+            },
+            "enableDebuggingHandlers": self.enable_debugging_handlers,
+            "streamingConnectionIdleTimeout": d(self.streaming_connection_idle_timeout),
+        })
     }
 }
 
@@ -398,6 +626,147 @@ fn set_nonempty_string(target: &mut String, field: &str, v: &Value) -> Result<()
     Ok(())
 }
 
+/// A mapping field; `None` when null.
+fn decode_object<'a>(
+    field: &str,
+    v: &'a Value,
+) -> Result<Option<&'a Map<String, Value>>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(m) => Ok(Some(m)),
+        other => Err(wrong_type(field, "a mapping", other)),
+    }
+}
+
+/// A path field whose empty value means "none".
+fn decode_path(field: &str, v: &Value) -> Result<Option<PathBuf>, ConfigError> {
+    Ok(decode_nonempty_string(field, v)?.map(PathBuf::from))
+}
+
+fn invalid_value(field: &str, message: String) -> ConfigError {
+    ConfigError::InvalidValue {
+        field: field.to_owned(),
+        message,
+    }
+}
+
+/// `tlsMinVersion`; `None` when null or empty (the default).
+fn decode_tls_min_version(field: &str, v: &Value) -> Result<Option<TlsMinVersion>, ConfigError> {
+    decode_nonempty_string(field, v)?
+        .map(|s| {
+            s.parse()
+                .map_err(|e: ParseTlsMinVersionError| invalid_value(field, e.to_string()))
+        })
+        .transpose()
+}
+
+/// `tlsCipherSuites`: upstream names, each one of [`TLS_CIPHER_SUITES`].
+fn decode_cipher_suites(field: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(wrong_type(field, "a list of cipher suite names", other)),
+    };
+    items
+        .iter()
+        .map(|item| {
+            let name = item
+                .as_str()
+                .ok_or_else(|| wrong_type(field, "a list of cipher suite names", item))?;
+            if TLS_CIPHER_SUITES.contains(&name) {
+                Ok(name.to_owned())
+            } else {
+                Err(invalid_value(
+                    field,
+                    format!(
+                        "cipher suite {name:?} not supported or doesn't exist (supported: {})",
+                        TLS_CIPHER_SUITES.join(", ")
+                    ),
+                ))
+            }
+        })
+        .collect()
+}
+
+/// Calls `each(qualified name, key, value)` for every key of the mapping
+/// `field` (null: none); keys are reported as `field.key`.
+fn for_each_key(
+    field: &str,
+    v: &Value,
+    mut each: impl FnMut(&str, &str, &Value) -> Result<(), ConfigError>,
+) -> Result<(), ConfigError> {
+    if let Some(map) = decode_object(field, v)? {
+        for (key, value) in map {
+            each(&format!("{field}.{key}"), key, value)?;
+        }
+    }
+    Ok(())
+}
+
+/// `authentication: {x509: {clientCAFile}, webhook: {enabled, cacheTTL}, anonymous: {enabled}}`.
+fn decode_authentication(
+    target: &mut KubeletAuthentication,
+    field: &str,
+    v: &Value,
+) -> Result<(), ConfigError> {
+    for_each_key(field, v, |name, key, v| match key {
+        "x509" => for_each_key(name, v, |name, key, v| match key {
+            "clientCAFile" => {
+                target.client_ca_file = decode_path(name, v)?;
+                Ok(())
+            }
+            _ => Err(ConfigError::UnknownField(name.to_owned())),
+        }),
+        "webhook" => for_each_key(name, v, |name, key, v| match key {
+            "enabled" => {
+                if let Some(b) = decode_bool(name, v)? {
+                    target.webhook_enabled = b;
+                }
+                Ok(())
+            }
+            "cacheTTL" => set_nonzero_duration(&mut target.webhook_cache_ttl, name, v),
+            _ => Err(ConfigError::UnknownField(name.to_owned())),
+        }),
+        "anonymous" => for_each_key(name, v, |name, key, v| match key {
+            "enabled" => {
+                if let Some(b) = decode_bool(name, v)? {
+                    target.anonymous_enabled = b;
+                }
+                Ok(())
+            }
+            _ => Err(ConfigError::UnknownField(name.to_owned())),
+        }),
+        _ => Err(ConfigError::UnknownField(name.to_owned())),
+    })
+}
+
+/// `authorization: {mode, webhook: {cacheAuthorizedTTL, cacheUnauthorizedTTL}}`.
+fn decode_authorization(
+    target: &mut KubeletAuthorization,
+    field: &str,
+    v: &Value,
+) -> Result<(), ConfigError> {
+    for_each_key(field, v, |name, key, v| match key {
+        "mode" => {
+            target.mode = match decode_nonempty_string(name, v)? {
+                None => AuthorizationMode::default(),
+                Some(s) => s
+                    .parse()
+                    .map_err(|e: ParseAuthorizationModeError| invalid_value(name, e.to_string()))?,
+            };
+            Ok(())
+        }
+        "webhook" => for_each_key(name, v, |name, key, v| match key {
+            "cacheAuthorizedTTL" => set_nonzero_duration(&mut target.cache_authorized_ttl, name, v),
+            "cacheUnauthorizedTTL" => {
+                set_nonzero_duration(&mut target.cache_unauthorized_ttl, name, v)
+            }
+            _ => Err(ConfigError::UnknownField(name.to_owned())),
+        }),
+        _ => Err(ConfigError::UnknownField(name.to_owned())),
+    })
+}
+
 fn check_header(map: &Map<String, Value>) -> Result<(), ConfigError> {
     let shown = |v: Option<&Value>| v.map_or_else(|| "nothing".to_owned(), describe);
     if map.get("kind").and_then(Value::as_str) != Some(KIND) {
@@ -510,6 +879,29 @@ pub fn parse_kubelet_config_reporting(
                     cfg.register_node = b;
                 }
             }
+            "port" => {
+                if let Some(p) = decode_uint::<u16>(field, v, PORT)?.filter(|p| *p != 0) {
+                    cfg.port = p;
+                }
+            }
+            "tlsCertFile" => cfg.tls_cert_file = decode_path(field, v)?,
+            "tlsPrivateKeyFile" => cfg.tls_private_key_file = decode_path(field, v)?,
+            "tlsCipherSuites" => cfg.tls_cipher_suites = decode_cipher_suites(field, v)?,
+            "tlsMinVersion" => {
+                if let Some(version) = decode_tls_min_version(field, v)? {
+                    cfg.tls_min_version = version;
+                }
+            }
+            "authentication" => decode_authentication(&mut cfg.authentication, field, v)?,
+            "authorization" => decode_authorization(&mut cfg.authorization, field, v)?,
+            "enableDebuggingHandlers" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.enable_debugging_handlers = b;
+                }
+            }
+            "streamingConnectionIdleTimeout" => {
+                set_nonzero_duration(&mut cfg.streaming_connection_idle_timeout, field, v)?
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -598,6 +990,24 @@ impl KubeletConfiguration {
                 format!("must be an IP address, got {:?}", self.address),
             ));
         }
+        if self.port == 0 {
+            return Err(invalid(
+                "port (--port)",
+                "0 must be between 1 and 65535, inclusive".to_owned(),
+            ));
+        }
+        if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
+            return Err(invalid(
+                "tlsCertFile (--tls-cert-file)",
+                "and tlsPrivateKeyFile (--tls-private-key-file) must be set together".to_owned(),
+            ));
+        }
+        if self.streaming_connection_idle_timeout.is_zero() {
+            return Err(invalid(
+                "streamingConnectionIdleTimeout",
+                "must be greater than 0, got 0s".to_owned(),
+            ));
+        }
         if self.healthz_bind_address.is_empty() {
             return Err(invalid(
                 "healthzBindAddress (--healthz-bind-address)",
@@ -618,6 +1028,27 @@ mod tests {
 
     fn parse_body(body: &str) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
         parse_kubelet_config_reporting(&format!("{HEADER}{body}"))
+    }
+
+    #[test]
+    fn configz_round_trips_through_the_decoder() {
+        fn drop_nulls(v: &mut serde_json::Value) {
+            if let serde_json::Value::Object(m) = v {
+                m.retain(|_, x| !x.is_null());
+                m.values_mut().for_each(drop_nulls);
+            }
+        }
+        let mut cfg = KubeletConfiguration {
+            static_pod_path: Some("/etc/kubernetes/manifests".into()),
+            sync_frequency: Duration::from_secs(90),
+            ..Default::default()
+        };
+        cfg.authorization.mode = AuthorizationMode::AlwaysAllow;
+        let mut json = cfg.to_v1beta1_json();
+        assert_eq!(json["syncFrequency"], "1m30s");
+        drop_nulls(&mut json);
+        let back = parse_kubelet_config(&json.to_string()).unwrap();
+        assert_eq!(back, cfg);
     }
 
     #[test]
@@ -818,16 +1249,16 @@ mod tests {
     #[test]
     fn ignored_upstream_fields_are_accepted_and_listed() {
         let body = "clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n\
-                    authentication:\n  anonymous:\n    enabled: false\n\
+                    enableServer: true\n\
                     featureGates:\n  Foo: true\nmaxPods: 20\n";
         let (cfg, ignored) = parse_body(body).unwrap();
         assert_eq!(cfg.max_pods, 20);
         assert_eq!(
             ignored,
             vec![
-                "authentication",
                 "clusterDNS",
                 "clusterDomain",
+                "enableServer",
                 "featureGates"
             ]
         );
@@ -870,7 +1301,7 @@ mod tests {
             "healthzPort": 0,
             "cgroupDriver": "systemd",
             "registerNode": false,
-            "tlsMinVersion": "VersionTLS12"
+            "rotateCertificates": true
         }"#;
         let (cfg, ignored) = parse_kubelet_config_reporting(content).unwrap();
         assert_eq!(
@@ -884,7 +1315,7 @@ mod tests {
                 ..KubeletConfiguration::default()
             }
         );
-        assert_eq!(ignored, vec!["tlsMinVersion"]);
+        assert_eq!(ignored, vec!["rotateCertificates"]);
         let err = parse_kubelet_config(
             r#"{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","nope":1}"#,
         )
@@ -946,6 +1377,280 @@ mod tests {
             ..KubeletConfiguration::default()
         };
         ok.validate().unwrap();
+    }
+
+    #[test]
+    fn server_defaults_match_upstream() {
+        let d = KubeletConfiguration::default();
+        assert_eq!(d.port, 10250);
+        assert_eq!(d.tls_cert_file, None);
+        assert_eq!(d.tls_private_key_file, None);
+        assert!(d.tls_cipher_suites.is_empty());
+        assert_eq!(d.tls_min_version, TlsMinVersion::Tls12);
+        assert_eq!(d.authentication.client_ca_file, None);
+        assert!(d.authentication.webhook_enabled);
+        assert_eq!(d.authentication.webhook_cache_ttl, Duration::from_secs(120));
+        assert!(!d.authentication.anonymous_enabled);
+        assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
+        assert_eq!(
+            d.authorization.cache_authorized_ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            d.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(30)
+        );
+        assert!(d.enable_debugging_handlers);
+        assert_eq!(
+            d.streaming_connection_idle_timeout,
+            Duration::from_secs(4 * 3600)
+        );
+    }
+
+    #[test]
+    fn decodes_server_fields() {
+        type Check = fn(&KubeletConfiguration) -> bool;
+        let cases: &[(&str, Check)] = &[
+            ("port: 10350", |c| c.port == 10350),
+            ("port: 0", |c| c.port == 10250),
+            (
+                "tlsCertFile: /pki/k.crt\ntlsPrivateKeyFile: /pki/k.key",
+                |c| {
+                    c.tls_cert_file.as_deref() == Some(Path::new("/pki/k.crt"))
+                        && c.tls_private_key_file.as_deref() == Some(Path::new("/pki/k.key"))
+                },
+            ),
+            ("tlsCertFile: \"\"", |c| c.tls_cert_file.is_none()),
+            ("tlsMinVersion: VersionTLS13", |c| {
+                c.tls_min_version == TlsMinVersion::Tls13
+            }),
+            ("tlsMinVersion: VersionTLS12", |c| {
+                c.tls_min_version == TlsMinVersion::Tls12
+            }),
+            ("tlsMinVersion: \"\"", |c| {
+                c.tls_min_version == TlsMinVersion::Tls12
+            }),
+            (
+                "tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305]",
+                |c| {
+                    c.tls_cipher_suites
+                        == [
+                            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                            "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                        ]
+                },
+            ),
+            ("tlsCipherSuites: []", |c| c.tls_cipher_suites.is_empty()),
+            (
+                "authentication:\n  x509:\n    clientCAFile: /pki/ca.crt",
+                |c| {
+                    c.authentication.client_ca_file.as_deref() == Some(Path::new("/pki/ca.crt"))
+                        && c.authentication.webhook_enabled
+                },
+            ),
+            (
+                "authentication:\n  webhook:\n    enabled: false\n    cacheTTL: 10s",
+                |c| {
+                    !c.authentication.webhook_enabled
+                        && c.authentication.webhook_cache_ttl == Duration::from_secs(10)
+                },
+            ),
+            ("authentication:\n  webhook:\n    cacheTTL: 0s", |c| {
+                c.authentication.webhook_cache_ttl == Duration::from_secs(120)
+            }),
+            ("authentication:\n  anonymous:\n    enabled: true", |c| {
+                c.authentication.anonymous_enabled
+            }),
+            ("authentication: null", |c| {
+                c.authentication == KubeletAuthentication::default()
+            }),
+            ("authorization:\n  mode: AlwaysAllow", |c| {
+                c.authorization.mode == AuthorizationMode::AlwaysAllow
+            }),
+            ("authorization:\n  mode: Webhook", |c| {
+                c.authorization.mode == AuthorizationMode::Webhook
+            }),
+            (
+                "authorization:\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 5s",
+                |c| {
+                    c.authorization.cache_authorized_ttl == Duration::from_secs(60)
+                        && c.authorization.cache_unauthorized_ttl == Duration::from_secs(5)
+                },
+            ),
+            (
+                "authorization:\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s",
+                |c| c.authorization == KubeletAuthorization::default(),
+            ),
+            ("enableDebuggingHandlers: false", |c| {
+                !c.enable_debugging_handlers
+            }),
+            ("streamingConnectionIdleTimeout: 30m", |c| {
+                c.streaming_connection_idle_timeout == Duration::from_secs(1800)
+            }),
+            ("streamingConnectionIdleTimeout: 0s", |c| {
+                c.streaming_connection_idle_timeout == Duration::from_secs(4 * 3600)
+            }),
+        ];
+        for (body, check) in cases {
+            let (cfg, ignored) = parse_body(body).unwrap_or_else(|e| panic!("{body}: {e}"));
+            assert!(check(&cfg), "{body}: {cfg:?}");
+            assert!(ignored.is_empty(), "{body}: {ignored:?}");
+        }
+        // kubeadm's file: every server field spelled out.
+        let kubeadm = "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: true\n  x509:\n    clientCAFile: /etc/kubernetes/pki/ca.crt\n\
+                       authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s\n\
+                       streamingConnectionIdleTimeout: 0s\n";
+        let (cfg, ignored) = parse_body(kubeadm).unwrap();
+        assert!(ignored.is_empty());
+        assert_eq!(
+            cfg.authentication,
+            KubeletAuthentication {
+                client_ca_file: Some(PathBuf::from("/etc/kubernetes/pki/ca.crt")),
+                ..KubeletAuthentication::default()
+            }
+        );
+        assert_eq!(cfg.authorization, KubeletAuthorization::default());
+        cfg.validate().unwrap();
+    }
+
+    #[test]
+    fn server_field_errors_name_the_field() {
+        let cases: &[(&str, &[&str])] = &[
+            ("port: 70000", &["port", "70000"]),
+            ("port: \"10250\"", &["port", "integer"]),
+            ("tlsCertFile: [a]", &["tlsCertFile", "string"]),
+            (
+                "tlsMinVersion: VersionTLS10",
+                &["tlsMinVersion", "VersionTLS10", "not supported"],
+            ),
+            (
+                "tlsMinVersion: VersionTLS11",
+                &["tlsMinVersion", "VersionTLS11"],
+            ),
+            ("tlsMinVersion: TLS12", &["tlsMinVersion", "\"TLS12\""]),
+            (
+                "tlsCipherSuites: [TLS_RSA_WITH_AES_128_CBC_SHA]",
+                &[
+                    "tlsCipherSuites",
+                    "\"TLS_RSA_WITH_AES_128_CBC_SHA\"",
+                    "not supported",
+                ],
+            ),
+            (
+                "tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, BOGUS]",
+                &["tlsCipherSuites", "\"BOGUS\""],
+            ),
+            (
+                "tlsCipherSuites: TLS_AES_128_GCM_SHA256",
+                &["tlsCipherSuites", "list"],
+            ),
+            ("tlsCipherSuites: [1]", &["tlsCipherSuites", "got 1"]),
+            ("authentication: true", &["authentication", "mapping"]),
+            (
+                "authentication:\n  oidc: {}",
+                &["unknown field \"authentication.oidc\""],
+            ),
+            (
+                "authentication:\n  webhook:\n    enabled: yes please",
+                &["authentication.webhook.enabled", "boolean"],
+            ),
+            (
+                "authentication:\n  webhook:\n    cacheTTL: 5",
+                &["authentication.webhook.cacheTTL", "duration"],
+            ),
+            (
+                "authentication:\n  x509:\n    clientCaFile: /x",
+                &["unknown field \"authentication.x509.clientCaFile\""],
+            ),
+            (
+                "authentication:\n  anonymous:\n    enabled: 1",
+                &["authentication.anonymous.enabled", "boolean"],
+            ),
+            (
+                "authorization:\n  mode: RBAC",
+                &["authorization.mode", "\"RBAC\""],
+            ),
+            (
+                "authorization:\n  webhook:\n    cacheAuthorizedTTL: soon",
+                &["authorization.webhook.cacheAuthorizedTTL", "\"soon\""],
+            ),
+            (
+                "authorization:\n  webhook:\n    cacheTTL: 1m",
+                &["unknown field \"authorization.webhook.cacheTTL\""],
+            ),
+            (
+                "enableDebuggingHandlers: 1",
+                &["enableDebuggingHandlers", "boolean"],
+            ),
+            (
+                "streamingConnectionIdleTimeout: 4",
+                &["streamingConnectionIdleTimeout", "duration"],
+            ),
+        ];
+        for (body, needles) in cases {
+            let err = parse_body(body).expect_err(body).to_string();
+            for needle in *needles {
+                assert!(err.contains(needle), "{body}: {err:?} lacks {needle:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn server_validation() {
+        type Mutate = fn(&mut KubeletConfiguration);
+        let cases: &[(Mutate, &str)] = &[
+            (
+                |c| c.port = 0,
+                "port (--port) 0 must be between 1 and 65535",
+            ),
+            (
+                |c| c.tls_cert_file = Some("/pki/k.crt".into()),
+                "tlsCertFile (--tls-cert-file) and tlsPrivateKeyFile",
+            ),
+            (
+                |c| c.tls_private_key_file = Some("/pki/k.key".into()),
+                "tlsCertFile (--tls-cert-file) and tlsPrivateKeyFile",
+            ),
+            (
+                |c| c.streaming_connection_idle_timeout = Duration::ZERO,
+                "streamingConnectionIdleTimeout",
+            ),
+        ];
+        for (mutate, needle) in cases {
+            let mut cfg = KubeletConfiguration::default();
+            mutate(&mut cfg);
+            let err = cfg.validate().expect_err(needle).to_string();
+            assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+        }
+        KubeletConfiguration {
+            tls_cert_file: Some("/pki/k.crt".into()),
+            tls_private_key_file: Some("/pki/k.key".into()),
+            ..KubeletConfiguration::default()
+        }
+        .validate()
+        .unwrap();
+    }
+
+    #[test]
+    fn server_enum_strings() {
+        assert_eq!(TlsMinVersion::Tls12.as_str(), "VersionTLS12");
+        assert_eq!(TlsMinVersion::Tls13.as_str(), "VersionTLS13");
+        assert_eq!(AuthorizationMode::Webhook.as_str(), "Webhook");
+        assert_eq!(AuthorizationMode::AlwaysAllow.as_str(), "AlwaysAllow");
+        for mode in [AuthorizationMode::Webhook, AuthorizationMode::AlwaysAllow] {
+            assert_eq!(mode.as_str().parse::<AuthorizationMode>(), Ok(mode));
+        }
+        for version in [TlsMinVersion::Tls12, TlsMinVersion::Tls13] {
+            assert_eq!(version.as_str().parse::<TlsMinVersion>(), Ok(version));
+        }
+        assert_eq!(
+            "RBAC".parse::<AuthorizationMode>(),
+            Err(ParseAuthorizationModeError("RBAC".into()))
+        );
+        assert_eq!(
+            "VersionTLS11".parse::<TlsMinVersion>(),
+            Err(ParseTlsMinVersionError::Unsupported("VersionTLS11".into()))
+        );
     }
 
     #[test]

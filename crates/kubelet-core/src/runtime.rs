@@ -14,11 +14,12 @@ pub enum SandboxState {
 }
 
 /// State of a container as CRI reports it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ContainerState {
     Created,
     Running,
     Exited,
+    #[default]
     Unknown,
 }
 
@@ -36,7 +37,7 @@ pub struct SandboxStatus {
     pub host_network: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ContainerStatus {
     pub id: String,
     pub name: String,
@@ -93,6 +94,38 @@ impl PodStatus {
     /// recorded on the pod's containers.
     pub fn recorded_grace_period(&self) -> Option<i64> {
         self.containers.iter().filter_map(|c| c.grace_period).max()
+    }
+}
+
+/// What the prober says about running containers, by container ID
+/// (upstream's liveness, readiness and startup result managers).
+pub trait ProbeView {
+    /// The liveness probe failed: the container must be restarted.
+    fn liveness_failed(&self, id: &str) -> bool;
+    /// The startup probe failed: the container must be restarted.
+    fn startup_failed(&self, id: &str) -> bool;
+    /// The startup probe succeeded.
+    fn started(&self, id: &str) -> bool;
+    /// The readiness probe succeeded.
+    fn ready(&self, id: &str) -> bool;
+}
+
+/// No prober results at all (pods without probes, and tests).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoProbes;
+
+impl ProbeView for NoProbes {
+    fn liveness_failed(&self, _: &str) -> bool {
+        false
+    }
+    fn startup_failed(&self, _: &str) -> bool {
+        false
+    }
+    fn started(&self, _: &str) -> bool {
+        false
+    }
+    fn ready(&self, _: &str) -> bool {
+        false
     }
 }
 

@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::runtime::{ContainerState, ContainerStatus, PodStatus, SandboxState};
+use crate::actions::{
+    init_containers, is_initialized, is_sidecar, regular_containers, restart_policy,
+};
+use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
 pub const PHASE_PENDING: &str = "Pending";
 pub const PHASE_RUNNING: &str = "Running";
@@ -43,59 +46,105 @@ fn is_terminal(phase: &str) -> bool {
     phase == PHASE_SUCCEEDED || phase == PHASE_FAILED
 }
 
-/// The pod phase from its containers' states (upstream's `getPhase`).
+/// Whether a container status shows a finished run: terminated, or
+/// waiting to restart after one.
+fn last_exit(s: &ApiContainerStatus) -> Option<i32> {
+    let state = s.state.as_ref()?;
+    if let Some(t) = &state.terminated {
+        return Some(t.exit_code);
+    }
+    state.waiting.as_ref()?;
+    s.last_state
+        .as_ref()
+        .and_then(|l| l.terminated.as_ref())
+        .map(|t| t.exit_code)
+}
+
+fn is_running(s: &ApiContainerStatus) -> bool {
+    s.state.as_ref().is_some_and(|st| st.running.is_some())
+}
+
+/// The pod phase from its containers' states (upstream's `getPhase`):
+/// init containers first (sidecars apart), then the regular containers.
 pub fn pod_phase(
     pod: &Pod,
+    init_statuses: &[ApiContainerStatus],
     statuses: &[ApiContainerStatus],
     pod_is_terminal: bool,
 ) -> &'static str {
-    let policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
-    let (mut waiting, mut running, mut stopped, mut succeeded) = (0, 0, 0, 0);
-    for s in statuses {
-        let state = s.state.as_ref();
-        if let Some(t) = state.and_then(|st| st.terminated.as_ref()) {
-            stopped += 1;
-            if t.exit_code == 0 {
-                succeeded += 1;
-            }
-        } else if state.and_then(|st| st.running.as_ref()).is_some() {
-            running += 1;
-        } else if let Some(w) = state.and_then(|st| st.waiting.as_ref()) {
-            // A container that ran before and waits to restart counts as stopped.
-            if s.last_state
-                .as_ref()
-                .and_then(|l| l.terminated.as_ref())
-                .is_some()
-                && w.reason.as_deref() != Some("ContainerCreating")
-            {
-                stopped += 1;
-            } else {
+    let policy = restart_policy(pod);
+    let find =
+        |list: &'_ [ApiContainerStatus], name: &str| list.iter().find(|s| s.name == name).cloned();
+    let (mut pending_init, mut failed_init) = (0, 0);
+    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in init_containers(pod) {
+        let Some(s) = find(init_statuses, &c.name) else {
+            pending_init += 1;
+            unknown += usize::from(is_sidecar(c));
+            continue;
+        };
+        if is_sidecar(c) {
+            if is_running(&s) {
+                running += 1;
+                pending_init += usize::from(s.started != Some(true));
+            } else if last_exit(&s).is_none() {
+                pending_init += 1;
                 waiting += 1;
             }
+            continue;
+        }
+        match last_exit(&s) {
+            _ if is_running(&s) => pending_init += 1,
+            Some(code) => failed_init += usize::from(code != 0),
+            None => pending_init += 1,
+        }
+    }
+    let mut regular_started = false;
+    for c in regular_containers(pod) {
+        let Some(s) = find(statuses, &c.name) else {
+            unknown += 1;
+            continue;
+        };
+        if is_running(&s) {
+            running += 1;
+            regular_started = true;
+        } else if let Some(code) = last_exit(&s) {
+            stopped += 1;
+            succeeded += usize::from(code == 0);
+            regular_started = true;
         } else {
             waiting += 1;
         }
     }
-    if waiting > 0 && !pod_is_terminal {
-        return PHASE_PENDING;
+    if failed_init > 0 && policy == "Never" {
+        return PHASE_FAILED;
     }
-    if running > 0 && !pod_is_terminal {
+    if (pending_init > 0 && !regular_started) || (waiting > 0 && !pod_is_terminal) {
+        return if pod_is_terminal {
+            PHASE_FAILED
+        } else {
+            PHASE_PENDING
+        };
+    }
+    if running > 0 && unknown == 0 && !pod_is_terminal {
         return PHASE_RUNNING;
     }
-    if stopped > 0 && running == 0 {
-        if pod_is_terminal || policy == "Never" {
+    if running == 0 && stopped > 0 && unknown == 0 {
+        if pod_is_terminal {
             return if stopped == succeeded && waiting == 0 {
                 PHASE_SUCCEEDED
             } else {
                 PHASE_FAILED
             };
         }
-        if policy == "OnFailure" && stopped == succeeded {
+        if policy == "Always" {
+            return PHASE_RUNNING;
+        }
+        if stopped == succeeded {
             return PHASE_SUCCEEDED;
+        }
+        if policy == "Never" {
+            return PHASE_FAILED;
         }
         return PHASE_RUNNING;
     }
@@ -107,14 +156,9 @@ pub fn pod_phase(
 
 /// The QoS class upstream derives from requests and limits.
 pub fn qos_class(pod: &Pod) -> &'static str {
-    let containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or(&[]);
     let mut any = false;
     let mut guaranteed = true;
-    for c in containers {
+    for c in regular_containers(pod).iter().chain(init_containers(pod)) {
         let r = c.resources.as_ref();
         let requests = r.and_then(|r| r.requests.as_ref());
         let limits = r.and_then(|r| r.limits.as_ref());
@@ -160,17 +204,30 @@ fn terminated(c: &ContainerStatus, runtime_name: &str) -> ContainerStateTerminat
     }
 }
 
-fn container_status(
-    spec: &Container,
-    rt: &PodStatus,
-    waiting: &WaitingReasons,
-    runtime_name: &str,
-) -> ApiContainerStatus {
+/// How a container's status is built: its defaults differ for init
+/// containers and for pods that still initialize.
+struct StatusContext<'a> {
+    rt: &'a PodStatus,
+    waiting: &'a WaitingReasons,
+    runtime_name: &'a str,
+    probes: &'a dyn ProbeView,
+    /// The default waiting reason: PodInitializing for pods with init
+    /// containers, else ContainerCreating.
+    default_reason: &'static str,
+}
+
+fn container_status(spec: &Container, init: bool, cx: &StatusContext<'_>) -> ApiContainerStatus {
+    let StatusContext {
+        rt,
+        waiting,
+        runtime_name,
+        ..
+    } = *cx;
     let mut instances = rt.containers.iter().filter(|c| c.name == spec.name);
     let newest = instances.next();
     let previous = instances.find(|c| c.state == ContainerState::Exited);
     let creating = || ContainerStateWaiting {
-        reason: Some("ContainerCreating".into()),
+        reason: Some(cx.default_reason.into()),
         message: None,
     };
     let cached = waiting.get(&spec.name).map(|w| ContainerStateWaiting {
@@ -218,14 +275,26 @@ fn container_status(
             (state, last_run)
         }
     };
-    let running = state.running.is_some();
+    // Started: running and past its startup probe; ready: started and past
+    // its readiness probe (a regular init container: when it succeeded).
+    let running_id = newest
+        .filter(|c| c.state == ContainerState::Running)
+        .map(|c| c.id.as_str());
+    let started =
+        running_id.is_some_and(|id| spec.startup_probe.is_none() || cx.probes.started(id));
+    let ready = if init && !is_sidecar(spec) {
+        state.terminated.as_ref().is_some_and(|t| t.exit_code == 0)
+    } else {
+        started
+            && running_id.is_some_and(|id| spec.readiness_probe.is_none() || cx.probes.ready(id))
+    };
     ApiContainerStatus {
         name: spec.name.clone(),
         image: spec.image.clone().unwrap_or_default(),
         image_id: newest.map(|c| c.image_ref.clone()).unwrap_or_default(),
         container_id: newest.map(|c| format!("{runtime_name}://{}", c.id)),
-        ready: running,
-        started: Some(running),
+        ready,
+        started: Some(started),
         restart_count: newest.map(|c| c.restart_count).unwrap_or(0),
         last_state: last.map(|c| ApiState {
             terminated: Some(terminated(c, runtime_name)),
@@ -254,18 +323,30 @@ pub fn generate_api_pod_status(
     rt: &PodStatus,
     waiting: &WaitingReasons,
     runtime_name: &str,
+    probes: &dyn ProbeView,
     pod_is_terminal: bool,
 ) -> ApiPodStatus {
-    let spec_containers = pod
-        .spec
-        .as_ref()
-        .map(|s| s.containers.as_slice())
-        .unwrap_or(&[]);
-    let statuses: Vec<ApiContainerStatus> = spec_containers
+    let inits = init_containers(pod);
+    let cx = StatusContext {
+        rt,
+        waiting,
+        runtime_name,
+        probes,
+        default_reason: if inits.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        },
+    };
+    let statuses: Vec<ApiContainerStatus> = regular_containers(pod)
         .iter()
-        .map(|c| container_status(c, rt, waiting, runtime_name))
+        .map(|c| container_status(c, false, &cx))
         .collect();
-    let phase = pod_phase(pod, &statuses, pod_is_terminal);
+    let init_statuses: Vec<ApiContainerStatus> = inits
+        .iter()
+        .map(|c| container_status(c, true, &cx))
+        .collect();
+    let phase = pod_phase(pod, &init_statuses, &statuses, pod_is_terminal);
 
     let host_network = pod
         .spec
@@ -276,8 +357,16 @@ pub fn generate_api_pod_status(
         .sandboxes
         .first()
         .is_some_and(|s| s.state == SandboxState::Ready && (host_network || !s.ips.is_empty()));
+    // Sidecars count toward readiness like regular containers.
     let unready: Vec<&str> = statuses
         .iter()
+        .chain(
+            init_statuses
+                .iter()
+                .zip(inits)
+                .filter(|(_, c)| is_sidecar(c))
+                .map(|(s, _)| s),
+        )
         .filter(|s| !s.ready)
         .map(|s| s.name.as_str())
         .collect();
@@ -289,6 +378,19 @@ pub fn generate_api_pod_status(
     } else {
         "ContainersNotReady"
     };
+    let initialized = is_initialized(pod, rt, probes);
+    let incomplete: Vec<&str> = init_statuses
+        .iter()
+        .zip(inits)
+        .filter(|(s, c)| {
+            if is_sidecar(c) {
+                s.started != Some(true)
+            } else {
+                !s.ready
+            }
+        })
+        .map(|(s, _)| s.name.as_str())
+        .collect();
     let conditions = vec![
         condition(
             "PodReadyToStartContainers",
@@ -296,7 +398,15 @@ pub fn generate_api_pod_status(
             None,
             None,
         ),
-        condition("Initialized", true, None, None),
+        condition(
+            "Initialized",
+            initialized,
+            Some("ContainersNotInitialized"),
+            Some(format!(
+                "containers with incomplete status: [{}]",
+                incomplete.join(" ")
+            )),
+        ),
         condition("Ready", containers_ready, Some(reason), unready_msg.clone()),
         condition(
             "ContainersReady",
@@ -319,8 +429,33 @@ pub fn generate_api_pod_status(
         pod_ips: (!ips.is_empty()).then_some(ips),
         qos_class: Some(qos_class(pod).into()),
         container_statuses: Some(statuses),
+        init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         ..Default::default()
     }
+}
+
+/// The reason and message of a pod ended by activeDeadlineSeconds.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+pub const DEADLINE_EXCEEDED_MESSAGE: &str =
+    "Pod was active on the node longer than the specified deadline";
+
+/// Whether the pod has been active on the node longer than its
+/// activeDeadlineSeconds (upstream's activeDeadlineHandler), counting from
+/// its startTime; `now` and `start` are seconds since the epoch.
+pub fn past_active_deadline(pod: &Pod, start: Option<i64>, now: i64) -> bool {
+    let deadline = pod.spec.as_ref().and_then(|s| s.active_deadline_seconds);
+    match (deadline, start) {
+        (Some(d), Some(start)) => now - start >= d,
+        _ => false,
+    }
+}
+
+/// End a status as Failed with reason DeadlineExceeded, as upstream's
+/// generateAPIPodStatus does for a pod past its deadline.
+pub fn fail_for_deadline(status: &mut ApiPodStatus) {
+    status.phase = Some(PHASE_FAILED.into());
+    status.reason = Some(DEADLINE_EXCEEDED.into());
+    status.message = Some(DEADLINE_EXCEEDED_MESSAGE.into());
 }
 
 /// Fill hostIP and hostIPs with the node's addresses; a hostNetwork pod's
@@ -377,7 +512,7 @@ pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::SandboxStatus;
+    use crate::runtime::{NoProbes, SandboxStatus};
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -518,6 +653,7 @@ mod tests {
                 &rt(containers),
                 &WaitingReasons::new(),
                 "containerd",
+                &NoProbes,
                 terminal,
             );
             assert_eq!(s.phase.as_deref(), Some(want), "{name}");
@@ -541,6 +677,7 @@ mod tests {
             &rt(vec![ctr("a", Running, 0, 2), ctr("a", Exited, 1, 1)]),
             &waiting,
             "containerd",
+            &NoProbes,
             false,
         );
         let cs = s.container_statuses.unwrap();
@@ -569,6 +706,168 @@ mod tests {
         assert_eq!(
             ready.message.as_deref(),
             Some("containers with unready status: [b]")
+        );
+    }
+
+    struct ReadyIds(Vec<&'static str>);
+
+    impl ProbeView for ReadyIds {
+        fn liveness_failed(&self, _: &str) -> bool {
+            false
+        }
+        fn startup_failed(&self, _: &str) -> bool {
+            false
+        }
+        fn started(&self, id: &str) -> bool {
+            self.0.contains(&id)
+        }
+        fn ready(&self, id: &str) -> bool {
+            self.0.contains(&id)
+        }
+    }
+
+    fn cond<'a>(s: &'a ApiPodStatus, kind: &str) -> &'a PodCondition {
+        s.conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == kind)
+            .unwrap()
+    }
+
+    #[test]
+    fn readiness_probe_gates_ready() {
+        use ContainerState::*;
+        let mut p = pod("Always", &["a"]);
+        p.spec.as_mut().unwrap().containers[0].readiness_probe = Some(Default::default());
+        let runtime = rt(vec![ctr("a", Running, 0, 0)]);
+        for (probes, want) in [(ReadyIds(vec![]), false), (ReadyIds(vec!["a0"]), true)] {
+            let s = generate_api_pod_status(
+                &p,
+                &runtime,
+                &WaitingReasons::new(),
+                "containerd",
+                &probes,
+                false,
+            );
+            let c = &s.container_statuses.as_ref().unwrap()[0];
+            assert_eq!(c.ready, want);
+            assert_eq!(
+                c.started,
+                Some(true),
+                "no startup probe: started once running"
+            );
+            assert_eq!(
+                cond(&s, "Ready").status,
+                if want { "True" } else { "False" }
+            );
+            assert_eq!(s.phase.as_deref(), Some(PHASE_RUNNING));
+        }
+    }
+
+    #[test]
+    fn init_container_statuses_and_phases() {
+        use ContainerState::*;
+        let mut p = pod("Never", &["a"]);
+        p.spec.as_mut().unwrap().init_containers = Some(vec![
+            Container {
+                name: "i0".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "side".into(),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            },
+        ]);
+        let status_of = |containers: Vec<ContainerStatus>| {
+            generate_api_pod_status(
+                &p,
+                &rt(containers),
+                &WaitingReasons::new(),
+                "containerd",
+                &NoProbes,
+                false,
+            )
+        };
+        let s = status_of(vec![ctr("i0", Running, 0, 0)]);
+        assert_eq!(s.phase.as_deref(), Some(PHASE_PENDING));
+        assert_eq!(cond(&s, "Initialized").status, "False");
+        assert_eq!(
+            cond(&s, "Initialized").message.as_deref(),
+            Some("containers with incomplete status: [i0 side]")
+        );
+        let init = s.init_container_statuses.as_ref().unwrap();
+        assert_eq!(init.len(), 2);
+        let w = init[1].state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
+        let regular = &s.container_statuses.as_ref().unwrap()[0];
+        let w = regular.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
+
+        let s = status_of(vec![ctr("i0", Exited, 1, 0)]);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(PHASE_FAILED),
+            "failed init under Never"
+        );
+
+        let s = status_of(vec![
+            ctr("a", Running, 0, 0),
+            ctr("side", Running, 0, 0),
+            ctr("i0", Exited, 0, 0),
+        ]);
+        assert_eq!(s.phase.as_deref(), Some(PHASE_RUNNING));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert_eq!(cond(&s, "Ready").status, "True");
+        let init = s.init_container_statuses.as_ref().unwrap();
+        assert!(init[0].ready, "a succeeded init container is ready");
+        assert!(init[1].ready && init[1].started == Some(true));
+
+        let s = status_of(vec![
+            ctr("a", Exited, 0, 0),
+            ctr("side", Running, 0, 0),
+            ctr("i0", Exited, 0, 0),
+        ]);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(PHASE_RUNNING),
+            "running until the kubelet stops the sidecar"
+        );
+        let s = status_of(vec![
+            ctr("a", Exited, 0, 0),
+            ctr("side", Exited, 137, 0),
+            ctr("i0", Exited, 0, 0),
+        ]);
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(PHASE_SUCCEEDED),
+            "a stopped sidecar's exit code does not count"
+        );
+    }
+
+    #[test]
+    fn active_deadline() {
+        let mut p = pod("Always", &["a"]);
+        assert!(!past_active_deadline(&p, Some(100), 1_000), "no deadline");
+        p.spec.as_mut().unwrap().active_deadline_seconds = Some(30);
+        for (start, now, want) in [
+            (None, 1_000, false),
+            (Some(100), 129, false),
+            (Some(100), 130, true),
+            (Some(100), 500, true),
+        ] {
+            assert_eq!(
+                past_active_deadline(&p, start, now),
+                want,
+                "{start:?} {now}"
+            );
+        }
+        let mut st = ApiPodStatus::default();
+        fail_for_deadline(&mut st);
+        assert_eq!(
+            (st.phase.as_deref(), st.reason.as_deref()),
+            (Some(PHASE_FAILED), Some(DEADLINE_EXCEEDED))
         );
     }
 
@@ -606,14 +905,21 @@ mod tests {
         let p = pod("Always", &["a"]);
         let t0 = time_from_nanos(1_000_000_000).unwrap();
         let t1 = time_from_nanos(5_000_000_000).unwrap();
-        let mut first =
-            generate_api_pod_status(&p, &rt(vec![]), &WaitingReasons::new(), "containerd", false);
+        let mut first = generate_api_pod_status(
+            &p,
+            &rt(vec![]),
+            &WaitingReasons::new(),
+            "containerd",
+            &NoProbes,
+            false,
+        );
         carry_over(&mut first, None, &t0);
         let mut second = generate_api_pod_status(
             &p,
             &rt(vec![ctr("a", ContainerState::Running, 0, 0)]),
             &WaitingReasons::new(),
             "containerd",
+            &NoProbes,
             false,
         );
         carry_over(&mut second, Some(&first), &t1);
@@ -636,8 +942,14 @@ mod tests {
     fn host_ips_and_host_network_pod_ips() {
         let node = ["192.0.2.10".to_string()];
         let p = pod("Always", &["a"]);
-        let mut st =
-            generate_api_pod_status(&p, &rt(vec![]), &WaitingReasons::new(), "containerd", false);
+        let mut st = generate_api_pod_status(
+            &p,
+            &rt(vec![]),
+            &WaitingReasons::new(),
+            "containerd",
+            &NoProbes,
+            false,
+        );
         set_host_ips(&mut st, &p, &node);
         assert_eq!(st.host_ip.as_deref(), Some("192.0.2.10"));
         assert_eq!(
@@ -652,6 +964,7 @@ mod tests {
             &rt(vec![]),
             &WaitingReasons::new(),
             "containerd",
+            &NoProbes,
             false,
         );
         set_host_ips(&mut st, &hp, &node);

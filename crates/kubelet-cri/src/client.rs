@@ -4,7 +4,8 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
@@ -67,12 +68,20 @@ pub struct RuntimeVersion {
     pub runtime_api_version: String,
 }
 
+/// Sees every CRI call the client makes (upstream's instrumentedRuntimeService
+/// and instrumentedImageManagerService): the RPC name (`"ListPodSandbox"`), how
+/// long it took and its error, if any. Used for `kubelet_runtime_operations_*`.
+pub trait CallObserver: Send + Sync + std::fmt::Debug {
+    fn observe(&self, op: &'static str, elapsed: Duration, error: Option<&CriError>);
+}
+
 /// Typed CRI client. Cheap to clone: clones share one HTTP/2 connection.
 #[derive(Clone, Debug)]
 pub struct CriClient {
     runtime: RuntimeServiceClient<Channel>,
     images: ImageServiceClient<Channel>,
     timeout: Duration,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 /// Turn `unix:///run/x.sock` (or a bare absolute path) into a socket path.
@@ -107,19 +116,29 @@ impl CriClient {
             runtime: RuntimeServiceClient::new(channel.clone()),
             images: ImageServiceClient::new(channel),
             timeout,
+            observer: None,
         })
+    }
+
+    /// This client (and its clones) reports every call to `observer`.
+    pub fn with_observer(mut self, observer: Arc<dyn CallObserver>) -> Self {
+        self.observer = Some(observer);
+        self
     }
 
     pub fn timeout(&self) -> Duration {
         self.timeout
     }
 
+    /// The one way every RPC goes out: deadline, typed error, observer.
     async fn call<T>(
+        &self,
         op: &'static str,
         deadline: Duration,
         fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, CriError> {
-        match tokio::time::timeout(deadline, fut).await {
+        let started = Instant::now();
+        let result = match tokio::time::timeout(deadline, fut).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => Err(CriError::new(op, status.code(), status.message())),
             Err(_) => Err(CriError::new(
@@ -127,20 +146,25 @@ impl CriClient {
                 tonic::Code::DeadlineExceeded,
                 format!("no answer within {deadline:?}"),
             )),
+        };
+        if let Some(observer) = &self.observer {
+            observer.observe(op, started.elapsed(), result.as_ref().err());
         }
+        result
     }
 
     /// `Version()`, refusing a runtime that does not speak CRI v1.
     pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
         let mut c = self.runtime.clone();
-        let v = Self::call(
-            "Version",
-            self.timeout,
-            c.version(cri::VersionRequest {
-                version: CRI_API_VERSION.into(),
-            }),
-        )
-        .await?;
+        let v = self
+            .call(
+                "Version",
+                self.timeout,
+                c.version(cri::VersionRequest {
+                    version: CRI_API_VERSION.into(),
+                }),
+            )
+            .await?;
         if v.runtime_api_version != CRI_API_VERSION {
             return Err(CriError::new(
                 "Version",
@@ -161,12 +185,13 @@ impl CriClient {
     /// `Status()`: runtime and network readiness.
     pub async fn status(&self) -> Result<RuntimeConditions, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "Status",
-            self.timeout,
-            c.status(cri::StatusRequest { verbose: false }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "Status",
+                self.timeout,
+                c.status(cri::StatusRequest { verbose: false }),
+            )
+            .await?;
         let conditions = resp.status.map(|s| s.conditions).unwrap_or_default();
         let mut out = RuntimeConditions {
             runtime_ready: false,
@@ -199,21 +224,22 @@ impl CriClient {
 
     pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "RunPodSandbox",
-            self.timeout,
-            c.run_pod_sandbox(cri::RunPodSandboxRequest {
-                config: Some(config),
-                runtime_handler: String::new(),
-            }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "RunPodSandbox",
+                self.timeout,
+                c.run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                }),
+            )
+            .await?;
         Ok(resp.pod_sandbox_id)
     }
 
     pub async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        Self::call(
+        self.call(
             "StopPodSandbox",
             self.timeout,
             c.stop_pod_sandbox(cri::StopPodSandboxRequest {
@@ -226,7 +252,7 @@ impl CriClient {
 
     pub async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        Self::call(
+        self.call(
             "RemovePodSandbox",
             self.timeout,
             c.remove_pod_sandbox(cri::RemovePodSandboxRequest {
@@ -239,15 +265,16 @@ impl CriClient {
 
     pub async fn pod_sandbox_status(&self, id: &str) -> Result<cri::PodSandboxStatus, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "PodSandboxStatus",
-            self.timeout,
-            c.pod_sandbox_status(cri::PodSandboxStatusRequest {
-                pod_sandbox_id: id.into(),
-                verbose: false,
-            }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "PodSandboxStatus",
+                self.timeout,
+                c.pod_sandbox_status(cri::PodSandboxStatusRequest {
+                    pod_sandbox_id: id.into(),
+                    verbose: false,
+                }),
+            )
+            .await?;
         resp.status
             .ok_or_else(|| CriError::new("PodSandboxStatus", tonic::Code::Internal, "empty status"))
     }
@@ -257,12 +284,13 @@ impl CriClient {
         filter: Option<cri::PodSandboxFilter>,
     ) -> Result<Vec<cri::PodSandbox>, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "ListPodSandbox",
-            self.timeout,
-            c.list_pod_sandbox(cri::ListPodSandboxRequest { filter }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "ListPodSandbox",
+                self.timeout,
+                c.list_pod_sandbox(cri::ListPodSandboxRequest { filter }),
+            )
+            .await?;
         Ok(resp.items)
     }
 
@@ -273,22 +301,23 @@ impl CriClient {
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "CreateContainer",
-            self.timeout,
-            c.create_container(cri::CreateContainerRequest {
-                pod_sandbox_id: sandbox_id.into(),
-                config: Some(config),
-                sandbox_config: Some(sandbox_config),
-            }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "CreateContainer",
+                self.timeout,
+                c.create_container(cri::CreateContainerRequest {
+                    pod_sandbox_id: sandbox_id.into(),
+                    config: Some(config),
+                    sandbox_config: Some(sandbox_config),
+                }),
+            )
+            .await?;
         Ok(resp.container_id)
     }
 
     pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        Self::call(
+        self.call(
             "StartContainer",
             self.timeout,
             c.start_container(cri::StartContainerRequest {
@@ -304,7 +333,7 @@ impl CriClient {
     pub async fn stop_container(&self, id: &str, grace_secs: i64) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
         let grace = Duration::from_secs(grace_secs.max(0) as u64);
-        Self::call(
+        self.call(
             "StopContainer",
             self.timeout + grace,
             c.stop_container(cri::StopContainerRequest {
@@ -318,7 +347,7 @@ impl CriClient {
 
     pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        Self::call(
+        self.call(
             "RemoveContainer",
             self.timeout,
             c.remove_container(cri::RemoveContainerRequest {
@@ -334,26 +363,28 @@ impl CriClient {
         filter: Option<cri::ContainerFilter>,
     ) -> Result<Vec<cri::Container>, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "ListContainers",
-            self.timeout,
-            c.list_containers(cri::ListContainersRequest { filter }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "ListContainers",
+                self.timeout,
+                c.list_containers(cri::ListContainersRequest { filter }),
+            )
+            .await?;
         Ok(resp.containers)
     }
 
     pub async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
         let mut c = self.runtime.clone();
-        let resp = Self::call(
-            "ContainerStatus",
-            self.timeout,
-            c.container_status(cri::ContainerStatusRequest {
-                container_id: id.into(),
-                verbose: false,
-            }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "ContainerStatus",
+                self.timeout,
+                c.container_status(cri::ContainerStatusRequest {
+                    container_id: id.into(),
+                    verbose: false,
+                }),
+            )
+            .await?;
         resp.status
             .ok_or_else(|| CriError::new("ContainerStatus", tonic::Code::Internal, "empty status"))
     }
@@ -361,27 +392,29 @@ impl CriClient {
     /// The image if the runtime has it locally.
     pub async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
         let mut c = self.images.clone();
-        let resp = Self::call(
-            "ImageStatus",
-            self.timeout,
-            c.image_status(cri::ImageStatusRequest {
-                image: Some(image_spec(image)),
-                verbose: false,
-            }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "ImageStatus",
+                self.timeout,
+                c.image_status(cri::ImageStatusRequest {
+                    image: Some(image_spec(image)),
+                    verbose: false,
+                }),
+            )
+            .await?;
         Ok(resp.image)
     }
 
     /// Every image the runtime holds (for node status).
     pub async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {
         let mut c = self.images.clone();
-        let resp = Self::call(
-            "ListImages",
-            self.timeout,
-            c.list_images(cri::ListImagesRequest { filter: None }),
-        )
-        .await?;
+        let resp = self
+            .call(
+                "ListImages",
+                self.timeout,
+                c.list_images(cri::ListImagesRequest { filter: None }),
+            )
+            .await?;
         Ok(resp.images)
     }
 
@@ -393,17 +426,90 @@ impl CriClient {
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> Result<String, CriError> {
         let mut c = self.images.clone();
-        let resp = Self::call(
-            "PullImage",
-            self.timeout * 10,
-            c.pull_image(cri::PullImageRequest {
-                image: Some(image_spec(image)),
-                auth: None,
-                sandbox_config,
+        let resp = self
+            .call(
+                "PullImage",
+                self.timeout * 10,
+                c.pull_image(cri::PullImageRequest {
+                    image: Some(image_spec(image)),
+                    auth: None,
+                    sandbox_config,
+                }),
+            )
+            .await?;
+        Ok(resp.image_ref)
+    }
+}
+
+impl CriClient {
+    /// Run `cmd` in a container and wait for it (probes and hooks). The
+    /// runtime enforces `timeout`; the call's own deadline adds
+    /// runtimeRequestTimeout so a slow runtime still answers.
+    pub async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<cri::ExecSyncResponse, CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "ExecSync",
+            self.timeout + timeout,
+            c.exec_sync(cri::ExecSyncRequest {
+                container_id: id.into(),
+                cmd,
+                timeout: timeout.as_secs().max(1) as i64,
             }),
         )
-        .await?;
-        Ok(resp.image_ref)
+        .await
+    }
+
+    /// The runtime's streaming URL for an exec session.
+    pub async fn exec(&self, req: cri::ExecRequest) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        Ok(self.call("Exec", self.timeout, c.exec(req)).await?.url)
+    }
+
+    /// The runtime's streaming URL for an attach session.
+    pub async fn attach(&self, req: cri::AttachRequest) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        Ok(self.call("Attach", self.timeout, c.attach(req)).await?.url)
+    }
+
+    /// The runtime's streaming URL for port forwarding into a sandbox.
+    pub async fn port_forward(&self, req: cri::PortForwardRequest) -> Result<String, CriError> {
+        let mut c = self.runtime.clone();
+        Ok(self
+            .call("PortForward", self.timeout, c.port_forward(req))
+            .await?
+            .url)
+    }
+
+    /// CPU, memory and writable-layer usage of every container matching `filter`.
+    pub async fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> Result<Vec<cri::ContainerStats>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "ListContainerStats",
+                self.timeout,
+                c.list_container_stats(cri::ListContainerStatsRequest { filter }),
+            )
+            .await?;
+        Ok(resp.stats)
+    }
+
+    /// Usage of the image file system(s).
+    pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse, CriError> {
+        let mut c = self.images.clone();
+        self.call(
+            "ImageFsInfo",
+            self.timeout,
+            c.image_fs_info(cri::ImageFsInfoRequest {}),
+        )
+        .await
     }
 }
 

@@ -42,6 +42,23 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 type RpcResult<T> = Result<Response<T>, Status>;
 
+/// Usage numbers the fake reports for one container (see
+/// [`FakeRuntime::set_container_stats`]); CPU, memory and the writable layer
+/// share one sample time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FakeContainerStats {
+    /// When the numbers were sampled, nanoseconds since the epoch (0: at each call).
+    pub timestamp: i64,
+    /// Cumulative CPU time, core-nanoseconds.
+    pub usage_core_nano_seconds: u64,
+    pub working_set_bytes: u64,
+    pub usage_bytes: u64,
+    pub rss_bytes: u64,
+    /// Writable layer usage.
+    pub writable_layer_bytes: u64,
+    pub writable_layer_inodes: u64,
+}
+
 /// Handle to a running fake CRI runtime. Dropping it stops the server too;
 /// [`FakeRuntime::shutdown`] additionally waits for it to finish.
 pub struct FakeRuntime {
@@ -149,6 +166,44 @@ impl FakeRuntime {
         self.backend.update(|s| s.exec_result = result);
     }
 
+    /// What ExecSync returns for containers named `container` (the CRI
+    /// metadata name, i.e. the pod spec's container name), overriding
+    /// [`FakeRuntime::set_exec_result`] for them.
+    pub fn set_exec_result_for(
+        &self,
+        container: &str,
+        exit_code: i32,
+        stdout: &[u8],
+        stderr: &[u8],
+    ) {
+        let result = cri::ExecSyncResponse {
+            stdout: stdout.to_vec(),
+            stderr: stderr.to_vec(),
+            exit_code,
+        };
+        self.backend.update(|s| {
+            s.exec_results.insert(container.to_owned(), result);
+        });
+    }
+
+    /// ExecSync in containers named `container` takes this long (paused
+    /// clocks apply); beyond the request's timeout it fails with
+    /// DeadlineExceeded, as a runtime does. A zero delay removes it.
+    pub fn set_exec_latency_for(&self, container: &str, delay: Duration) {
+        self.backend.update(|s| {
+            if delay.is_zero() {
+                s.exec_latency.remove(container);
+            } else {
+                s.exec_latency.insert(container.to_owned(), delay);
+            }
+        });
+    }
+
+    /// The commands ExecSync ran, in order, with the container's name.
+    pub fn exec_commands(&self) -> Vec<(String, Vec<String>)> {
+        self.backend.lock().exec_log.clone()
+    }
+
     /// Make a running container exit now with this code (as if its process ended). Returns false if not running.
     pub fn exit_container(&self, container_id: &str, exit_code: i32) -> bool {
         self.backend.update(|s| {
@@ -156,6 +211,14 @@ impl FakeRuntime {
                 .get_mut(container_id)
                 .is_some_and(|c| c.exit(exit_code))
         })
+    }
+
+    /// What ListContainerStats reports for this container
+    /// from now on (a container without any reports zeros sampled at the call).
+    pub fn set_container_stats(&self, container_id: &str, stats: FakeContainerStats) {
+        self.backend.update(|s| {
+            s.container_stats.insert(container_id.to_owned(), stats);
+        });
     }
 
     /// Snapshot of the sandboxes, in creation order.
@@ -414,10 +477,17 @@ struct State {
     /// Normalized names PullImage succeeds for.
     pullable: BTreeSet<String>,
     exec_result: cri::ExecSyncResponse,
+    /// ExecSync results and latencies by container name.
+    exec_results: HashMap<String, cri::ExecSyncResponse>,
+    exec_latency: HashMap<String, Duration>,
+    /// (container name, command) of every ExecSync run.
+    exec_log: Vec<(String, Vec<String>)>,
     /// Per RPC: the code to fail with and how many more times.
     injected: HashMap<String, (Code, u32)>,
     latency: HashMap<String, Duration>,
     calls: HashMap<String, u64>,
+    /// Usage numbers by container id (ListContainerStats).
+    container_stats: HashMap<String, FakeContainerStats>,
     /// Creation sequence number, also the input of the id generator.
     seq: u64,
     id_keys: RandomState,
@@ -436,9 +506,13 @@ impl State {
             images: BTreeSet::new(),
             pullable: BTreeSet::new(),
             exec_result: cri::ExecSyncResponse::default(),
+            exec_results: HashMap::new(),
+            exec_latency: HashMap::new(),
+            exec_log: Vec::new(),
             injected: HashMap::new(),
             latency: HashMap::new(),
             calls: HashMap::new(),
+            container_stats: HashMap::new(),
             seq: 0,
             id_keys: RandomState::new(),
             // .1 is the bridge gateway, as with containerd's default CNI config.
@@ -679,7 +753,12 @@ impl State {
         })
     }
 
-    fn exec_sync(&mut self, id: &str) -> Result<cri::ExecSyncResponse, Status> {
+    /// Record the command; the result and the latency for the container.
+    fn exec_sync(
+        &mut self,
+        id: &str,
+        cmd: &[String],
+    ) -> Result<(cri::ExecSyncResponse, Option<Duration>), Status> {
         let container = self.container_mut(id)?;
         if container.state != cri::ContainerState::ContainerRunning {
             return Err(Status::failed_precondition(format!(
@@ -687,13 +766,73 @@ impl State {
                 container.state.as_str_name()
             )));
         }
-        Ok(self.exec_result.clone())
+        let name = container
+            .config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
+        let result = self
+            .exec_results
+            .get(&name)
+            .unwrap_or(&self.exec_result)
+            .clone();
+        let delay = self.exec_latency.get(&name).copied();
+        self.exec_log.push((name, cmd.to_vec()));
+        Ok((result, delay))
     }
 
     fn container_mut(&mut self, id: &str) -> Result<&mut ContainerRecord, Status> {
         self.containers
             .get_mut(id)
             .ok_or_else(|| not_found("container", id))
+    }
+
+    /// The CRI stats of a container: the numbers set through the handle,
+    /// zeros sampled now for a container without any.
+    fn stats_of(&self, container: &ContainerRecord) -> cri::ContainerStats {
+        let set = self
+            .container_stats
+            .get(&container.id)
+            .cloned()
+            .unwrap_or_default();
+        let timestamp = if set.timestamp == 0 {
+            now_nanos()
+        } else {
+            set.timestamp
+        };
+        let value = |value| Some(cri::UInt64Value { value });
+        cri::ContainerStats {
+            attributes: Some(cri::ContainerAttributes {
+                id: container.id.clone(),
+                metadata: container.config.metadata.clone(),
+                labels: container.config.labels.clone(),
+                annotations: container.config.annotations.clone(),
+            }),
+            cpu: Some(cri::CpuUsage {
+                timestamp,
+                usage_core_nano_seconds: value(set.usage_core_nano_seconds),
+                ..Default::default()
+            }),
+            memory: Some(cri::MemoryUsage {
+                timestamp,
+                working_set_bytes: value(set.working_set_bytes),
+                usage_bytes: value(set.usage_bytes),
+                rss_bytes: value(set.rss_bytes),
+                page_faults: value(0),
+                major_page_faults: value(0),
+                ..Default::default()
+            }),
+            writable_layer: Some(cri::FilesystemUsage {
+                timestamp,
+                fs_id: Some(cri::FilesystemIdentifier {
+                    mountpoint: IMAGE_FS_MOUNTPOINT.to_owned(),
+                }),
+                used_bytes: value(set.writable_layer_bytes),
+                inodes_used: value(set.writable_layer_inodes),
+            }),
+            ..Default::default()
+        }
     }
 
     // ---- ImageService ----
@@ -981,6 +1120,17 @@ impl<'a> From<Option<&'a cri::ContainerFilter>> for Selector<'a> {
     }
 }
 
+impl<'a> From<Option<&'a cri::ContainerStatsFilter>> for Selector<'a> {
+    fn from(filter: Option<&'a cri::ContainerStatsFilter>) -> Self {
+        filter.map_or_else(Selector::default, |f| Selector {
+            id: &f.id,
+            state: None,
+            sandbox_id: &f.pod_sandbox_id,
+            labels: Some(&f.label_selector),
+        })
+    }
+}
+
 /// The records `selector` matches, in creation order.
 fn select<'a, R: Listed>(
     records: &'a HashMap<String, R>,
@@ -1140,8 +1290,25 @@ impl RuntimeService for Backend {
         &self,
         request: Request<cri::ExecSyncRequest>,
     ) -> RpcResult<cri::ExecSyncResponse> {
-        let id = request.into_inner().container_id;
-        self.call("ExecSync", |s| s.exec_sync(&id)).await
+        let req = request.into_inner();
+        let (result, delay) = self
+            .call("ExecSync", |s| s.exec_sync(&req.container_id, &req.cmd))
+            .await?
+            .into_inner();
+        if let Some(delay) = delay {
+            let limit = u64::try_from(req.timeout)
+                .ok()
+                .filter(|t| *t > 0)
+                .map(Duration::from_secs);
+            if let Some(limit) = limit.filter(|limit| delay > *limit) {
+                tokio::time::sleep(limit).await;
+                return Err(Status::deadline_exceeded(format!(
+                    "timeout {limit:?} exceeded: context deadline exceeded"
+                )));
+            }
+            tokio::time::sleep(delay).await;
+        }
+        Ok(Response::new(result))
     }
 
     async fn exec(&self, _: Request<cri::ExecRequest>) -> RpcResult<cri::ExecResponse> {
@@ -1168,9 +1335,17 @@ impl RuntimeService for Backend {
 
     async fn list_container_stats(
         &self,
-        _: Request<cri::ListContainerStatsRequest>,
+        request: Request<cri::ListContainerStatsRequest>,
     ) -> RpcResult<cri::ListContainerStatsResponse> {
-        self.unimplemented("ListContainerStats").await
+        let req = request.into_inner();
+        self.call("ListContainerStats", |s| {
+            let selector = Selector::from(req.filter.as_ref());
+            let stats = select(&s.containers, &selector)
+                .map(|c| s.stats_of(c))
+                .collect();
+            Ok(cri::ListContainerStatsResponse { stats })
+        })
+        .await
     }
 
     async fn pod_sandbox_stats(

@@ -14,11 +14,13 @@ use kubelet_api::ApiClient;
 use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED};
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
+use kubelet_server::cri_metrics::CriMetrics;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -33,11 +35,13 @@ use crate::nodestatus::{NodeRegistration, NodeStatusController};
 use crate::pleg::Pleg;
 use crate::pod_workers::{Desire, PodTarget, PodWorkers};
 use crate::podmanager::PodManager;
+use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::server::{self, Health};
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
 use crate::tasks::Tasks;
+use kubelet_server::NodeView;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -51,6 +55,8 @@ pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
 enum Wake {
     Update(PodUpdate),
     Pleg(Vec<PodLifecycleEvent>),
+    /// A probe result of this pod changed.
+    Probe(PodUid),
     SyncTick,
     Housekeeping,
 }
@@ -67,6 +73,8 @@ pub struct KubeletOptions {
     pub host_dns: ResolvConf,
     /// How the node registers, when an API server is configured.
     pub registration: Option<NodeRegistration>,
+    /// The metrics registry every part records into (`/metrics`).
+    pub metrics: KubeletMetrics,
 }
 
 impl KubeletOptions {
@@ -82,6 +90,7 @@ impl KubeletOptions {
         let host_dns =
             parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
         KubeletOptions {
+            metrics: KubeletMetrics::new(&node_name),
             config,
             root_dir,
             node_name,
@@ -94,6 +103,8 @@ impl KubeletOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
+    #[error("kubelet API serving certificate: {0}")]
+    Tls(String),
     #[error("listening on {addr} ({what}): {source}")]
     Listen {
         what: &'static str,
@@ -128,6 +139,8 @@ pub struct Kubelet {
     events: Recorder,
     /// Taken by the event writer task when the API server is configured.
     events_rx: Mutex<Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>>,
+    /// Pods whose probe results changed; taken by the sync loop.
+    probe_rx: Mutex<Option<mpsc::UnboundedReceiver<PodUid>>>,
 }
 
 impl Kubelet {
@@ -145,18 +158,31 @@ impl Kubelet {
             }
             None => (Recorder::log_only(opts.node_name.clone()), None),
         };
+        // Every CRI call is counted and timed (kubelet_runtime_operations_*).
+        let cri = cri.with_observer(Arc::new(CriMetrics(opts.metrics.clone())));
         let runtime = RuntimeManager::new(
             cri,
             opts.config.pod_logs_dir.clone(),
+            opts.root_dir.join("pods"),
             opts.host_dns.clone(),
             opts.node_memory,
             events.clone(),
+            opts.metrics.clone(),
         );
         let tasks = Tasks::new(cancel);
+        let status = StatusManager::default();
+        let (probe_tx, probe_rx) = mpsc::unbounded_channel();
+        let prober = ProbeManager::new(
+            runtime.cri().clone(),
+            status.clone(),
+            events.clone(),
+            tasks.clone(),
+            probe_tx,
+        );
         let syncer = Syncer {
             runtime: runtime.clone(),
             runtime_state: RuntimeState::default(),
-            status: StatusManager::default(),
+            status,
             reasons: Arc::default(),
             runtime_name: Arc::new(RwLock::new("containerd".into())),
             pods_dir: opts.root_dir.join("pods"),
@@ -165,6 +191,9 @@ impl Kubelet {
                 .as_ref()
                 .map(|r| r.node_ips.clone())
                 .unwrap_or_default(),
+            prober,
+            metrics: opts.metrics.clone(),
+            first_seen: Arc::default(),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -175,7 +204,7 @@ impl Kubelet {
             pod_manager: PodManager::default(),
             status: syncer.status.clone(),
             runtime_state: syncer.runtime_state.clone(),
-            pleg: Pleg::new(runtime),
+            pleg: Pleg::new(runtime, opts.metrics.clone()),
             workers,
             syncer,
             tasks,
@@ -188,6 +217,7 @@ impl Kubelet {
             rejected: Mutex::default(),
             events,
             events_rx: Mutex::new(events_rx),
+            probe_rx: Mutex::new(Some(probe_rx)),
             opts,
         })
     }
@@ -244,6 +274,9 @@ impl Kubelet {
                 true,
             ));
         }
+        if cfg.port != 0 {
+            self.start_kubelet_api().await?;
+        }
         for (what, addr, with_pods) in servers {
             let listener = tokio::net::TcpListener::bind(&addr)
                 .await
@@ -266,6 +299,59 @@ impl Kubelet {
                     server::serve(listener, health, with_pods, tasks, token)
                 });
         }
+        Ok(())
+    }
+
+    /// The kubelet API on address:port (HTTPS, authenticated and authorized).
+    async fn start_kubelet_api(self: &Arc<Self>) -> Result<(), KubeletError> {
+        use kubelet_server::{auth, routes, server, tls};
+        let cfg = &self.opts.config;
+        let addr = format!("{}:{}", cfg.address, cfg.port);
+        let identity = tls::SelfSignedIdentity {
+            node_name: self.opts.node_name.clone(),
+            node_ips: self
+                .opts
+                .registration
+                .as_ref()
+                .map(|r| r.node_ips.iter().filter_map(|ip| ip.parse().ok()).collect())
+                .unwrap_or_default(),
+        };
+        let tls = tls::server_config(cfg, &self.opts.root_dir, &identity)
+            .map_err(|e| KubeletError::Tls(e.to_string()))?;
+        let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
+            Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
+            None => Arc::new(auth::NoApiServer),
+        };
+        let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| KubeletError::Listen {
+                what: "kubelet API",
+                addr: addr.clone(),
+                source,
+            })?;
+        if let Ok(local) = listener.local_addr() {
+            self.bound
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert("kubelet-api", local);
+            tracing::info!(%local, "kubelet API listening (HTTPS)");
+        }
+        let tasks = self.tasks.clone();
+        let spawn: kubelet_server::streaming::Spawner =
+            Arc::new(move |span, fut| tasks.spawn_with(span, fut));
+        let view: Arc<dyn NodeView> = self.clone();
+        let token = self.tasks.child_token();
+        let router = Arc::new(routes::Router::new(
+            view,
+            routes::Settings::from_config(cfg),
+            spawn.clone(),
+            token.clone(),
+        ));
+        self.tasks.spawn_with(
+            tracing::info_span!("kubelet_api"),
+            server::serve(listener, tls, router, auth, spawn, token),
+        );
         Ok(())
     }
 
@@ -375,6 +461,11 @@ impl Kubelet {
                         .then(|| format!("container runtime not ready: {problems}"));
                     let network_err = (!s.network_ready)
                         .then(|| format!("container runtime network not ready: {problems}"));
+                    let m = &self.opts.metrics;
+                    m.runtime_ready
+                        .set(&[], f64::from(u8::from(runtime_err.is_none())));
+                    m.network_ready
+                        .set(&[], f64::from(u8::from(network_err.is_none())));
                     self.runtime_state
                         .set_status(runtime_err.clone(), network_err);
                     if runtime_err.is_none() {
@@ -389,6 +480,7 @@ impl Kubelet {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "container runtime check failed");
+                    self.opts.metrics.runtime_ready.set(&[], 0.0);
                     self.runtime_state.set_unreachable(e.to_string());
                     backoff.next_delay()
                 }
@@ -450,6 +542,11 @@ impl Kubelet {
         cancel: CancellationToken,
     ) {
         tracing::info!("starting the sync loop");
+        let mut probes = self
+            .probe_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         for t in [&mut sync_tick, &mut housekeeping] {
@@ -483,12 +580,19 @@ impl Kubelet {
                 _ = cancel.cancelled() => return,
                 Some(update) = updates.recv() => Wake::Update(update),
                 Some(events) = pleg.recv() => Wake::Pleg(events),
+                Some(uid) = async { probes.as_mut()?.recv().await } => Wake::Probe(uid),
                 _ = sync_tick.tick() => Wake::SyncTick,
                 _ = housekeeping.tick() => Wake::Housekeeping,
             };
+            let iteration = Instant::now();
             match wake {
                 Wake::Update(update) => self.handle_update(update),
                 Wake::Pleg(events) => self.handle_pleg(events),
+                Wake::Probe(uid) => {
+                    if let Some(pod) = self.pod_manager.get(&uid) {
+                        self.workers.update_pod(pod);
+                    }
+                }
                 Wake::SyncTick => self.handle_due(),
                 Wake::Housekeeping => {
                     // Sources mark themselves ready after sending: take what
@@ -496,9 +600,19 @@ impl Kubelet {
                     while let Ok(update) = updates.try_recv() {
                         self.handle_update(update);
                     }
+                    let start = Instant::now();
                     self.housekeeping(&sources_ready);
+                    self.opts
+                        .metrics
+                        .housekeeping_duration
+                        .observe_duration(&[], start.elapsed());
                 }
             }
+            let m = &self.opts.metrics;
+            m.sync_loop_iteration_duration
+                .observe_duration(&[], iteration.elapsed());
+            m.pod_worker_queue_length
+                .set(&[], self.workers.queue_len() as f64);
         }
     }
 
@@ -638,6 +752,21 @@ impl Kubelet {
                 None => self.workers.poke(&uid),
             }
         }
+        // Pods past their activeDeadlineSeconds are synced now, which fails
+        // and stops them (upstream's activeDeadlineHandler as a sync handler).
+        for pod in self.pod_manager.pods() {
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .is_some()
+                && self.workers.state(&PodUid::of(&pod))
+                    == Some(kubelet_core::lifecycle::State::Syncing)
+                && self.syncer.past_deadline(&pod)
+            {
+                self.workers.update_pod(pod);
+            }
+        }
     }
 
     /// HandlePodCleanups: forget finished workers, restart pods that came
@@ -662,6 +791,10 @@ impl Kubelet {
         let keep =
             |uid: &PodUid| self.pod_manager.desire(uid) != Desire::Gone || known.contains(uid);
         self.status.remove_orphans(keep);
+        self.syncer.prober.cleanup(|uid| {
+            self.pod_manager.desire(uid) == Desire::Run
+                && self.workers.state(uid) == Some(kubelet_core::lifecycle::State::Syncing)
+        });
         self.syncer
             .reasons
             .lock()
@@ -687,6 +820,11 @@ impl Kubelet {
         }
     }
 
+    /// Probe workers running (one per probe of each running pod).
+    pub fn probe_workers(&self) -> usize {
+        self.syncer.prober.worker_count()
+    }
+
     /// Every desired pod with the status the status manager holds for it.
     pub fn pods_with_status(&self) -> Vec<Pod> {
         self.pod_manager
@@ -700,6 +838,36 @@ impl Kubelet {
                 pod
             })
             .collect()
+    }
+}
+
+impl NodeView for Kubelet {
+    fn node_name(&self) -> String {
+        self.opts.node_name.clone()
+    }
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        Health::problems(self)
+    }
+    fn pods(&self) -> Vec<Pod> {
+        self.pods_with_status()
+    }
+    fn cri(&self) -> CriClient {
+        self.syncer.runtime.cri().clone()
+    }
+    fn logs_root(&self) -> PathBuf {
+        self.opts.config.pod_logs_dir.clone()
+    }
+    fn root_dir(&self) -> PathBuf {
+        self.opts.root_dir.clone()
+    }
+    fn configz(&self) -> serde_json::Value {
+        self.opts.config.to_v1beta1_json()
+    }
+    fn metrics_text(&self) -> String {
+        self.opts.metrics.render() + &kubelet_server::process::render_process_metrics()
+    }
+    fn probe_metrics_text(&self) -> String {
+        self.syncer.prober.probe_metrics_text()
     }
 }
 

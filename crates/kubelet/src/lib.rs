@@ -15,6 +15,7 @@ pub mod nodestatus;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podmanager;
+pub mod prober;
 pub mod runtime_state;
 pub mod server;
 pub mod status_manager;

@@ -6,8 +6,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::pleg::{PodLifecycleEvent, diff};
-use kubelet_core::runtime::RuntimePods;
+use kubelet_core::runtime::{ContainerState, RuntimePods, SandboxState};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,20 +23,23 @@ pub const RELIST_THRESHOLD: Duration = Duration::from_secs(3 * 60);
 struct Shared {
     pods: Arc<RuntimePods>,
     last_relist: Option<Instant>,
-    relist_duration: Duration,
+    /// When the last relist started (kubelet_pleg_relist_interval_seconds).
+    last_start: Option<Instant>,
 }
 
 #[derive(Clone)]
 pub struct Pleg {
     runtime: RuntimeManager,
     shared: Arc<Mutex<Shared>>,
+    metrics: KubeletMetrics,
 }
 
 impl Pleg {
-    pub fn new(runtime: RuntimeManager) -> Self {
+    pub fn new(runtime: RuntimeManager, metrics: KubeletMetrics) -> Self {
         Pleg {
             runtime,
             shared: Arc::default(),
+            metrics,
         }
     }
 
@@ -53,11 +57,6 @@ impl Pleg {
         self.lock().last_relist.is_some()
     }
 
-    /// Duration of the last relist.
-    pub fn relist_duration(&self) -> Duration {
-        self.lock().relist_duration
-    }
-
     /// None while healthy; the reason otherwise.
     pub fn healthy(&self, started: Instant) -> Option<String> {
         let since = self.lock().last_relist.unwrap_or(started).elapsed();
@@ -69,13 +68,45 @@ impl Pleg {
     /// Relist once and return what changed.
     pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, kubelet_cri::client::CriError> {
         let start = Instant::now();
+        if let Some(prev) = self.lock().last_start.replace(start) {
+            self.metrics
+                .pleg_relist_interval
+                .observe_duration(&[], start - prev);
+        }
         let pods = Arc::new(self.runtime.relist().await?);
+        self.record(&pods, start.elapsed());
         let mut s = self.lock();
         let events = diff(&s.pods, &pods);
         s.pods = pods;
         s.last_relist = Some(Instant::now());
-        s.relist_duration = start.elapsed();
         Ok(events)
+    }
+
+    /// kubelet_pleg_relist_duration_seconds, kubelet_pleg_last_seen_seconds,
+    /// kubelet_running_pods and kubelet_running_containers of one relist.
+    fn record(&self, pods: &RuntimePods, took: Duration) {
+        let m = &self.metrics;
+        m.pleg_relist_duration.observe_duration(&[], took);
+        m.pleg_last_seen
+            .set(&[], crate::clock::now_nanos() as f64 / 1e9);
+        let running = pods
+            .values()
+            .filter(|p| p.sandboxes.values().any(|s| *s == SandboxState::Ready))
+            .count();
+        m.running_pods.set(&[], running as f64);
+        for (state, label) in [
+            (ContainerState::Created, "created"),
+            (ContainerState::Running, "running"),
+            (ContainerState::Exited, "exited"),
+            (ContainerState::Unknown, "unknown"),
+        ] {
+            let n = pods
+                .values()
+                .flat_map(|p| p.containers.values())
+                .filter(|(_, s)| *s == state)
+                .count();
+            m.running_containers.set(&[label], n as f64);
+        }
     }
 
     /// Relist every RELIST_PERIOD until cancelled, sending each batch of events.

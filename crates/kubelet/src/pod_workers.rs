@@ -230,6 +230,11 @@ impl<S: PodSyncer> PodWorkers<S> {
             .take_due(now)
     }
 
+    /// Pods waiting in the work queue for a resync or a retry.
+    pub fn queue_len(&self) -> usize {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     pub fn state(&self, uid: &PodUid) -> Option<State> {
         self.map().get(uid).map(|w| w.lock().state)
     }

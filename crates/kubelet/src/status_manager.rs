@@ -3,10 +3,11 @@
 //! transition times, refuses to move a pod out of a terminal phase, and
 //! marks what changed so the API sync (`status_sync`) sends it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, carry_over};
@@ -15,8 +16,9 @@ use kubelet_core::types::PodUid;
 #[derive(Default)]
 struct Inner {
     statuses: HashMap<PodUid, Arc<PodStatus>>,
-    /// Statuses changed since the API sync last took them.
-    dirty: BTreeSet<PodUid>,
+    /// Statuses changed since the API sync last took them, with when each
+    /// first changed (kubelet_pod_status_sync_duration_seconds).
+    dirty: BTreeMap<PodUid, Instant>,
 }
 
 #[derive(Clone, Default)]
@@ -56,7 +58,7 @@ impl StatusManager {
         carry_over(&mut status, old.as_deref(), &now);
         if inner.statuses.get(&uid).map(|s| s.as_ref()) != Some(&status) {
             inner.statuses.insert(uid.clone(), Arc::new(status));
-            inner.dirty.insert(uid);
+            inner.dirty.entry(uid).or_insert_with(Instant::now);
             self.changed.notify_one();
         }
     }
@@ -69,23 +71,30 @@ impl StatusManager {
     pub fn remove_orphans(&self, keep: impl Fn(&PodUid) -> bool) {
         let mut inner = self.lock();
         inner.statuses.retain(|uid, _| keep(uid));
-        inner.dirty.retain(|uid| keep(uid));
+        inner.dirty.retain(|uid, _| keep(uid));
     }
 
-    /// The statuses changed since the last call, for the API sync.
-    pub fn take_dirty(&self) -> Vec<(PodUid, Arc<PodStatus>)> {
+    /// The statuses changed since the last call, for the API sync, with
+    /// when each first changed.
+    pub fn take_dirty(&self) -> Vec<(PodUid, Arc<PodStatus>, Instant)> {
         let mut inner = self.lock();
         let dirty = std::mem::take(&mut inner.dirty);
         dirty
             .into_iter()
-            .filter_map(|uid| inner.statuses.get(&uid).cloned().map(|s| (uid, s)))
+            .filter_map(|(uid, since)| {
+                let status = inner.statuses.get(&uid).cloned()?;
+                Some((uid, status, since))
+            })
             .collect()
     }
 
     /// Send this pod's status again (a failed patch, a mirror pod that
     /// appeared).
     pub fn mark_dirty(&self, uid: &PodUid) {
-        self.lock().dirty.insert(uid.clone());
+        self.lock()
+            .dirty
+            .entry(uid.clone())
+            .or_insert_with(Instant::now);
     }
 
     /// Woken when a status changes.

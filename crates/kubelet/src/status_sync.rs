@@ -113,7 +113,7 @@ impl Kubelet {
     /// unreachable (those stay dirty and are retried).
     async fn send_statuses(&self, api: &ApiClient, state: &mut SyncState) -> bool {
         let mut ok = true;
-        for (uid, status) in self.status.take_dirty() {
+        for (uid, status, since) in self.status.take_dirty() {
             let Some(pod) = self.pod_manager.get(&uid) else {
                 continue;
             };
@@ -134,6 +134,10 @@ impl Kubelet {
             }
             match patch_status(api, &target, &status).await {
                 Ok(_) => {
+                    self.opts
+                        .metrics
+                        .pod_status_sync_duration
+                        .observe_duration(&[], since.elapsed());
                     state.sent.insert(uid, (target_uid, status));
                 }
                 Err(e) if e.is_not_found() || e.is_conflict() => {

@@ -9,16 +9,20 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::lifecycle::Why;
+use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
-    PHASE_FAILED, PHASE_SUCCEEDED, WaitingReasons, generate_api_pod_status, set_host_ips,
+    PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED, WaitingReasons, fail_for_deadline,
+    generate_api_pod_status, past_active_deadline, set_host_ips,
 };
 use kubelet_core::types::PodUid;
+use tokio::time::Instant;
 
 use crate::error::SyncError;
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
 use crate::pod_workers::{PodSyncer, PodTarget};
+use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::status_manager::StatusManager;
 
@@ -36,6 +40,12 @@ pub struct Syncer {
     pub pods_dir: PathBuf,
     /// The node's addresses, reported as each pod's hostIPs.
     pub host_ips: Vec<String>,
+    /// The prober: a worker per probe, results read by status and SyncPod.
+    pub prober: ProbeManager,
+    pub metrics: KubeletMetrics,
+    /// When each pod not yet running was first synced
+    /// (kubelet_pod_start_duration_seconds).
+    pub first_seen: Arc<Mutex<HashMap<PodUid, Instant>>>,
 }
 
 impl Syncer {
@@ -57,9 +67,30 @@ impl Syncer {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let mut status = generate_api_pod_status(pod, rt, &waiting, &runtime_name, terminal);
+        let mut status = generate_api_pod_status(
+            pod,
+            rt,
+            &waiting,
+            &runtime_name,
+            &self.prober.results(),
+            terminal,
+        );
         set_host_ips(&mut status, pod, &self.host_ips);
+        if self.past_deadline(pod) {
+            fail_for_deadline(&mut status);
+        }
         status
+    }
+
+    /// Whether the pod has outlived its activeDeadlineSeconds, counted from
+    /// the start time the status manager holds.
+    pub fn past_deadline(&self, pod: &Pod) -> bool {
+        let start = self
+            .status
+            .get_pod_status(&PodUid::of(pod))
+            .and_then(|s| s.start_time.clone())
+            .map(|t| t.0.as_second());
+        past_active_deadline(pod, start, crate::clock::now_nanos() / 1_000_000_000)
     }
 
     /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
@@ -75,6 +106,66 @@ impl Syncer {
 
 impl PodSyncer for Syncer {
     async fn sync_pod(&self, pod: Arc<Pod>) -> Result<bool, SyncError> {
+        let uid = PodUid::of(&pod);
+        let op = if self.status.get_pod_status(&uid).is_none() {
+            self.first_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .entry(uid)
+                .or_insert_with(Instant::now);
+            "create"
+        } else {
+            "sync"
+        };
+        let start = Instant::now();
+        let result = self.sync_pod_steps(pod).await;
+        self.metrics
+            .pod_worker_duration
+            .observe_duration(&[op], start.elapsed());
+        result
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        target: &PodTarget,
+        grace: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let start = Instant::now();
+        let result = self.sync_terminating_pod_steps(target, grace).await;
+        self.metrics
+            .pod_worker_duration
+            .observe_duration(&["kill"], start.elapsed());
+        result
+    }
+
+    async fn sync_terminated_pod(&self, target: &PodTarget, why: Why) -> Result<(), SyncError> {
+        self.first_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&target.pod_ref.uid);
+        self.sync_terminated_pod_steps(target, why).await
+    }
+}
+
+impl Syncer {
+    /// Record the status and, the first time the pod is seen running, how
+    /// long it took since the kubelet first saw it.
+    fn report(&self, pod: &Pod, status: k8s_openapi::api::core::v1::PodStatus) {
+        if status.phase.as_deref() == Some(PHASE_RUNNING)
+            && let Some(first) = self
+                .first_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&PodUid::of(pod))
+        {
+            self.metrics
+                .pod_start_duration
+                .observe_duration(&[], first.elapsed());
+        }
+        self.status.set_pod_status(pod, status);
+    }
+
+    async fn sync_pod_steps(&self, pod: Arc<Pod>) -> Result<bool, SyncError> {
         let target = PodTarget::from_pod(pod.clone());
         let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
         let status = self.api_status(&pod, &rt, false);
@@ -82,10 +173,11 @@ impl PodSyncer for Syncer {
             status.phase.as_deref(),
             Some(PHASE_SUCCEEDED | PHASE_FAILED)
         );
-        self.status.set_pod_status(&pod, status);
+        self.report(&pod, status);
         if terminal {
             return Ok(true);
         }
+        self.prober.add_pod(&pod);
         if !host_network(&pod)
             && let Some(e) = self.runtime_state.network_error()
         {
@@ -96,7 +188,10 @@ impl PodSyncer for Syncer {
         {
             tracing::warn!(dir = %dir.display(), error = %e, "creating pod directory");
         }
-        let result = self.runtime.sync_pod(&pod, &rt).await?;
+        let result = self
+            .runtime
+            .sync_pod(&pod, &rt, &self.prober.results())
+            .await?;
         let failed = result.errors;
         self.reasons
             .lock()
@@ -105,8 +200,7 @@ impl PodSyncer for Syncer {
         if result.started > 0 {
             // Report what just started now, not at the next relist.
             let now = self.runtime.get_pod_status(&target.pod_ref).await?;
-            self.status
-                .set_pod_status(&pod, self.api_status(&pod, &now, false));
+            self.report(&pod, self.api_status(&pod, &now, false));
         }
         if failed.is_empty() {
             Ok(false)
@@ -115,11 +209,13 @@ impl PodSyncer for Syncer {
         }
     }
 
-    async fn sync_terminating_pod(
+    async fn sync_terminating_pod_steps(
         &self,
         target: &PodTarget,
         grace: Option<i64>,
     ) -> Result<(), SyncError> {
+        // Probes stop when the pod starts terminating.
+        self.prober.remove_pod(&target.pod_ref.uid);
         let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
         if let Some(pod) = &target.pod {
             self.status
@@ -127,7 +223,9 @@ impl PodSyncer for Syncer {
         }
         let grace = grace_period(target.pod.as_deref(), &rt, grace);
         tracing::info!(grace, "killing pod");
-        self.runtime.kill_pod(&rt, grace).await?;
+        self.runtime
+            .kill_pod(target.pod.as_deref(), &rt, grace)
+            .await?;
         let after = self.runtime.get_pod_status(&target.pod_ref).await?;
         let running: Vec<String> = after.running_containers().map(|c| c.name.clone()).collect();
         if !running.is_empty() {
@@ -140,7 +238,11 @@ impl PodSyncer for Syncer {
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, target: &PodTarget, why: Why) -> Result<(), SyncError> {
+    async fn sync_terminated_pod_steps(
+        &self,
+        target: &PodTarget,
+        why: Why,
+    ) -> Result<(), SyncError> {
         let rt = self.runtime.get_pod_status(&target.pod_ref).await?;
         if let Some(pod) = &target.pod {
             self.status

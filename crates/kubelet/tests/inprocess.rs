@@ -65,6 +65,7 @@ impl Node {
             container_runtime_endpoint: self.fake.endpoint(),
             runtime_request_timeout: Duration::from_secs(5),
             healthz_port: 0,
+            port: 0,
             ..Default::default()
         };
         let opts = KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
@@ -518,5 +519,157 @@ async fn a_crashing_container_backs_off() {
         2,
         "no restart during the back-off"
     );
+    k.stop().await;
+}
+
+/// When the fake runtime finished the named container (its newest instance).
+async fn finished_at(node: &Node, name: &str) -> i64 {
+    let cri = CriClient::connect_lazy(&node.fake.endpoint(), Duration::from_secs(5)).unwrap();
+    let c = node
+        .fake
+        .containers()
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+        .max_by_key(|c| c.created_at)
+        .unwrap();
+    cri.container_status(&c.id).await.unwrap().finished_at
+}
+
+#[tokio::test]
+async fn init_containers_and_sidecars_start_and_stop_in_order() {
+    let node = Node::new().await;
+    let spec = format!(
+        "  initContainers:\n  - name: side\n    image: {IMAGE}\n    restartPolicy: Always\n  - name: init\n    image: {IMAGE}\n"
+    );
+    node.write("seq.yaml", &pod("seq", &[("main", "sleep 1000")], &spec));
+    let k = node.start();
+    node.fake
+        .wait_for("the sidecar, then the init container", WAIT, |_| {
+            node.running("side").len() == 1 && node.running("init").len() == 1
+        })
+        .await;
+    assert!(node.running("main").is_empty(), "main waits for init");
+    k.wait_phase("seq-node1", "Pending").await;
+    assert!(node.fake.exit_container(&node.running("init")[0].id, 0));
+    node.fake
+        .wait_for("main starts after init succeeded", WAIT, |_| {
+            node.running("main").len() == 1
+        })
+        .await;
+    k.wait_phase("seq-node1", "Running").await;
+    let pod = k
+        .kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("seq-node1"))
+        .unwrap();
+    let status = pod.status.unwrap();
+    let init = status.init_container_statuses.unwrap();
+    assert_eq!(
+        init.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+        ["side", "init"]
+    );
+    assert!(init[0].started == Some(true) && init[1].ready, "{init:?}");
+    // A sidecar that exits is restarted beside the main container.
+    assert!(node.fake.exit_container(&node.running("side")[0].id, 1));
+    node.fake
+        .wait_for("the sidecar restarts", WAIT, |_| {
+            node.running("side")
+                .first()
+                .is_some_and(|c| restart_count(c) == "1")
+        })
+        .await;
+    assert_eq!(node.running("main").len(), 1);
+    assert_eq!(
+        node.fake.calls("StartContainer"),
+        4,
+        "side, init, main, side again: init never reran"
+    );
+    // On removal the main container stops before the sidecar.
+    node.remove("seq.yaml");
+    node.fake
+        .wait_for("everything stopped", WAIT, |f| {
+            f.containers()
+                .iter()
+                .all(|c| c.state != cri::ContainerState::ContainerRunning as i32)
+        })
+        .await;
+    let (main, side) = (
+        finished_at(&node, "main").await,
+        finished_at(&node, "side").await,
+    );
+    assert!(main > 0 && side > main, "main {main} then side {side}");
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_pre_stop_hook_is_cut_at_the_grace_period() {
+    let node = Node::new().await;
+    let body = pod(
+        "slow",
+        &[("a", "sleep 1000")],
+        "  terminationGracePeriodSeconds: 2\n",
+    ) + "    lifecycle:\n      preStop:\n        sleep:\n          seconds: 1000\n";
+    node.write("slow.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let removed = tokio::time::Instant::now();
+    node.remove("slow.yaml");
+    node.fake
+        .wait_for("a stopped", WAIT, |_| node.running("a").is_empty())
+        .await;
+    let took = removed.elapsed();
+    assert!(
+        took >= Duration::from_secs(2),
+        "the preStop hook ran for the grace period before the stop ({took:?})"
+    );
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn a_failing_liveness_probe_restarts_exactly_that_container() {
+    let node = Node::new().await;
+    let body = pod("live", &[("a", "sleep 1000")], "")
+        + "    livenessProbe:\n      exec:\n        command: [\"cat\", \"/healthy\"]\n      periodSeconds: 1\n      failureThreshold: 2\n"
+        + &format!("  - name: b\n    image: {IMAGE}\n");
+    node.write("live.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("a and b run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("b").len() == 1
+        })
+        .await;
+    let b_id = node.running("b")[0].id.clone();
+    // Healthy (the default exec result is exit 0): probed, not restarted.
+    node.fake
+        .wait_for("a probed", WAIT, |f| {
+            f.exec_commands()
+                .iter()
+                .any(|(c, cmd)| c == "a" && cmd == &["cat", "/healthy"])
+        })
+        .await;
+    node.fake
+        .set_exec_result_for("a", 1, b"", b"cat: /healthy: No such file");
+    node.fake
+        .wait_for("a restarted after its liveness probe failed", WAIT, |_| {
+            node.running("a")
+                .first()
+                .is_some_and(|c| restart_count(c) == "1")
+        })
+        .await;
+    assert_eq!(
+        node.running("b").first().map(|c| c.id.clone()),
+        Some(b_id),
+        "b keeps running"
+    );
+    assert!(
+        node.fake.exec_commands().iter().all(|(c, _)| c == "a"),
+        "only a has a probe"
+    );
+    // Removing the pod stops its probe workers.
+    node.remove("live.yaml");
+    eventually("no probe worker left", || k.kubelet.probe_workers() == 0).await;
     k.stop().await;
 }

@@ -8,6 +8,7 @@
 //!                            --node NAME --endpoint unix://SOCK
 //!                            [--serial N] [--bursts 20,100] [--steady SECS]
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
+//!                            [--probes N]
 //!                            [--only rkubelet|upstream] [--work DIR]
 //!
 //! `DIR` is what `hack/cluster.sh up NODE` made: admin.conf,
@@ -62,7 +63,7 @@ const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(90);
 
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
-    [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] \
+    [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] \
     [--only rkubelet|upstream] [--work DIR]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +101,9 @@ struct Args {
     rest: Duration,
     settle: Duration,
     timeout: Duration,
+    /// Pods of the probe phase, each with an exec and an httpGet probe
+    /// every second (0: no probe phase).
+    probes: usize,
     only: Option<Which>,
     work: Option<PathBuf>,
 }
@@ -116,6 +120,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut rest = Duration::from_secs(60);
     let mut settle = Duration::from_secs(10);
     let mut timeout = Duration::from_secs(180);
+    let mut probes = 100;
     let mut only = None;
     let mut work = None;
     let secs = |v: String, name: &str| -> anyhow::Result<Duration> {
@@ -160,6 +165,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--timeout" => {
                 timeout = secs(value("--timeout")?, "--timeout")?.max(Duration::from_secs(1))
             }
+            "--probes" => probes = value("--probes")?.parse().context("--probes")?,
             "--only" => {
                 only = Some(match value("--only")?.as_str() {
                     "rkubelet" => Which::Rkubelet,
@@ -191,6 +197,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         rest,
         settle,
         timeout,
+        probes,
         only,
         work,
     })
@@ -200,6 +207,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
 #[derive(Clone, Debug)]
 struct Window {
     pods: usize,
+    /// The pods carry probes (the probe phase).
+    probed: bool,
     secs: f64,
     /// Mean of VmRSS samples taken every second, KiB.
     rss_mean_kib: f64,
@@ -413,6 +422,9 @@ async fn wait_until(
     }
 }
 
+/// The group of the probe phase's pods.
+const PROBE_GROUP: &str = "probe";
+
 fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
     // The shell traps SIGTERM so a delete does not wait out the grace period.
     // No service account token and no service links: nothing but the
@@ -438,6 +450,20 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
             }],
         },
     });
+    let mut v = v;
+    if group == PROBE_GROUP {
+        // An exec liveness probe and an httpGet readiness probe, every second.
+        let c = &mut v["spec"]["containers"][0];
+        c["command"] = serde_json::json!([
+            "sh",
+            "-c",
+            "mkdir -p /www && touch /www/ready && exec httpd -f -p 8080 -h /www"
+        ]);
+        c["livenessProbe"] = serde_json::json!({"exec": {"command": ["true"]}, "periodSeconds": 1});
+        c["readinessProbe"] = serde_json::json!({
+            "httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 1,
+        });
+    }
     serde_json::from_value(v).context("building a pod")
 }
 
@@ -507,7 +533,13 @@ impl Ctx {
     }
 
     /// A steady-state window of `secs` with `pods` pods running.
-    async fn window(&self, k: &mut Kubelet, pods: usize, secs: Duration) -> anyhow::Result<Window> {
+    async fn window(
+        &self,
+        k: &mut Kubelet,
+        pods: usize,
+        probed: bool,
+        secs: Duration,
+    ) -> anyhow::Result<Window> {
         let pid = k.pid();
         let audit0 = self.audit_len();
         let cpu0 = self.cpu_s(pid)?;
@@ -527,13 +559,15 @@ impl Ctx {
         };
         let w = Window {
             pods,
+            probed,
             secs: elapsed,
             rss_mean_kib: samples.iter().sum::<f64>() / samples.len().max(1) as f64,
             cpu_s: cpu,
             api,
         };
         println!(
-            "    steady {pods} pods, {elapsed:.0} s: VmRSS {:.1} MiB, {cpu:.2} CPU-s{}",
+            "    steady {pods}{} pods, {elapsed:.0} s: VmRSS {:.1} MiB, {cpu:.2} CPU-s{}",
+            if probed { " probed" } else { "" },
             mib(w.rss_mean_kib as u64),
             w.api_per_min()
                 .map_or_else(String::new, |r| format!(", {r:.1} API requests/min"))
@@ -605,13 +639,12 @@ impl Ctx {
         }
     }
 
-    async fn burst(&self, k: &mut Kubelet, m: usize) -> anyhow::Result<Burst> {
-        let group = format!("b{m}");
+    async fn burst(&self, k: &mut Kubelet, m: usize, group: &str) -> anyhow::Result<Burst> {
         let names: Vec<String> = (0..m).map(|i| format!("{POD_PREFIX}{group}-{i}")).collect();
         let pid = k.pid();
         let cpu0 = self.cpu_s(pid)?;
         let start = Instant::now();
-        let creates = names.iter().map(|n| self.create(n, &group));
+        let creates = names.iter().map(|n| self.create(n, group));
         for r in futures::future::join_all(creates).await {
             r?;
         }
@@ -678,7 +711,8 @@ impl Ctx {
             start.elapsed().as_secs_f64()
         );
         tokio::time::sleep(self.args.settle).await;
-        r.windows.push(self.window(k, 0, self.args.rest).await?);
+        r.windows
+            .push(self.window(k, 0, false, self.args.rest).await?);
 
         if self.args.serial > 0 {
             r.warmup = Some(
@@ -700,9 +734,10 @@ impl Ctx {
             );
         }
         for &m in &self.args.bursts {
-            r.bursts.push(self.burst(k, m).await?);
+            r.bursts.push(self.burst(k, m, &format!("b{m}")).await?);
             tokio::time::sleep(self.args.settle).await;
-            r.windows.push(self.window(k, m, self.args.steady).await?);
+            r.windows
+                .push(self.window(k, m, false, self.args.steady).await?);
             let t = self
                 .delete_group(&format!("b{m}"), k, TEARDOWN_TIMEOUT)
                 .await?;
@@ -713,6 +748,14 @@ impl Ctx {
             if let Some(b) = r.bursts.last_mut() {
                 b.teardown = Some(t);
             }
+        }
+        if self.args.probes > 0 {
+            let m = self.args.probes;
+            self.burst(k, m, PROBE_GROUP).await?;
+            tokio::time::sleep(self.args.settle).await;
+            r.windows
+                .push(self.window(k, m, true, self.args.steady).await?);
+            self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         Ok(())
     }
@@ -1017,7 +1060,7 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
     let mut counts = vec![0];
     counts.extend(args.bursts.iter().copied());
     for &m in &counts {
-        let find = move |r: &KResults| r.windows.iter().find(|w| w.pods == m).cloned();
+        let find = move |r: &KResults| r.windows.iter().find(|w| w.pods == m && !w.probed).cloned();
         let secs = if m == 0 { args.rest } else { args.steady }.as_secs();
         rows.push((
             format!("steady {m} pods: VmRSS (MiB, mean)"),
@@ -1041,6 +1084,23 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             ),
             Box::new(move |r| find(r).and_then(|w| w.api_per_min())),
             1,
+        ));
+    }
+    if args.probes > 0 {
+        let m = args.probes;
+        let find = move |r: &KResults| r.windows.iter().find(|w| w.probed).cloned();
+        rows.push((
+            format!("{m} pods, exec + httpGet probes every 1 s: VmRSS (MiB)"),
+            Box::new(move |r| find(r).map(|w| mib(w.rss_mean_kib as u64))),
+            1,
+        ));
+        rows.push((
+            format!(
+                "{m} pods, exec + httpGet probes every 1 s: CPU-s over {} s",
+                args.steady.as_secs()
+            ),
+            Box::new(move |r| find(r).map(|w| w.cpu_s)),
+            2,
         ));
     }
     rows.push((

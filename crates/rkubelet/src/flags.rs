@@ -12,7 +12,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use kubelet_core::config::{CgroupDriver, KubeletConfiguration, parse_kubelet_config_reporting};
+use kubelet_core::config::{
+    AuthorizationMode, CgroupDriver, KubeletConfiguration, TLS_CIPHER_SUITES, TlsMinVersion,
+    parse_kubelet_config_reporting,
+};
 use kubelet_core::duration::parse_go_duration;
 
 /// Where the machine's hostname is read from when --hostname-override is absent.
@@ -103,6 +106,72 @@ pub struct Flags {
     /// Cgroup driver shared with the runtime.
     #[arg(long, value_name = "DRIVER", value_parser = CgroupDriver::from_str)]
     pub cgroup_driver: Option<CgroupDriver>,
+
+    /// Port of the kubelet API (HTTPS).
+    #[arg(long, value_name = "PORT", allow_hyphen_values = true)]
+    pub port: Option<u16>,
+
+    /// Serving certificate of the kubelet API; without it a self-signed one is kept in
+    /// <root-dir>/pki.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key of --tls-cert-file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Lowest TLS version served: VersionTLS12 or VersionTLS13.
+    #[arg(long, value_name = "VERSION", value_parser = TlsMinVersion::from_str)]
+    pub tls_min_version: Option<TlsMinVersion>,
+
+    /// TLS 1.2 cipher suites allowed, comma-separated upstream names.
+    #[arg(long, value_name = "SUITES", value_delimiter = ',', value_parser = parse_cipher_suite)]
+    pub tls_cipher_suites: Vec<String>,
+
+    /// CA bundle verifying client certificates of kubelet API callers.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Check bearer tokens of kubelet API callers with TokenReviews.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub authentication_token_webhook: Option<bool>,
+
+    /// How long TokenReview answers are cached (Go duration).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub authentication_token_webhook_cache_ttl: Option<Duration>,
+
+    /// Let kubelet API requests without credentials through as system:anonymous.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub anonymous_auth: Option<bool>,
+
+    /// Authorization of kubelet API requests: Webhook or AlwaysAllow.
+    #[arg(long, value_name = "MODE", value_parser = AuthorizationMode::from_str)]
+    pub authorization_mode: Option<AuthorizationMode>,
+
+    /// How long allowed SubjectAccessReview answers are cached (Go duration).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub authorization_webhook_cache_authorized_ttl: Option<Duration>,
+
+    /// How long denied SubjectAccessReview answers are cached (Go duration).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub authorization_webhook_cache_unauthorized_ttl: Option<Duration>,
+
+    /// Idle time after which a streaming connection (exec, attach, port-forward) is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub streaming_connection_idle_timeout: Option<Duration>,
+
+    /// Serve exec, attach, port-forward, container logs and running pods on the kubelet API.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_debugging_handlers: Option<bool>,
+}
+
+/// One name of --tls-cipher-suites.
+fn parse_cipher_suite(s: &str) -> Result<String, String> {
+    if TLS_CIPHER_SUITES.contains(&s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("cipher suite {s:?} not supported or doesn't exist"))
+    }
 }
 
 /// Everything start-up needs, once flags and the config file are merged and validated.
@@ -247,6 +316,55 @@ impl Flags {
         }
         if let Some(register) = self.register_node {
             config.register_node = register;
+        }
+        self.apply_server_overrides(config);
+    }
+
+    /// The kubelet API's flags (port, TLS, authentication, authorization, streaming).
+    fn apply_server_overrides(&self, config: &mut KubeletConfiguration) {
+        if let Some(port) = self.port {
+            config.port = port;
+        }
+        if let Some(path) = &self.tls_cert_file {
+            config.tls_cert_file = (!path.as_os_str().is_empty()).then(|| path.clone());
+        }
+        if let Some(path) = &self.tls_private_key_file {
+            config.tls_private_key_file = (!path.as_os_str().is_empty()).then(|| path.clone());
+        }
+        if let Some(version) = self.tls_min_version {
+            config.tls_min_version = version;
+        }
+        if !self.tls_cipher_suites.is_empty() {
+            config.tls_cipher_suites = self.tls_cipher_suites.clone();
+        }
+        let authn = &mut config.authentication;
+        if let Some(path) = &self.client_ca_file {
+            authn.client_ca_file = (!path.as_os_str().is_empty()).then(|| path.clone());
+        }
+        if let Some(enabled) = self.authentication_token_webhook {
+            authn.webhook_enabled = enabled;
+        }
+        if let Some(ttl) = self.authentication_token_webhook_cache_ttl {
+            authn.webhook_cache_ttl = ttl;
+        }
+        if let Some(enabled) = self.anonymous_auth {
+            authn.anonymous_enabled = enabled;
+        }
+        let authz = &mut config.authorization;
+        if let Some(mode) = self.authorization_mode {
+            authz.mode = mode;
+        }
+        if let Some(ttl) = self.authorization_webhook_cache_authorized_ttl {
+            authz.cache_authorized_ttl = ttl;
+        }
+        if let Some(ttl) = self.authorization_webhook_cache_unauthorized_ttl {
+            authz.cache_unauthorized_ttl = ttl;
+        }
+        if let Some(d) = self.streaming_connection_idle_timeout {
+            config.streaming_connection_idle_timeout = d;
+        }
+        if let Some(enabled) = self.enable_debugging_handlers {
+            config.enable_debugging_handlers = enabled;
         }
     }
 }
@@ -439,6 +557,105 @@ clusterDomain: cluster.local
                 ..file_config()
             }
         );
+    }
+
+    #[test]
+    fn server_flags() {
+        let s = settings(&[
+            "--port=10350",
+            "--tls-cert-file=/pki/kubelet.crt",
+            "--tls-private-key-file",
+            "/pki/kubelet.key",
+            "--tls-min-version=VersionTLS13",
+            "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "--client-ca-file=/pki/ca.crt",
+            "--authentication-token-webhook",
+            "--authentication-token-webhook-cache-ttl=10s",
+            "--anonymous-auth=true",
+            "--authorization-mode=AlwaysAllow",
+            "--authorization-webhook-cache-authorized-ttl=1m",
+            "--authorization-webhook-cache-unauthorized-ttl=5s",
+            "--streaming-connection-idle-timeout=30m",
+            "--enable-debugging-handlers=false",
+        ])
+        .unwrap();
+        let c = &s.config;
+        assert_eq!(c.port, 10350);
+        assert_eq!(
+            c.tls_cert_file.as_deref(),
+            Some(Path::new("/pki/kubelet.crt"))
+        );
+        assert_eq!(
+            c.tls_private_key_file.as_deref(),
+            Some(Path::new("/pki/kubelet.key"))
+        );
+        assert_eq!(c.tls_min_version, TlsMinVersion::Tls13);
+        assert_eq!(
+            c.tls_cipher_suites,
+            [
+                "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"
+            ]
+        );
+        assert_eq!(
+            c.authentication.client_ca_file.as_deref(),
+            Some(Path::new("/pki/ca.crt"))
+        );
+        assert!(c.authentication.webhook_enabled);
+        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
+        assert!(c.authentication.anonymous_enabled);
+        assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
+        assert_eq!(
+            c.authorization.cache_authorized_ttl,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            c.authorization.cache_unauthorized_ttl,
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            c.streaming_connection_idle_timeout,
+            Duration::from_secs(1800)
+        );
+        assert!(!c.enable_debugging_handlers);
+
+        // Flags override the file's authentication and authorization.
+        let f = config_file(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: true\n\
+             authorization:\n  mode: AlwaysAllow\n",
+        );
+        let config_arg = format!("--config={}", f.path().display());
+        let s = settings(&[
+            &config_arg,
+            "--anonymous-auth=false",
+            "--authentication-token-webhook=false",
+            "--authorization-mode=Webhook",
+        ])
+        .unwrap();
+        assert!(!s.config.authentication.anonymous_enabled);
+        assert!(!s.config.authentication.webhook_enabled);
+        assert_eq!(s.config.authorization.mode, AuthorizationMode::Webhook);
+
+        for (args, needle) in [
+            (&["--tls-min-version=VersionTLS11"][..], "--tls-min-version"),
+            (
+                &["--tls-cipher-suites=TLS_RSA_WITH_RC4_128_SHA"],
+                "TLS_RSA_WITH_RC4_128_SHA",
+            ),
+            (&["--authorization-mode=RBAC"], "RBAC"),
+            (&["--port=70000"], "--port"),
+            (&["--anonymous-auth=maybe"], "--anonymous-auth"),
+        ] {
+            let err = settings(args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+        }
+        let err = settings(&["--port=0"]).unwrap_err().to_string();
+        assert!(err.contains("port (--port)"), "{err}");
+        let err = settings(&["--tls-cert-file=/pki/k.crt"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--tls-private-key-file"), "{err}");
     }
 
     #[test]

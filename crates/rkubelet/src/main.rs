@@ -104,7 +104,7 @@ fn registration(settings: &flags::Settings) -> NodeRegistration {
         update_every: cfg.node_status_update_frequency,
         report_every: cfg.node_status_report_frequency,
         max_pods: cfg.max_pods,
-        kubelet_port: 10250,
+        kubelet_port: i32::from(cfg.port),
     }
 }
 
@@ -122,19 +122,27 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         static_pod_path = ?cfg.static_pod_path,
         "starting rkubelet"
     );
+    let mut opts = KubeletOptions::from_host(
+        settings.config.clone(),
+        settings.root_dir.clone(),
+        settings.node_name.clone(),
+    );
+    let cfg = &opts.config;
     let api = match &settings.kubeconfig {
         Some(path) => Some(
-            ApiClient::from_kubeconfig(path, cfg.kube_api_qps, cfg.kube_api_burst)
-                .await
-                .context("--kubeconfig")?,
+            ApiClient::from_kubeconfig(
+                path,
+                cfg.kube_api_qps,
+                cfg.kube_api_burst,
+                opts.metrics.clone(),
+            )
+            .await
+            .context("--kubeconfig")?,
         ),
         None => None,
     };
-    let registration = api.as_ref().map(|_| registration(&settings));
+    opts.registration = api.as_ref().map(|_| registration(&settings));
     let cancel = CancellationToken::new();
-    let mut opts =
-        KubeletOptions::from_host(settings.config, settings.root_dir, settings.node_name);
-    opts.registration = registration;
     let kubelet = Kubelet::new(opts, cri, api, cancel.clone());
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;

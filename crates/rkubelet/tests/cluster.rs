@@ -942,6 +942,285 @@ async fn f_node_credentials_cannot_patch_another_node() {
 
 /// Restarts the API server (`hack/cluster.sh up NODE`) if a test stopped it
 /// and did not bring it back.
+/// A bare pod of the test (label `app=<name>`), bound to the test node.
+fn test_pod(api: &Api, name: &str, spec: Value) -> Value {
+    let mut spec = spec;
+    spec["nodeName"] = json!(api.node);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default",
+                     "labels": {"app": name, TEST_LABEL: "1"}},
+        "spec": spec,
+    })
+}
+
+/// A container of IMAGE running `script` under sh.
+fn sh_container(name: &str, script: &str) -> Value {
+    json!({
+        "name": name,
+        "image": IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", script],
+    })
+}
+
+/// The status of the named container (regular or init) of a pod.
+fn container_status<'a>(pod: &'a Value, container: &str) -> &'a Value {
+    ["containerStatuses", "initContainerStatuses"]
+        .iter()
+        .filter_map(|k| pod["status"][*k].as_array())
+        .flatten()
+        .find(|c| c["name"] == container)
+        .unwrap_or(&Value::Null)
+}
+
+fn condition<'a>(pod: &'a Value, kind: &str) -> &'a str {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+}
+
+impl Kubelet {
+    /// The running container `name` of pod `uid` in the runtime.
+    async fn running_container(&self, uid: &str, name: &str) -> Option<cri::Container> {
+        let uids: HashSet<String> = [uid.to_owned()].into();
+        self.containers_of(&uids).await?.into_iter().find(|c| {
+            c.state == cri::ContainerState::ContainerRunning as i32
+                && c.metadata.as_ref().is_some_and(|m| m.name == name)
+        })
+    }
+
+    /// When the newest instance of container `name` of pod `uid` finished.
+    async fn finished_at(&self, uid: &str, name: &str) -> Option<i64> {
+        let uids: HashSet<String> = [uid.to_owned()].into();
+        let c = self
+            .containers_of(&uids)
+            .await?
+            .into_iter()
+            .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
+            .max_by_key(|c| c.created_at)?;
+        Some(self.cri.container_status(&c.id).await.ok()?.finished_at)
+    }
+
+    /// Run a command in a running container through the CRI, as a user
+    /// changing its files would.
+    async fn exec(&self, uid: &str, name: &str, cmd: &[&str]) {
+        let c = self
+            .running_container(uid, name)
+            .await
+            .unwrap_or_else(|| panic!("{name} of {uid} is not running"));
+        let out = self
+            .cri
+            .exec_sync(
+                &c.id,
+                cmd.iter().map(|s| s.to_string()).collect(),
+                CRI_TIMEOUT,
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, 0, "{cmd:?} in {name}: {out:?}");
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn g_readiness_and_liveness_probes() {
+    let mut k = Kubelet::new("probes");
+    k.start_ready().await;
+    let mut web = sh_container(
+        "web",
+        "mkdir -p /www && touch /tmp/alive && exec httpd -f -p 8080 -h /www",
+    );
+    web["ports"] = json!([{"name": "http", "containerPort": 8080}]);
+    web["readinessProbe"] = json!({
+        "httpGet": {"path": "/ready", "port": "http"},
+        "periodSeconds": 1, "failureThreshold": 1,
+    });
+    web["livenessProbe"] = json!({
+        "exec": {"command": ["cat", "/tmp/alive"]},
+        "periodSeconds": 1, "failureThreshold": 2,
+    });
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [web]});
+    k.api.create(&test_pod(&k.api, "cl-probe", spec));
+    let pod = eventually("running, not ready: /ready is missing", START, async || {
+        k.api.pod("cl-probe").filter(|p| {
+            running_with_ip(p)
+                && condition(p, "Ready") == "False"
+                && container_status(p, "web")["started"] == true
+        })
+    })
+    .await;
+    let id = uid(&pod).to_owned();
+    let uids: HashSet<String> = [id.clone()].into();
+
+    k.exec(&id, "web", &["touch", "/www/ready"]).await;
+    eventually("Ready once /ready is served", START, async || {
+        let p = k.api.pod("cl-probe")?;
+        (condition(&p, "Ready") == "True" && container_status(&p, "web")["ready"] == true)
+            .then_some(())
+    })
+    .await;
+    k.exec(&id, "web", &["rm", "/www/ready"]).await;
+    eventually("not Ready once /ready is gone", START, async || {
+        let p = k.api.pod("cl-probe")?;
+        (condition(&p, "Ready") == "False" && condition(&p, "ContainersReady") == "False")
+            .then_some(())
+    })
+    .await;
+
+    k.exec(&id, "web", &["rm", "/tmp/alive"]).await;
+    eventually("restarted by its liveness probe", START, async || {
+        let p = k.api.pod("cl-probe")?;
+        let c = container_status(&p, "web");
+        (c["restartCount"] == 1 && c["state"]["running"].is_object()).then_some(())
+    })
+    .await;
+    let reasons = eventually("Unhealthy and Killing events", START, async || {
+        let sel = "involvedObject.name=cl-probe";
+        let list = k
+            .api
+            .get(&["events", "-n", "default", "--field-selector", sel])?;
+        let items = list["items"].as_array()?.clone();
+        let unhealthy = items.iter().any(|e| {
+            e["reason"] == "Unhealthy"
+                && e["message"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with("Liveness probe failed:"))
+        });
+        let killing = items.iter().any(|e| {
+            e["reason"] == "Killing"
+                && e["message"] == "Container web failed liveness probe, will be restarted"
+        });
+        (unhealthy && killing).then_some(items.len())
+    })
+    .await;
+    eprintln!("{reasons} events of cl-probe");
+    k.api
+        .ok(&["delete", "pod", "cl-probe", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn h_crash_loop_backs_off_with_growing_delays() {
+    let mut k = Kubelet::new("crashloop");
+    k.start_ready().await;
+    let spec = json!({"containers": [sh_container(
+        "crash",
+        "echo goodbye > /dev/termination-log; exit 3",
+    )]});
+    k.api.create(&test_pod(&k.api, "cl-crash", spec));
+    let waiting = |p: &Value| {
+        let w = &container_status(p, "crash")["state"]["waiting"];
+        (w["reason"] == "CrashLoopBackOff").then(|| w["message"].as_str().unwrap_or("").to_owned())
+    };
+    let first = eventually("CrashLoopBackOff", START, async || {
+        waiting(&k.api.pod("cl-crash")?)
+    })
+    .await;
+    assert!(
+        first.starts_with("back-off 10s restarting failed container=crash pod=cl-crash_default("),
+        "{first}"
+    );
+    let pod = eventually(
+        "a longer back-off after the next crash",
+        START,
+        async || {
+            let p = k.api.pod("cl-crash")?;
+            waiting(&p)
+                .is_some_and(|m| m.starts_with("back-off 20s"))
+                .then_some(p)
+        },
+    )
+    .await;
+    let c = container_status(&pod, "crash");
+    let last = &c["lastState"]["terminated"];
+    assert_eq!(last["exitCode"], 3, "{c}");
+    assert_eq!(last["reason"], "Error", "{c}");
+    assert_eq!(last["message"], "goodbye\n", "termination message: {c}");
+    assert!(c["restartCount"].as_i64().unwrap_or(0) >= 2, "{c}");
+    assert_eq!(pod["status"]["phase"], "Running");
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    k.api
+        .ok(&["delete", "pod", "cl-crash", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn i_init_sidecar_pre_stop_and_active_deadline() {
+    let mut k = Kubelet::new("lifecycle");
+    k.start_ready().await;
+    let mut side = sh_container("side", SLEEPER);
+    side["restartPolicy"] = json!("Always");
+    let mut main = sh_container("main", SLEEPER);
+    main["lifecycle"] = json!({"preStop": {"exec": {"command":
+        ["sh", "-c", "echo prestop-ran > /proc/1/fd/1"]}}});
+    let spec = json!({
+        "activeDeadlineSeconds": 15,
+        "terminationGracePeriodSeconds": 10,
+        "initContainers": [sh_container("init", "echo init-done"), side],
+        "containers": [main],
+    });
+    k.api.create(&test_pod(&k.api, "cl-seq", spec));
+    let pod = eventually("initialized and running", START, async || {
+        k.api.pod("cl-seq").filter(running_with_ip)
+    })
+    .await;
+    assert_eq!(condition(&pod, "Initialized"), "True");
+    let init = container_status(&pod, "init");
+    assert_eq!(init["state"]["terminated"]["reason"], "Completed", "{init}");
+    let side = container_status(&pod, "side");
+    assert!(
+        side["state"]["running"].is_object() && side["started"] == true,
+        "{side}"
+    );
+    let id = uid(&pod).to_owned();
+    let uids: HashSet<String> = [id.clone()].into();
+
+    let pod = eventually("Failed with DeadlineExceeded", START, async || {
+        k.api
+            .pod("cl-seq")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["reason"], "DeadlineExceeded",
+        "{}",
+        pod["status"]
+    );
+    // The preStop hook ran while main was still running: its line is in
+    // main's log; then main stopped before the sidecar.
+    let log = k
+        .dir
+        .path()
+        .join("logs")
+        .join(format!("default_cl-seq_{id}"))
+        .join("main/0.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        text.contains(" stdout F prestop-ran"),
+        "{}: {text:?}",
+        log.display()
+    );
+    let (main_at, side_at) = eventually("main and the sidecar stopped", START, async || {
+        let main = k.finished_at(&id, "main").await.filter(|t| *t > 0)?;
+        let side = k.finished_at(&id, "side").await.filter(|t| *t > 0)?;
+        Some((main, side))
+    })
+    .await;
+    assert!(
+        side_at >= main_at,
+        "main stopped at {main_at}, the sidecar at {side_at}: the sidecar stops last"
+    );
+    k.api
+        .ok(&["delete", "pod", "cl-seq", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
 struct ApiServerGuard {
     dir: PathBuf,
     node: String,

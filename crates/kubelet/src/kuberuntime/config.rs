@@ -308,6 +308,7 @@ pub fn container_config(
     restart_count: i32,
     image_ref: &str,
     node_memory: i64,
+    termination_log: Option<&Path>,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let (name, ns, uid) = name_ns_uid(pod);
     let mut envs = Vec::new();
@@ -373,6 +374,18 @@ pub fn container_config(
         labels,
         annotations,
         log_path: format!("{}/{}.log", c.name, restart_count),
+        mounts: termination_log
+            .map(|host| cri::Mount {
+                container_path: c
+                    .termination_message_path
+                    .clone()
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "/dev/termination-log".into()),
+                host_path: host.display().to_string(),
+                ..Default::default()
+            })
+            .into_iter()
+            .collect(),
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
@@ -504,8 +517,24 @@ mod tests {
     fn container() {
         let p = pod();
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let cfg = container_config(&p, c, 3, "sha256:abc", 1 << 30).unwrap();
+        let cfg = container_config(
+            &p,
+            c,
+            3,
+            "sha256:abc",
+            1 << 30,
+            Some(Path::new("/pods/u/containers/a/1")),
+        )
+        .unwrap();
         assert_eq!(cfg.log_path, "c/3.log");
+        assert_eq!(
+            (
+                cfg.mounts[0].container_path.as_str(),
+                cfg.mounts[0].host_path.as_str()
+            ),
+            ("/dev/termination-log", "/pods/u/containers/a/1"),
+            "the termination message file is mounted at the default path"
+        );
         assert_eq!(cfg.metadata.as_ref().unwrap().attempt, 3);
         assert_eq!(
             cfg.annotations
@@ -538,7 +567,7 @@ mod tests {
         p.spec.as_mut().unwrap().containers[0].env.as_mut().unwrap()[0].value_from =
             Some(Default::default());
         let c = p.spec.as_ref().unwrap().containers[0].clone();
-        let e = container_config(&p, &c, 0, "x", 1).unwrap_err();
+        let e = container_config(&p, &c, 0, "x", 1, None).unwrap_err();
         assert_eq!(e.field, "env[0].valueFrom");
     }
 

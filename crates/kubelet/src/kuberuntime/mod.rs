@@ -4,20 +4,26 @@
 //! Every operation is idempotent: NotFound on stop or remove counts as done.
 
 pub mod config;
+pub mod hooks;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::actions::{PodActions, compute_pod_actions, container_hash};
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_core::actions::{
+    PodActions, compute_pod_actions, container_hash, init_containers, is_sidecar,
+    regular_containers,
+};
 use kubelet_core::crashloop::{self, CrashLoopBackoff};
 use kubelet_core::duration::format_go_duration;
 use kubelet_core::gc::{GcCandidate, evictable};
+use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::runtime::{
-    ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
+    ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
 };
 use kubelet_core::status::{Waiting, WaitingReasons};
@@ -25,6 +31,7 @@ use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
+use self::hooks::{Hook, run_hook};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 
 /// Upstream never kills with less than this grace period (seconds).
@@ -53,10 +60,13 @@ pub struct SyncResult {
 pub struct RuntimeManager {
     cri: CriClient,
     logs_root: PathBuf,
+    /// `<root-dir>/pods`: per-pod files (termination message files).
+    pods_dir: PathBuf,
     host_dns: ResolvConf,
     node_memory: i64,
     crashloop: Arc<Mutex<CrashLoopBackoff>>,
     events: Recorder,
+    metrics: KubeletMetrics,
 }
 
 fn uid_filter(uid: &PodUid) -> HashMap<String, String> {
@@ -115,17 +125,21 @@ impl RuntimeManager {
     pub fn new(
         cri: CriClient,
         logs_root: PathBuf,
+        pods_dir: PathBuf,
         host_dns: ResolvConf,
         node_memory: i64,
         events: Recorder,
+        metrics: KubeletMetrics,
     ) -> Self {
         RuntimeManager {
             cri,
             logs_root,
+            pods_dir,
             host_dns,
             node_memory,
             crashloop: Arc::default(),
             events,
+            metrics,
         }
     }
 
@@ -195,6 +209,12 @@ impl RuntimeManager {
                 Err(e) => return Err(e),
             };
             let ann = |k: &str| st.annotations.get(k).cloned().unwrap_or_default();
+            let exited = container_state(st.state) == ContainerState::Exited;
+            let message = if exited && st.message.is_empty() {
+                self.termination_message(&st)
+            } else {
+                st.message.clone()
+            };
             out.containers.push(ContainerStatus {
                 id: st.id.clone(),
                 name: st
@@ -216,13 +236,44 @@ impl RuntimeManager {
                 finished_at: st.finished_at,
                 exit_code: st.exit_code,
                 reason: st.reason.clone(),
-                message: st.message.clone(),
+                message,
                 grace_period: ann(keys::POD_TERMINATION_GRACE_PERIOD).parse().ok(),
             });
         }
         out.containers
             .sort_by_key(|c| std::cmp::Reverse(c.created_at));
         Ok(out)
+    }
+
+    /// What an exited container left as its termination message (upstream's
+    /// ContainerStatus.Message): the file mounted at terminationMessagePath
+    /// (at most 4 KiB; only a file under the pods directory), else with
+    /// FallbackToLogsOnError and a failure the last 80 lines of its log (at
+    /// most 2 KiB).
+    fn termination_message(&self, st: &cri::ContainerStatus) -> String {
+        let ann = |k: &str| st.annotations.get(k).map(String::as_str).unwrap_or("");
+        let target = match ann(keys::CONTAINER_TERMINATION_MESSAGE_PATH) {
+            "" => "/dev/termination-log",
+            p => p,
+        };
+        let from_file = st
+            .mounts
+            .iter()
+            .find(|m| m.container_path == target)
+            .map(|m| std::path::Path::new(&m.host_path))
+            .filter(|p| is_under(p, &self.pods_dir))
+            .and_then(|p| read_at_most(p, MAX_TERMINATION_MESSAGE))
+            .unwrap_or_default();
+        if !from_file.is_empty() {
+            return from_file;
+        }
+        if ann(keys::CONTAINER_TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError"
+            && st.exit_code != 0
+            && is_under(std::path::Path::new(&st.log_path), &self.logs_root)
+        {
+            return log_tail(&st.log_path).unwrap_or_default();
+        }
+        String::new()
     }
 
     /// One relist for PLEG: every kubelet-managed sandbox and container.
@@ -248,25 +299,33 @@ impl RuntimeManager {
     /// Converge `pod` toward its spec from `status` (upstream's
     /// kubeGenericRuntimeManager.SyncPod). Start failures are reported per
     /// container in the result, not as an error: other containers go on.
-    pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> Result<SyncResult, CriError> {
-        let actions: PodActions = compute_pod_actions(pod, status);
+    pub async fn sync_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        probes: &(dyn ProbeView + Sync),
+    ) -> Result<SyncResult, CriError> {
+        let actions: PodActions = compute_pod_actions(pod, status, probes);
         let grace = grace_period(Some(pod), status, None);
         let mut result = SyncResult::default();
         if actions.kill_pod {
-            self.kill_pod(status, grace).await?;
+            self.kill_pod(Some(pod), status, grace).await?;
         }
-        for k in &actions.containers_to_kill {
-            tracing::info!(container = %k.name, reason = %k.reason, "killing container");
-        }
-        self.stop_containers(
-            status,
-            actions
-                .containers_to_kill
-                .iter()
-                .map(|k| (k.id.as_str(), k.name.as_str())),
-            grace,
-        )
-        .await?;
+        let kills: Vec<Kill> = actions
+            .containers_to_kill
+            .iter()
+            .filter_map(|k| {
+                tracing::info!(container = %k.name, reason = %k.reason, "killing container");
+                let c = status.containers.iter().find(|c| c.id == k.id)?;
+                Some(Kill {
+                    container: c,
+                    grace: k.grace.unwrap_or(grace).max(MIN_GRACE_PERIOD),
+                    message: k.reason.clone(),
+                    after: Vec::new(),
+                })
+            })
+            .collect();
+        self.kill_containers(Some(pod), status, kills).await?;
         for id in &actions.containers_to_remove {
             ok_if_not_found(self.cri.remove_container(id).await)?;
         }
@@ -281,7 +340,14 @@ impl RuntimeManager {
                         .push(format!("creating {}: {e}", cfg.log_directory));
                 }
                 tracing::info!(attempt, "creating pod sandbox");
-                Some(self.cri.run_pod_sandbox(cfg).await?)
+                self.metrics.started_pods.inc(&[]);
+                match self.cri.run_pod_sandbox(cfg).await {
+                    Ok(id) => Some(id),
+                    Err(e) => {
+                        self.metrics.started_pods_errors.inc(&[]);
+                        return Err(e);
+                    }
+                }
             }
             None => actions.sandbox_id.clone(),
         };
@@ -289,13 +355,15 @@ impl RuntimeManager {
             return Ok(result);
         };
         let sandbox_cfg = || sandbox_config(pod, 0, &self.logs_root, &self.host_dns);
-        let containers = pod
-            .spec
-            .as_ref()
-            .map(|s| s.containers.as_slice())
-            .unwrap_or(&[]);
         for start in &actions.containers_to_start {
-            let c = &containers[start.index];
+            let specs = if start.init {
+                init_containers(pod)
+            } else {
+                regular_containers(pod)
+            };
+            let Some(c) = specs.get(start.index) else {
+                continue;
+            };
             let about = Involved::pod(pod, Some(&c.name));
             let fail = |result: &mut SyncResult, reason: &str, message: String| {
                 tracing::warn!(container = %c.name, %reason, %message, "container not started");
@@ -344,14 +412,27 @@ impl RuntimeManager {
                     continue;
                 }
             };
-            let cfg =
-                match container_config(pod, c, start.restart_count, &image_ref, self.node_memory) {
-                    Ok(cfg) => cfg,
-                    Err(e) => {
-                        fail(&mut result, "CreateContainerConfigError", e.to_string());
-                        continue;
-                    }
-                };
+            let termination_log = match self.termination_log_file(pod, c).await {
+                Ok(path) => path,
+                Err(e) => {
+                    fail(&mut result, "CreateContainerConfigError", e);
+                    continue;
+                }
+            };
+            let cfg = match container_config(
+                pod,
+                c,
+                start.restart_count,
+                &image_ref,
+                self.node_memory,
+                termination_log.as_deref(),
+            ) {
+                Ok(cfg) => cfg,
+                Err(e) => {
+                    fail(&mut result, "CreateContainerConfigError", e.to_string());
+                    continue;
+                }
+            };
             if let Some(dir) = pod_log_dir(
                 &self.logs_root,
                 pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -363,6 +444,16 @@ impl RuntimeManager {
                     .errors
                     .push(format!("log directory for {}: {e}", c.name));
             }
+            let kind = if start.init {
+                "init_container"
+            } else {
+                "container"
+            };
+            self.metrics.started_containers.inc(&[kind]);
+            let started_error = |e: &CriError| {
+                let code = format!("{:?}", e.code);
+                self.metrics.started_containers_errors.inc(&[kind, &code]);
+            };
             let id = match self
                 .cri
                 .create_container(&sandbox_id, cfg, sandbox_cfg())
@@ -370,6 +461,7 @@ impl RuntimeManager {
             {
                 Ok(id) => id,
                 Err(e) => {
+                    started_error(&e);
                     fail(&mut result, "CreateContainerError", e.message);
                     continue;
                 }
@@ -381,6 +473,7 @@ impl RuntimeManager {
                 format!("Created container: {}", c.name),
             );
             if let Err(e) = self.cri.start_container(&id).await {
+                started_error(&e);
                 fail(&mut result, "RunContainerError", e.message);
                 continue;
             }
@@ -392,8 +485,79 @@ impl RuntimeManager {
             );
             tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
             result.started += 1;
+            if let Err(message) = self.post_start(pod, c, &id, status).await {
+                self.events.event(
+                    &about,
+                    WARNING,
+                    Hook::PostStart.failed_reason(),
+                    message.clone(),
+                );
+                let kill = Kill {
+                    container: &ContainerStatus {
+                        id: id.clone(),
+                        name: c.name.clone(),
+                        ..Default::default()
+                    },
+                    grace,
+                    message: format!("FailedPostStartHook: {message}"),
+                    after: Vec::new(),
+                };
+                self.kill_containers(None, status, vec![kill]).await?;
+                result
+                    .errors
+                    .push(format!("{}: PostStartHookError: {message}", c.name));
+                result.waiting.insert(
+                    c.name.clone(),
+                    Waiting {
+                        reason: "PostStartHookError".into(),
+                        message,
+                    },
+                );
+            }
         }
         Ok(result)
+    }
+
+    /// Run the container's postStart hook, if any, bounded by
+    /// runtimeRequestTimeout as upstream's runtime client bounds it.
+    async fn post_start(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        status: &PodStatus,
+    ) -> Result<(), String> {
+        let Some(handler) = Hook::PostStart.handler(c) else {
+            return Ok(());
+        };
+        let ip = pod_ip(status);
+        run_hook(&self.cri, id, pod, c, &ip, handler, self.cri.timeout()).await
+    }
+
+    /// Create the host file a container's terminationMessagePath is mounted
+    /// from: `<pods>/<uid>/containers/<name>/<suffix>`, writable by any user
+    /// in the container (0666), as upstream. None when the pod's UID is not a
+    /// safe path component.
+    async fn termination_log_file(
+        &self,
+        pod: &Pod,
+        c: &Container,
+    ) -> Result<Option<PathBuf>, String> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Ok(None);
+        }
+        let dir = self.pods_dir.join(uid).join("containers").join(&c.name);
+        let path = dir.join(format!("{:08x}", crate::clock::now_nanos() as u32));
+        let made = async {
+            tokio::fs::create_dir_all(&dir).await?;
+            tokio::fs::write(&path, b"").await?;
+            use std::os::unix::fs::PermissionsExt;
+            tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).await
+        };
+        made.await
+            .map(|()| Some(path.clone()))
+            .map_err(|e| format!("termination message file {}: {e}", path.display()))
     }
 
     /// The back-off still to wait before restarting `c`, whose last run
@@ -482,43 +646,122 @@ impl RuntimeManager {
         }
     }
 
-    /// Stop containers (id, name) of the pod in parallel, each with its
-    /// Killing event.
-    async fn stop_containers<'a>(
+    /// Stop containers of a pod (upstream's killContainersWithSyncResult):
+    /// each runs its preStop hook (when the spec is known) and is stopped
+    /// with what is left of its grace period, never less than the minimum;
+    /// a container waits for those listed in its `after` first (sidecars
+    /// stop after the main containers, in reverse order).
+    async fn kill_containers(
         &self,
+        pod: Option<&Pod>,
         status: &PodStatus,
-        containers: impl Iterator<Item = (&'a str, &'a str)>,
-        grace: i64,
+        kills: Vec<Kill<'_>>,
     ) -> Result<(), CriError> {
-        let stops = containers.map(|(id, name)| {
-            let about = Involved::pod_ref(
-                &status.namespace,
-                &status.name,
-                status.uid.as_str(),
-                Some(name),
-            );
-            self.events.event(
-                &about,
-                NORMAL,
-                "Killing",
-                format!("Stopping container {name}"),
-            );
-            async move { ok_if_not_found(self.cri.stop_container(id, grace).await) }
+        let done: HashMap<String, tokio::sync::watch::Sender<bool>> = kills
+            .iter()
+            .map(|k| {
+                (
+                    k.container.name.clone(),
+                    tokio::sync::watch::channel(false).0,
+                )
+            })
+            .collect();
+        let stops = kills.iter().map(|k| {
+            let waits: Vec<_> = k
+                .after
+                .iter()
+                .filter_map(|n| done.get(n).map(|tx| tx.subscribe()))
+                .collect();
+            let finished = done.get(&k.container.name);
+            async move {
+                let stopped = self.kill_container(pod, status, k, waits).await;
+                if let Some(tx) = finished {
+                    tx.send_replace(true);
+                }
+                stopped
+            }
         });
         join_all(stops).await.into_iter().collect()
     }
 
-    /// Stop every running container (in parallel, each with `grace` seconds
-    /// between SIGTERM and SIGKILL), then every ready sandbox.
-    pub async fn kill_pod(&self, status: &PodStatus, grace: i64) -> Result<(), CriError> {
-        self.stop_containers(
-            status,
-            status
-                .running_containers()
-                .map(|c| (c.id.as_str(), c.name.as_str())),
-            grace,
+    async fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        status: &PodStatus,
+        kill: &Kill<'_>,
+        mut waits: Vec<tokio::sync::watch::Receiver<bool>>,
+    ) -> Result<(), CriError> {
+        let c = kill.container;
+        let started = tokio::time::Instant::now();
+        let grace = Duration::from_secs(kill.grace.max(0) as u64);
+        let about = Involved::pod_ref(
+            &status.namespace,
+            &status.name,
+            status.uid.as_str(),
+            Some(&c.name),
+        );
+        self.events
+            .event(&about, NORMAL, "Killing", kill.message.clone());
+        if let Some(pod) = pod
+            && let Some(spec) = container_spec(pod, &c.name)
+            && let Some(handler) = Hook::PreStop.handler(spec)
+        {
+            let ip = pod_ip(status);
+            if let Err(message) = run_hook(&self.cri, &c.id, pod, spec, &ip, handler, grace).await {
+                tracing::warn!(container = %c.name, %message, "preStop hook failed");
+                self.events
+                    .event(&about, WARNING, Hook::PreStop.failed_reason(), message);
+            }
+        }
+        let turn = join_all(waits.iter_mut().map(|rx| async move {
+            // The guard the wait returns is dropped at once.
+            let _ = rx.wait_for(|done| *done).await;
+        }));
+        let left = grace.saturating_sub(started.elapsed());
+        if tokio::time::timeout(left, turn).await.is_err() {
+            tracing::info!(container = %c.name, "grace period over before the containers to stop first had stopped");
+        }
+        let left = grace.saturating_sub(started.elapsed()).as_secs() as i64;
+        ok_if_not_found(
+            self.cri
+                .stop_container(&c.id, left.max(MIN_GRACE_PERIOD))
+                .await,
         )
-        .await?;
+    }
+
+    /// Stop every running container (preStop hooks first, main containers in
+    /// parallel, then sidecars in reverse order, all within `grace` seconds),
+    /// then every ready sandbox.
+    pub async fn kill_pod(
+        &self,
+        pod: Option<&Pod>,
+        status: &PodStatus,
+        grace: i64,
+    ) -> Result<(), CriError> {
+        let inits = pod.map(init_containers).unwrap_or(&[]);
+        let sidecar_index = |name: &str| inits.iter().position(|c| c.name == name && is_sidecar(c));
+        let running: Vec<&ContainerStatus> = status.running_containers().collect();
+        let kills = running
+            .iter()
+            .map(|c| {
+                // A sidecar waits for every non-sidecar and for later sidecars.
+                let after = match sidecar_index(&c.name) {
+                    None => Vec::new(),
+                    Some(i) => running
+                        .iter()
+                        .filter(|o| sidecar_index(&o.name).is_none_or(|j| j > i))
+                        .map(|o| o.name.clone())
+                        .collect(),
+                };
+                Kill {
+                    container: c,
+                    grace,
+                    message: format!("Stopping container {}", c.name),
+                    after,
+                }
+            })
+            .collect();
+        self.kill_containers(pod, status, kills).await?;
         for sb in status
             .sandboxes
             .iter()
@@ -575,12 +818,7 @@ impl RuntimeManager {
     /// Whether `path` is a log file the kubelet placed: absolute, under
     /// podLogsDir, no `..` (a log path from the runtime never escapes).
     fn owns_log(&self, path: &str) -> bool {
-        let p = std::path::Path::new(path);
-        p.is_absolute()
-            && p.starts_with(&self.logs_root)
-            && !p
-                .components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
+        is_under(std::path::Path::new(path), &self.logs_root)
     }
 
     /// Remove every container and sandbox of a stopped pod, and its log
@@ -605,6 +843,87 @@ impl RuntimeManager {
         }
         Ok(())
     }
+}
+
+/// One container to stop, with its grace period (seconds), the Killing
+/// event's message, and the names of containers that must stop first.
+struct Kill<'a> {
+    container: &'a ContainerStatus,
+    grace: i64,
+    message: String,
+    after: Vec<String>,
+}
+
+/// The spec of a pod's container (regular or init) by name.
+fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
+    regular_containers(pod)
+        .iter()
+        .chain(init_containers(pod))
+        .find(|c| c.name == name)
+}
+
+/// Where httpGet hooks connect by default: the pod's IP, or loopback for a
+/// pod in the node's network.
+fn pod_ip(status: &PodStatus) -> String {
+    status
+        .ips()
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "127.0.0.1".into())
+}
+
+/// Upstream's MaxContainerTerminationMessageLength.
+const MAX_TERMINATION_MESSAGE: usize = 4096;
+/// Upstream's MaxContainerTerminationMessageLogLength and ...LogLines.
+const MAX_TERMINATION_LOG_BYTES: usize = 2048;
+const MAX_TERMINATION_LOG_LINES: u64 = 80;
+
+/// Whether `path` is absolute, inside `root` and free of `..`.
+fn is_under(path: &std::path::Path, root: &std::path::Path) -> bool {
+    path.is_absolute()
+        && path.starts_with(root)
+        && !path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// At most `max` bytes of a regular file (never through a symlink).
+fn read_at_most(path: &std::path::Path, max: usize) -> Option<String> {
+    use std::io::Read;
+    if !std::fs::symlink_metadata(path).ok()?.is_file() {
+        return None;
+    }
+    let mut buf = Vec::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(max as u64)
+        .read_to_end(&mut buf)
+        .ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The last lines of a CRI log file, as FallbackToLogsOnError reports them.
+fn log_tail(path: &str) -> std::io::Result<String> {
+    use kubelet_core::crilog::{Assembler, parse_line, tail_start};
+    use std::io::{BufRead, Seek, SeekFrom};
+    if !std::fs::symlink_metadata(path)?.is_file() {
+        return Ok(String::new());
+    }
+    let mut f = std::fs::File::open(path)?;
+    let start = tail_start(&mut f, MAX_TERMINATION_LOG_LINES)?;
+    f.seek(SeekFrom::Start(start))?;
+    let mut assembler = Assembler::default();
+    let mut out = Vec::new();
+    for line in std::io::BufReader::new(f).split(b'\n') {
+        if let Ok(entry) = parse_line(&line?)
+            && let Some(l) = assembler.push(&entry)
+        {
+            out.extend_from_slice(&l.content);
+            out.push(b'\n');
+        }
+    }
+    let cut = out.len().saturating_sub(MAX_TERMINATION_LOG_BYTES);
+    Ok(String::from_utf8_lossy(&out[cut..]).into_owned())
 }
 
 /// The grace period for a kill: an explicit one (shortened deletion), else
@@ -661,9 +980,11 @@ mod tests {
         let rm = RuntimeManager::new(
             cri.clone(),
             logs.clone(),
+            dir.path().join("pods"),
             ResolvConf::default(),
             1 << 30,
             Recorder::log_only("n".into()),
+            KubeletMetrics::new("n"),
         );
         let labels = uid_filter(&PodUid::from("u1"));
         let sandbox = cri::PodSandboxConfig {

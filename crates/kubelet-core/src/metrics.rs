@@ -1,0 +1,793 @@
+//! The kubelet's Prometheus metrics (upstream's pkg/kubelet/metrics on
+//! component-base's registry): counters, gauges and histograms with labels,
+//! rendered in the text exposition format 0.0.4 the way client_golang
+//! writes it (families sorted by name, label pairs sorted by name, series
+//! sorted by label values, `le` last, floats as Go's `%g`), and
+//! [`KubeletMetrics`], the families the kubelet records under upstream's
+//! names, help texts, labels and buckets.
+//!
+//! rkubelet's own families (not in upstream) keep the `kubelet_` prefix:
+//! `kubelet_sync_loop_iteration_duration_seconds`,
+//! `kubelet_housekeeping_duration_seconds`, `kubelet_pod_worker_queue_length`,
+//! `kubelet_runtime_ready` and `kubelet_network_ready`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+/// client_golang's `DefBuckets`.
+pub const DEF_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// `podStartupDurationBuckets` of pkg/kubelet/metrics.
+const POD_STARTUP_BUCKETS: [f64; 25] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+/// `kubelet_pod_status_sync_duration_seconds` buckets.
+const POD_STATUS_SYNC_BUCKETS: [f64; 11] = [
+    0.010, 0.050, 0.100, 0.500, 1.0, 5.0, 10.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+/// client_golang's `ExponentialBuckets(start, factor, count)`: each bound
+/// the previous one times `factor` (computed by repeated multiplication, so
+/// the rendered bounds match upstream's digit for digit).
+pub fn exponential_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
+    let mut out = Vec::with_capacity(count);
+    let mut next = start;
+    for _ in 0..count {
+        out.push(next);
+        next *= factor;
+    }
+    out
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Name, help and label names of a family, and the order its labels render in.
+#[derive(Debug)]
+struct Desc {
+    name: &'static str,
+    help: &'static str,
+    /// Label names sorted (the order they render in and key the series).
+    sorted_labels: Vec<&'static str>,
+    /// `order[i]`: the position in the declared label list of `sorted_labels[i]`.
+    order: Vec<usize>,
+}
+
+impl Desc {
+    fn new(name: &'static str, help: &'static str, labels: &[&'static str]) -> Self {
+        let mut order: Vec<usize> = (0..labels.len()).collect();
+        order.sort_by_key(|i| labels[*i]);
+        Desc {
+            name,
+            help,
+            sorted_labels: order.iter().map(|i| labels[*i]).collect(),
+            order,
+        }
+    }
+
+    /// The series key of label values given in declaration order; None (and
+    /// a debug assertion) when their number is wrong.
+    fn key(&self, values: &[&str]) -> Option<Vec<String>> {
+        debug_assert_eq!(
+            values.len(),
+            self.order.len(),
+            "metric {}: wrong number of label values",
+            self.name
+        );
+        (values.len() == self.order.len())
+            .then(|| self.order.iter().map(|i| values[*i].to_owned()).collect())
+    }
+
+    fn header(&self, out: &mut String, kind: &str) {
+        let _ = writeln!(out, "# HELP {} {}", self.name, escape_help(self.help));
+        let _ = writeln!(out, "# TYPE {} {kind}", self.name);
+    }
+
+    /// `name{a="x",b="y"}` (with an extra trailing pair for `le`).
+    fn series_name(
+        &self,
+        out: &mut String,
+        suffix: &str,
+        key: &[String],
+        extra: Option<(&str, &str)>,
+    ) {
+        out.push_str(self.name);
+        out.push_str(suffix);
+        let pairs = self
+            .sorted_labels
+            .iter()
+            .copied()
+            .zip(key.iter().map(String::as_str))
+            .chain(extra);
+        let mut first = true;
+        for (name, value) in pairs {
+            out.push(if first { '{' } else { ',' });
+            first = false;
+            let _ = write!(out, "{name}=\"{}\"", escape_label_value(value));
+        }
+        if !first {
+            out.push('}');
+        }
+    }
+}
+
+/// A monotonically increasing value per label set.
+#[derive(Debug)]
+pub struct Counter {
+    desc: Desc,
+    series: Mutex<BTreeMap<Vec<String>, f64>>,
+}
+
+/// A value that goes up and down, per label set.
+#[derive(Debug)]
+pub struct Gauge {
+    desc: Desc,
+    series: Mutex<BTreeMap<Vec<String>, f64>>,
+}
+
+/// Unlabeled families show from the start (at zero); labeled ones once a series is touched.
+fn initial_series<T: Default>(labels: &[&str]) -> BTreeMap<Vec<String>, T> {
+    let mut series = BTreeMap::new();
+    if labels.is_empty() {
+        series.insert(Vec::new(), T::default());
+    }
+    series
+}
+
+impl Counter {
+    pub fn new(name: &'static str, help: &'static str, labels: &[&'static str]) -> Self {
+        Counter {
+            desc: Desc::new(name, help, labels),
+            series: Mutex::new(initial_series(labels)),
+        }
+    }
+
+    pub fn inc(&self, labels: &[&str]) {
+        self.add(labels, 1.0);
+    }
+
+    /// Add `v` (negative values are ignored: counters only go up).
+    pub fn add(&self, labels: &[&str], v: f64) {
+        if let Some(key) = self.desc.key(labels)
+            && v >= 0.0
+        {
+            *lock(&self.series).entry(key).or_default() += v;
+        }
+    }
+
+    /// The current value (0 for a series never touched).
+    pub fn get(&self, labels: &[&str]) -> f64 {
+        get(&self.desc, &self.series, labels)
+    }
+
+    /// Append this family's text (nothing for a labeled family with no series).
+    pub fn render(&self, out: &mut String) {
+        render_values(&self.desc, &self.series, "counter", out);
+    }
+}
+
+impl Gauge {
+    pub fn new(name: &'static str, help: &'static str, labels: &[&'static str]) -> Self {
+        Gauge {
+            desc: Desc::new(name, help, labels),
+            series: Mutex::new(initial_series(labels)),
+        }
+    }
+
+    pub fn set(&self, labels: &[&str], v: f64) {
+        if let Some(key) = self.desc.key(labels) {
+            lock(&self.series).insert(key, v);
+        }
+    }
+
+    pub fn add(&self, labels: &[&str], v: f64) {
+        if let Some(key) = self.desc.key(labels) {
+            *lock(&self.series).entry(key).or_default() += v;
+        }
+    }
+
+    pub fn inc(&self, labels: &[&str]) {
+        self.add(labels, 1.0);
+    }
+
+    pub fn dec(&self, labels: &[&str]) {
+        self.add(labels, -1.0);
+    }
+
+    /// The current value (0 for a series never set).
+    pub fn get(&self, labels: &[&str]) -> f64 {
+        get(&self.desc, &self.series, labels)
+    }
+
+    /// Append this family's text (nothing for a labeled family with no series).
+    pub fn render(&self, out: &mut String) {
+        render_values(&self.desc, &self.series, "gauge", out);
+    }
+}
+
+fn get(desc: &Desc, series: &Mutex<BTreeMap<Vec<String>, f64>>, labels: &[&str]) -> f64 {
+    desc.key(labels)
+        .and_then(|key| lock(series).get(&key).copied())
+        .unwrap_or(0.0)
+}
+
+fn render_values(
+    desc: &Desc,
+    series: &Mutex<BTreeMap<Vec<String>, f64>>,
+    kind: &str,
+    out: &mut String,
+) {
+    let series = lock(series);
+    if series.is_empty() {
+        return;
+    }
+    desc.header(out, kind);
+    for (key, value) in series.iter() {
+        desc.series_name(out, "", key, None);
+        let _ = writeln!(out, " {}", format_float(*value));
+    }
+}
+
+/// Observations counted into buckets, per label set.
+#[derive(Debug)]
+pub struct Histogram {
+    desc: Desc,
+    /// Upper bounds, increasing; `+Inf` is implicit.
+    buckets: Vec<f64>,
+    series: Mutex<BTreeMap<Vec<String>, HistogramSeries>>,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct HistogramSeries {
+    /// Observations per bucket (not cumulative); one more for `+Inf`.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    pub fn new(
+        name: &'static str,
+        help: &'static str,
+        labels: &[&'static str],
+        buckets: &[f64],
+    ) -> Self {
+        let buckets: Vec<f64> = buckets.iter().copied().filter(|b| b.is_finite()).collect();
+        debug_assert!(
+            buckets.windows(2).all(|w| w[0] < w[1]),
+            "histogram {name}: buckets must increase"
+        );
+        let mut series = initial_series::<HistogramSeries>(labels);
+        for s in series.values_mut() {
+            s.counts = vec![0; buckets.len() + 1];
+        }
+        Histogram {
+            desc: Desc::new(name, help, labels),
+            buckets,
+            series: Mutex::new(series),
+        }
+    }
+
+    pub fn observe(&self, labels: &[&str], v: f64) {
+        let Some(key) = self.desc.key(labels) else {
+            return;
+        };
+        let bucket = self.buckets.partition_point(|b| *b < v);
+        let mut series = lock(&self.series);
+        let s = series.entry(key).or_insert_with(|| HistogramSeries {
+            counts: vec![0; self.buckets.len() + 1],
+            ..Default::default()
+        });
+        s.counts[bucket] += 1;
+        s.sum += v;
+        s.count += 1;
+    }
+
+    /// Observe a duration in seconds.
+    pub fn observe_duration(&self, labels: &[&str], d: Duration) {
+        self.observe(labels, d.as_secs_f64());
+    }
+
+    /// Observations so far of a series (0 for one never touched).
+    pub fn count(&self, labels: &[&str]) -> u64 {
+        self.desc
+            .key(labels)
+            .and_then(|key| lock(&self.series).get(&key).map(|s| s.count))
+            .unwrap_or(0)
+    }
+
+    /// Append this family's text (nothing for a labeled family with no series).
+    pub fn render(&self, out: &mut String) {
+        let series = lock(&self.series);
+        if series.is_empty() {
+            return;
+        }
+        self.desc.header(out, "histogram");
+        for (key, s) in series.iter() {
+            let mut cumulative = 0;
+            let bounds = self.buckets.iter().map(|b| format_float(*b));
+            for (le, n) in bounds.chain(["+Inf".to_owned()]).zip(&s.counts) {
+                cumulative += n;
+                self.desc
+                    .series_name(out, "_bucket", key, Some(("le", le.as_str())));
+                let _ = writeln!(out, " {cumulative}");
+            }
+            self.desc.series_name(out, "_sum", key, None);
+            let _ = writeln!(out, " {}", format_float(s.sum));
+            self.desc.series_name(out, "_count", key, None);
+            let _ = writeln!(out, " {}", s.count);
+        }
+    }
+}
+
+/// A float as client_golang writes it: Go's `strconv.FormatFloat(v, 'g', -1, 64)`
+/// (shortest digits; exponent form below 1e-4 and from 1e6 up), `+Inf`, `-Inf`, `NaN`.
+pub fn format_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        format!("{v}")
+    }
+}
+
+fn escape_help(s: &str) -> String {
+    s.replace('\\', r"\\").replace('\n', r"\n")
+}
+
+fn escape_label_value(s: &str) -> String {
+    s.replace('\\', r"\\")
+        .replace('\n', r"\n")
+        .replace('"', "\\\"")
+}
+
+/// One family of any kind, for rendering.
+#[derive(Clone, Copy)]
+enum Family<'a> {
+    Counter(&'a Counter),
+    Gauge(&'a Gauge),
+    Histogram(&'a Histogram),
+}
+
+impl Family<'_> {
+    fn name(&self) -> &'static str {
+        match self {
+            Family::Counter(c) => c.desc.name,
+            Family::Gauge(g) => g.desc.name,
+            Family::Histogram(h) => h.desc.name,
+        }
+    }
+
+    fn render(&self, out: &mut String) {
+        match self {
+            Family::Counter(c) => c.render(out),
+            Family::Gauge(g) => g.render(out),
+            Family::Histogram(h) => h.render(out),
+        }
+    }
+}
+
+/// The kubelet's metric families; reach them through [`KubeletMetrics`].
+/// Field docs give the name, labels and what upstream records there.
+#[derive(Debug)]
+pub struct Families {
+    /// `kubelet_node_name{node}`: always 1.
+    pub node_name: Gauge,
+    /// `kubelet_pod_start_duration_seconds`: first seen to running.
+    pub pod_start_duration: Histogram,
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`: one SyncPod
+    /// (operation_type is upstream's SyncPodType: `create`, `update`, `sync`, `kill`).
+    pub pod_worker_duration: Histogram,
+    /// `kubelet_pod_status_sync_duration_seconds`: status change to API update.
+    pub pod_status_sync_duration: Histogram,
+    /// `kubelet_pleg_relist_duration_seconds`.
+    pub pleg_relist_duration: Histogram,
+    /// `kubelet_pleg_relist_interval_seconds`: between relist starts.
+    pub pleg_relist_interval: Histogram,
+    /// `kubelet_pleg_last_seen_seconds`: unix time of the last relist.
+    pub pleg_last_seen: Gauge,
+    /// `kubelet_running_pods`: pods with a running sandbox.
+    pub running_pods: Gauge,
+    /// `kubelet_running_containers{container_state}`: containers by CRI state
+    /// (`created`, `running`, `exited`, `unknown`).
+    pub running_containers: Gauge,
+    /// `kubelet_runtime_operations_total{operation_type}`.
+    pub runtime_operations: Counter,
+    /// `kubelet_runtime_operations_duration_seconds{operation_type}`.
+    pub runtime_operations_duration: Histogram,
+    /// `kubelet_runtime_operations_errors_total{operation_type}`.
+    pub runtime_operations_errors: Counter,
+    /// `kubelet_run_podsandbox_duration_seconds{runtime_handler}`.
+    pub run_podsandbox_duration: Histogram,
+    /// `kubelet_run_podsandbox_errors_total{runtime_handler}`.
+    pub run_podsandbox_errors: Counter,
+    /// `kubelet_started_pods_total`: RunPodSandbox calls.
+    pub started_pods: Counter,
+    /// `kubelet_started_pods_errors_total`.
+    pub started_pods_errors: Counter,
+    /// `kubelet_started_containers_total{container_type}`
+    /// (`container`, `init_container`, `ephemeral_container`).
+    pub started_containers: Counter,
+    /// `kubelet_started_containers_errors_total{container_type,code}`
+    /// (code: the CRI error's gRPC code name).
+    pub started_containers_errors: Counter,
+    /// `rest_client_requests_total{code,method,host}`: API server requests.
+    pub rest_client_requests: Counter,
+    /// rkubelet: `kubelet_sync_loop_iteration_duration_seconds`.
+    pub sync_loop_iteration_duration: Histogram,
+    /// rkubelet: `kubelet_housekeeping_duration_seconds`.
+    pub housekeeping_duration: Histogram,
+    /// rkubelet: `kubelet_pod_worker_queue_length`: pods waiting for their worker.
+    pub pod_worker_queue_length: Gauge,
+    /// rkubelet: `kubelet_runtime_ready`: 1 while the runtime is ready.
+    pub runtime_ready: Gauge,
+    /// rkubelet: `kubelet_network_ready`: 1 while the runtime reports the network ready.
+    pub network_ready: Gauge,
+}
+
+impl Families {
+    fn all(&self) -> [Family<'_>; 24] {
+        [
+            Family::Gauge(&self.node_name),
+            Family::Histogram(&self.pod_start_duration),
+            Family::Histogram(&self.pod_worker_duration),
+            Family::Histogram(&self.pod_status_sync_duration),
+            Family::Histogram(&self.pleg_relist_duration),
+            Family::Histogram(&self.pleg_relist_interval),
+            Family::Gauge(&self.pleg_last_seen),
+            Family::Gauge(&self.running_pods),
+            Family::Gauge(&self.running_containers),
+            Family::Counter(&self.runtime_operations),
+            Family::Histogram(&self.runtime_operations_duration),
+            Family::Counter(&self.runtime_operations_errors),
+            Family::Histogram(&self.run_podsandbox_duration),
+            Family::Counter(&self.run_podsandbox_errors),
+            Family::Counter(&self.started_pods),
+            Family::Counter(&self.started_pods_errors),
+            Family::Counter(&self.started_containers),
+            Family::Counter(&self.started_containers_errors),
+            Family::Counter(&self.rest_client_requests),
+            Family::Histogram(&self.sync_loop_iteration_duration),
+            Family::Histogram(&self.housekeeping_duration),
+            Family::Gauge(&self.pod_worker_queue_length),
+            Family::Gauge(&self.runtime_ready),
+            Family::Gauge(&self.network_ready),
+        ]
+    }
+}
+
+/// The kubelet's metrics registry: a cheap `Clone` handle (all clones record
+/// into the same families), rendered for `/metrics` by [`KubeletMetrics::render`].
+#[derive(Clone, Debug)]
+pub struct KubeletMetrics(Arc<Families>);
+
+impl Deref for KubeletMetrics {
+    type Target = Families;
+
+    fn deref(&self) -> &Families {
+        &self.0
+    }
+}
+
+impl KubeletMetrics {
+    /// All families, with `kubelet_node_name{node=node_name}` set to 1.
+    pub fn new(node_name: &str) -> Self {
+        let runtime_buckets = exponential_buckets(0.005, 2.5, 14);
+        let f = Families {
+            node_name: Gauge::new(
+                "kubelet_node_name",
+                "[ALPHA] The node's name. The count is always 1.",
+                &["node"],
+            ),
+            pod_start_duration: Histogram::new(
+                "kubelet_pod_start_duration_seconds",
+                "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+                &[],
+                &POD_STARTUP_BUCKETS,
+            ),
+            pod_worker_duration: Histogram::new(
+                "kubelet_pod_worker_duration_seconds",
+                "[ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+                &["operation_type"],
+                &DEF_BUCKETS,
+            ),
+            pod_status_sync_duration: Histogram::new(
+                "kubelet_pod_status_sync_duration_seconds",
+                "[ALPHA] Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+                &[],
+                &POD_STATUS_SYNC_BUCKETS,
+            ),
+            pleg_relist_duration: Histogram::new(
+                "kubelet_pleg_relist_duration_seconds",
+                "[ALPHA] Duration in seconds for relisting pods in PLEG.",
+                &[],
+                &DEF_BUCKETS,
+            ),
+            pleg_relist_interval: Histogram::new(
+                "kubelet_pleg_relist_interval_seconds",
+                "[ALPHA] Interval in seconds between relisting in PLEG.",
+                &[],
+                &DEF_BUCKETS,
+            ),
+            pleg_last_seen: Gauge::new(
+                "kubelet_pleg_last_seen_seconds",
+                "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
+                &[],
+            ),
+            running_pods: Gauge::new(
+                "kubelet_running_pods",
+                "[ALPHA] Number of pods that have a running pod sandbox",
+                &[],
+            ),
+            running_containers: Gauge::new(
+                "kubelet_running_containers",
+                "[ALPHA] Number of containers currently running",
+                &["container_state"],
+            ),
+            runtime_operations: Counter::new(
+                "kubelet_runtime_operations_total",
+                "[ALPHA] Cumulative number of runtime operations by operation type.",
+                &["operation_type"],
+            ),
+            runtime_operations_duration: Histogram::new(
+                "kubelet_runtime_operations_duration_seconds",
+                "[ALPHA] Duration in seconds of runtime operations. Broken down by operation type.",
+                &["operation_type"],
+                &runtime_buckets,
+            ),
+            runtime_operations_errors: Counter::new(
+                "kubelet_runtime_operations_errors_total",
+                "[ALPHA] Cumulative number of runtime operation errors by operation type.",
+                &["operation_type"],
+            ),
+            run_podsandbox_duration: Histogram::new(
+                "kubelet_run_podsandbox_duration_seconds",
+                "[ALPHA] Duration in seconds of the run_podsandbox operations. Broken down by RuntimeClass.Handler.",
+                &["runtime_handler"],
+                &DEF_BUCKETS,
+            ),
+            run_podsandbox_errors: Counter::new(
+                "kubelet_run_podsandbox_errors_total",
+                "[ALPHA] Cumulative number of the run_podsandbox operation errors by RuntimeClass.Handler.",
+                &["runtime_handler"],
+            ),
+            started_pods: Counter::new(
+                "kubelet_started_pods_total",
+                "[ALPHA] Cumulative number of pods started",
+                &[],
+            ),
+            started_pods_errors: Counter::new(
+                "kubelet_started_pods_errors_total",
+                "[ALPHA] Cumulative number of errors when starting pods",
+                &[],
+            ),
+            started_containers: Counter::new(
+                "kubelet_started_containers_total",
+                "[ALPHA] Cumulative number of containers started",
+                &["container_type"],
+            ),
+            started_containers_errors: Counter::new(
+                "kubelet_started_containers_errors_total",
+                "[ALPHA] Cumulative number of errors when starting containers",
+                &["container_type", "code"],
+            ),
+            rest_client_requests: Counter::new(
+                "rest_client_requests_total",
+                "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+                &["code", "method", "host"],
+            ),
+            sync_loop_iteration_duration: Histogram::new(
+                "kubelet_sync_loop_iteration_duration_seconds",
+                "Duration in seconds of one iteration of the kubelet sync loop (rkubelet).",
+                &[],
+                &DEF_BUCKETS,
+            ),
+            housekeeping_duration: Histogram::new(
+                "kubelet_housekeeping_duration_seconds",
+                "Duration in seconds of one pass of pod housekeeping (rkubelet).",
+                &[],
+                &DEF_BUCKETS,
+            ),
+            pod_worker_queue_length: Gauge::new(
+                "kubelet_pod_worker_queue_length",
+                "Number of pods waiting for their pod worker (rkubelet).",
+                &[],
+            ),
+            runtime_ready: Gauge::new(
+                "kubelet_runtime_ready",
+                "Whether the container runtime is ready: 1 or 0 (rkubelet).",
+                &[],
+            ),
+            network_ready: Gauge::new(
+                "kubelet_network_ready",
+                "Whether the container runtime reports the pod network ready: 1 or 0 (rkubelet).",
+                &[],
+            ),
+        };
+        f.node_name.set(&[node_name], 1.0);
+        KubeletMetrics(Arc::new(f))
+    }
+
+    /// The Prometheus text (format 0.0.4) of every family, sorted by name.
+    pub fn render(&self) -> String {
+        let mut families = self.0.all();
+        families.sort_by_key(|f| f.name());
+        let mut out = String::new();
+        for family in families {
+            family.render(&mut out);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counter_gauge_histogram_exactly() {
+        let c = Counter::new(
+            "t_requests_total",
+            "Requests.\nBy \\ code.",
+            &["method", "code"],
+        );
+        c.inc(&["GET", "200"]);
+        c.add(&["GET", "200"], 2.0);
+        c.add(&["GET", "200"], -5.0);
+        c.inc(&["PO\"ST\n", "a\\b"]);
+        let g = Gauge::new("t_temperature", "A gauge.", &[]);
+        g.set(&[], 1.5);
+        g.dec(&[]);
+        let h = Histogram::new("t_latency_seconds", "A histogram.", &["op"], &[0.1, 1.0]);
+        h.observe(&["x"], 0.05);
+        h.observe(&["x"], 0.1);
+        h.observe(&["x"], 0.5);
+        h.observe(&["x"], 7.0);
+        let mut out = String::new();
+        c.render(&mut out);
+        g.render(&mut out);
+        h.render(&mut out);
+        let want = r#"# HELP t_requests_total Requests.\nBy \\ code.
+# TYPE t_requests_total counter
+t_requests_total{code="200",method="GET"} 3
+t_requests_total{code="a\\b",method="PO\"ST\n"} 1
+# HELP t_temperature A gauge.
+# TYPE t_temperature gauge
+t_temperature 0.5
+# HELP t_latency_seconds A histogram.
+# TYPE t_latency_seconds histogram
+t_latency_seconds_bucket{op="x",le="0.1"} 2
+t_latency_seconds_bucket{op="x",le="1"} 3
+t_latency_seconds_bucket{op="x",le="+Inf"} 4
+t_latency_seconds_sum{op="x"} 7.65
+t_latency_seconds_count{op="x"} 4
+"#;
+        assert_eq!(out, want);
+        assert_eq!(c.get(&["GET", "200"]), 3.0);
+        assert_eq!(h.count(&["x"]), 4);
+        assert_eq!(h.count(&["y"]), 0);
+    }
+
+    #[test]
+    fn untouched_labeled_families_are_omitted() {
+        let c = Counter::new("t_total", "T.", &["a"]);
+        let h = Histogram::new("t_seconds", "T.", &[], &[1.0]);
+        let mut out = String::new();
+        c.render(&mut out);
+        h.render(&mut out);
+        assert_eq!(
+            out,
+            "# HELP t_seconds T.\n# TYPE t_seconds histogram\n\
+             t_seconds_bucket{le=\"1\"} 0\nt_seconds_bucket{le=\"+Inf\"} 0\n\
+             t_seconds_sum 0\nt_seconds_count 0\n"
+        );
+    }
+
+    #[test]
+    fn floats_like_go() {
+        let cases = [
+            (0.0, "0"),
+            (1.0, "1"),
+            (-1.0, "-1"),
+            (0.005, "0.005"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (1e6, "1e+06"),
+            (45056000.0, "4.5056e+07"),
+            (1.7e9, "1.7e+09"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+            (f64::NAN, "NaN"),
+            (7.65, "7.65"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(format_float(v), want, "{v}");
+        }
+    }
+
+    #[test]
+    fn upstream_runtime_buckets() {
+        let got: Vec<String> = exponential_buckets(0.005, 2.5, 14)
+            .into_iter()
+            .map(format_float)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "0.005",
+                "0.0125",
+                "0.03125",
+                "0.078125",
+                "0.1953125",
+                "0.48828125",
+                "1.220703125",
+                "3.0517578125",
+                "7.62939453125",
+                "19.073486328125",
+                "47.6837158203125",
+                "119.20928955078125",
+                "298.0232238769531",
+                "745.0580596923828",
+            ]
+        );
+    }
+
+    #[test]
+    fn kubelet_families() {
+        let m = KubeletMetrics::new("node-1");
+        let handle = m.clone();
+        handle
+            .runtime_operations_duration
+            .observe_duration(&["list_podsandbox"], Duration::from_millis(3));
+        handle.runtime_operations.inc(&["list_podsandbox"]);
+        handle
+            .rest_client_requests
+            .inc(&["200", "GET", "10.0.0.1:6443"]);
+        let text = m.render();
+        for want in [
+            "# HELP kubelet_node_name [ALPHA] The node's name. The count is always 1.\n",
+            "kubelet_node_name{node=\"node-1\"} 1\n",
+            "kubelet_runtime_operations_total{operation_type=\"list_podsandbox\"} 1\n",
+            "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"list_podsandbox\",le=\"0.005\"} 1\n",
+            "kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"list_podsandbox\",le=\"745.0580596923828\"} 1\n",
+            "rest_client_requests_total{code=\"200\",host=\"10.0.0.1:6443\",method=\"GET\"} 1\n",
+            "# TYPE kubelet_running_pods gauge\nkubelet_running_pods 0\n",
+            "kubelet_pod_start_duration_seconds_bucket{le=\"3600\"} 0\n",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        // Families come sorted by name; labeled families without series are left out.
+        let names: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .map(|l| l.split(' ').next().unwrap_or_default())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        assert_eq!(names, sorted);
+        assert!(!names.contains(&"kubelet_running_containers"));
+        assert!(names.contains(&"kubelet_sync_loop_iteration_duration_seconds"));
+    }
+}

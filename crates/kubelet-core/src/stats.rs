@@ -1,0 +1,1358 @@
+//! Resource statistics, the pure parts: the Summary API types
+//! (upstream's k8s.io/kubelet/pkg/apis/stats/v1alpha1), parsers of the host
+//! files the node stats come from (/proc/stat, /proc/meminfo, /proc/net/dev,
+//! /proc/net/route, /proc/loadavg, cgroup memory.stat — what cAdvisor reads
+//! upstream), the CPU rate and pod aggregation rules of upstream's
+//! pkg/kubelet/stats/cri_stats_provider.go, and the Prometheus text of
+//! `/metrics/resource` (pkg/kubelet/metrics/collectors/resource_metrics.go).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Serialize, Serializer};
+
+use crate::timefmt::rfc3339_nanos;
+
+// ---- Summary API types (stats/v1alpha1) ----
+
+/// `Summary`: the node and its pods.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub node: NodeStats,
+    pub pods: Vec<PodStats>,
+}
+
+/// `NodeStats` (systemContainers, which need per-cgroup accounting, are not reported).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStats {
+    pub node_name: String,
+    /// Boot time of the node.
+    #[serde(serialize_with = "opt_time")]
+    pub start_time: Option<SystemTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlimit: Option<RlimitStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
+}
+
+/// `PodStats` (pod network, volume and process stats are not reported).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStats {
+    pub pod_ref: PodReference,
+    #[serde(serialize_with = "opt_time")]
+    pub start_time: Option<SystemTime>,
+    pub containers: Vec<ContainerStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
+}
+
+/// `PodReference`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct PodReference {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+/// `ContainerStats`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStats {
+    pub name: String,
+    /// The container's creation time.
+    #[serde(serialize_with = "opt_time")]
+    pub start_time: Option<SystemTime>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
+}
+
+/// `CPUStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_nano_cores: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_core_nano_seconds: Option<u64>,
+}
+
+/// `MemoryStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_set_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub page_faults: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub major_page_faults: Option<u64>,
+}
+
+/// `SwapStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_usage_bytes: Option<u64>,
+}
+
+/// `NetworkStats`: the default interface inline, then every interface.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NetworkStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(flatten)]
+    pub default: InterfaceStats,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceStats>,
+}
+
+/// `InterfaceStats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterfaceStats {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rx_errors: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tx_errors: Option<u64>,
+}
+
+/// `FsStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_free: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_used: Option<u64>,
+}
+
+impl FsStats {
+    /// A file system's own numbers (statvfs): used is capacity minus free blocks.
+    pub fn from_usage(time: SystemTime, usage: &FsUsage) -> FsStats {
+        FsStats {
+            time,
+            available_bytes: Some(usage.available_bytes),
+            capacity_bytes: Some(usage.capacity_bytes),
+            used_bytes: Some(usage.used_bytes),
+            inodes_free: Some(usage.inodes_free),
+            inodes: Some(usage.inodes),
+            inodes_used: Some(usage.inodes.saturating_sub(usage.inodes_free)),
+        }
+    }
+
+    /// Usage of a part of a file system (a writable layer, a log directory):
+    /// the part's own bytes and inodes, the file system's capacity and free space.
+    pub fn part_of(
+        time: SystemTime,
+        fs: Option<&FsUsage>,
+        used_bytes: Option<u64>,
+        inodes_used: Option<u64>,
+    ) -> FsStats {
+        FsStats {
+            time,
+            available_bytes: fs.map(|f| f.available_bytes),
+            capacity_bytes: fs.map(|f| f.capacity_bytes),
+            used_bytes,
+            inodes_free: fs.map(|f| f.inodes_free),
+            inodes: fs.map(|f| f.inodes),
+            inodes_used,
+        }
+    }
+}
+
+/// A file system's size and free space, as statvfs reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsUsage {
+    pub capacity_bytes: u64,
+    pub available_bytes: u64,
+    /// Capacity minus free blocks (free includes the root-reserved ones).
+    pub used_bytes: u64,
+    pub inodes: u64,
+    pub inodes_free: u64,
+}
+
+/// `RuntimeStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_fs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_fs: Option<FsStats>,
+}
+
+/// `RlimitStats`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RlimitStats {
+    #[serde(serialize_with = "time")]
+    pub time: SystemTime,
+    #[serde(rename = "maxpid", skip_serializing_if = "Option::is_none")]
+    pub max_pid: Option<i64>,
+    #[serde(rename = "curproc", skip_serializing_if = "Option::is_none")]
+    pub num_of_running_processes: Option<i64>,
+}
+
+/// metav1.Time's JSON: RFC 3339 in UTC, whole seconds.
+fn time<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rfc3339_seconds(*t))
+}
+
+/// An unset metav1.Time is `null`.
+fn opt_time<S: Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => time(t, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// RFC 3339 with the fraction of a second dropped (floored), as metav1.Time marshals.
+pub fn rfc3339_seconds(t: SystemTime) -> String {
+    let floored = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => UNIX_EPOCH + Duration::from_secs(d.as_secs()),
+        Err(e) => {
+            let d = e.duration();
+            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            UNIX_EPOCH - Duration::from_secs(secs)
+        }
+    };
+    rfc3339_nanos(floored)
+}
+
+/// Nanoseconds since the epoch (CRI timestamps) as a time; 0 and negatives are the epoch.
+pub fn time_from_nanos(nanos: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(u64::try_from(nanos).unwrap_or(0))
+}
+
+/// Nanoseconds since the epoch of `t` (0 before the epoch, saturating far after).
+pub fn nanos_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+// ---- CPU rate and aggregation (cri_stats_provider.go) ----
+
+/// One cumulative CPU reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSample {
+    /// When it was taken, nanoseconds since the epoch.
+    pub timestamp_ns: i64,
+    /// Cumulative core-nanoseconds.
+    pub usage_core_nano_seconds: u64,
+}
+
+/// Average cores used between two readings, in nanocores. None when the
+/// counter went backwards (a restarted container) or no time passed.
+pub fn usage_nano_cores(prev: CpuSample, cur: CpuSample) -> Option<u64> {
+    let elapsed = cur.timestamp_ns.checked_sub(prev.timestamp_ns)?;
+    if elapsed <= 0 || cur.usage_core_nano_seconds < prev.usage_core_nano_seconds {
+        return None;
+    }
+    let used = cur.usage_core_nano_seconds - prev.usage_core_nano_seconds;
+    // Same float arithmetic as upstream, truncated.
+    Some((used as f64 / elapsed as f64 * 1e9) as u64)
+}
+
+/// Pod CPU and memory as the sum of its containers' (upstream's
+/// addPodCPUMemoryStats without a pod cgroup): every field is summed, an
+/// absent one counting as 0; the time is the last container's.
+pub fn sum_cpu_memory(containers: &[ContainerStats]) -> (Option<CpuStats>, Option<MemoryStats>) {
+    let mut cpu: Option<CpuStats> = None;
+    let mut memory: Option<MemoryStats> = None;
+    let add = |a: Option<u64>, b: Option<u64>| Some(a.unwrap_or(0) + b.unwrap_or(0));
+    for c in containers {
+        if let Some(cs) = &c.cpu {
+            let prev = cpu.take();
+            cpu = Some(CpuStats {
+                time: cs.time,
+                usage_nano_cores: add(
+                    prev.as_ref().and_then(|p| p.usage_nano_cores),
+                    cs.usage_nano_cores,
+                ),
+                usage_core_nano_seconds: add(
+                    prev.as_ref().and_then(|p| p.usage_core_nano_seconds),
+                    cs.usage_core_nano_seconds,
+                ),
+            });
+        }
+        if let Some(ms) = &c.memory {
+            let p = memory.take();
+            let p = p.as_ref();
+            memory = Some(MemoryStats {
+                time: ms.time,
+                available_bytes: add(p.and_then(|p| p.available_bytes), ms.available_bytes),
+                usage_bytes: add(p.and_then(|p| p.usage_bytes), ms.usage_bytes),
+                working_set_bytes: add(p.and_then(|p| p.working_set_bytes), ms.working_set_bytes),
+                rss_bytes: add(p.and_then(|p| p.rss_bytes), ms.rss_bytes),
+                page_faults: add(p.and_then(|p| p.page_faults), ms.page_faults),
+                major_page_faults: add(p.and_then(|p| p.major_page_faults), ms.major_page_faults),
+            });
+        }
+    }
+    (cpu, memory)
+}
+
+/// Pod swap as the sum of its containers' (upstream's addSwapStats); the time is the first container's.
+pub fn sum_swap(containers: &[ContainerStats]) -> Option<SwapStats> {
+    let mut out: Option<SwapStats> = None;
+    for swap in containers.iter().filter_map(|c| c.swap.as_ref()) {
+        let acc = out.get_or_insert(SwapStats {
+            time: swap.time,
+            swap_available_bytes: Some(0),
+            swap_usage_bytes: Some(0),
+        });
+        acc.swap_available_bytes =
+            Some(acc.swap_available_bytes.unwrap_or(0) + swap.swap_available_bytes.unwrap_or(0));
+        acc.swap_usage_bytes =
+            Some(acc.swap_usage_bytes.unwrap_or(0) + swap.swap_usage_bytes.unwrap_or(0));
+    }
+    out
+}
+
+/// A pod's ephemeral storage (upstream's calcEphemeralStorage for the CRI
+/// provider, without volumes): the root file system's size and free space,
+/// the sum of the containers' writable layers and logs, the latest time.
+pub fn ephemeral_storage(containers: &[ContainerStats], root: &FsStats) -> FsStats {
+    let mut out = FsStats {
+        used_bytes: None,
+        inodes_used: None,
+        ..root.clone()
+    };
+    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (None, b) => b,
+        (a, None) => a,
+        (Some(a), Some(b)) => Some(a + b),
+    };
+    for rootfs in containers
+        .iter()
+        .filter_map(|c| c.rootfs.as_ref().map(|r| (r, c)))
+    {
+        let (rootfs, container) = rootfs;
+        out.time = out.time.max(rootfs.time);
+        out.inodes_used = add(out.inodes_used, rootfs.inodes_used);
+        out.used_bytes = add(out.used_bytes, rootfs.used_bytes);
+        if let Some(logs) = &container.logs {
+            out.used_bytes = add(out.used_bytes, logs.used_bytes);
+            out.inodes_used = add(out.inodes_used, logs.inodes_used);
+            out.time = out.time.max(logs.time);
+        }
+    }
+    out
+}
+
+// ---- Host file parsers ----
+
+/// A host file that could not be understood.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{file}: {detail}")]
+pub struct ParseError {
+    pub file: &'static str,
+    pub detail: String,
+}
+
+fn parse_err(file: &'static str, detail: impl Into<String>) -> ParseError {
+    ParseError {
+        file,
+        detail: detail.into(),
+    }
+}
+
+fn parse_u64(file: &'static str, what: &str, s: &str) -> Result<u64, ParseError> {
+    s.parse()
+        .map_err(|_| parse_err(file, format!("{what}: {s:?} is not a number")))
+}
+
+/// The aggregate `cpu` line of /proc/stat, in clock ticks (USER_HZ).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuTicks {
+    pub user: u64,
+    pub nice: u64,
+    pub system: u64,
+    pub idle: u64,
+    pub iowait: u64,
+    pub irq: u64,
+    pub softirq: u64,
+    pub steal: u64,
+}
+
+impl CpuTicks {
+    /// Ticks spent doing work: user, nice, system, irq, softirq and steal
+    /// (guest time is already counted in user).
+    pub fn busy(&self) -> u64 {
+        self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+    }
+}
+
+/// What the node stats need from /proc/stat.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcStat {
+    pub cpu: CpuTicks,
+    /// Boot time, seconds since the epoch (`btime`).
+    pub boot_time_secs: u64,
+}
+
+/// Parse /proc/stat: the aggregate `cpu` line and `btime`.
+pub fn parse_proc_stat(text: &str) -> Result<ProcStat, ParseError> {
+    const FILE: &str = "/proc/stat";
+    let mut cpu = None;
+    let mut btime = None;
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        match fields.next() {
+            Some("cpu") => {
+                let values = fields
+                    .map(|f| parse_u64(FILE, "cpu", f))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if values.len() < 8 {
+                    return Err(parse_err(
+                        FILE,
+                        format!("cpu line has {} fields, want at least 8", values.len()),
+                    ));
+                }
+                cpu = Some(CpuTicks {
+                    user: values[0],
+                    nice: values[1],
+                    system: values[2],
+                    idle: values[3],
+                    iowait: values[4],
+                    irq: values[5],
+                    softirq: values[6],
+                    steal: values[7],
+                });
+            }
+            Some("btime") => {
+                let value = fields.next().unwrap_or_default();
+                btime = Some(parse_u64(FILE, "btime", value)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(ProcStat {
+        cpu: cpu.ok_or_else(|| parse_err(FILE, "no cpu line"))?,
+        boot_time_secs: btime.ok_or_else(|| parse_err(FILE, "no btime line"))?,
+    })
+}
+
+/// Clock ticks to nanoseconds.
+pub fn ticks_to_nanos(ticks: u64, ticks_per_second: u64) -> u64 {
+    let per_second = ticks_per_second.max(1);
+    // u128 so a long uptime at a high tick rate cannot overflow the product.
+    (u128::from(ticks) * 1_000_000_000 / u128::from(per_second)) as u64
+}
+
+/// What the node stats need from /proc/meminfo, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemInfo {
+    pub total: u64,
+    pub free: u64,
+    pub inactive_file: u64,
+    pub anon_pages: u64,
+    pub swap_total: u64,
+    pub swap_free: u64,
+}
+
+/// Parse /proc/meminfo (`Name:   123 kB` lines).
+pub fn parse_meminfo(text: &str) -> Result<MemInfo, ParseError> {
+    const FILE: &str = "/proc/meminfo";
+    let mut values: HashMap<&str, u64> = HashMap::new();
+    for line in text.lines() {
+        let Some((name, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let mut parts = rest.split_whitespace();
+        let Some(number) = parts.next() else {
+            continue;
+        };
+        let n = parse_u64(FILE, name, number)?;
+        let bytes = if parts.next() == Some("kB") {
+            n * 1024
+        } else {
+            n
+        };
+        values.insert(name, bytes);
+    }
+    let get = |name: &str| {
+        values
+            .get(name)
+            .copied()
+            .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
+    };
+    Ok(MemInfo {
+        total: get("MemTotal")?,
+        free: get("MemFree")?,
+        inactive_file: get("Inactive(file)")?,
+        anon_pages: get("AnonPages")?,
+        swap_total: get("SwapTotal")?,
+        swap_free: get("SwapFree")?,
+    })
+}
+
+/// Parse a flat `name value` file (cgroup memory.stat, /proc/vmstat).
+pub fn parse_flat_keyed<'a>(
+    file: &'static str,
+    text: &'a str,
+) -> Result<HashMap<&'a str, u64>, ParseError> {
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(name), Some(value)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        out.insert(name, parse_u64(file, name, value)?);
+    }
+    Ok(out)
+}
+
+/// Node memory figures (cAdvisor's for the root cgroup).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeMemory {
+    pub usage_bytes: u64,
+    pub working_set_bytes: u64,
+    pub rss_bytes: u64,
+    pub page_faults: u64,
+    pub major_page_faults: u64,
+}
+
+impl NodeMemory {
+    /// From the cgroup v1 root: memory.usage_in_bytes and memory.stat; the
+    /// working set is usage minus inactive file pages, as cAdvisor computes it.
+    pub fn from_cgroup_v1(
+        usage_in_bytes: u64,
+        memory_stat: &HashMap<&str, u64>,
+    ) -> Result<NodeMemory, ParseError> {
+        const FILE: &str = "memory.stat";
+        let get = |name: &str| {
+            memory_stat
+                .get(name)
+                .copied()
+                .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
+        };
+        Ok(NodeMemory {
+            usage_bytes: usage_in_bytes,
+            working_set_bytes: usage_in_bytes.saturating_sub(get("total_inactive_file")?),
+            rss_bytes: get("total_rss")?,
+            page_faults: get("total_pgfault")?,
+            major_page_faults: get("total_pgmajfault")?,
+        })
+    }
+
+    /// Without a v1 memory cgroup: the same formula on /proc/meminfo (usage is
+    /// total minus free, working set drops inactive file pages, rss is the
+    /// anonymous pages) and page faults from /proc/vmstat.
+    pub fn from_meminfo(
+        meminfo: &MemInfo,
+        vmstat: &HashMap<&str, u64>,
+    ) -> Result<NodeMemory, ParseError> {
+        const FILE: &str = "/proc/vmstat";
+        let get = |name: &str| {
+            vmstat
+                .get(name)
+                .copied()
+                .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
+        };
+        let usage = meminfo.total.saturating_sub(meminfo.free);
+        Ok(NodeMemory {
+            usage_bytes: usage,
+            working_set_bytes: usage.saturating_sub(meminfo.inactive_file),
+            rss_bytes: meminfo.anon_pages,
+            page_faults: get("pgfault")?,
+            major_page_faults: get("pgmajfault")?,
+        })
+    }
+}
+
+/// Interfaces cAdvisor leaves out of the node's network stats.
+const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
+
+/// Parse /proc/net/dev into per-interface counters, leaving out loopback and
+/// container-side devices as cAdvisor does.
+pub fn parse_net_dev(text: &str) -> Result<Vec<InterfaceStats>, ParseError> {
+    const FILE: &str = "/proc/net/dev";
+    let mut out = Vec::new();
+    // Two header lines, then `name: 16 counters`.
+    for line in text.lines().skip(2) {
+        let Some((name, counters)) = line.split_once(':') else {
+            return Err(parse_err(FILE, format!("line without ':': {line:?}")));
+        };
+        let name = name.trim();
+        let lower = name.to_ascii_lowercase();
+        if IGNORED_INTERFACE_PREFIXES
+            .iter()
+            .any(|p| lower.starts_with(p))
+        {
+            continue;
+        }
+        let values = counters
+            .split_whitespace()
+            .map(|v| parse_u64(FILE, name, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        if values.len() != 16 {
+            return Err(parse_err(
+                FILE,
+                format!("{name} has {} counters, want 16", values.len()),
+            ));
+        }
+        out.push(InterfaceStats {
+            name: name.to_owned(),
+            rx_bytes: Some(values[0]),
+            rx_errors: Some(values[2]),
+            tx_bytes: Some(values[8]),
+            tx_errors: Some(values[10]),
+        });
+    }
+    Ok(out)
+}
+
+/// The interface of the IPv4 default route in /proc/net/route, if any.
+pub fn default_route_interface(text: &str) -> Option<String> {
+    text.lines().skip(1).find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let iface = fields.next()?;
+        let destination = fields.next()?;
+        let mask = fields.nth(5)?;
+        (destination == "00000000" && mask == "00000000").then(|| iface.to_owned())
+    })
+}
+
+/// The number of tasks (threads) from /proc/loadavg's fourth field (`running/total`).
+pub fn parse_loadavg_tasks(text: &str) -> Result<i64, ParseError> {
+    const FILE: &str = "/proc/loadavg";
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    if fields.len() < 5 {
+        return Err(parse_err(FILE, "not enough fields"));
+    }
+    let (_, total) = fields[3]
+        .split_once('/')
+        .ok_or_else(|| parse_err(FILE, format!("fourth field {:?} is not n/m", fields[3])))?;
+    total
+        .parse()
+        .map_err(|_| parse_err(FILE, format!("task count {total:?} is not a number")))
+}
+
+/// A one-number file such as /proc/sys/kernel/pid_max.
+pub fn parse_single_int(file: &'static str, text: &str) -> Result<i64, ParseError> {
+    let trimmed = text.trim();
+    trimmed
+        .parse()
+        .map_err(|_| parse_err(file, format!("{trimmed:?} is not a number")))
+}
+
+// ---- /metrics/resource ----
+
+/// One metric family of the resource collector.
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    /// "STABLE" or "ALPHA", printed in brackets before the help.
+    stability: &'static str,
+    kind: &'static str,
+    samples: Vec<Sample>,
+}
+
+struct Sample {
+    /// Label pairs, sorted by label name.
+    labels: Vec<(&'static str, String)>,
+    value: f64,
+    timestamp_ms: Option<i64>,
+}
+
+impl Family {
+    fn new(
+        name: &'static str,
+        stability: &'static str,
+        kind: &'static str,
+        help: &'static str,
+    ) -> Self {
+        Family {
+            name,
+            help,
+            stability,
+            kind,
+            samples: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, labels: Vec<(&'static str, String)>, value: f64, at: Option<SystemTime>) {
+        self.samples.push(Sample {
+            labels,
+            value,
+            timestamp_ms: at.map(unix_millis),
+        });
+    }
+}
+
+/// Milliseconds since the epoch, as client_golang stamps a sample.
+fn unix_millis(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
+        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
+    }
+}
+
+fn seconds_of_nanos(nanos: u64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+/// The Prometheus text of `/metrics/resource` for a CPU-and-memory summary,
+/// or for a failed scrape (`None`: only `resource_scrape_error 1`).
+///
+/// Families and samples are sorted as client_golang's gatherer sorts them.
+/// `scrape_error` is not written: upstream deprecated it in 1.29, so kubelets
+/// from 1.30 on hide it.
+pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
+    let mut node_cpu = Family::new(
+        "node_cpu_usage_seconds_total",
+        "STABLE",
+        "counter",
+        "Cumulative cpu time consumed by the node in core-seconds",
+    );
+    let mut node_memory = Family::new(
+        "node_memory_working_set_bytes",
+        "STABLE",
+        "gauge",
+        "Current working set of the node in bytes",
+    );
+    let mut node_swap = Family::new(
+        "node_swap_usage_bytes",
+        "ALPHA",
+        "gauge",
+        "Current swap usage of the node in bytes. Reported only on non-windows systems",
+    );
+    let mut container_start = Family::new(
+        "container_start_time_seconds",
+        "STABLE",
+        "gauge",
+        "Start time of the container since unix epoch in seconds",
+    );
+    let mut container_cpu = Family::new(
+        "container_cpu_usage_seconds_total",
+        "STABLE",
+        "counter",
+        "Cumulative cpu time consumed by the container in core-seconds",
+    );
+    let mut container_memory = Family::new(
+        "container_memory_working_set_bytes",
+        "STABLE",
+        "gauge",
+        "Current working set of the container in bytes",
+    );
+    let mut pod_cpu = Family::new(
+        "pod_cpu_usage_seconds_total",
+        "STABLE",
+        "counter",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+    );
+    let mut pod_memory = Family::new(
+        "pod_memory_working_set_bytes",
+        "STABLE",
+        "gauge",
+        "Current working set of the pod in bytes",
+    );
+    let mut scrape_error = Family::new(
+        "resource_scrape_error",
+        "STABLE",
+        "gauge",
+        "1 if there was an error while getting container metrics, 0 otherwise",
+    );
+    scrape_error.push(Vec::new(), if summary.is_some() { 0.0 } else { 1.0 }, None);
+
+    if let Some(summary) = summary {
+        let node = &summary.node;
+        if let Some(cpu) = &node.cpu
+            && let Some(ns) = cpu.usage_core_nano_seconds
+        {
+            node_cpu.push(Vec::new(), seconds_of_nanos(ns), Some(cpu.time));
+        }
+        if let Some(memory) = &node.memory
+            && let Some(ws) = memory.working_set_bytes
+        {
+            node_memory.push(Vec::new(), ws as f64, Some(memory.time));
+        }
+        if let Some(swap) = &node.swap
+            && let Some(used) = swap.swap_usage_bytes
+        {
+            node_swap.push(Vec::new(), used as f64, Some(swap.time));
+        }
+        for pod in &summary.pods {
+            let pod_labels = || {
+                vec![
+                    ("namespace", pod.pod_ref.namespace.clone()),
+                    ("pod", pod.pod_ref.name.clone()),
+                ]
+            };
+            for c in &pod.containers {
+                let labels = || {
+                    vec![
+                        ("container", c.name.clone()),
+                        ("namespace", pod.pod_ref.namespace.clone()),
+                        ("pod", pod.pod_ref.name.clone()),
+                    ]
+                };
+                if let Some(start) = c.start_time
+                    && let Ok(since) = start.duration_since(UNIX_EPOCH)
+                    && since.as_secs() > 0
+                {
+                    let secs = since.as_nanos() as f64 / 1e9;
+                    container_start.push(labels(), secs, None);
+                }
+                if let Some(cpu) = &c.cpu
+                    && let Some(ns) = cpu.usage_core_nano_seconds
+                {
+                    container_cpu.push(labels(), seconds_of_nanos(ns), Some(cpu.time));
+                }
+                if let Some(memory) = &c.memory
+                    && let Some(ws) = memory.working_set_bytes
+                {
+                    container_memory.push(labels(), ws as f64, Some(memory.time));
+                }
+            }
+            if let Some(cpu) = &pod.cpu
+                && let Some(ns) = cpu.usage_core_nano_seconds
+            {
+                pod_cpu.push(pod_labels(), seconds_of_nanos(ns), Some(cpu.time));
+            }
+            if let Some(memory) = &pod.memory
+                && let Some(ws) = memory.working_set_bytes
+            {
+                pod_memory.push(pod_labels(), ws as f64, Some(memory.time));
+            }
+        }
+    }
+
+    let mut families = [
+        node_cpu,
+        node_memory,
+        node_swap,
+        container_start,
+        container_cpu,
+        container_memory,
+        pod_cpu,
+        pod_memory,
+        scrape_error,
+    ];
+    families.sort_by_key(|f| f.name);
+    let mut out = String::new();
+    for family in &mut families {
+        if family.samples.is_empty() {
+            continue;
+        }
+        family.samples.sort_by(|a, b| {
+            a.labels
+                .iter()
+                .map(|(_, v)| v)
+                .cmp(b.labels.iter().map(|(_, v)| v))
+                .then(a.timestamp_ms.cmp(&b.timestamp_ms))
+        });
+        let _ = writeln!(
+            out,
+            "# HELP {} [{}] {}",
+            family.name, family.stability, family.help
+        );
+        let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
+        for sample in &family.samples {
+            out.push_str(family.name);
+            if !sample.labels.is_empty() {
+                out.push('{');
+                for (i, (name, value)) in sample.labels.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    let _ = write!(out, "{name}=\"{}\"", escape_label_value(value));
+                }
+                out.push('}');
+            }
+            out.push(' ');
+            out.push_str(&prom_float(sample.value));
+            if let Some(ms) = sample.timestamp_ms {
+                let _ = write!(out, " {ms}");
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// Escape a label value for the text format: backslash, double quote, newline.
+fn escape_label_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for ch in value.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A sample value as the Prometheus text format writes it: Go's
+/// `strconv.FormatFloat(v, 'g', -1, 64)`: the shortest digits that round-trip,
+/// in exponent form (`1.7391616e+07`) when the decimal exponent is below -4
+/// or at least 6, and `+Inf`, `-Inf`, `NaN` spelled as Prometheus does.
+pub fn prom_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: "-1.2345e3".
+    let sci = format!("{v:e}");
+    let (negative, sci) = match sci.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, sci.as_str()),
+    };
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let mut out = String::new();
+    if negative {
+        out.push('-');
+    }
+    if !(-4..6).contains(&exp) {
+        out.push_str(&digits[..1]);
+        if digits.len() > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        let _ = write!(
+            out,
+            "e{}{:02}",
+            if exp < 0 { '-' } else { '+' },
+            exp.unsigned_abs()
+        );
+        return out;
+    }
+    // Position of the decimal point within the digits.
+    let point = exp + 1;
+    if point <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', point.unsigned_abs() as usize));
+        out.push_str(&digits);
+    } else {
+        let point = point as usize;
+        if point >= digits.len() {
+            out.push_str(&digits);
+            out.extend(std::iter::repeat_n('0', point - digits.len()));
+        } else {
+            out.push_str(&digits[..point]);
+            out.push('.');
+            out.push_str(&digits[point..]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prom_float_matches_go() {
+        let cases = [
+            (0.0, "0"),
+            (1.0, "1"),
+            (10.0, "10"),
+            (1000.0, "1000"),
+            (123456.0, "123456"),
+            (1_000_000.0, "1e+06"),
+            (1_234_567.0, "1.234567e+06"),
+            (17_391_616.0, "1.7391616e+07"),
+            (40.384910049, "40.384910049"),
+            (6197.005020909, "6197.005020909"),
+            (1_750_607_841.829_759_1, "1.7506078418297591e+09"),
+            (0.5, "0.5"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (-2.5, "-2.5"),
+            (f64::INFINITY, "+Inf"),
+            (f64::NEG_INFINITY, "-Inf"),
+            (f64::NAN, "NaN"),
+        ];
+        for (v, want) in cases {
+            assert_eq!(prom_float(v), want, "{v}");
+        }
+        // The upstream collector test's start time: 1624396278302091597ns - 30s.
+        let start = 1_624_396_248_302_091_597_u64 as f64 / 1e9;
+        assert_eq!(prom_float(start), "1.6243962483020916e+09");
+    }
+
+    #[test]
+    fn proc_stat() {
+        let text = "cpu  832129 168368 222094 866687 7258 10 4907 21835 0 0\n\
+                    cpu0 415650 76485 109222 446080 2470 0 1064 10635 0 0\n\
+                    intr 1 2 3\nbtime 1795946120\nprocesses 42\n";
+        let got = parse_proc_stat(text).unwrap();
+        assert_eq!(got.boot_time_secs, 1_795_946_120);
+        assert_eq!(got.cpu.idle, 866_687);
+        assert_eq!(got.cpu.iowait, 7258);
+        assert_eq!(
+            got.cpu.busy(),
+            832_129 + 168_368 + 222_094 + 10 + 4907 + 21_835
+        );
+        assert_eq!(ticks_to_nanos(250, 100), 2_500_000_000);
+
+        let bad = [
+            ("btime 1\n", "no cpu line"),
+            ("cpu 1 2 3\nbtime 1\n", "cpu line has 3 fields"),
+            ("cpu 1 2 3 4 5 6 7 x\nbtime 1\n", "\"x\" is not a number"),
+            ("cpu 1 2 3 4 5 6 7 8\n", "no btime line"),
+        ];
+        for (text, want) in bad {
+            let err = parse_proc_stat(text).unwrap_err().to_string();
+            assert!(
+                err.starts_with("/proc/stat: ") && err.contains(want),
+                "{text:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn meminfo() {
+        let text = "MemTotal:       24684092 kB\nMemFree:        20033508 kB\n\
+                    MemAvailable:   23681276 kB\nAnonPages:        233500 kB\n\
+                    Inactive(file):  1616824 kB\nSwapTotal:        1024 kB\n\
+                    SwapFree:            512 kB\nHugePages_Total:       0\n";
+        let got = parse_meminfo(text).unwrap();
+        assert_eq!(
+            got,
+            MemInfo {
+                total: 24_684_092 * 1024,
+                free: 20_033_508 * 1024,
+                inactive_file: 1_616_824 * 1024,
+                anon_pages: 233_500 * 1024,
+                swap_total: 1024 * 1024,
+                swap_free: 512 * 1024,
+            }
+        );
+        let vmstat = parse_flat_keyed("/proc/vmstat", "pgfault 100\npgmajfault 7\n").unwrap();
+        let mem = NodeMemory::from_meminfo(&got, &vmstat).unwrap();
+        assert_eq!(mem.usage_bytes, (24_684_092 - 20_033_508) * 1024);
+        assert_eq!(
+            mem.working_set_bytes,
+            (24_684_092 - 20_033_508 - 1_616_824) * 1024
+        );
+        assert_eq!((mem.page_faults, mem.major_page_faults), (100, 7));
+
+        let err = parse_meminfo("MemTotal: 1 kB\n").unwrap_err();
+        assert_eq!(err.to_string(), "/proc/meminfo: no MemFree line");
+        let err = parse_meminfo("MemTotal: lots kB\n").unwrap_err();
+        assert!(
+            err.to_string().contains("\"lots\" is not a number"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn cgroup_memory_stat() {
+        let stat = "cache 1\nrss 2\ntotal_cache 3576799232\ntotal_rss 238714880\n\
+                    total_pgfault 249737472\ntotal_pgmajfault 68513\n\
+                    total_inactive_file 1655640064\n";
+        let parsed = parse_flat_keyed("memory.stat", stat).unwrap();
+        let mem = NodeMemory::from_cgroup_v1(3_815_206_912, &parsed).unwrap();
+        assert_eq!(
+            mem,
+            NodeMemory {
+                usage_bytes: 3_815_206_912,
+                working_set_bytes: 3_815_206_912 - 1_655_640_064,
+                rss_bytes: 238_714_880,
+                page_faults: 249_737_472,
+                major_page_faults: 68_513,
+            }
+        );
+        // More inactive file pages than usage (racy reads) clamps at zero.
+        let parsed = parse_flat_keyed(
+            "memory.stat",
+            "total_inactive_file 10\ntotal_rss 0\ntotal_pgfault 0\ntotal_pgmajfault 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            NodeMemory::from_cgroup_v1(5, &parsed)
+                .unwrap()
+                .working_set_bytes,
+            0
+        );
+        let missing = parse_flat_keyed("memory.stat", "total_rss 1\n").unwrap();
+        assert_eq!(
+            NodeMemory::from_cgroup_v1(5, &missing)
+                .unwrap_err()
+                .to_string(),
+            "memory.stat: no total_inactive_file line"
+        );
+        assert!(parse_flat_keyed("memory.stat", "total_rss -1\n").is_err());
+    }
+
+    #[test]
+    fn net_dev_and_route() {
+        let dev = "Inter-|   Receive                                                |  Transmit\n \
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed\n\
+    lo: 452347710  867636    0    0    0     0          0         0 452347710  867636    0    0    0     0       0          0\n\
+  eth0: 450563380   23305    3    0    0     0          0         0  1805181   15176    4    0    0     0       0          0\n\
+vethab12: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n\
+  cni0: 10 1 0 0 0 0 0 0 20 2 0 0 0 0 0 0\n";
+        let got = parse_net_dev(dev).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                InterfaceStats {
+                    name: "eth0".into(),
+                    rx_bytes: Some(450_563_380),
+                    rx_errors: Some(3),
+                    tx_bytes: Some(1_805_181),
+                    tx_errors: Some(4),
+                },
+                InterfaceStats {
+                    name: "cni0".into(),
+                    rx_bytes: Some(10),
+                    rx_errors: Some(0),
+                    tx_bytes: Some(20),
+                    tx_errors: Some(0),
+                },
+            ]
+        );
+        assert!(parse_net_dev("h\nh\neth0: 1 2 3\n").is_err());
+
+        let route = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     ens5\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+                     ens5\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n";
+        assert_eq!(default_route_interface(route).as_deref(), Some("ens5"));
+        assert_eq!(default_route_interface("Iface\tDestination\n"), None);
+    }
+
+    #[test]
+    fn loadavg_and_limits() {
+        let cases = [
+            ("1.01 0.73 2.39 3/105 24816\n", Ok(105)),
+            ("1.01 0.73 2.39 3/105\n", Err("not enough fields")),
+            ("1.01 0.73 2.39 3 24816\n", Err("is not n/m")),
+            ("1.01 0.73 2.39 3/x 24816\n", Err("is not a number")),
+        ];
+        for (text, want) in cases {
+            match (parse_loadavg_tasks(text), want) {
+                (Ok(n), Ok(w)) => assert_eq!(n, w),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{e}"),
+                (got, want) => panic!("{text:?}: got {got:?}, want {want:?}"),
+            }
+        }
+        assert_eq!(
+            parse_single_int("/proc/sys/kernel/pid_max", "4194304\n"),
+            Ok(4_194_304)
+        );
+        assert!(parse_single_int("/proc/sys/kernel/pid_max", "").is_err());
+    }
+
+    #[test]
+    fn nano_cores() {
+        let at = |s: i64, usage: u64| CpuSample {
+            timestamp_ns: s * 1_000_000_000,
+            usage_core_nano_seconds: usage,
+        };
+        let cases = [
+            // Half a core over 10s.
+            (
+                at(100, 1_000_000_000),
+                at(110, 6_000_000_000),
+                Some(500_000_000),
+            ),
+            // Two cores.
+            (at(0, 0), at(1, 2_000_000_000), Some(2_000_000_000)),
+            // Counter reset.
+            (at(0, 5), at(1, 4), None),
+            // No time passed.
+            (at(5, 0), at(5, 10), None),
+        ];
+        for (prev, cur, want) in cases {
+            assert_eq!(usage_nano_cores(prev, cur), want, "{prev:?} -> {cur:?}");
+        }
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn pod_sums() {
+        let container = |cpu: u64, nano: Option<u64>, ws: u64, at: u64| ContainerStats {
+            name: "c".into(),
+            cpu: Some(CpuStats {
+                time: t(at),
+                usage_nano_cores: nano,
+                usage_core_nano_seconds: Some(cpu),
+            }),
+            memory: Some(MemoryStats {
+                time: t(at),
+                available_bytes: None,
+                usage_bytes: Some(ws * 2),
+                working_set_bytes: Some(ws),
+                rss_bytes: None,
+                page_faults: None,
+                major_page_faults: None,
+            }),
+            swap: Some(SwapStats {
+                time: t(at),
+                swap_available_bytes: None,
+                swap_usage_bytes: Some(1),
+            }),
+            ..Default::default()
+        };
+        let containers = [container(10, Some(5), 100, 1), container(20, None, 50, 2)];
+        let (cpu, memory) = sum_cpu_memory(&containers);
+        let cpu = cpu.unwrap();
+        assert_eq!(cpu.time, t(2));
+        assert_eq!(cpu.usage_core_nano_seconds, Some(30));
+        assert_eq!(cpu.usage_nano_cores, Some(5));
+        let memory = memory.unwrap();
+        assert_eq!(memory.working_set_bytes, Some(150));
+        assert_eq!(memory.usage_bytes, Some(300));
+        assert_eq!(memory.rss_bytes, Some(0));
+        let swap = sum_swap(&containers).unwrap();
+        assert_eq!((swap.time, swap.swap_usage_bytes), (t(1), Some(2)));
+        assert_eq!(sum_cpu_memory(&[]), (None, None));
+        assert_eq!(sum_swap(&[]), None);
+    }
+
+    #[test]
+    fn ephemeral_storage_sums_rootfs_and_logs() {
+        let root = FsStats::from_usage(
+            t(10),
+            &FsUsage {
+                capacity_bytes: 1000,
+                available_bytes: 600,
+                used_bytes: 400,
+                inodes: 100,
+                inodes_free: 40,
+            },
+        );
+        assert_eq!(root.inodes_used, Some(60));
+        let c = |rootfs: Option<FsStats>, logs: Option<FsStats>| ContainerStats {
+            rootfs,
+            logs,
+            ..Default::default()
+        };
+        let part = |at, used, inodes| FsStats::part_of(t(at), None, Some(used), Some(inodes));
+        let containers = [
+            c(Some(part(20, 5, 1)), Some(part(30, 7, 2))),
+            c(Some(part(5, 11, 3)), None),
+            // Logs without a writable layer are not counted (as upstream).
+            c(None, Some(part(40, 100, 100))),
+        ];
+        let got = ephemeral_storage(&containers, &root);
+        assert_eq!(got.time, t(30));
+        assert_eq!(got.used_bytes, Some(23));
+        assert_eq!(got.inodes_used, Some(6));
+        assert_eq!(got.capacity_bytes, Some(1000));
+        assert_eq!(got.available_bytes, Some(600));
+        assert_eq!(ephemeral_storage(&[], &root).used_bytes, None);
+    }
+
+    #[test]
+    fn json_field_names_and_times() {
+        let summary = Summary {
+            node: NodeStats {
+                node_name: "n1".into(),
+                start_time: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_900)),
+                network: Some(NetworkStats {
+                    time: t(1),
+                    default: InterfaceStats {
+                        name: "eth0".into(),
+                        rx_bytes: Some(1),
+                        ..Default::default()
+                    },
+                    interfaces: Vec::new(),
+                }),
+                rlimit: Some(RlimitStats {
+                    time: t(1),
+                    max_pid: Some(10),
+                    num_of_running_processes: Some(3),
+                }),
+                ..Default::default()
+            },
+            pods: vec![PodStats {
+                ephemeral_storage: Some(FsStats::part_of(t(0), None, Some(1), None)),
+                ..Default::default()
+            }],
+        };
+        let json = serde_json::to_value(&summary).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "node": {
+                    "nodeName": "n1",
+                    "startTime": "2023-11-14T22:13:20Z",
+                    "network": {"time": "1970-01-01T00:00:01Z", "name": "eth0", "rxBytes": 1},
+                    "rlimit": {"time": "1970-01-01T00:00:01Z", "maxpid": 10, "curproc": 3},
+                },
+                "pods": [{
+                    "podRef": {"name": "", "namespace": "", "uid": ""},
+                    "startTime": null,
+                    "containers": [],
+                    "ephemeral-storage": {"time": "1970-01-01T00:00:00Z", "usedBytes": 1},
+                }],
+            })
+        );
+        assert_eq!(
+            rfc3339_seconds(UNIX_EPOCH - Duration::from_millis(500)),
+            "1969-12-31T23:59:59Z"
+        );
+    }
+}

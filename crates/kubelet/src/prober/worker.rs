@@ -1,0 +1,245 @@
+//! One probe worker (upstream's prober/worker.go): a task that probes one
+//! container's liveness, readiness or startup every period, following the
+//! container through the status manager, and caches the result.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Probe};
+use kubelet_core::probe::{
+    ContainerView, Next, ProbeKind, ProbeResult, ProbeState, ProbeTiming, ResultUpdate,
+    probe_action,
+};
+use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::handlers::{HandlerError, Outcome, run_action};
+use super::metrics::ProbeLabels;
+use super::results::raw_container_id;
+use super::{Shared, WorkerKey};
+use crate::events::{Involved, WARNING};
+
+/// Tries of a probe whose handler errors (upstream's maxProbeRetries).
+const MAX_PROBE_RETRIES: usize = 3;
+
+pub(crate) struct Worker {
+    pub id: u64,
+    pub key: WorkerKey,
+    pub pod: Arc<Pod>,
+    pub container: Container,
+    pub spec: Probe,
+    pub shared: Arc<Shared>,
+}
+
+/// Why a probe produced no result.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error(transparent)]
+    Action(#[from] kubelet_core::probe::ActionError),
+    #[error(transparent)]
+    Handler(#[from] HandlerError),
+}
+
+impl Worker {
+    fn kind(&self) -> ProbeKind {
+        self.key.kind
+    }
+
+    fn labels(&self) -> ProbeLabels {
+        ProbeLabels {
+            kind: self.kind(),
+            container: self.container.name.clone(),
+            pod: self.pod.metadata.name.clone().unwrap_or_default(),
+            namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
+            pod_uid: self.key.uid.to_string(),
+        }
+    }
+
+    /// Probe every period until cancelled or the container is done for.
+    pub async fn run(self, token: CancellationToken) {
+        let timing = ProbeTiming::of(self.kind(), &self.spec);
+        let mut state = ProbeState::new(self.kind(), timing);
+        // Workers started together (a kubelet restart) spread out over a period.
+        if self.shared.start.elapsed() < timing.period {
+            let jitter = timing.period.mul_f64(fraction(&self.key));
+            tokio::select! {
+                _ = token.cancelled() => return self.finish(&state),
+                _ = tokio::time::sleep(jitter) => {}
+            }
+        }
+        let mut ticker = tokio::time::interval_at(Instant::now() + timing.period, timing.period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            let keep_going = tokio::select! {
+                _ = token.cancelled() => false,
+                keep = self.do_probe(&mut state, timing) => keep,
+            };
+            if !keep_going {
+                break;
+            }
+            tokio::select! {
+                _ = token.cancelled() => break,
+                _ = ticker.tick() => {}
+            }
+        }
+        self.finish(&state);
+    }
+
+    /// Clean up: the container's result and metrics go, unless another
+    /// worker replaced this one (it owns them now).
+    fn finish(&self, state: &ProbeState) {
+        if !self.shared.worker_ended(&self.key, self.id) {
+            return;
+        }
+        if let Some(id) = state.container_id() {
+            self.shared.results.remove(self.kind(), id);
+        }
+        self.shared.metrics.forget(&self.labels());
+    }
+
+    fn apply(&self, update: ResultUpdate) {
+        match update {
+            ResultUpdate::Set(id, result) => self.shared.results.set(
+                self.kind(),
+                &id,
+                result,
+                &self.key.uid,
+                &self.shared.changed,
+            ),
+            ResultUpdate::Remove(id) => self.shared.results.remove(self.kind(), &id),
+        }
+    }
+
+    /// One tick; false ends the worker.
+    async fn do_probe(&self, state: &mut ProbeState, timing: ProbeTiming) -> bool {
+        let started = Instant::now();
+        let Some(status) = self.shared.status.get_pod_status(&self.key.uid) else {
+            // Not created yet, or already forgotten.
+            return true;
+        };
+        let terminal = matches!(
+            status.phase.as_deref(),
+            Some(PHASE_SUCCEEDED | PHASE_FAILED)
+        );
+        let view = self.container_view(&status);
+        let tick = state.tick(terminal, view.as_ref());
+        for update in tick.updates {
+            self.apply(update);
+        }
+        match tick.next {
+            Next::Stop => return false,
+            Next::Wait => return true,
+            Next::Probe => {}
+        }
+        let Some(container_id) = state.container_id().map(str::to_owned) else {
+            return true;
+        };
+        let pod_ip = status.pod_ip.as_deref().unwrap_or("");
+        let mut outcome = self.probe(&container_id, pod_ip, timing.timeout).await;
+        for _ in 1..MAX_PROBE_RETRIES {
+            if outcome.is_ok() {
+                break;
+            }
+            outcome = self.probe(&container_id, pod_ip, timing.timeout).await;
+        }
+        let kind = self.kind();
+        let result = match outcome {
+            Err(e) => {
+                tracing::debug!(pod = %self.key.uid, container = %self.container.name, %kind, error = %e, "probe errored");
+                self.event(
+                    "Unhealthy",
+                    format!("{kind} probe errored and resulted in unknown state: {e}"),
+                );
+                // The result is thrown away.
+                return true;
+            }
+            Ok(r) => match r.outcome {
+                Outcome::Success => ProbeResult::Success,
+                Outcome::Warning => {
+                    self.event(
+                        "ProbeWarning",
+                        format!("{kind} probe warning: {}", r.output),
+                    );
+                    ProbeResult::Success
+                }
+                Outcome::Failure => {
+                    tracing::debug!(pod = %self.key.uid, container = %self.container.name, %kind, output = %r.output, "probe failed");
+                    self.event("Unhealthy", format!("{kind} probe failed: {}", r.output));
+                    ProbeResult::Failure
+                }
+            },
+        };
+        self.shared
+            .metrics
+            .observe(&self.labels(), result, started.elapsed());
+        if let Some(update) = state.record(result) {
+            self.apply(update);
+        }
+        true
+    }
+
+    async fn probe(
+        &self,
+        container_id: &str,
+        pod_ip: &str,
+        timeout: Duration,
+    ) -> Result<super::handlers::HandlerResult, ProbeError> {
+        let action = probe_action(&self.spec, &self.container, pod_ip)?;
+        Ok(run_action(&self.shared.cri, container_id, &action, timeout).await?)
+    }
+
+    fn event(&self, reason: &str, message: String) {
+        self.shared.events.event(
+            &Involved::pod(&self.pod, Some(&self.container.name)),
+            WARNING,
+            reason,
+            message,
+        );
+    }
+
+    /// The container as the last computed status shows it: a regular
+    /// container first, else an init container (sidecars), with an id.
+    fn container_view(&self, status: &PodStatus) -> Option<ContainerView> {
+        let name = &self.container.name;
+        let with_id = |list: &Option<Vec<ContainerStatus>>| {
+            list.iter()
+                .flatten()
+                .find(|c| &c.name == name && !c.container_id.as_deref().unwrap_or("").is_empty())
+                .cloned()
+        };
+        let c = with_id(&status.container_statuses)
+            .or_else(|| with_id(&status.init_container_statuses))?;
+        let id = raw_container_id(c.container_id.as_deref().unwrap_or("")).to_owned();
+        // Started once the startup probe passed (upstream reads this back
+        // from the status it computed from the same result).
+        let started = self.container.startup_probe.is_none()
+            || self.shared.results.get(ProbeKind::Startup, &id) == Some(ProbeResult::Success);
+        let state = c.state.unwrap_or_default();
+        let running_for = state.running.map(|r| {
+            let since = r.started_at.map_or(0, |t| t.0.as_nanosecond());
+            let nanos = i128::from(crate::clock::now_nanos()) - since;
+            Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
+        });
+        let sidecar = self.container.restart_policy.as_deref() == Some("Always");
+        let pod_policy = self
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.restart_policy.as_deref());
+        Some(ContainerView {
+            id,
+            running_for,
+            terminated: state.terminated.is_some(),
+            started,
+            restartable: sidecar || pod_policy != Some("Never"),
+        })
+    }
+}
+
+/// A fraction in [0, 1) that differs per worker and per kubelet run.
+fn fraction(key: &WorkerKey) -> f64 {
+    let h = RandomState::new().hash_one(key);
+    (h % 1_000_000) as f64 / 1_000_000.0
+}
