@@ -15,6 +15,8 @@ PACKAGES=(
   protobuf-compiler
   iproute2
   iptables
+  curl
+  openssl
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }

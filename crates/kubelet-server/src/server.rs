@@ -477,7 +477,7 @@ mod tests {
             srv.addr,
             alice(),
             "POST",
-            "/exec/default/nope/c?command=ls&stdout=1",
+            "/exec/default/nope/c?command=ls&output=1",
             &[],
         )
         .await
@@ -501,7 +501,7 @@ mod tests {
             srv.addr,
             alice(),
             "POST",
-            "/exec/default/web/other?command=ls&stdout=1",
+            "/exec/default/web/other?command=ls&output=1",
             &[],
         )
         .await
@@ -580,7 +580,7 @@ mod tests {
         .await;
         let carol = || client_config(&srv.pki, Some(srv.pki.leaf("carol", &[], vec![])));
         for path in [
-            "/exec/default/web/nginx?command=ls&stdout=1",
+            "/exec/default/web/nginx?command=ls&output=1",
             "/containerLogs/default/web/nginx",
             "/runningpods/",
         ] {

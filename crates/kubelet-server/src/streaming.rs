@@ -150,9 +150,10 @@ pub fn parse_request(
         uid: uid.to_owned(),
         container: container.to_owned(),
         command: params.get("command").cloned().unwrap_or_default(),
-        stdin: flag(&params, "stdin"),
-        stdout: flag(&params, "stdout"),
-        stderr: flag(&params, "stderr"),
+        // The API server's names (api.ExecStdinParam and friends).
+        stdin: flag(&params, "input"),
+        stdout: flag(&params, "output"),
+        stderr: flag(&params, "error"),
         tty: flag(&params, "tty"),
         ports: Vec::new(),
     };
@@ -395,6 +396,13 @@ where
             .body(body)
             .map_err(|e| StreamError::Backend(e.to_string()));
     }
+    // SPDY clients (the API server) ping every few seconds: only other
+    // frames count as activity.
+    let spdy = backend_resp
+        .headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.to_ascii_lowercase().starts_with("spdy/"));
     let client_upgrade = hyper::upgrade::on(&mut req);
     let backend_upgrade = hyper::upgrade::on(&mut backend_resp);
     let cancel = cancel.clone();
@@ -412,6 +420,7 @@ where
                 TokioIo::new(client),
                 TokioIo::new(backend),
                 idle_timeout,
+                spdy,
                 &cancel,
             )
             .await
@@ -441,13 +450,58 @@ pub enum SpliceEnd {
     Cancelled,
 }
 
+/// Follows SPDY/3 framing in one direction of a spliced stream and says
+/// whether bytes carried anything but PING frames (which keep a connection
+/// open without using it).
+#[derive(Debug, Default)]
+pub struct SpdyActivity {
+    header: Vec<u8>,
+    /// Payload bytes of the current frame still to come.
+    left: usize,
+    ping: bool,
+}
+
+/// SPDY/3 control frame type PING.
+const SPDY_PING: u16 = 6;
+
+impl SpdyActivity {
+    /// Feed bytes as they pass; true when any belonged to a frame other
+    /// than a PING.
+    pub fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        let mut active = false;
+        while !bytes.is_empty() {
+            if self.left > 0 {
+                let n = self.left.min(bytes.len());
+                active |= !self.ping;
+                self.left -= n;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let n = (8 - self.header.len()).min(bytes.len());
+            self.header.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            if self.header.len() < 8 {
+                continue;
+            }
+            let h = std::mem::take(&mut self.header);
+            let control = h[0] & 0x80 != 0;
+            self.ping = control && u16::from_be_bytes([h[2], h[3]]) == SPDY_PING;
+            self.left = usize::from(h[5]) << 16 | usize::from(h[6]) << 8 | usize::from(h[7]);
+            active |= !self.ping;
+        }
+        active
+    }
+}
+
 /// Copies bytes both ways between `client` and `backend` until one side
-/// closes, nothing moves for `idle`, or `cancel`; both are then dropped
-/// (closed), as upstream's proxy does once either half ends.
+/// closes, nothing is said for `idle` (with `spdy`, PING frames do not
+/// count), or `cancel`; both are then dropped (closed), as upstream's proxy
+/// does once either half ends.
 pub async fn splice<C, S>(
     client: C,
     backend: S,
     idle: Duration,
+    spdy: bool,
     cancel: &CancellationToken,
 ) -> SpliceEnd
 where
@@ -458,15 +512,17 @@ where
     let (mut backend_rx, mut backend_tx) = tokio::io::split(backend);
     let mut up = vec![0u8; 32 * 1024];
     let mut down = vec![0u8; 32 * 1024];
+    let (mut from_client, mut from_backend) = (SpdyActivity::default(), SpdyActivity::default());
     let deadline = tokio::time::sleep(idle);
     tokio::pin!(deadline);
     loop {
-        tokio::select! {
+        let active = tokio::select! {
             n = client_rx.read(&mut up) => match n {
                 Ok(n) if n > 0 => {
                     if backend_tx.write_all(&up[..n]).await.is_err() {
                         return SpliceEnd::Backend;
                     }
+                    !spdy || from_client.feed(&up[..n])
                 }
                 _ => {
                     let _ = backend_tx.shutdown().await;
@@ -478,6 +534,7 @@ where
                     if client_tx.write_all(&down[..n]).await.is_err() {
                         return SpliceEnd::Client;
                     }
+                    !spdy || from_backend.feed(&down[..n])
                 }
                 _ => {
                     let _ = client_tx.shutdown().await;
@@ -486,8 +543,10 @@ where
             },
             () = &mut deadline => return SpliceEnd::Idle,
             () = cancel.cancelled() => return SpliceEnd::Cancelled,
+        };
+        if active {
+            deadline.as_mut().reset(tokio::time::Instant::now() + idle);
         }
-        deadline.as_mut().reset(tokio::time::Instant::now() + idle);
     }
 }
 
@@ -517,7 +576,7 @@ mod tests {
         let r = ok(
             Exec,
             &["ns", "p", "c"],
-            "command=sh&command=-c&command=echo%20hi&stdin=1&stdout=1&tty=1&stderr=1",
+            "command=sh&command=-c&command=echo%20hi&input=1&output=1&tty=1&error=1",
             false,
         );
         assert_eq!(
@@ -532,7 +591,7 @@ mod tests {
         assert_eq!(r.command, ["sh", "-c", "echo hi"]);
         assert!(r.stdin && r.stdout && r.tty);
         assert!(!r.stderr, "tty drops stderr");
-        let r = ok(Attach, &["ns", "p", "uid-1", "c"], "stdout=true", false);
+        let r = ok(Attach, &["ns", "p", "uid-1", "c"], "output=true", false);
         assert_eq!((r.uid.as_str(), r.container.as_str()), ("uid-1", "c"));
         let r = ok(PortForward, &["ns", "p"], "port=80&port=8080", true);
         assert_eq!(r.ports, [80, 8080]);
@@ -600,7 +659,7 @@ mod tests {
             parse_request(
                 StreamKind::Exec,
                 &["default", "web", "nginx"],
-                Some("stdout=1"),
+                Some("output=1"),
                 false,
             )
             .unwrap()
@@ -696,7 +755,7 @@ mod tests {
         let mut client = TcpStream::connect(addr).await.unwrap();
         client
             .write_all(
-                b"POST /exec/default/web/nginx?command=sh&stdin=1 HTTP/1.1\r\nHost: node-a:10250\r\n\
+                b"POST /exec/default/web/nginx?command=sh&input=1 HTTP/1.1\r\nHost: node-a:10250\r\n\
                   Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nAuthorization: Bearer secret\r\n\
                   X-Stream-Protocol-Version: v4.channel.k8s.io\r\nX-Stream-Protocol-Version: v3.channel.k8s.io\r\n\r\n",
             )
@@ -764,10 +823,9 @@ mod tests {
         let (client, mut client_peer) = tokio::io::duplex(1024);
         let (backend, mut backend_peer) = tokio::io::duplex(1024);
         let idle = Duration::from_secs(10);
-        let session =
-            tokio::spawn(
-                async move { splice(client, backend, idle, &CancellationToken::new()).await },
-            );
+        let session = tokio::spawn(async move {
+            splice(client, backend, idle, false, &CancellationToken::new()).await
+        });
         let start = tokio::time::Instant::now();
         for _ in 0..3 {
             tokio::time::sleep(Duration::from_secs(8)).await;
@@ -784,10 +842,9 @@ mod tests {
         // The client closing ends it at once, closing the backend.
         let (client, client_peer) = tokio::io::duplex(1024);
         let (backend, mut backend_peer) = tokio::io::duplex(1024);
-        let session =
-            tokio::spawn(
-                async move { splice(client, backend, idle, &CancellationToken::new()).await },
-            );
+        let session = tokio::spawn(async move {
+            splice(client, backend, idle, false, &CancellationToken::new()).await
+        });
         drop(client_peer);
         assert_eq!(session.await.unwrap(), SpliceEnd::Client);
         assert_eq!(backend_peer.read(&mut b).await.unwrap(), 0);
@@ -797,8 +854,23 @@ mod tests {
         let (backend, _backend_peer) = tokio::io::duplex(1024);
         cancel.cancel();
         assert_eq!(
-            splice(client, backend, idle, &cancel).await,
+            splice(client, backend, idle, false, &cancel).await,
             SpliceEnd::Cancelled
         );
+    }
+
+    #[test]
+    fn spdy_pings_are_not_activity() {
+        let ping = [0x80, 0x03, 0x00, 0x06, 0x00, 0x00, 0x00, 0x04, 0, 0, 0, 1];
+        let data = [0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, b'h', b'i'];
+        let syn_reply = [0x80, 0x03, 0x00, 0x02, 0x00, 0x00, 0x00, 0x00];
+        let mut a = SpdyActivity::default();
+        assert!(!a.feed(&ping), "a ping");
+        assert!(!a.feed(&[ping, ping].concat()), "two pings in one read");
+        assert!(a.feed(&data), "a data frame");
+        assert!(a.feed(&syn_reply), "another control frame");
+        // Frames split across reads keep their meaning.
+        assert!(!a.feed(&ping[..3]) && !a.feed(&ping[3..9]) && !a.feed(&ping[9..]));
+        assert!(!a.feed(&data[..5]) && a.feed(&data[5..]));
     }
 }

@@ -346,10 +346,15 @@ impl Kubelet {
         for d in ["manifests", "root", "logs"] {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
+        // The kubelet API trusts the cluster CA for client certificates
+        // (the API server's), and cuts idle streams after 10 s.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             podLogsDir: {}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
-            dir.path().join("logs").display()
+             podLogsDir: {}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
+             streamingConnectionIdleTimeout: 10s\n\
+             authentication:\n  x509:\n    clientCAFile: {}\n",
+            dir.path().join("logs").display(),
+            api.dir.join("pki/ca.crt").display()
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
         let cri = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT).unwrap();
@@ -1218,6 +1223,331 @@ async fn i_init_sidecar_pre_stop_and_active_deadline() {
     );
     k.api
         .ok(&["delete", "pod", "cl-seq", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
+/// `kubectl` with a time limit (streams that should end but might not);
+/// None when it did not finish in time.
+fn kubectl_within(
+    api: &Api,
+    limit: Duration,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Option<Output> {
+    let mut cmd = Command::new(&api.kubectl);
+    cmd.arg("--kubeconfig")
+        .arg(api.admin_conf())
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawning kubectl");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
+    let mut k = Kubelet::new("kubeletapi");
+    k.start_ready().await;
+    let mut web = sh_container(
+        "web",
+        "mkdir -p /www && echo hello-from-web > /www/index.html && \
+         for i in 1 2 3; do echo line-$i; done; exec httpd -f -p 8080 -h /www",
+    );
+    web["ports"] = json!([{"containerPort": 8080}]);
+    let mut echo = sh_container("echo", "read line; echo got:$line; sleep 2");
+    echo["stdin"] = json!(true);
+    echo["stdinOnce"] = json!(true);
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [web, echo]});
+    k.api.create(&test_pod(&k.api, "cl-api", spec));
+    let pod = eventually("running", START, async || {
+        k.api.pod("cl-api").filter(running_with_ip)
+    })
+    .await;
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+
+    // kubectl logs, --tail, --timestamps.
+    let logs = eventually("kubectl logs", START, async || {
+        let out = k.api.run(&["logs", "cl-api", "-c", "web", "-n", "default"]);
+        let text = stdout(&out);
+        (out.status.success() && text.contains("line-3")).then_some(text)
+    })
+    .await;
+    assert_eq!(logs, "line-1\nline-2\nline-3\n");
+    let tail = k.api.ok(&["logs", "cl-api", "-c", "web", "--tail=1"]);
+    assert_eq!(tail, "line-3\n");
+    let stamped = k
+        .api
+        .ok(&["logs", "cl-api", "-c", "web", "--timestamps", "--tail=1"]);
+    let (ts, line) = stamped.trim_end().split_once(' ').unwrap_or_default();
+    assert!(
+        ts.ends_with('Z') && ts.len() == 30 && line == "line-3",
+        "{stamped:?}"
+    );
+
+    // kubectl exec: output, stdin, exit codes.
+    let out = k.api.ok(&[
+        "exec",
+        "cl-api",
+        "-c",
+        "web",
+        "--",
+        "cat",
+        "/www/index.html",
+    ]);
+    assert_eq!(out, "hello-from-web\n");
+    let out = k.api.run_as(
+        &k.api.admin_conf(),
+        &[
+            "exec",
+            "-i",
+            "cl-api",
+            "-c",
+            "web",
+            "--",
+            "sh",
+            "-c",
+            "tr a-z A-Z; exit 3",
+        ],
+        Some("shout\n"),
+    );
+    assert_eq!(stdout(&out), "SHOUT\n");
+    assert_eq!(out.status.code(), Some(3), "exit code propagated: {out:?}");
+
+    // kubectl logs -f follows new lines.
+    k.exec(
+        uid(&pod),
+        "web",
+        &["sh", "-c", "echo line-4 > /proc/1/fd/1"],
+    )
+    .await;
+    let followed = kubectl_within(
+        &k.api,
+        Duration::from_secs(5),
+        &["logs", "-f", "cl-api", "-c", "web", "--tail=1"],
+        None,
+    );
+    assert!(
+        followed.is_none(),
+        "logs -f keeps following a running container"
+    );
+
+    // kubectl attach: stdin reaches the container, its output comes back;
+    // the session ends when the container does.
+    let attached = kubectl_within(
+        &k.api,
+        Duration::from_secs(20),
+        &["attach", "-i", "cl-api", "-c", "echo"],
+        Some("hi\n"),
+    )
+    .expect("kubectl attach ends when stdin closes");
+    assert!(stdout(&attached).contains("got:hi"), "{attached:?}");
+
+    // kubectl port-forward to the busybox httpd.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut pf = Command::new(&k.api.kubectl)
+        .arg("--kubeconfig")
+        .arg(k.api.admin_conf())
+        .args(["port-forward", "pod/cl-api", &format!("{port}:8080")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let page = eventually("a page through port-forward", START, async || {
+        use std::io::Read;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        s.write_all(b"GET /index.html HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        body.contains("hello-from-web").then_some(body)
+    })
+    .await;
+    let _ = pf.kill();
+    let _ = pf.wait();
+    assert!(page.starts_with("HTTP/1.1 200 OK"), "{page}");
+
+    // Metrics and stats through the API server's node proxy.
+    let node = k.api.node.clone();
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/metrics"),
+    ]);
+    for family in [
+        "kubelet_running_pods",
+        "kubelet_pleg_relist_duration_seconds_bucket",
+        "kubelet_runtime_operations_total",
+        "kubelet_pod_worker_duration_seconds_count",
+        "rest_client_requests_total",
+        "process_resident_memory_bytes",
+    ] {
+        assert!(metrics.contains(family), "/metrics has {family}");
+    }
+    let summary: Value = eventually("stats of the pod", START, async || {
+        let raw = k.api.run(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
+        ]);
+        let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
+        let ours = v["pods"].as_array()?.iter().any(|p| {
+            p["podRef"]["name"] == "cl-api"
+                && p["containers"].as_array().is_some_and(|c| c.len() == 2)
+        });
+        ours.then_some(v)
+    })
+    .await;
+    assert_eq!(summary["node"]["nodeName"], node.as_str());
+    assert!(
+        summary["node"]["memory"]["workingSetBytes"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    );
+    let resource = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/metrics/resource"),
+    ]);
+    assert!(
+        resource.contains("container_cpu_usage_seconds_total{container=\"web\",namespace=\"default\",pod=\"cl-api\"}"),
+        "{resource}"
+    );
+
+    // An exec that stays quiet past streamingConnectionIdleTimeout (10 s) is cut.
+    let start = Instant::now();
+    let idle = kubectl_within(
+        &k.api,
+        Duration::from_secs(40),
+        &["exec", "cl-api", "-c", "web", "--", "sleep", "30"],
+        None,
+    )
+    .expect("kubectl exec returns once the stream is cut");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(9) && took < Duration::from_secs(28),
+        "the idle exec (sleep 30) is cut after the 10 s idle timeout, not before: {took:?} {idle:?}"
+    );
+
+    k.api
+        .ok(&["delete", "pod", "cl-api", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
+impl Kubelet {
+    /// curl the kubelet API directly (no API server in between).
+    fn curl(&self, cert: Option<&str>, path: &str) -> (u16, String) {
+        let pki = self.api.dir.join("pki");
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sk", "--path-as-is", "-o", "-", "-w", "\n%{http_code}"]);
+        if let Some(name) = cert {
+            cmd.arg("--cert")
+                .arg(pki.join(format!("{name}.crt")))
+                .arg("--key")
+                .arg(pki.join(format!("{name}.key")));
+        }
+        let out = cmd
+            .arg(format!("https://127.0.0.1:10250{path}"))
+            .output()
+            .expect("running curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_owned())
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn k_kubelet_api_refuses_strangers_and_path_escapes() {
+    let mut k = Kubelet::new("apisec");
+    k.start_ready().await;
+    let spec = json!({"terminationGracePeriodSeconds": 2,
+                      "containers": [sh_container("main", "echo secret-free; sleep 3600")]});
+    k.api.create(&test_pod(&k.api, "cl-sec", spec));
+    let pod = eventually("running", START, async || {
+        k.api.pod("cl-sec").filter(running_with_ip)
+    })
+    .await;
+    let id = uid(&pod).to_owned();
+    let uids: HashSet<String> = [id.clone()].into();
+
+    for path in [
+        "/pods",
+        "/metrics",
+        "/stats/summary",
+        "/containerLogs/default/cl-sec/main",
+        "/exec/default/cl-sec/main?command=id",
+        "/healthz",
+    ] {
+        let (code, _) = k.curl(None, path);
+        assert_eq!(code, 401, "no credentials on {path}");
+    }
+    // A node's certificate authenticates, but RBAC gives nodes no
+    // nodes/proxy: 403 with upstream's body.
+    let (code, body) = k.curl(Some("node-other"), "/pods");
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.starts_with("Forbidden (user=system:node:other"),
+        "{body}"
+    );
+    // The API server's client (system:masters) is allowed.
+    let admin = Some("apiserver-kubelet-client");
+    let (code, body) = k.curl(admin, "/containerLogs/default/cl-sec/main");
+    assert_eq!((code, body.as_str()), (200, "secret-free\n"));
+    for escape in [
+        "/containerLogs/default/../../../etc/passwd",
+        "/containerLogs/default/cl-sec/..%2f..%2f..%2fetc%2fpasswd",
+        "/containerLogs/%2e%2e/%2e%2e/passwd",
+        "/containerLogs//etc/passwd/main",
+    ] {
+        let (code, body) = k.curl(admin, escape);
+        assert!(!body.contains("root:"), "{escape}: {code} {body}");
+        assert!(code >= 400, "{escape}: {code}");
+    }
+    // A symlink planted in place of the container's log file is not followed.
+    let log = k
+        .dir
+        .path()
+        .join("logs")
+        .join(format!("default_cl-sec_{id}"))
+        .join("main/0.log");
+    std::fs::remove_file(&log).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &log).unwrap();
+    let (code, body) = k.curl(admin, "/containerLogs/default/cl-sec/main");
+    assert!(!body.contains("root:") && code >= 400, "{code} {body}");
+
+    k.api
+        .ok(&["delete", "pod", "cl-sec", "-n", "default", "--wait=false"]);
     k.finish(&uids).await;
 }
 
