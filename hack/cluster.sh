@@ -5,6 +5,11 @@
 #
 #   hack/cluster.sh up [NODE]     certs, kubeconfigs, etcd, kube-apiserver,
 #                                 kube-controller-manager, kube-scheduler
+#   hack/cluster.sh metrics-server
+#                                 start metrics-server (hack/control-plane.sh
+#                                 metrics-server) on the node IP, port
+#                                 ${RKUBELET_METRICS_SERVER_PORT:-4443}, and register
+#                                 it as v1beta1.metrics.k8s.io (kubectl top)
 #   hack/cluster.sh down          stop them all (state dir kept unless CLEAN=1)
 #   hack/cluster.sh env           print KUBECONFIG and PATH exports
 #
@@ -24,7 +29,8 @@ PKI=$DIR/pki
 APISERVER_PORT=${RKUBELET_APISERVER_PORT:-6443}
 ETCD_PORT=${RKUBELET_ETCD_PORT:-2379}
 SERVICE_CIDR=10.0.0.0/24
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+METRICS_SERVER_PORT=${RKUBELET_METRICS_SERVER_PORT:-4443}
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler metrics-server)
 
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 
@@ -90,6 +96,9 @@ pki() {
     "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin kubernetes-admin system:masters
   cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
+  # The aggregation layer's client (API server -> metrics-server), allowed by
+  # name only (--requestheader-allowed-names) though signed by the same CA.
+  cert front-proxy-client front-proxy-client
   cert controller-manager system:kube-controller-manager
   cert scheduler system:kube-scheduler
   cert "node-$node" "system:node:$node" system:nodes
@@ -158,6 +167,11 @@ EOF
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
     --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
+    --requestheader-client-ca-file "$PKI/ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type=none \
@@ -186,6 +200,64 @@ node $node's kubeconfig: $DIR/kubelet-$node.conf
 EOF
 }
 
+# The node's address: the source of the default route (what rkubelet reports
+# as InternalIP); endpoints cannot be loopback addresses.
+node_ip() {
+  ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") { print $(i + 1); exit }}'
+}
+
+metrics_server() {
+  local ms ip kubectl=("$(bin_dir)/kubectl" --kubeconfig "$DIR/admin.conf")
+  ms=$("$REPO_ROOT/hack/control-plane.sh" metrics-server)
+  ip=$(node_ip)
+  [[ -n $ip ]] || die "no default route: cannot tell the node IP for metrics-server"
+  mkdir -p "$DIR/metrics-server"
+  # Its own credentials are admin's; the kubelets trust the cluster CA for
+  # client certificates, so it scrapes /metrics/resource as admin.
+  start metrics-server "$ms" --kubeconfig "$DIR/admin.conf" \
+    --authentication-kubeconfig "$DIR/admin.conf" --authorization-kubeconfig "$DIR/admin.conf" \
+    --bind-address 0.0.0.0 --secure-port "$METRICS_SERVER_PORT" --cert-dir "$DIR/metrics-server" \
+    --kubelet-preferred-address-types InternalIP --kubelet-insecure-tls --metric-resolution 10s --kubelet-request-timeout 5s
+  "${kubectl[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Service
+metadata: {name: metrics-server, namespace: kube-system}
+spec:
+  ports: [{name: https, port: 443, protocol: TCP, targetPort: $METRICS_SERVER_PORT}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: metrics-server, namespace: kube-system}
+subsets:
+- addresses: [{ip: $ip}]
+  ports: [{name: https, port: $METRICS_SERVER_PORT, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: metrics-server-manual
+  namespace: kube-system
+  labels: {kubernetes.io/service-name: metrics-server}
+addressType: IPv4
+endpoints: [{addresses: [$ip]}]
+ports: [{name: https, port: $METRICS_SERVER_PORT, protocol: TCP}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta1.metrics.k8s.io}
+spec:
+  service: {name: metrics-server, namespace: kube-system, port: 443}
+  group: metrics.k8s.io
+  version: v1beta1
+  insecureSkipTLSVerify: true
+  groupPriorityMinimum: 100
+  versionPriority: 100
+EOF
+  wait_for "metrics-server (APIService available)" \
+    "${kubectl[@]}" wait --for=condition=Available apiservice/v1beta1.metrics.k8s.io --timeout=1s
+  echo "metrics-server up on $ip:$METRICS_SERVER_PORT; try: kubectl top node"
+}
+
 down() {
   local name pid
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
@@ -205,7 +277,8 @@ down() {
 
 case ${1:-} in
   up) up "${2:-}" ;;
+  metrics-server) metrics_server ;;
   down) down ;;
   env) echo "export KUBECONFIG=$DIR/admin.conf PATH=$(bin_dir):\$PATH" ;;
-  *) die "usage: $0 up [NODE]|down|env" ;;
+  *) die "usage: $0 up [NODE]|metrics-server|down|env" ;;
 esac

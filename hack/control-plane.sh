@@ -5,6 +5,9 @@
 #                                  kube-scheduler, kubectl and the upstream kubelet
 #                                  (for side-by-side benchmarks) into a cache keyed by
 #                                  version and go.sum; prints the bin directory
+#   hack/control-plane.sh metrics-server
+#                                  build metrics-server (hack/metrics-server/go.mod) into
+#                                  the same cache; prints the binary's path
 #
 # The build is idempotent: a cache hit returns at once; a fresh machine builds
 # again (about 20-40 minutes on 2 cores, most of it kube-apiserver).
@@ -63,8 +66,33 @@ build() {
   echo "$dir"
 }
 
+# metrics-server (its own module: it pins older k8s.io libraries), for
+# `kubectl top`; cached like the control plane, keyed by its go.sum.
+MS_VERSION=v0.8.0
+MS_MOD_DIR=$REPO_ROOT/hack/metrics-server
+
+metrics_server_path() {
+  local key
+  key=$(cat "$MS_MOD_DIR/go.mod" "$MS_MOD_DIR/go.sum" | sha256sum | cut -c1-12)
+  echo "$CACHE_ROOT/metrics-server/$MS_VERSION-$key/metrics-server"
+}
+
+metrics_server() {
+  local path
+  path=$(metrics_server_path)
+  if [[ ! -x $path ]]; then
+    command -v go >/dev/null || die "go is not installed"
+    echo "building metrics-server $MS_VERSION into $path" >&2
+    (cd "$MS_MOD_DIR" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" \
+      -o "$path.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server) || die "go build of metrics-server failed"
+    mv "$path.tmp" "$path"
+  fi
+  echo "$path"
+}
+
 case ${1:-} in
   build) build ;;
   bin-dir) bin_dir ;;
-  *) die "usage: $0 build|bin-dir" ;;
+  metrics-server) metrics_server ;;
+  *) die "usage: $0 build|bin-dir|metrics-server" ;;
 esac

@@ -32,6 +32,9 @@ kind: KubeletConfiguration
 staticPodPath: $state/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $state/logs
+authentication:
+  x509:
+    clientCAFile: $RKUBELET_CLUSTER_DIR/pki/ca.crt
 CFG
 if [[ -f $state/rkubelet.pid ]] && kill -0 "$(cat "$state/rkubelet.pid")" 2>/dev/null; then
   echo "==> rkubelet already running"
@@ -48,6 +51,8 @@ for _ in $(seq 1 60); do
   [[ $("${kubectl[@]}" get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]] && break
   sleep 0.5
 done
+echo "==> starting metrics-server (kubectl top)"
+hack/cluster.sh metrics-server >/dev/null
 "${kubectl[@]}" get nodes -o wide
 echo
 "${kubectl[@]}" get pods -A -o wide
@@ -57,6 +62,7 @@ The cluster is up; its node is rkubelet. Use it with:
   export KUBECONFIG=$RKUBELET_CLUSTER_DIR/admin.conf PATH=$bin:\$PATH
   kubectl create deployment web --image=rkubelet.test/busybox:1 --replicas=3 -- sh -c 'trap "exit 0" TERM; sleep 3600 & wait'
   kubectl get pods -o wide
+  kubectl logs <pod>; kubectl exec -it <pod> -- sh; kubectl top pod
 Static pods: $state/manifests (they appear in the API as mirror pods).
 Stop everything: hack/down.sh
 INFO

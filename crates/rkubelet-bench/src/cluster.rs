@@ -8,21 +8,29 @@
 //!                            --node NAME --endpoint unix://SOCK
 //!                            [--serial N] [--bursts 20,100] [--steady SECS]
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
-//!                            [--probes N]
+//!                            [--probes N] [--scrape[=false] | --no-scrape]
 //!                            [--only rkubelet|upstream] [--work DIR]
 //!
 //! `DIR` is what `hack/cluster.sh up NODE` made: admin.conf,
-//! kubelet-NODE.conf, pki/ca.crt and, with RKUBELET_AUDIT=1, audit.log (the
-//! API requests per minute need it). Per kubelet:
+//! kubelet-NODE.conf, pki/ca.crt, pki/apiserver-kubelet-client.{crt,key}
+//! (the scrape's client certificate) and, with RKUBELET_AUDIT=1, audit.log
+//! (the API requests per minute need it). Per kubelet:
 //!
 //!   1. start it, time until the Node is Ready;
 //!   2. settle, then a window with 0 pods: RSS, CPU and the node's API
 //!      requests (audit log);
 //!   3. a warm-up pod, then N pods one at a time: create → watch sees Running;
 //!   4. per burst size M: create M pods at once, time to all Running and CPU
-//!      meanwhile; settle; a steady window (RSS, CPU, API requests); delete
-//!      them and wait until they are gone;
-//!   5. delete its pods, stop it, delete the Node and its Lease, and remove
+//!      meanwhile; settle; a steady window (RSS, CPU, API requests); with
+//!      the largest M (and `--scrape`, the default), a second steady window
+//!      while GET /metrics and GET /stats/summary are scraped every second
+//!      from the kubelet's HTTPS port as the API server's kubelet client
+//!      (one keep-alive connection per path, as Prometheus and
+//!      metrics-server keep theirs): their latency p50/p99, body sizes,
+//!      the kubelet's RSS and CPU; delete them and wait until they are gone;
+//!   5. with `--probes N`, N pods with exec and httpGet probes every second:
+//!      a steady window;
+//!   6. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
 //! Only prints figures; exits 1 if a kubelet failed its run (the other one's
@@ -47,6 +55,7 @@ use kubelet_cri::client::CriClient;
 
 use crate::kubelet::Kubelet;
 use crate::procfs::{self, mib};
+use crate::scrape::{self, Endpoint};
 
 const NAMESPACE: &str = "default";
 /// Every bench pod has this label (value "1") and a name starting with
@@ -60,11 +69,13 @@ const CRI_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a burst's delete may take until all its pods are gone.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(90);
+/// rkubelet's HTTPS port: the default `port`, which its config leaves unset.
+const RKUBELET_PORT: u16 = 10250;
 
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
     [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] \
-    [--only rkubelet|upstream] [--work DIR]";
+    [--scrape[=false] | --no-scrape] [--only rkubelet|upstream] [--work DIR]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Which {
@@ -104,8 +115,21 @@ struct Args {
     /// Pods of the probe phase, each with an exec and an httpGet probe
     /// every second (0: no probe phase).
     probes: usize,
+    /// Scrape /metrics and /stats/summary every second with the largest
+    /// burst's pods running.
+    scrape: bool,
     only: Option<Which>,
     work: Option<PathBuf>,
+}
+
+/// The value of a boolean flag: `--flag` alone is true, `--flag=VALUE`
+/// is VALUE (true or false).
+fn bool_flag(name: &str, inline: Option<&str>) -> anyhow::Result<bool> {
+    match inline {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(v) => bail!("{name}={v:?}: true or false"),
+    }
 }
 
 fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
@@ -121,6 +145,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut settle = Duration::from_secs(10);
     let mut timeout = Duration::from_secs(180);
     let mut probes = 100;
+    let mut scrape = true;
     let mut only = None;
     let mut work = None;
     let secs = |v: String, name: &str| -> anyhow::Result<Duration> {
@@ -166,6 +191,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 timeout = secs(value("--timeout")?, "--timeout")?.max(Duration::from_secs(1))
             }
             "--probes" => probes = value("--probes")?.parse().context("--probes")?,
+            "--scrape" => scrape = bool_flag("--scrape", inline.as_deref())?,
+            "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
             "--only" => {
                 only = Some(match value("--only")?.as_str() {
                     "rkubelet" => Which::Rkubelet,
@@ -198,6 +225,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         settle,
         timeout,
         probes,
+        scrape,
         only,
         work,
     })
@@ -215,6 +243,9 @@ struct Window {
     cpu_s: f64,
     /// The node's API requests in the window, by "verb resource".
     api: Option<BTreeMap<String, usize>>,
+    /// The scrapes every second during the window, one per path (the
+    /// scrape phase); None for a window without.
+    scrape: Option<Vec<scrape::Stats>>,
 }
 
 impl Window {
@@ -245,6 +276,15 @@ struct KResults {
     notes: Vec<String>,
 }
 
+impl KResults {
+    /// The plain steady window with `pods` pods (not probed, not scraped).
+    fn steady(&self, pods: usize) -> Option<&Window> {
+        self.windows
+            .iter()
+            .find(|w| w.pods == pods && !w.probed && w.scrape.is_none())
+    }
+}
+
 /// What the pod watch has seen: when each bench pod was first seen
 /// Running, and which exist.
 #[derive(Default)]
@@ -261,6 +301,8 @@ struct Ctx {
     seen: Arc<Mutex<Seen>>,
     audit_log: PathBuf,
     ticks_per_sec: u64,
+    /// The scrape's TLS client (with `--scrape`).
+    scrape_tls: Option<tokio_rustls::TlsConnector>,
     /// Observations of the current kubelet's run that are not failures.
     notes: Mutex<Vec<String>>,
 }
@@ -306,6 +348,24 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         args.node
     );
 
+    let scrape_tls = if args.scrape {
+        let pki = args.cluster_dir.join("pki");
+        let tls = scrape::connector(
+            &pki.join("apiserver-kubelet-client.crt"),
+            &pki.join("apiserver-kubelet-client.key"),
+        )
+        .context("the scrape's client certificate (--no-scrape to do without)")?;
+        println!(
+            "scrape: GET {} every 1 s with the largest burst's pods running, one keep-alive \
+             HTTPS connection per path, as apiserver-kubelet-client (system:masters); latency = \
+             request sent → body read",
+            scrape::PATHS.join(" and ")
+        );
+        Some(tls)
+    } else {
+        None
+    };
+
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let watch_task = tokio::spawn(watch_pods(client.clone(), seen.clone()));
     let ctx = Ctx {
@@ -315,6 +375,7 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         cri,
         seen,
         ticks_per_sec: procfs::clock_ticks_per_sec(),
+        scrape_tls,
         notes: Mutex::default(),
     };
     if !ctx.audit_log.exists() {
@@ -532,13 +593,15 @@ impl Ctx {
         Ok(out)
     }
 
-    /// A steady-state window of `secs` with `pods` pods running.
+    /// A steady-state window of `secs` with `pods` pods running; every
+    /// second, each of `scraped` (none: no scrape) is scraped once.
     async fn window(
         &self,
         k: &mut Kubelet,
         pods: usize,
         probed: bool,
         secs: Duration,
+        scraped: &mut [Endpoint],
     ) -> anyhow::Result<Window> {
         let pid = k.pid();
         let audit0 = self.audit_len();
@@ -548,6 +611,7 @@ impl Ctx {
         while start.elapsed() < secs {
             k.check_alive()?;
             samples.push(procfs::memory(pid)?.rss_kib as f64);
+            futures::future::join_all(scraped.iter_mut().map(Endpoint::scrape)).await;
             let next = Duration::from_secs(samples.len() as u64).min(secs);
             tokio::time::sleep(next.saturating_sub(start.elapsed())).await;
         }
@@ -564,14 +628,40 @@ impl Ctx {
             rss_mean_kib: samples.iter().sum::<f64>() / samples.len().max(1) as f64,
             cpu_s: cpu,
             api,
+            scrape: (!scraped.is_empty())
+                .then(|| scraped.iter().map(|e| e.stats.clone()).collect()),
         };
         println!(
-            "    steady {pods}{} pods, {elapsed:.0} s: VmRSS {:.1} MiB, {cpu:.2} CPU-s{}",
+            "    steady {pods}{} pods{}, {elapsed:.0} s: VmRSS {:.1} MiB, {cpu:.2} CPU-s{}",
             if probed { " probed" } else { "" },
+            if scraped.is_empty() { "" } else { " scraped" },
             mib(w.rss_mean_kib as u64),
             w.api_per_min()
                 .map_or_else(String::new, |r| format!(", {r:.1} API requests/min"))
         );
+        for s in w.scrape.iter().flatten() {
+            let pct = |p| s.percentile(p).map_or(f64::NAN, ms);
+            println!(
+                "      GET {}: {} ok, p50 {:.1} ms, p99 {:.1} ms, body {:.1} KiB, {} failed, \
+                 {} connection(s)",
+                s.path,
+                s.ok.len(),
+                pct(0.5),
+                pct(0.99),
+                s.body_bytes as f64 / 1024.0,
+                s.failed,
+                s.connections
+            );
+            if s.failed > 0 {
+                self.note(format!(
+                    "scrape GET {}: {} of {} request(s) failed, e.g. {}",
+                    s.path,
+                    s.failed,
+                    s.failed + s.ok.len(),
+                    s.errors.join("; ")
+                ));
+            }
+        }
         Ok(w)
     }
 
@@ -679,7 +769,35 @@ impl Ctx {
         })
     }
 
-    async fn phases(&self, which: Which, k: &mut Kubelet, r: &mut KResults) -> anyhow::Result<()> {
+    /// A steady window of `pods` pods while the kubelet's HTTPS `port` is
+    /// scraped every second, after one untimed GET of each path (connects
+    /// and, for rkubelet, fills its authorization cache as a scraper's
+    /// first scrape would).
+    async fn scrape_window(
+        &self,
+        k: &mut Kubelet,
+        pods: usize,
+        port: u16,
+    ) -> anyhow::Result<Window> {
+        let tls = self.scrape_tls.as_ref().context("no scrape TLS client")?;
+        let mut endpoints = scrape::PATHS.map(|path| Endpoint::new(tls.clone(), port, path));
+        for e in &mut endpoints {
+            if let Err(err) = e.get().await {
+                self.note(format!("scrape warm-up GET {}: {err:#}", e.stats.path));
+            }
+        }
+        self.window(k, pods, false, self.args.steady, &mut endpoints)
+            .await
+    }
+
+    /// The phases of one kubelet's run; `port` is its HTTPS port.
+    async fn phases(
+        &self,
+        which: Which,
+        k: &mut Kubelet,
+        port: u16,
+        r: &mut KResults,
+    ) -> anyhow::Result<()> {
         let start = Instant::now();
         let nodes: Api<Node> = Api::all(self.client.clone());
         loop {
@@ -712,7 +830,7 @@ impl Ctx {
         );
         tokio::time::sleep(self.args.settle).await;
         r.windows
-            .push(self.window(k, 0, false, self.args.rest).await?);
+            .push(self.window(k, 0, false, self.args.rest, &mut []).await?);
 
         if self.args.serial > 0 {
             r.warmup = Some(
@@ -733,11 +851,21 @@ impl Ctx {
                 r.warmup.map_or(0.0, ms)
             );
         }
+        let scrape_at = self
+            .args
+            .bursts
+            .iter()
+            .copied()
+            .max()
+            .filter(|_| self.scrape_tls.is_some());
         for &m in &self.args.bursts {
             r.bursts.push(self.burst(k, m, &format!("b{m}")).await?);
             tokio::time::sleep(self.args.settle).await;
             r.windows
-                .push(self.window(k, m, false, self.args.steady).await?);
+                .push(self.window(k, m, false, self.args.steady, &mut []).await?);
+            if Some(m) == scrape_at && r.windows.iter().all(|w| w.scrape.is_none()) {
+                r.windows.push(self.scrape_window(k, m, port).await?);
+            }
             let t = self
                 .delete_group(&format!("b{m}"), k, TEARDOWN_TIMEOUT)
                 .await?;
@@ -754,7 +882,7 @@ impl Ctx {
             self.burst(k, m, PROBE_GROUP).await?;
             tokio::time::sleep(self.args.settle).await;
             r.windows
-                .push(self.window(k, m, true, self.args.steady).await?);
+                .push(self.window(k, m, true, self.args.steady, &mut []).await?);
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         Ok(())
@@ -762,7 +890,7 @@ impl Ctx {
 
     async fn bench(&self, which: Which, dir: &Path) -> KResults {
         let mut r = KResults::default();
-        let mut k = match self.spawn(which, dir) {
+        let (mut k, port) = match self.spawn(which, dir) {
             Ok(k) => k,
             Err(e) => {
                 r.failed = Some(format!("{e:#}"));
@@ -771,7 +899,7 @@ impl Ctx {
         };
         println!("    pid {}, log {}", k.pid(), k.log_path.display());
         let outcome = tokio::select! {
-            o = self.phases(which, &mut k, &mut r) => o,
+            o = self.phases(which, &mut k, port, &mut r) => o,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         };
         if let Err(e) = outcome {
@@ -798,7 +926,8 @@ impl Ctx {
         r
     }
 
-    fn spawn(&self, which: Which, dir: &Path) -> anyhow::Result<Kubelet> {
+    /// Start the kubelet; returns it and its HTTPS port.
+    fn spawn(&self, which: Which, dir: &Path) -> anyhow::Result<(Kubelet, u16)> {
         let root = dir.join("root");
         let logs = dir.join("pod-logs");
         for d in [&root, &logs] {
@@ -819,34 +948,25 @@ impl Ctx {
             "--root-dir".into(),
             root.clone().into(),
         ];
-        let text = match which {
+        let ca = self.args.cluster_dir.join("pki/ca.crt");
+        let (text, port) = match which {
             Which::Rkubelet => {
                 args.push("--container-runtime-endpoint".into());
                 args.push(self.args.endpoint.clone().into());
-                format!(
-                    "kind: KubeletConfiguration\n\
-                     apiVersion: kubelet.config.k8s.io/v1beta1\n\
-                     podLogsDir: {}\n\
-                     healthzPort: 0\n\
-                     readOnlyPort: 0\n",
-                    logs.display()
-                )
+                (rkubelet_config(&logs, &ca), RKUBELET_PORT)
             }
             Which::Upstream => {
                 args.push("--cert-dir".into());
                 args.push(root.join("pki").into());
-                upstream_config(
-                    &self.args.endpoint,
-                    &self.args.cluster_dir.join("pki/ca.crt"),
-                    &logs,
-                    free_port()?,
-                )
+                let port = free_port()?;
+                (upstream_config(&self.args.endpoint, &ca, &logs, port), port)
             }
         };
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
         let log = dir.join("kubelet.log");
         let name = which.name();
-        Kubelet::start(name, self.binary(which), &args, log, dir.join("unused"))
+        let k = Kubelet::start(name, self.binary(which), &args, log, dir.join("unused"))?;
+        Ok((k, port))
     }
 
     /// Delete the bench's pods (through the kubelet when `k` runs, waiting
@@ -969,6 +1089,24 @@ impl Ctx {
     }
 }
 
+/// rkubelet's configuration. The client CA makes the scrape's client
+/// certificate a user (system:masters, which the default Webhook
+/// authorization allows).
+fn rkubelet_config(logs: &Path, ca: &Path) -> String {
+    format!(
+        "kind: KubeletConfiguration\n\
+         apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         podLogsDir: {}\n\
+         healthzPort: 0\n\
+         readOnlyPort: 0\n\
+         authentication:\n  \
+           x509:\n    \
+             clientCAFile: {}\n",
+        logs.display(),
+        ca.display()
+    )
+}
+
 /// The upstream kubelet's configuration for this environment (a container:
 /// cgroup v1, no systemd, no CAP_SYS_RESOURCE, disk possibly nearly full).
 fn upstream_config(endpoint: &str, ca: &Path, logs: &Path, port: u16) -> String {
@@ -1060,7 +1198,7 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
     let mut counts = vec![0];
     counts.extend(args.bursts.iter().copied());
     for &m in &counts {
-        let find = move |r: &KResults| r.windows.iter().find(|w| w.pods == m && !w.probed).cloned();
+        let find = move |r: &KResults| r.steady(m).cloned();
         let secs = if m == 0 { args.rest } else { args.steady }.as_secs();
         rows.push((
             format!("steady {m} pods: VmRSS (MiB, mean)"),
@@ -1100,6 +1238,47 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
                 args.steady.as_secs()
             ),
             Box::new(move |r| find(r).map(|w| w.cpu_s)),
+            2,
+        ));
+    }
+    if args.scrape
+        && let Some(m) = args.bursts.iter().copied().max()
+    {
+        let secs = args.steady.as_secs();
+        let find = |r: &KResults| r.windows.iter().find(|w| w.scrape.is_some()).cloned();
+        let path = move |i: usize| move |r: &KResults| find(r)?.scrape?.get(i).cloned();
+        for (i, p) in scrape::PATHS.into_iter().enumerate() {
+            let stats = path(i);
+            for (q, name) in [(0.5, "p50"), (0.99, "p99")] {
+                rows.push((
+                    format!("scrape {m} pods: {p} {name} (ms)"),
+                    Box::new(move |r| stats(r)?.percentile(q).map(ms)),
+                    1,
+                ));
+            }
+            rows.push((
+                format!("scrape {m} pods: {p} body (KiB, last)"),
+                Box::new(move |r| {
+                    stats(r)
+                        .filter(|s| !s.ok.is_empty())
+                        .map(|s| s.body_bytes as f64 / 1024.0)
+                }),
+                1,
+            ));
+        }
+        rows.push((
+            format!("scrape {m} pods: VmRSS (MiB, mean)"),
+            Box::new(move |r| find(r).map(|w| mib(w.rss_mean_kib as u64))),
+            1,
+        ));
+        rows.push((
+            format!("scrape {m} pods: kubelet CPU-s over {secs} s"),
+            Box::new(move |r| find(r).map(|w| w.cpu_s)),
+            2,
+        ));
+        rows.push((
+            format!("  CPU-s more than steady {m} pods"),
+            Box::new(move |r| Some(find(r)?.cpu_s - r.steady(m)?.cpu_s)),
             2,
         ));
     }
@@ -1165,4 +1344,52 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         }
     }
     println!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &[&str]) -> anyhow::Result<Args> {
+        let mut argv: Vec<String> = [
+            "--rkubelet",
+            "/",
+            "--upstream",
+            "/",
+            "--cluster-dir",
+            "/",
+            "--node",
+            "n",
+            "--endpoint",
+            "unix:///run/cri.sock",
+        ]
+        .map(String::from)
+        .to_vec();
+        argv.extend(extra.iter().map(|s| s.to_string()));
+        parse_args(argv)
+    }
+
+    #[test]
+    fn scrape_flag() {
+        assert!(parse(&[]).unwrap().scrape);
+        assert!(parse(&["--scrape"]).unwrap().scrape);
+        assert!(parse(&["--scrape=true"]).unwrap().scrape);
+        assert!(!parse(&["--scrape=false"]).unwrap().scrape);
+        assert!(!parse(&["--no-scrape"]).unwrap().scrape);
+        assert!(parse(&["--no-scrape=false"]).unwrap().scrape);
+        // A bare --scrape takes no value: the next argument is a flag.
+        let a = parse(&["--scrape", "--probes", "0"]).unwrap();
+        assert!(a.scrape && a.probes == 0);
+        assert!(parse(&["--scrape=no"]).is_err());
+    }
+
+    #[test]
+    fn rkubelet_trusts_the_cluster_ca() {
+        let text = rkubelet_config(Path::new("/w/logs"), Path::new("/c/pki/ca.crt"));
+        assert!(
+            text.ends_with("authentication:\n  x509:\n    clientCAFile: /c/pki/ca.crt\n"),
+            "{text}"
+        );
+        assert!(text.contains("\npodLogsDir: /w/logs\n"), "{text}");
+    }
 }

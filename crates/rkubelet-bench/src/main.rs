@@ -16,6 +16,7 @@
 mod cluster;
 mod kubelet;
 mod procfs;
+mod scrape;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;

@@ -1551,6 +1551,57 @@ async fn k_kubelet_api_refuses_strangers_and_path_escapes() {
     k.finish(&uids).await;
 }
 
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn l_kubectl_top_through_metrics_server() {
+    let mut k = Kubelet::new("top");
+    k.start_ready().await;
+    // A container that burns a little CPU, so its usage is not zero.
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [sh_container(
+        "busy",
+        "trap 'exit 0' TERM; while true; do i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 1; done",
+    )]});
+    k.api.create(&test_pod(&k.api, "cl-top", spec));
+    let pod = eventually("running", START, async || {
+        k.api.pod("cl-top").filter(running_with_ip)
+    })
+    .await;
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    // metrics-server scrapes /metrics/resource every 10 s and needs two
+    // samples for a CPU rate.
+    let top = eventually(
+        "kubectl top pod answers",
+        Duration::from_secs(90),
+        async || {
+            let out = k
+                .api
+                .run(&["top", "pod", "cl-top", "-n", "default", "--no-headers"]);
+            let text = stdout(&out);
+            (out.status.success() && text.starts_with("cl-top")).then_some(text)
+        },
+    )
+    .await;
+    let cols: Vec<&str> = top.split_whitespace().collect();
+    assert!(
+        cols.len() == 3 && cols[1].ends_with('m') && cols[2].ends_with("Mi"),
+        "NAME CPU(cores) MEMORY(bytes): {top:?}"
+    );
+    let node = k.api.node.clone();
+    let top_node = eventually(
+        "kubectl top node answers",
+        Duration::from_secs(60),
+        async || {
+            let out = k.api.run(&["top", "node", &node, "--no-headers"]);
+            out.status.success().then(|| stdout(&out))
+        },
+    )
+    .await;
+    assert!(top_node.starts_with(&node), "{top_node:?}");
+    k.api
+        .ok(&["delete", "pod", "cl-top", "-n", "default", "--wait=false"]);
+    k.finish(&uids).await;
+}
+
 struct ApiServerGuard {
     dir: PathBuf,
     node: String,
