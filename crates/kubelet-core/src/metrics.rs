@@ -721,10 +721,18 @@ t_latency_seconds_count{op="x"} 4
             (f64::NEG_INFINITY, "-Inf"),
             (f64::NAN, "NaN"),
             (7.65, "7.65"),
+            (17_391_616.0, "1.7391616e+07"),
+            (40.384910049, "40.384910049"),
+            (1_750_607_841.829_759_1, "1.7506078418297591e+09"),
+            (-2.5, "-2.5"),
         ];
         for (v, want) in cases {
             assert_eq!(format_float(v), want, "{v}");
         }
+        // The upstream resource collector test's start time:
+        // 1624396278302091597ns - 30s.
+        let start = 1_624_396_248_302_091_597_u64 as f64 / 1e9;
+        assert_eq!(format_float(start), "1.6243962483020916e+09");
     }
 
     #[test]

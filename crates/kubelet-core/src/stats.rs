@@ -12,6 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Serialize, Serializer};
 
+use crate::metrics::format_float;
 use crate::timefmt::rfc3339_nanos;
 
 // ---- Summary API types (stats/v1alpha1) ----
@@ -918,7 +919,7 @@ pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
                 out.push('}');
             }
             out.push(' ');
-            out.push_str(&prom_float(sample.value));
+            out.push_str(&format_float(sample.value));
             if let Some(ms) = sample.timestamp_ms {
                 let _ = write!(out, " {ms}");
             }
@@ -942,100 +943,9 @@ fn escape_label_value(value: &str) -> String {
     out
 }
 
-/// A sample value as the Prometheus text format writes it: Go's
-/// `strconv.FormatFloat(v, 'g', -1, 64)`: the shortest digits that round-trip,
-/// in exponent form (`1.7391616e+07`) when the decimal exponent is below -4
-/// or at least 6, and `+Inf`, `-Inf`, `NaN` spelled as Prometheus does.
-pub fn prom_float(v: f64) -> String {
-    if v.is_nan() {
-        return "NaN".into();
-    }
-    if v.is_infinite() {
-        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
-    }
-    if v == 0.0 {
-        return "0".into();
-    }
-    // Rust's `{:e}` gives the shortest round-trip digits: "-1.2345e3".
-    let sci = format!("{v:e}");
-    let (negative, sci) = match sci.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, sci.as_str()),
-    };
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let mut out = String::new();
-    if negative {
-        out.push('-');
-    }
-    if !(-4..6).contains(&exp) {
-        out.push_str(&digits[..1]);
-        if digits.len() > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let _ = write!(
-            out,
-            "e{}{:02}",
-            if exp < 0 { '-' } else { '+' },
-            exp.unsigned_abs()
-        );
-        return out;
-    }
-    // Position of the decimal point within the digits.
-    let point = exp + 1;
-    if point <= 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', point.unsigned_abs() as usize));
-        out.push_str(&digits);
-    } else {
-        let point = point as usize;
-        if point >= digits.len() {
-            out.push_str(&digits);
-            out.extend(std::iter::repeat_n('0', point - digits.len()));
-        } else {
-            out.push_str(&digits[..point]);
-            out.push('.');
-            out.push_str(&digits[point..]);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prom_float_matches_go() {
-        let cases = [
-            (0.0, "0"),
-            (1.0, "1"),
-            (10.0, "10"),
-            (1000.0, "1000"),
-            (123456.0, "123456"),
-            (1_000_000.0, "1e+06"),
-            (1_234_567.0, "1.234567e+06"),
-            (17_391_616.0, "1.7391616e+07"),
-            (40.384910049, "40.384910049"),
-            (6197.005020909, "6197.005020909"),
-            (1_750_607_841.829_759_1, "1.7506078418297591e+09"),
-            (0.5, "0.5"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (-2.5, "-2.5"),
-            (f64::INFINITY, "+Inf"),
-            (f64::NEG_INFINITY, "-Inf"),
-            (f64::NAN, "NaN"),
-        ];
-        for (v, want) in cases {
-            assert_eq!(prom_float(v), want, "{v}");
-        }
-        // The upstream collector test's start time: 1624396278302091597ns - 30s.
-        let start = 1_624_396_248_302_091_597_u64 as f64 / 1e9;
-        assert_eq!(prom_float(start), "1.6243962483020916e+09");
-    }
 
     #[test]
     fn proc_stat() {

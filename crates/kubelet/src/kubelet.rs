@@ -278,20 +278,7 @@ impl Kubelet {
             self.start_kubelet_api().await?;
         }
         for (what, addr, with_pods) in servers {
-            let listener = tokio::net::TcpListener::bind(&addr)
-                .await
-                .map_err(|source| KubeletError::Listen {
-                    what,
-                    addr: addr.clone(),
-                    source,
-                })?;
-            if let Ok(local) = listener.local_addr() {
-                self.bound
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(what, local);
-                tracing::info!(%local, what, "listening");
-            }
+            let listener = self.listen(what, addr).await?;
             let health: Arc<dyn Health> = self.clone();
             let tasks = self.tasks.clone();
             self.tasks
@@ -300,6 +287,25 @@ impl Kubelet {
                 });
         }
         Ok(())
+    }
+
+    /// Bind `addr` for the server `what`, and record where it listens.
+    async fn listen(
+        &self,
+        what: &'static str,
+        addr: String,
+    ) -> Result<tokio::net::TcpListener, KubeletError> {
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .map_err(|source| KubeletError::Listen { what, addr, source })?;
+        if let Ok(local) = listener.local_addr() {
+            self.bound
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(what, local);
+            tracing::info!(%local, what, "listening");
+        }
+        Ok(listener)
     }
 
     /// The kubelet API on address:port (HTTPS, authenticated and authorized).
@@ -323,20 +329,7 @@ impl Kubelet {
             None => Arc::new(auth::NoApiServer),
         };
         let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .map_err(|source| KubeletError::Listen {
-                what: "kubelet API",
-                addr: addr.clone(),
-                source,
-            })?;
-        if let Ok(local) = listener.local_addr() {
-            self.bound
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert("kubelet-api", local);
-            tracing::info!(%local, "kubelet API listening (HTTPS)");
-        }
+        let listener = self.listen("kubelet-api", addr).await?;
         let tasks = self.tasks.clone();
         let spawn: kubelet_server::streaming::Spawner =
             Arc::new(move |span, fut| tasks.spawn_with(span, fut));

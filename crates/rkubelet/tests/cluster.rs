@@ -110,12 +110,11 @@ impl Api {
         self.dir.join(format!("kubelet-{}.conf", self.node))
     }
 
-    /// kubectl with `kubeconfig`; never fails the test itself.
-    fn run_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut cmd = Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig")
+    /// Start kubectl with `kubeconfig`, `stdin` written to it and closed.
+    fn spawn_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Child {
+        let mut child = Command::new(&self.kubectl)
+            .arg("--kubeconfig")
             .arg(kubeconfig)
-            .arg("--request-timeout=15s")
             .args(args)
             .stdin(if stdin.is_some() {
                 Stdio::piped()
@@ -123,8 +122,9 @@ impl Api {
                 Stdio::null()
             })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawning kubectl");
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning kubectl");
         if let Some(input) = stdin {
             child
                 .stdin
@@ -133,7 +133,16 @@ impl Api {
                 .write_all(input.as_bytes())
                 .unwrap();
         }
-        child.wait_with_output().expect("running kubectl")
+        child
+    }
+
+    /// kubectl with `kubeconfig`; never fails the test itself.
+    fn run_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut all = vec!["--request-timeout=15s"];
+        all.extend_from_slice(args);
+        self.spawn_as(kubeconfig, &all, stdin)
+            .wait_with_output()
+            .expect("running kubectl")
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -1234,26 +1243,7 @@ fn kubectl_within(
     args: &[&str],
     stdin: Option<&str>,
 ) -> Option<Output> {
-    let mut cmd = Command::new(&api.kubectl);
-    cmd.arg("--kubeconfig")
-        .arg(api.admin_conf())
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawning kubectl");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
+    let mut child = api.spawn_as(&api.admin_conf(), args, stdin);
     let start = Instant::now();
     while start.elapsed() < limit {
         if child.try_wait().unwrap().is_some() {
