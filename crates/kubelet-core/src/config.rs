@@ -155,7 +155,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "seccompDefault",
     "memoryThrottlingFactor",
     "registerWithTaints",
-    "tracing",
     "localStorageCapacityIsolation",
     "imageServiceEndpoint",
     "failCgroupV1",
@@ -409,6 +408,29 @@ pub struct KubeletConfiguration {
     /// `streamingConnectionIdleTimeout`: a streaming connection (exec, attach,
     /// port-forward) with no traffic for this long is closed. Default 4h.
     pub streaming_connection_idle_timeout: Duration,
+    /// `tracing`: where spans go over OTLP; none: not exported.
+    pub tracing: Option<TracingConfiguration>,
+}
+
+/// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
+/// traces sampled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TracingConfiguration {
+    /// `endpoint`: the collector, `host:port` (upstream's default
+    /// `localhost:4317` when the section is present without one).
+    pub endpoint: String,
+    /// `samplingRatePerMillion`: traces sampled per million (upstream's
+    /// default 0: none, unless a parent span was sampled).
+    pub sampling_rate_per_million: u32,
+}
+
+impl Default for TracingConfiguration {
+    fn default() -> Self {
+        TracingConfiguration {
+            endpoint: "localhost:4317".into(),
+            sampling_rate_per_million: 0,
+        }
+    }
 }
 
 impl Default for KubeletConfiguration {
@@ -442,6 +464,7 @@ impl Default for KubeletConfiguration {
             authorization: KubeletAuthorization::default(),
             enable_debugging_handlers: true,
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
+            tracing: None,
         }
     }
 }
@@ -496,6 +519,10 @@ impl KubeletConfiguration {
             },
             "enableDebuggingHandlers": self.enable_debugging_handlers,
             "streamingConnectionIdleTimeout": d(self.streaming_connection_idle_timeout),
+            "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
+                "endpoint": t.endpoint,
+                "samplingRatePerMillion": t.sampling_rate_per_million,
+            })),
         })
     }
 }
@@ -767,6 +794,28 @@ fn decode_authorization(
     })
 }
 
+/// `tracing: {endpoint, samplingRatePerMillion}`; null: no tracing.
+fn decode_tracing(field: &str, v: &Value) -> Result<Option<TracingConfiguration>, ConfigError> {
+    if decode_object(field, v)?.is_none() {
+        return Ok(None);
+    }
+    let mut t = TracingConfiguration::default();
+    for_each_key(field, v, |name, key, v| match key {
+        "endpoint" => set_nonempty_string(&mut t.endpoint, name, v),
+        "samplingRatePerMillion" => {
+            if let Some(n) = decode_uint::<u32>(name, v, COUNT)? {
+                if n > 1_000_000 {
+                    return Err(invalid_value(name, format!("{n} is more than a million")));
+                }
+                t.sampling_rate_per_million = n;
+            }
+            Ok(())
+        }
+        _ => Err(ConfigError::UnknownField(name.to_owned())),
+    })?;
+    Ok(Some(t))
+}
+
 fn check_header(map: &Map<String, Value>) -> Result<(), ConfigError> {
     let shown = |v: Option<&Value>| v.map_or_else(|| "nothing".to_owned(), describe);
     if map.get("kind").and_then(Value::as_str) != Some(KIND) {
@@ -899,6 +948,7 @@ pub fn parse_kubelet_config_reporting(
                     cfg.enable_debugging_handlers = b;
                 }
             }
+            "tracing" => cfg.tracing = decode_tracing(field, v)?,
             "streamingConnectionIdleTimeout" => {
                 set_nonzero_duration(&mut cfg.streaming_connection_idle_timeout, field, v)?
             }
@@ -1028,6 +1078,34 @@ mod tests {
 
     fn parse_body(body: &str) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
         parse_kubelet_config_reporting(&format!("{HEADER}{body}"))
+    }
+
+    #[test]
+    fn tracing_section() {
+        let doc =
+            |body: &str| format!("kind: KubeletConfiguration\napiVersion: {API_VERSION}\n{body}");
+        let cfg = parse_kubelet_config(&doc("tracing: {}")).unwrap();
+        assert_eq!(cfg.tracing, Some(TracingConfiguration::default()));
+        let cfg = parse_kubelet_config(&doc(
+            "tracing:\n  endpoint: otel:4317\n  samplingRatePerMillion: 1000000",
+        ))
+        .unwrap();
+        let t = cfg.tracing.unwrap();
+        assert_eq!(
+            (t.endpoint.as_str(), t.sampling_rate_per_million),
+            ("otel:4317", 1_000_000)
+        );
+        assert!(parse_kubelet_config(&doc("")).unwrap().tracing.is_none());
+        for (bad, names) in [
+            (
+                "tracing: {samplingRatePerMillion: 1000001}",
+                "tracing.samplingRatePerMillion",
+            ),
+            ("tracing: {collector: x}", "tracing.collector"),
+        ] {
+            let err = parse_kubelet_config(&doc(bad)).unwrap_err().to_string();
+            assert!(err.contains(names), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tonic::transport::{Channel, Endpoint};
+use tracing::Instrument;
 
 /// The CRI API version this client speaks.
 pub const CRI_API_VERSION: &str = "v1";
@@ -138,7 +139,9 @@ impl CriClient {
         fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     ) -> Result<T, CriError> {
         let started = Instant::now();
-        let result = match tokio::time::timeout(deadline, fut).await {
+        // One span per CRI call (free unless a subscriber wants debug spans).
+        let call = tokio::time::timeout(deadline, fut).instrument(tracing::debug_span!("cri", op));
+        let result = match call.await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => Err(CriError::new(op, status.code(), status.message())),
             Err(_) => Err(CriError::new(

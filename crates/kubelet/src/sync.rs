@@ -17,6 +17,7 @@ use kubelet_core::status::{
 };
 use kubelet_core::types::PodUid;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::error::SyncError;
 use crate::kuberuntime::config::host_network;
@@ -118,7 +119,10 @@ impl PodSyncer for Syncer {
             "sync"
         };
         let start = Instant::now();
-        let result = self.sync_pod_steps(pod).await;
+        let result = self
+            .sync_pod_steps(pod)
+            .instrument(tracing::debug_span!("SyncPod", op))
+            .await;
         self.metrics
             .pod_worker_duration
             .observe_duration(&[op], start.elapsed());
@@ -131,7 +135,10 @@ impl PodSyncer for Syncer {
         grace: Option<i64>,
     ) -> Result<(), SyncError> {
         let start = Instant::now();
-        let result = self.sync_terminating_pod_steps(target, grace).await;
+        let result = self
+            .sync_terminating_pod_steps(target, grace)
+            .instrument(tracing::debug_span!("SyncTerminatingPod", ?grace))
+            .await;
         self.metrics
             .pod_worker_duration
             .observe_duration(&["kill"], start.elapsed());
@@ -143,7 +150,9 @@ impl PodSyncer for Syncer {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&target.pod_ref.uid);
-        self.sync_terminated_pod_steps(target, why).await
+        self.sync_terminated_pod_steps(target, why)
+            .instrument(tracing::debug_span!("SyncTerminatedPod", ?why))
+            .await
     }
 }
 

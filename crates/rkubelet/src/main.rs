@@ -2,6 +2,7 @@
 //! KubeletConfiguration file, sets up logging, and wires the kubelet.
 
 mod flags;
+mod otel;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -24,10 +25,6 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_tracing(settings.verbosity);
-    for field in &settings.ignored_fields {
-        tracing::warn!(%field, "KubeletConfiguration field is not implemented yet and is ignored");
-    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -39,18 +36,47 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(run(settings)) {
+    // The OTLP exporter (if configured) batches on the runtime.
+    let exporter = {
+        let _guard = rt.enter();
+        match init_tracing(settings.verbosity, settings.config.tracing.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("rkubelet: tracing: {e:#}");
+                return ExitCode::from(1);
+            }
+        }
+    };
+    for field in &settings.ignored_fields {
+        tracing::warn!(%field, "KubeletConfiguration field is not implemented yet and is ignored");
+    }
+    let code = match rt.block_on(run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
             eprintln!("rkubelet: {e:#}");
             ExitCode::from(1)
         }
+    };
+    if let Some(provider) = exporter
+        && let Err(e) = provider.shutdown()
+    {
+        eprintln!("rkubelet: flushing traces: {e}");
     }
+    code
 }
 
 /// klog's -v levels onto tracing: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG wins.
-fn init_tracing(verbosity: u8) {
+/// With a `tracing` section, spans down to debug (lifecycle steps, CRI
+/// calls) also go to its OTLP collector; the provider is returned to be shut
+/// down at exit.
+fn init_tracing(
+    verbosity: u8,
+    otlp: Option<&kubelet_core::config::TracingConfiguration>,
+) -> anyhow::Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let level = match verbosity {
         0..=2 => "info",
         3..=4 => "debug",
@@ -61,12 +87,17 @@ fn init_tracing(verbosity: u8) {
     });
     // Colour only on a terminal: log files stay plain, as upstream's.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_target(false)
         .with_ansi(colour)
         .with_writer(std::io::stderr)
-        .init();
+        .with_filter(filter);
+    let provider = otlp.map(otel::provider).transpose()?;
+    let spans = provider
+        .as_ref()
+        .map(|p| otel::layer(p).with_filter(tracing_subscriber::filter::LevelFilter::DEBUG));
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    Ok(provider)
 }
 
 /// Upstream asks the kernel to spare the kubelet (-999). Without
