@@ -1358,6 +1358,15 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
     )
     .expect("kubectl attach ends when stdin closes");
     assert!(stdout(&attached).contains("got:hi"), "{attached:?}");
+    // The echo container exited and was restarted: --previous shows the run
+    // that answered.
+    let previous = eventually("kubectl logs --previous", START, async || {
+        let out = k.api.run(&["logs", "cl-api", "-c", "echo", "--previous"]);
+        let text = stdout(&out);
+        (out.status.success() && text.contains("got:hi")).then_some(text)
+    })
+    .await;
+    assert_eq!(previous, "got:hi\n");
 
     // kubectl port-forward to the busybox httpd.
     let port = {
