@@ -721,7 +721,12 @@ impl RuntimeManager {
         if tokio::time::timeout(left, turn).await.is_err() {
             tracing::info!(container = %c.name, "grace period over before the containers to stop first had stopped");
         }
-        let left = grace.saturating_sub(started.elapsed()).as_secs() as i64;
+        // What is left of the grace period in whole seconds, rounded up: the
+        // few milliseconds spent getting here must not cost a second.
+        let left = grace
+            .saturating_sub(started.elapsed())
+            .as_millis()
+            .div_ceil(1000) as i64;
         ok_if_not_found(
             self.cri
                 .stop_container(&c.id, left.max(MIN_GRACE_PERIOD))
