@@ -1206,8 +1206,19 @@ async fn i_init_sidecar_pre_stop_and_active_deadline() {
         "{}",
         pod["status"]
     );
+    // The status turns Failed first; then main stops, then the sidecar.
+    let (main_at, side_at) = eventually("main and the sidecar stopped", START, async || {
+        let main = k.finished_at(&id, "main").await.filter(|t| *t > 0)?;
+        let side = k.finished_at(&id, "side").await.filter(|t| *t > 0)?;
+        Some((main, side))
+    })
+    .await;
+    assert!(
+        side_at >= main_at,
+        "main stopped at {main_at}, the sidecar at {side_at}: the sidecar stops last"
+    );
     // The preStop hook ran while main was still running: its line is in
-    // main's log; then main stopped before the sidecar.
+    // main's log.
     let log = k
         .dir
         .path()
@@ -1219,16 +1230,6 @@ async fn i_init_sidecar_pre_stop_and_active_deadline() {
         text.contains(" stdout F prestop-ran"),
         "{}: {text:?}",
         log.display()
-    );
-    let (main_at, side_at) = eventually("main and the sidecar stopped", START, async || {
-        let main = k.finished_at(&id, "main").await.filter(|t| *t > 0)?;
-        let side = k.finished_at(&id, "side").await.filter(|t| *t > 0)?;
-        Some((main, side))
-    })
-    .await;
-    assert!(
-        side_at >= main_at,
-        "main stopped at {main_at}, the sidecar at {side_at}: the sidecar stops last"
     );
     k.api
         .ok(&["delete", "pod", "cl-seq", "-n", "default", "--wait=false"]);
