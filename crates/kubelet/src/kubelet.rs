@@ -747,14 +747,14 @@ impl Kubelet {
         }
         // Pods past their activeDeadlineSeconds are synced now, which fails
         // and stops them (upstream's activeDeadlineHandler as a sync handler).
-        for pod in self.pod_manager.pods() {
-            if pod
-                .spec
+        let with_deadline = self.pod_manager.pods_where(|p| {
+            p.spec
                 .as_ref()
-                .and_then(|s| s.active_deadline_seconds)
-                .is_some()
-                && self.workers.state(&PodUid::of(&pod))
-                    == Some(kubelet_core::lifecycle::State::Syncing)
+                .is_some_and(|s| s.active_deadline_seconds.is_some())
+        });
+        for pod in with_deadline {
+            if self.workers.state(&PodUid::of(&pod))
+                == Some(kubelet_core::lifecycle::State::Syncing)
                 && self.syncer.past_deadline(&pod)
             {
                 self.workers.update_pod(pod);

@@ -79,6 +79,17 @@ impl PodManager {
         pods
     }
 
+    /// The desired pods `keep` selects, in no particular order (for checks on
+    /// every sync tick, which need neither all pods nor a sort).
+    pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
+        self.read()
+            .pods
+            .values()
+            .filter(|p| keep(p))
+            .cloned()
+            .collect()
+    }
+
     /// What the sources want of the pod: run it, stop it for deletion, or
     /// nothing (unknown).
     pub fn desire(&self, uid: &PodUid) -> Desire {

@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodStatus, Probe};
+use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Probe};
 use kubelet_core::probe::{
     ContainerView, Next, ProbeKind, ProbeResult, ProbeState, ProbeTiming, ResultUpdate,
     probe_action,
@@ -203,22 +203,22 @@ impl Worker {
     /// container first, else an init container (sidecars), with an id.
     fn container_view(&self, status: &PodStatus) -> Option<ContainerView> {
         let name = &self.container.name;
-        let with_id = |list: &Option<Vec<ContainerStatus>>| {
-            list.iter()
-                .flatten()
-                .find(|c| &c.name == name && !c.container_id.as_deref().unwrap_or("").is_empty())
-                .cloned()
-        };
-        let c = with_id(&status.container_statuses)
-            .or_else(|| with_id(&status.init_container_statuses))?;
+        let c = status
+            .container_statuses
+            .iter()
+            .flatten()
+            .chain(status.init_container_statuses.iter().flatten())
+            .find(|c| &c.name == name && !c.container_id.as_deref().unwrap_or("").is_empty())?;
         let id = raw_container_id(c.container_id.as_deref().unwrap_or("")).to_owned();
         // Started once the startup probe passed (upstream reads this back
         // from the status it computed from the same result).
         let started = self.container.startup_probe.is_none()
             || self.shared.results.get(ProbeKind::Startup, &id) == Some(ProbeResult::Success);
-        let state = c.state.unwrap_or_default();
-        let running_for = state.running.map(|r| {
-            let since = r.started_at.map_or(0, |t| t.0.as_nanosecond());
+        let state = c.state.as_ref();
+        let running = state.and_then(|s| s.running.as_ref());
+        let terminated = state.is_some_and(|s| s.terminated.is_some());
+        let running_for = running.map(|r| {
+            let since = r.started_at.as_ref().map_or(0, |t| t.0.as_nanosecond());
             let nanos = i128::from(crate::clock::now_nanos()) - since;
             Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
         });
@@ -231,7 +231,7 @@ impl Worker {
         Some(ContainerView {
             id,
             running_for,
-            terminated: state.terminated.is_some(),
+            terminated,
             started,
             restartable: sidecar || pod_policy != Some("Never"),
         })
