@@ -1,6 +1,7 @@
 //go:build tools
 
-// Package tools pins the commands hack/control-plane.sh builds.
+// Package tools pins the commands hack/control-plane.sh builds, and the
+// upstream e2e suite and the ginkgo CLI that hack/conformance.sh runs.
 package tools
 
 import (
@@ -9,4 +10,9 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/e2e"
+	_ "k8s.io/kubernetes/test/images/agnhost"
+	_ "k8s.io/kubernetes/test/images/nonewprivs"
+
+	_ "github.com/onsi/ginkgo/v2/ginkgo"
 )
