@@ -19,11 +19,13 @@
 # Pod networking is one bridge, ${RKUBELET_CNI_BRIDGE:-rkbr0}, on
 # ${RKUBELET_POD_SUBNET:-10.88.0.0/16}; two instances running at the same
 # time need different values for both (hack/test.sh uses its own). `stop`
-# takes the bridge name from DIR's conflist.
+# takes the bridge name from DIR's conflist. The pod sandbox image is
+# ${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10} (hack/conformance.sh sets the
+# e2e suite's pause:3.10.2).
 set -euo pipefail
 
 PROG=${0##*/}
-SANDBOX_IMAGE=registry.k8s.io/pause:3.10
+SANDBOX_IMAGE=${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10}
 CNI_BIN_DIR=/usr/lib/cni
 BRIDGE=${RKUBELET_CNI_BRIDGE:-rkbr0}
 [[ "$BRIDGE" =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the Debian packages rkubelet's runtime tests need:
 # containerd, runc, the CNI plugins, a static busybox (test images),
-# protoc (k8s-cri's build script) and the network tools.
+# protoc (k8s-cri's build script), the network tools, and what the upstream
+# e2e suite's images are made of (hack/e2e-images.sh: a C compiler and static
+# libc for pause, dash, bash, curl, netcat-openbsd, glibc's hostname/getent).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -17,6 +19,14 @@ PACKAGES=(
   iptables
   curl
   openssl
+  gcc
+  libc6-dev
+  dash
+  bash
+  hostname
+  libc-bin
+  netcat-openbsd
+  python3
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }
