@@ -375,6 +375,48 @@ async fn restart_policy_never_ends_the_pod() {
 }
 
 #[tokio::test]
+async fn fallback_to_logs_on_error_reports_the_unfinished_last_line() {
+    let node = Node::new().await;
+    let body = pod(
+        "msg",
+        &[("a", "echo -n DONE; exit 1")],
+        "  restartPolicy: Never\n",
+    ) + "    terminationMessagePolicy: FallbackToLogsOnError\n";
+    node.write("msg.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let c = node.running("a").remove(0);
+    // What containerd writes for output without a trailing newline: one
+    // partial entry, never completed.
+    let uid = &c.labels[keys::POD_UID];
+    let log_dir = node
+        .dir
+        .path()
+        .join(format!("logs/default_msg-node1_{uid}/a"));
+    std::fs::create_dir_all(&log_dir).unwrap();
+    std::fs::write(
+        log_dir.join("0.log"),
+        "2026-12-01T09:00:00.000000001Z stdout P DONE\n",
+    )
+    .unwrap();
+    assert!(node.fake.exit_container(&c.id, 1));
+    k.wait_phase("msg-node1", "Failed").await;
+    let pod = k
+        .kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("msg-node1"))
+        .unwrap();
+    let status = &pod.status.unwrap().container_statuses.unwrap()[0];
+    let terminated = status.state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(terminated.exit_code, 1);
+    assert_eq!(terminated.message.as_deref(), Some("DONE"));
+    k.stop().await;
+}
+
+#[tokio::test]
 async fn missing_image_under_never_waits_with_err_image_never_pull() {
     let node = Node::new().await;
     let body = pod("np", &[("a", "sleep 1")], "").replace(

@@ -210,8 +210,8 @@ impl RuntimeManager {
             };
             let ann = |k: &str| st.annotations.get(k).cloned().unwrap_or_default();
             let exited = container_state(st.state) == ContainerState::Exited;
-            let message = if exited && st.message.is_empty() {
-                self.termination_message(&st)
+            let message = if exited {
+                join_messages(&st.message, &self.termination_message(&st))
             } else {
                 st.message.clone()
             };
@@ -267,8 +267,10 @@ impl RuntimeManager {
         if !from_file.is_empty() {
             return from_file;
         }
+        // A container that could not even start has no log to fall back to.
         if ann(keys::CONTAINER_TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError"
             && st.exit_code != 0
+            && st.reason != "ContainerCannotRun"
             && is_under(std::path::Path::new(&st.log_path), &self.logs_root)
         {
             return log_tail(&st.log_path).unwrap_or_default();
@@ -907,9 +909,22 @@ fn read_at_most(path: &std::path::Path, max: usize) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// The last lines of a CRI log file, as FallbackToLogsOnError reports them.
+/// An exited container's message: the runtime's, then what the container
+/// left (its termination message), joined by `: ` as upstream does.
+fn join_messages(runtime: &str, termination: &str) -> String {
+    match (runtime, termination) {
+        (r, "") => r.to_owned(),
+        ("", t) => t.to_owned(),
+        (r, t) => format!("{r}: {t}"),
+    }
+}
+
+/// The last lines of a CRI log file, as FallbackToLogsOnError reports them
+/// (upstream's readLastStringFromContainerLogs: the output `kubectl logs
+/// --tail` would give, so a last line the container left without `\n`, a
+/// `P` entry at the end of the log, is kept as written).
 fn log_tail(path: &str) -> std::io::Result<String> {
-    use kubelet_core::crilog::{Assembler, parse_line, tail_start};
+    use kubelet_core::crilog::{Assembler, LineWriter, LogOptions, parse_line, tail_start};
     use std::io::{BufRead, Seek, SeekFrom};
     if !std::fs::symlink_metadata(path)?.is_file() {
         return Ok(String::new());
@@ -918,14 +933,17 @@ fn log_tail(path: &str) -> std::io::Result<String> {
     let start = tail_start(&mut f, MAX_TERMINATION_LOG_LINES)?;
     f.seek(SeekFrom::Start(start))?;
     let mut assembler = Assembler::default();
+    let mut writer = LineWriter::new(&LogOptions::default());
     let mut out = Vec::new();
     for line in std::io::BufReader::new(f).split(b'\n') {
         if let Ok(entry) = parse_line(&line?)
             && let Some(l) = assembler.push(&entry)
         {
-            out.extend_from_slice(&l.content);
-            out.push(b'\n');
+            writer.write(&l, &mut out);
         }
+    }
+    for l in assembler.flush() {
+        writer.write(&l, &mut out);
     }
     let cut = out.len().saturating_sub(MAX_TERMINATION_LOG_BYTES);
     Ok(String::from_utf8_lossy(&out[cut..]).into_owned())
@@ -969,6 +987,61 @@ mod tests {
         assert_eq!(grace_period(None, &empty, None), 30);
         assert_eq!(grace_period(None, &empty, Some(0)), MIN_GRACE_PERIOD);
         assert_eq!(grace_period(None, &empty, Some(10)), 10);
+    }
+
+    #[test]
+    fn termination_message_from_the_log_tail() {
+        let ts = "2026-12-01T09:00:00.000000001Z";
+        let lines =
+            |n: usize| -> String { (0..n).map(|i| format!("{ts} stdout F line{i}\n")).collect() };
+        let long = "x".repeat(3000);
+        let cases: Vec<(&str, String, String)> = vec![
+            (
+                "`echo -n DONE`: one partial entry at the end",
+                format!("{ts} stdout P DONE\n"),
+                "DONE".into(),
+            ),
+            (
+                "whole lines keep their newline",
+                format!("{ts} stdout F a\n{ts} stderr F b\n"),
+                "a\nb\n".into(),
+            ),
+            (
+                "partials joined, the unfinished last line kept",
+                format!("{ts} stdout P DO\n{ts} stdout F NE\n{ts} stdout P ba\n{ts} stdout P d\n"),
+                "DONE\nbad".into(),
+            ),
+            (
+                "the last 80 lines",
+                lines(100),
+                (20..100).map(|i| format!("line{i}\n")).collect(),
+            ),
+            (
+                "at most 2048 bytes, from the end",
+                format!("{ts} stdout F {long}\n{ts} stdout P end\n"),
+                format!("{}\nend", &long[..2048 - 4]),
+            ),
+            ("an empty log", String::new(), String::new()),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (name, log, want) in cases {
+            let path = dir.path().join("0.log");
+            std::fs::write(&path, log).unwrap();
+            let got = log_tail(path.to_str().unwrap()).unwrap();
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn runtime_and_termination_messages_join() {
+        for (runtime, termination, want) in [
+            ("", "", ""),
+            ("", "DONE", "DONE"),
+            ("OOM", "", "OOM"),
+            ("OOM", "DONE", "OOM: DONE"),
+        ] {
+            assert_eq!(join_messages(runtime, termination), want);
+        }
     }
 
     #[tokio::test]
