@@ -8,7 +8,7 @@
 //! order, keep running, and gate later init containers on their startup
 //! probe. Regular containers start once initialization is done.
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Pod};
 
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
@@ -92,18 +92,69 @@ pub fn regular_containers(pod: &Pod) -> &[Container] {
         .unwrap_or(&[])
 }
 
+/// Whether a restart policy (a container's or the pod's) runs a container
+/// that exited with `exit_code` again; None for a policy it does not know.
+fn policy_restarts(policy: &str, exit_code: i32) -> Option<bool> {
+    match policy {
+        "Always" => Some(true),
+        "OnFailure" => Some(exit_code != 0),
+        "Never" => Some(false),
+        _ => None,
+    }
+}
+
+/// The first of a container's restartPolicyRules that its exit code
+/// matches (upstream's FindMatchingContainerRestartRule).
+fn matching_restart_rule(c: &Container, exit_code: i32) -> Option<&ContainerRestartRule> {
+    c.restart_policy_rules.iter().flatten().find(|rule| {
+        let Some(on) = &rule.exit_codes else {
+            return false;
+        };
+        let listed = on.values.iter().flatten().any(|v| *v == exit_code);
+        match on.operator.as_str() {
+            "In" => listed,
+            "NotIn" => !listed,
+            _ => false,
+        }
+    })
+}
+
+/// Whether a container that exited with `exit_code` runs again (upstream's
+/// podutil.ContainerShouldRestart with ContainerRestartRules, beta and on
+/// in 1.37): with a container-level restartPolicy, the first matching
+/// restartPolicyRule decides when its action is `Restart` (the alpha
+/// `RestartAllContainers` is off, so it falls through), else the
+/// container's restartPolicy; without one, the pod's (Always when unset).
+pub fn container_should_restart(c: &Container, pod: &Pod, exit_code: i32) -> bool {
+    if let Some(own) = c.restart_policy.as_deref() {
+        if matching_restart_rule(c, exit_code).is_some_and(|r| r.action == "Restart") {
+            return true;
+        }
+        if let Some(restart) = policy_restarts(own, exit_code) {
+            return restart;
+        }
+    }
+    policy_restarts(restart_policy(pod), exit_code).unwrap_or(true)
+}
+
+/// Whether a container is restarted after a failure with no exit code to
+/// match rules against (a failed probe of a running container, an init
+/// container in an unknown state): its own restartPolicy unless Never,
+/// else the pod's unless Never.
+fn restarts_on_failure(c: &Container, pod: &Pod) -> bool {
+    c.restart_policy.as_deref().unwrap_or(restart_policy(pod)) != "Never"
+}
+
 /// Whether a container that is not running should be started (again).
-fn should_start(policy: &str, last: Option<&ContainerStatus>) -> bool {
+fn should_start(spec: &Container, pod: &Pod, last: Option<&ContainerStatus>) -> bool {
     match last {
         None => true,
         Some(c) => match c.state {
             ContainerState::Created => true,
             ContainerState::Running => false,
-            ContainerState::Exited | ContainerState::Unknown => match policy {
-                "Never" => false,
-                "OnFailure" => c.exit_code != 0,
-                _ => true,
-            },
+            ContainerState::Exited | ContainerState::Unknown => {
+                container_should_restart(spec, pod, c.exit_code)
+            }
         },
     }
 }
@@ -241,7 +292,6 @@ impl PodActions {
     /// true when initialization is over and regular containers may run.
     fn init_actions(&mut self, pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> bool {
         let inits = init_containers(pod);
-        let restart_on_failure = restart_policy(pod) != "Never";
         let initialized_before = regular_containers(pod)
             .iter()
             .any(|c| status.container(&c.name).is_some());
@@ -281,15 +331,20 @@ impl PodActions {
                     return false;
                 }
                 Some(c) if c.state == ContainerState::Exited && c.exit_code == 0 => {}
-                Some(_) if !restart_on_failure => {
-                    // A failed init container of a pod that never restarts:
-                    // the pod has failed.
-                    self.kill_pod = true;
-                    self.containers_to_start.clear();
-                    self.containers_to_remove.clear();
-                    return false;
-                }
-                Some(_) => {
+                Some(c) => {
+                    let restart = if c.state == ContainerState::Exited {
+                        container_should_restart(spec, pod, c.exit_code)
+                    } else {
+                        restarts_on_failure(spec, pod)
+                    };
+                    if !restart {
+                        // A failed init container that is not to run
+                        // again: the pod has failed.
+                        self.kill_pod = true;
+                        self.containers_to_start.clear();
+                        self.containers_to_remove.clear();
+                        return false;
+                    }
                     self.start(index, true, last);
                     return false;
                 }
@@ -337,8 +392,10 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
             .enumerate()
             .filter(|(_, c)| {
                 let last = status.container(&c.name);
-                // OnFailure: a container that already succeeded is not rerun.
-                !(policy == "OnFailure"
+                // OnFailure (the container's, else the pod's): a container
+                // that already succeeded is not rerun.
+                let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
+                !(run_once
                     && last.is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0))
             })
             .map(|(index, c)| StartContainer {
@@ -372,8 +429,9 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
                     continue;
                 };
                 // A changed spec always restarts; a failed probe only when
-                // the restart policy allows.
-                let restart = policy != "Never" || why.ends_with("definition changed");
+                // the restart policy (the container's, else the pod's) allows.
+                let restart =
+                    restarts_on_failure(container, pod) || why.ends_with("definition changed");
                 if restart {
                     actions.kill(c, format!("{why}, will be restarted"), grace);
                     actions.containers_to_start.push(StartContainer {
@@ -385,7 +443,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
                     actions.kill(c, why, grace);
                 }
             }
-            _ if should_start(policy, last) => actions.start(index, false, last),
+            _ if should_start(container, pod, last) => actions.start(index, false, last),
             _ => {}
         }
     }
@@ -966,6 +1024,205 @@ mod tests {
         let never = compute_pod_actions(&p, &st, &probes);
         assert_eq!(never.containers_to_kill.len(), 1, "{never:?}");
         assert!(never.containers_to_start.is_empty(), "Never: not restarted");
+    }
+
+    /// A container with its own restartPolicy and restartPolicyRules
+    /// (`Restart` on the exit codes of `op` `values`).
+    fn with_policy(mut p: Pod, own: Option<&str>, rule: Option<(&str, &[i32])>) -> Pod {
+        use k8s_openapi::api::core::v1::ContainerRestartRuleOnExitCodes;
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.restart_policy = own.map(Into::into);
+        c.restart_policy_rules = rule.map(|(op, values)| {
+            vec![ContainerRestartRule {
+                action: "Restart".into(),
+                exit_codes: Some(ContainerRestartRuleOnExitCodes {
+                    operator: op.into(),
+                    values: Some(values.to_vec()),
+                }),
+            }]
+        });
+        p
+    }
+
+    #[test]
+    fn container_restart_policy_and_rules() {
+        /// (case, pod policy, container policy, rule, exit code, restarts)
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            Option<&'a str>,
+            Option<(&'a str, &'a [i32])>,
+            i32,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            ("pod Always", "Always", None, None, 1, true),
+            ("pod OnFailure, failed", "OnFailure", None, None, 1, true),
+            (
+                "pod OnFailure, succeeded",
+                "OnFailure",
+                None,
+                None,
+                0,
+                false,
+            ),
+            ("pod Never", "Never", None, None, 1, false),
+            (
+                "container Never in an Always pod",
+                "Always",
+                Some("Never"),
+                None,
+                1,
+                false,
+            ),
+            (
+                "container Always in a Never pod",
+                "Never",
+                Some("Always"),
+                None,
+                0,
+                true,
+            ),
+            (
+                "container OnFailure, succeeded",
+                "Always",
+                Some("OnFailure"),
+                None,
+                0,
+                false,
+            ),
+            (
+                "container OnFailure, failed",
+                "Never",
+                Some("OnFailure"),
+                None,
+                2,
+                true,
+            ),
+            (
+                "rule In matches",
+                "Never",
+                Some("Never"),
+                Some(("In", &[42])),
+                42,
+                true,
+            ),
+            (
+                "rule In does not match",
+                "Never",
+                Some("Never"),
+                Some(("In", &[42])),
+                1,
+                false,
+            ),
+            (
+                "rule NotIn matches",
+                "Never",
+                Some("Never"),
+                Some(("NotIn", &[0])),
+                3,
+                true,
+            ),
+            (
+                "rule NotIn does not match",
+                "Never",
+                Some("Never"),
+                Some(("NotIn", &[0])),
+                0,
+                false,
+            ),
+            (
+                "unknown operator: no match",
+                "Never",
+                Some("Never"),
+                Some(("Gt", &[0])),
+                3,
+                false,
+            ),
+        ];
+        for (name, pod_policy, own, rule, exit, want) in cases {
+            let p = with_policy(pod(pod_policy, &["a"]), own, rule);
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            assert_eq!(container_should_restart(c, &p, exit), want, "{name}");
+        }
+        // Rules are read only with a container-level policy, and a matching
+        // rule of another action falls back to that policy.
+        let mut p = with_policy(pod("Never", &["a"]), None, Some(("In", &[42])));
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        assert!(
+            !container_should_restart(&c, &p, 42),
+            "rules without a policy"
+        );
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.restart_policy = Some("Never".into());
+        c.restart_policy_rules.as_mut().unwrap()[0].action = "RestartAllContainers".into();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        assert!(
+            !container_should_restart(&c, &p, 42),
+            "RestartAllContainers is off"
+        );
+    }
+
+    #[test]
+    fn container_level_policies_drive_the_actions() {
+        use ContainerState::*;
+        let ready = || vec![sandbox(SandboxState::Ready, 0)];
+        // The upstream e2e case: restartPolicy Never in an Always pod is not
+        // restarted, and the pod stops.
+        let never_in_always = with_policy(pod("Always", &["a"]), Some("Never"), None);
+        let st = status(ready(), vec![ctr(&never_in_always, "a", Exited, 1, 0)]);
+        let got = compute_pod_actions(&never_in_always, &st, &NoProbes);
+        assert_eq!(
+            got,
+            PodActions {
+                kill_pod: true,
+                ..Default::default()
+            }
+        );
+        // A rule matching the exit code restarts it in a Never pod.
+        let rule = with_policy(pod("Never", &["a"]), Some("Never"), Some(("In", &[42])));
+        let st = status(ready(), vec![ctr(&rule, "a", Exited, 42, 0)]);
+        let got = compute_pod_actions(&rule, &st, &NoProbes);
+        assert_eq!(got.containers_to_start, vec![start(0, 1)], "{got:?}");
+        let st = status(ready(), vec![ctr(&rule, "a", Exited, 1, 0)]);
+        assert!(compute_pod_actions(&rule, &st, &NoProbes).kill_pod);
+        // A failed liveness probe restarts by the container's policy only.
+        let mut always_in_never = with_policy(pod("Never", &["a"]), Some("Always"), None);
+        always_in_never.spec.as_mut().unwrap().containers[0].liveness_probe =
+            Some(Default::default());
+        let st = status(ready(), vec![ctr(&always_in_never, "a", Running, 0, 0)]);
+        let probes = Probes {
+            liveness_failed: vec!["a-0"],
+            ..Default::default()
+        };
+        let got = compute_pod_actions(&always_in_never, &st, &probes);
+        assert_eq!(got.containers_to_start, vec![start(0, 1)], "{got:?}");
+        // A new sandbox skips a container that succeeded under its own OnFailure.
+        let on_failure = with_policy(pod("Always", &["a", "b"]), Some("OnFailure"), None);
+        let st = status(
+            vec![sandbox(SandboxState::NotReady, 0)],
+            vec![
+                ctr(&on_failure, "a", Exited, 0, 0),
+                ctr(&on_failure, "b", Exited, 0, 0),
+            ],
+        );
+        let got = compute_pod_actions(&on_failure, &st, &NoProbes);
+        assert_eq!(got.containers_to_start, vec![start(1, 1)], "{got:?}");
+        // An init container's own policy decides whether its failure fails the pod.
+        let mut init = with_inits("Always", &[("i0", false, false)], &["a"]);
+        init.spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[0]
+            .restart_policy = Some("Never".into());
+        let st = status(ready(), vec![init_ctr(&init, "i0", Exited, 1)]);
+        let got = compute_pod_actions(&init, &st, &NoProbes);
+        assert!(
+            got.kill_pod && got.containers_to_start.is_empty(),
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -146,8 +146,8 @@ pub struct ContainerView {
     pub terminated: bool,
     /// The status says the container has started (its startup probe passed).
     pub started: bool,
-    /// The container will be restarted if it ends (pod restartPolicy is not
-    /// Never, or it is a sidecar).
+    /// The container will run again after it ended (its restartPolicy and
+    /// rules, else the pod's: `actions::container_should_restart`).
     pub restartable: bool,
 }
 

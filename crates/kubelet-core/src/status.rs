@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::actions::{
-    init_containers, is_initialized, is_sidecar, regular_containers, restart_policy,
+    container_should_restart, init_containers, is_initialized, is_sidecar, regular_containers,
 };
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
@@ -72,11 +72,13 @@ pub fn pod_phase(
     statuses: &[ApiContainerStatus],
     pod_is_terminal: bool,
 ) -> &'static str {
-    let policy = restart_policy(pod);
     let find =
         |list: &'_ [ApiContainerStatus], name: &str| list.iter().find(|s| s.name == name).cloned();
-    let (mut pending_init, mut failed_init) = (0, 0);
+    // Failures and stops count as final only for containers that will not
+    // run again (upstream's getPhase with ContainerRestartRules).
+    let (mut pending_init, mut failed_init_final) = (0, 0);
     let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut stopped_final = 0;
     for c in init_containers(pod) {
         let Some(s) = find(init_statuses, &c.name) else {
             pending_init += 1;
@@ -95,7 +97,10 @@ pub fn pod_phase(
         }
         match last_exit(&s) {
             _ if is_running(&s) => pending_init += 1,
-            Some(code) => failed_init += usize::from(code != 0),
+            Some(code) => {
+                failed_init_final +=
+                    usize::from(code != 0 && !container_should_restart(c, pod, code));
+            }
             None => pending_init += 1,
         }
     }
@@ -111,12 +116,13 @@ pub fn pod_phase(
         } else if let Some(code) = last_exit(&s) {
             stopped += 1;
             succeeded += usize::from(code == 0);
+            stopped_final += usize::from(!container_should_restart(c, pod, code));
             regular_started = true;
         } else {
             waiting += 1;
         }
     }
-    if failed_init > 0 && policy == "Never" {
+    if failed_init_final > 0 {
         return PHASE_FAILED;
     }
     if (pending_init > 0 && !regular_started) || (waiting > 0 && !pod_is_terminal) {
@@ -137,16 +143,15 @@ pub fn pod_phase(
                 PHASE_FAILED
             };
         }
-        if policy == "Always" {
+        if stopped != stopped_final {
+            // Some are restarting.
             return PHASE_RUNNING;
         }
-        if stopped == succeeded {
-            return PHASE_SUCCEEDED;
-        }
-        if policy == "Never" {
-            return PHASE_FAILED;
-        }
-        return PHASE_RUNNING;
+        return if stopped == succeeded {
+            PHASE_SUCCEEDED
+        } else {
+            PHASE_FAILED
+        };
     }
     if pod_is_terminal {
         return PHASE_FAILED;
@@ -534,6 +539,12 @@ mod tests {
         }
     }
 
+    /// The first container with its own restartPolicy.
+    fn own_policy(mut p: Pod, policy: &str) -> Pod {
+        p.spec.as_mut().unwrap().containers[0].restart_policy = Some(policy.into());
+        p
+    }
+
     fn ctr(name: &str, state: ContainerState, exit: i32, restarts: i32) -> ContainerStatus {
         ContainerStatus {
             id: format!("{name}{restarts}"),
@@ -645,6 +656,34 @@ mod tests {
                 vec![ctr("a", Exited, 0, 0)],
                 true,
                 PHASE_SUCCEEDED,
+            ),
+            (
+                "container Never in an Always pod, exit 1: not restarted",
+                own_policy(pod("Always", &["a"]), "Never"),
+                vec![ctr("a", Exited, 1, 0)],
+                false,
+                PHASE_FAILED,
+            ),
+            (
+                "container Never in an Always pod, exit 0",
+                own_policy(pod("Always", &["a"]), "Never"),
+                vec![ctr("a", Exited, 0, 0)],
+                false,
+                PHASE_SUCCEEDED,
+            ),
+            (
+                "container Always in a Never pod: restarting",
+                own_policy(pod("Never", &["a"]), "Always"),
+                vec![ctr("a", Exited, 1, 0)],
+                false,
+                PHASE_RUNNING,
+            ),
+            (
+                "container Never done, the pod's Always one restarting",
+                own_policy(pod("Always", &["a", "b"]), "Never"),
+                vec![ctr("a", Exited, 1, 0), ctr("b", Exited, 1, 0)],
+                false,
+                PHASE_RUNNING,
             ),
         ];
         for (name, p, containers, terminal, want) in cases {
@@ -844,6 +883,33 @@ mod tests {
             Some(PHASE_SUCCEEDED),
             "a stopped sidecar's exit code does not count"
         );
+    }
+
+    #[test]
+    fn an_init_container_own_policy_decides_its_failure() {
+        use ContainerState::*;
+        for (pod_policy, own, want) in [
+            ("Never", None, PHASE_FAILED),
+            ("Never", Some("OnFailure"), PHASE_PENDING),
+            ("Always", None, PHASE_PENDING),
+            ("Always", Some("Never"), PHASE_FAILED),
+        ] {
+            let mut p = pod(pod_policy, &["a"]);
+            p.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+                name: "i0".into(),
+                restart_policy: own.map(Into::into),
+                ..Default::default()
+            }]);
+            let s = generate_api_pod_status(
+                &p,
+                &rt(vec![ctr("i0", Exited, 1, 0)]),
+                &WaitingReasons::new(),
+                "containerd",
+                &NoProbes,
+                false,
+            );
+            assert_eq!(s.phase.as_deref(), Some(want), "{pod_policy} {own:?}");
+        }
     }
 
     #[test]

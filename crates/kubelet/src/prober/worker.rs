@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Probe};
+use kubelet_core::actions::container_should_restart;
 use kubelet_core::probe::{
     ContainerView, Next, ProbeKind, ProbeResult, ProbeState, ProbeTiming, ResultUpdate,
     probe_action,
@@ -216,24 +217,21 @@ impl Worker {
             || self.shared.results.get(ProbeKind::Startup, &id) == Some(ProbeResult::Success);
         let state = c.state.as_ref();
         let running = state.and_then(|s| s.running.as_ref());
-        let terminated = state.is_some_and(|s| s.terminated.is_some());
+        let exit_code = state
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code);
         let running_for = running.map(|r| {
             let since = r.started_at.as_ref().map_or(0, |t| t.0.as_nanosecond());
             let nanos = i128::from(crate::clock::now_nanos()) - since;
             Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
         });
-        let sidecar = self.container.restart_policy.as_deref() == Some("Always");
-        let pod_policy = self
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.restart_policy.as_deref());
         Some(ContainerView {
             id,
             running_for,
-            terminated,
+            terminated: exit_code.is_some(),
             started,
-            restartable: sidecar || pod_policy != Some("Never"),
+            restartable: exit_code
+                .is_none_or(|code| container_should_restart(&self.container, &self.pod, code)),
         })
     }
 }
