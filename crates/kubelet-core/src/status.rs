@@ -310,6 +310,91 @@ fn container_status(spec: &Container, init: bool, cx: &StatusContext<'_>) -> Api
     }
 }
 
+/// The pod conditions the kubelet owns (upstream's PodConditionsByKubelet,
+/// with PodReadyToStartContainers): it computes them on every sync. Any
+/// other condition (a readiness gate's, DisruptionTarget) is written by
+/// others through the API and only read here.
+pub const KUBELET_CONDITIONS: [&str; 7] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodResizeInProgress",
+    "PodResizePending",
+    "PodReadyToStartContainers",
+];
+
+pub fn is_kubelet_condition(kind: &str) -> bool {
+    KUBELET_CONDITIONS.contains(&kind)
+}
+
+/// The part of a status the kubelet writes to the API: the conditions it
+/// does not own are left out, so a patch never overwrites what others set
+/// (upstream's mergePodStatus keeps the API server's copies of those).
+pub fn kubelet_owned(status: &ApiPodStatus) -> ApiPodStatus {
+    let mut owned = status.clone();
+    if let Some(conditions) = owned.conditions.as_mut() {
+        conditions.retain(|c| is_kubelet_condition(&c.type_));
+    }
+    owned
+}
+
+/// Upstream's ReadinessGatesNotReady reason.
+pub const READINESS_GATES_NOT_READY: &str = "ReadinessGatesNotReady";
+
+/// Why the pod's readiness gates hold it back (upstream's
+/// GeneratePodReadyCondition messages), None when each gate's condition is
+/// True in `conditions`.
+fn readiness_gates_unready(pod: &Pod, conditions: &[PodCondition]) -> Option<String> {
+    let gates = pod.spec.as_ref()?.readiness_gates.as_deref()?;
+    let unready: Vec<String> = gates
+        .iter()
+        .filter_map(|g| {
+            let kind = &g.condition_type;
+            match conditions.iter().find(|c| &c.type_ == kind) {
+                None => Some(format!(
+                    "corresponding condition of pod readiness gate {kind:?} does not exist."
+                )),
+                Some(c) if c.status != "True" => Some(format!(
+                    "the status of pod readiness gate {kind:?} is not \"True\", but {}",
+                    c.status
+                )),
+                Some(_) => None,
+            }
+        })
+        .collect();
+    (!unready.is_empty()).then(|| unready.join(", "))
+}
+
+/// Whether an API pod's Ready condition disagrees with its readiness gates
+/// (upstream's NeedToReconcilePodReadiness): someone changed a gate's
+/// condition, and the pod must be synced for Ready to follow.
+pub fn needs_readiness_reconcile(pod: &Pod) -> bool {
+    let has_gates = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.readiness_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[]);
+    let find = |kind: &str| conditions.iter().find(|c| c.type_ == kind);
+    let (Some(ready), true) = (find("Ready"), has_gates) else {
+        return false;
+    };
+    let want = match find("ContainersReady") {
+        Some(c) if c.status == "True" => match readiness_gates_unready(pod, conditions) {
+            Some(message) => ("False", Some(message)),
+            None => ("True", None),
+        },
+        Some(c) => (c.status.as_str(), c.message.clone()),
+        None => ("False", None),
+    };
+    (ready.status.as_str(), ready.message.clone()) != want
+}
+
 fn condition(kind: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
     PodCondition {
         type_: kind.into(),
@@ -396,7 +481,27 @@ pub fn generate_api_pod_status(
         })
         .map(|(s, _)| s.name.as_str())
         .collect();
-    let conditions = vec![
+    // Conditions others own are kept as the API pod has them; readiness
+    // gates are read from them.
+    let mut conditions: Vec<PodCondition> = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|c| !is_kubelet_condition(&c.type_))
+        .cloned()
+        .collect();
+    let ready = match readiness_gates_unready(pod, &conditions) {
+        Some(message) if containers_ready => condition(
+            "Ready",
+            false,
+            Some(READINESS_GATES_NOT_READY),
+            Some(message),
+        ),
+        _ => condition("Ready", containers_ready, Some(reason), unready_msg.clone()),
+    };
+    conditions.extend([
         condition(
             "PodReadyToStartContainers",
             sandbox_ready && !is_terminal(phase),
@@ -412,7 +517,7 @@ pub fn generate_api_pod_status(
                 incomplete.join(" ")
             )),
         ),
-        condition("Ready", containers_ready, Some(reason), unready_msg.clone()),
+        ready,
         condition(
             "ContainersReady",
             containers_ready,
@@ -420,7 +525,7 @@ pub fn generate_api_pod_status(
             unready_msg,
         ),
         condition("PodScheduled", true, None, None),
-    ];
+    ]);
 
     let ips: Vec<PodIP> = if host_network {
         Vec::new()
@@ -502,7 +607,13 @@ pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time
     new.start_time = old
         .and_then(|o| o.start_time.clone())
         .or_else(|| Some(now.clone()));
-    for c in new.conditions.iter_mut().flatten() {
+    // Conditions others own keep the times their writers gave them.
+    for c in new
+        .conditions
+        .iter_mut()
+        .flatten()
+        .filter(|c| is_kubelet_condition(&c.type_))
+    {
         let prev = old
             .and_then(|o| o.conditions.as_ref())
             .and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
@@ -802,6 +913,217 @@ mod tests {
             );
             assert_eq!(s.phase.as_deref(), Some(PHASE_RUNNING));
         }
+    }
+
+    fn api_condition(kind: &str, status: &str) -> PodCondition {
+        PodCondition {
+            type_: kind.into(),
+            status: status.into(),
+            last_transition_time: time_from_nanos(7_000_000_000),
+            ..Default::default()
+        }
+    }
+
+    /// A pod with readiness gates g1 and g2, its API status holding `conditions`.
+    fn gated(conditions: Vec<PodCondition>) -> Pod {
+        use k8s_openapi::api::core::v1::PodReadinessGate;
+        let mut p = pod("Always", &["a"]);
+        p.spec.as_mut().unwrap().readiness_gates = Some(
+            ["g1", "g2"]
+                .iter()
+                .map(|g| PodReadinessGate {
+                    condition_type: (*g).into(),
+                })
+                .collect(),
+        );
+        p.status = Some(ApiPodStatus {
+            conditions: Some(conditions),
+            ..Default::default()
+        });
+        p
+    }
+
+    #[test]
+    fn readiness_gates_hold_ready() {
+        use ContainerState::*;
+        let missing = |g: &str| {
+            format!("corresponding condition of pod readiness gate {g:?} does not exist.")
+        };
+        /// (case, the API pod's conditions, container state, Ready's
+        /// status, reason and message)
+        type Case = (
+            &'static str,
+            Vec<PodCondition>,
+            ContainerState,
+            &'static str,
+            Option<&'static str>,
+            Option<String>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "no gate condition yet",
+                vec![],
+                Running,
+                "False",
+                Some(READINESS_GATES_NOT_READY),
+                Some(format!("{}, {}", missing("g1"), missing("g2"))),
+            ),
+            (
+                "one gate True",
+                vec![api_condition("g1", "True")],
+                Running,
+                "False",
+                Some(READINESS_GATES_NOT_READY),
+                Some(missing("g2")),
+            ),
+            (
+                "one gate False",
+                vec![api_condition("g1", "False"), api_condition("g2", "True")],
+                Running,
+                "False",
+                Some(READINESS_GATES_NOT_READY),
+                Some(r#"the status of pod readiness gate "g1" is not "True", but False"#.into()),
+            ),
+            (
+                "both gates True",
+                vec![api_condition("g1", "True"), api_condition("g2", "True")],
+                Running,
+                "True",
+                None,
+                None,
+            ),
+            (
+                "containers not ready come first",
+                vec![],
+                Created,
+                "False",
+                Some("ContainersNotReady"),
+                Some("containers with unready status: [a]".into()),
+            ),
+        ];
+        for (name, conditions, state, status, reason, message) in cases {
+            let p = gated(conditions.clone());
+            let s = generate_api_pod_status(
+                &p,
+                &rt(vec![ctr("a", state, 0, 0)]),
+                &WaitingReasons::new(),
+                "containerd",
+                &NoProbes,
+                false,
+            );
+            let ready = cond(&s, "Ready");
+            assert_eq!(
+                (
+                    ready.status.as_str(),
+                    ready.reason.as_deref(),
+                    &ready.message
+                ),
+                (status, reason, &message),
+                "{name}"
+            );
+            for c in &conditions {
+                assert_eq!(cond(&s, &c.type_), c, "{name}: {} kept as is", c.type_);
+            }
+            // What the kubelet patches leaves the gates' conditions alone.
+            let owned = kubelet_owned(&s);
+            let kinds: Vec<&str> = owned
+                .conditions
+                .iter()
+                .flatten()
+                .map(|c| c.type_.as_str())
+                .collect();
+            assert_eq!(
+                kinds,
+                [
+                    "PodReadyToStartContainers",
+                    "Initialized",
+                    "Ready",
+                    "ContainersReady",
+                    "PodScheduled"
+                ],
+                "{name}"
+            );
+            // The status manager keeps the times others gave their conditions.
+            let mut next = s.clone();
+            carry_over(
+                &mut next,
+                Some(&s),
+                &time_from_nanos(9_000_000_000).unwrap(),
+            );
+            for c in &conditions {
+                assert_eq!(
+                    cond(&next, &c.type_).last_transition_time,
+                    c.last_transition_time
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn readiness_reconcile_when_a_gate_changes() {
+        let ready = |status: &str, message: Option<&str>| PodCondition {
+            message: message.map(Into::into),
+            ..api_condition("Ready", status)
+        };
+        let missing_g2 = r#"corresponding condition of pod readiness gate "g2" does not exist."#;
+        let cases = vec![
+            (
+                "gate g1 set since Ready was written",
+                vec![
+                    api_condition("g1", "True"),
+                    api_condition("ContainersReady", "True"),
+                    ready("False", Some("stale")),
+                ],
+                true,
+            ),
+            (
+                "Ready already says so",
+                vec![
+                    api_condition("g1", "True"),
+                    api_condition("ContainersReady", "True"),
+                    ready("False", Some(missing_g2)),
+                ],
+                false,
+            ),
+            (
+                "both gates True, Ready still False",
+                vec![
+                    api_condition("g1", "True"),
+                    api_condition("g2", "True"),
+                    api_condition("ContainersReady", "True"),
+                    ready("False", Some("x")),
+                ],
+                true,
+            ),
+            (
+                "a gate went False under a True Ready",
+                vec![
+                    api_condition("g1", "False"),
+                    api_condition("g2", "True"),
+                    api_condition("ContainersReady", "True"),
+                    ready("True", None),
+                ],
+                true,
+            ),
+            (
+                "no Ready condition yet",
+                vec![api_condition("g1", "True")],
+                false,
+            ),
+        ];
+        for (name, conditions, want) in cases {
+            assert_eq!(
+                needs_readiness_reconcile(&gated(conditions)),
+                want,
+                "{name}"
+            );
+        }
+        let mut no_gates = gated(vec![
+            api_condition("ContainersReady", "True"),
+            ready("False", None),
+        ]);
+        no_gates.spec.as_mut().unwrap().readiness_gates = None;
+        assert!(!needs_readiness_reconcile(&no_gates), "no gates");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
-use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED};
+use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile};
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
@@ -654,7 +654,21 @@ impl Kubelet {
                     }
                 }
                 PodOperation::Reconcile => {
-                    self.pod_manager.add_or_update(pod);
+                    // A status written by others: a readiness gate's
+                    // condition Ready must follow is synced now.
+                    let resync = needs_readiness_reconcile(&pod)
+                        && pod.metadata.deletion_timestamp.is_none();
+                    if self.pod_manager.add_or_update(pod.clone())
+                        && resync
+                        && !self
+                            .rejected
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .contains(&uid)
+                    {
+                        tracing::debug!(pod = %name, %uid, "readiness gate changed");
+                        self.workers.update_pod(pod);
+                    }
                 }
             }
         }

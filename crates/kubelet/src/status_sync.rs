@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kubelet_api::ApiClient;
 use kubelet_api::pods::{create_mirror, delete_finished, patch_status};
 use kubelet_core::backoff::Backoff;
+use kubelet_core::status::kubelet_owned;
 use kubelet_core::types::{PodUid, SOURCE_FILE, keys, pod_full_name};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -132,7 +133,8 @@ impl Kubelet {
             if state.sent.get(&uid) == Some(&(target_uid.clone(), status.clone())) {
                 continue;
             }
-            match patch_status(api, &target, &status).await {
+            // Conditions others own (readiness gates) are not the kubelet's to write.
+            match patch_status(api, &target, &kubelet_owned(&status)).await {
                 Ok(_) => {
                     self.opts
                         .metrics
