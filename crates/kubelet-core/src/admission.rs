@@ -1,9 +1,9 @@
 //! Pod admission (upstream's lifecycle/predicate.go): before a pod from the
 //! API server starts, check it fits this node — pod count, cpu and memory
 //! requests against allocatable, node name, node selector and required node
-//! affinity, NoExecute taints. A pod that does not fit is rejected with
-//! upstream's reason (OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, ...)
-//! and never started.
+//! affinity, NoExecute taints, and first of all the pod's OS. A pod that
+//! does not fit is rejected with upstream's reason (PodOSNotSupported,
+//! OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, ...) and never started.
 
 use std::collections::BTreeMap;
 
@@ -148,9 +148,36 @@ fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     })
 }
 
+/// The operating system this kubelet runs pods for (upstream's runtime.GOOS).
+pub const NODE_OS: &str = "linux";
+/// The well-known OS label (v1.LabelOSStable).
+pub const LABEL_OS: &str = "kubernetes.io/os";
+
+/// Upstream's OS checks, made before any other because no preemption can
+/// help them: the pod's `kubernetes.io/os` label (a pod label, as upstream
+/// reads it) and its `spec.os.name` must name this node's OS.
+fn admit_os(pod: &Pod) -> Result<(), Rejection> {
+    let label = pod.metadata.labels.as_ref().and_then(|l| l.get(LABEL_OS));
+    if label.is_some_and(|os| os != NODE_OS) {
+        return reject(
+            "PodOSSelectorNodeLabelDoesNotMatch",
+            "Pod was rejected: Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+        );
+    }
+    let os = pod.spec.as_ref().and_then(|s| s.os.as_ref());
+    if os.is_some_and(|os| os.name != NODE_OS) {
+        return reject(
+            "PodOSNotSupported",
+            "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS".into(),
+        );
+    }
+    Ok(())
+}
+
 /// Whether `pod` may start next to `active` (the pods admitted and not yet
 /// terminal on this node).
 pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejection> {
+    admit_os(pod)?;
     let spec_node = pod
         .spec
         .as_ref()
@@ -225,7 +252,7 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodSpec,
+        Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodOS, PodSpec,
         ResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -280,6 +307,15 @@ mod tests {
 
     fn with(mut p: Pod, f: impl FnOnce(&mut PodSpec)) -> Pod {
         f(p.spec.as_mut().unwrap());
+        p
+    }
+
+    fn os(name: &str) -> Option<PodOS> {
+        Some(PodOS { name: name.into() })
+    }
+
+    fn os_label(mut p: Pod, os: &str) -> Pod {
+        p.metadata.labels = Some(BTreeMap::from([(LABEL_OS.to_owned(), os.to_owned())]));
         p
     }
 
@@ -378,6 +414,39 @@ mod tests {
                 vec![],
                 Some("TaintToleration"),
             ),
+            (
+                "spec.os linux",
+                with(small.clone(), |s| s.os = os("linux")),
+                vec![],
+                None,
+            ),
+            (
+                "spec.os windows",
+                with(small.clone(), |s| s.os = os("windows")),
+                vec![],
+                Some("PodOSNotSupported"),
+            ),
+            (
+                "the OS comes before every other check",
+                with(pod("2500m", ""), |s| {
+                    s.os = os("windows");
+                    s.node_name = Some("node2".into());
+                }),
+                vec![],
+                Some("PodOSNotSupported"),
+            ),
+            (
+                "os label linux",
+                os_label(small.clone(), "linux"),
+                vec![],
+                None,
+            ),
+            (
+                "os label windows",
+                os_label(with(small.clone(), |s| s.os = os("windows")), "windows"),
+                vec![],
+                Some("PodOSSelectorNodeLabelDoesNotMatch"),
+            ),
         ];
         let n = node();
         for (name, p, active, want) in cases {
@@ -385,6 +454,13 @@ mod tests {
             let got = admit(&p, &n, &active).err().map(|r| r.reason);
             assert_eq!(got.as_deref(), want, "{name}");
         }
+        let msg = admit(&with(small.clone(), |s| s.os = os("windows")), &n, &[])
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            msg,
+            "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS"
+        );
         let msg = admit(&pod("2500m", ""), &n, &[]).unwrap_err().message;
         assert_eq!(
             msg,

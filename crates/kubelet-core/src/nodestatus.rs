@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+use crate::admission::{LABEL_OS, NODE_OS};
 use crate::status::transition_time;
 
 /// What the kubelet knows about its host, gathered once (and the images, on
@@ -57,9 +58,9 @@ pub fn node_labels(
 ) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([
         ("kubernetes.io/hostname".to_owned(), facts.hostname.clone()),
-        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+        (LABEL_OS.to_owned(), NODE_OS.to_owned()),
         ("kubernetes.io/arch".to_owned(), facts.architecture.clone()),
-        ("beta.kubernetes.io/os".to_owned(), "linux".to_owned()),
+        ("beta.kubernetes.io/os".to_owned(), NODE_OS.to_owned()),
         (
             "beta.kubernetes.io/arch".to_owned(),
             facts.architecture.clone(),
@@ -221,7 +222,7 @@ pub fn node_status(
             kernel_version: facts.kernel_version.clone(),
             kubelet_version: facts.kubelet_version.clone(),
             machine_id: facts.machine_id.clone(),
-            operating_system: "linux".into(),
+            operating_system: NODE_OS.into(),
             os_image: facts.os_image.clone(),
             system_uuid: facts.system_uuid.clone(),
             ..Default::default()
