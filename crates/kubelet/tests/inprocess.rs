@@ -417,6 +417,49 @@ async fn fallback_to_logs_on_error_reports_the_unfinished_last_line() {
 }
 
 #[tokio::test]
+async fn a_container_restart_policy_overrides_the_pod_one() {
+    let node = Node::new().await;
+    // Pod Always, container `once` Never: it runs once and the pod ends;
+    // with a rule restarting exit code 42, `rule` runs again.
+    node.write(
+        "own.yaml",
+        &(pod("own", &[("once", "exit 1")], "") + "    restartPolicy: Never\n"),
+    );
+    node.write(
+        "rule.yaml",
+        &(pod("rule", &[("r", "exit 42")], "  restartPolicy: Never\n")
+            + "    restartPolicy: Never\n    restartPolicyRules:\n    - action: Restart\n      exitCodes: {operator: In, values: [42]}\n"),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("both run", WAIT, |_| {
+            node.running("once").len() == 1 && node.running("r").len() == 1
+        })
+        .await;
+    let once = node.running("once").remove(0).id;
+    let r = node.running("r").remove(0).id;
+    assert!(node.fake.exit_container(&once, 1));
+    assert!(node.fake.exit_container(&r, 42));
+    node.fake
+        .wait_for("r restarted", WAIT, |_| {
+            node.running("r")
+                .first()
+                .is_some_and(|c| restart_count(c) == "1")
+        })
+        .await;
+    k.wait_phase("own-node1", "Failed").await;
+    let created_once = node
+        .fake
+        .containers()
+        .iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "once"))
+        .count();
+    assert_eq!(created_once, 1, "restartPolicy Never: not restarted");
+    assert_eq!(k.phase("rule-node1").as_deref(), Some("Running"));
+    k.stop().await;
+}
+
+#[tokio::test]
 async fn missing_image_under_never_waits_with_err_image_never_pull() {
     let node = Node::new().await;
     let body = pod("np", &[("a", "sleep 1")], "").replace(
