@@ -1713,6 +1713,108 @@ impl Drop for ApiServerGuard {
     }
 }
 
+/// The `[NodeConformance]` behaviours of upstream's e2e suite that once
+/// failed here: spec.os admission, readiness gates set through the API, the
+/// termination message from the log's unfinished last line, and a
+/// container-level restartPolicy.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn m_os_admission_readiness_gates_termination_message_container_policy() {
+    let mut k = Kubelet::new("conformance");
+    k.start_ready().await;
+    let mut windows = json!({"containers": [sh_container("c", SLEEPER)]});
+    windows["os"] = json!({"name": "windows"});
+    k.api.create(&test_pod(&k.api, "cl-windows", windows));
+    let mut gated = json!({"containers": [sh_container("c", SLEEPER)]});
+    gated["readinessGates"] = json!([{"conditionType": "rkubelet.test/gate"}]);
+    k.api.create(&test_pod(&k.api, "cl-gated", gated));
+    let mut fallback = sh_container("c", "echo -n DONE; exit 1");
+    fallback["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+    let spec = json!({"restartPolicy": "Never", "containers": [fallback]});
+    k.api.create(&test_pod(&k.api, "cl-fallback", spec));
+    let mut once = sh_container("c", "exit 1");
+    once["restartPolicy"] = json!("Never");
+    k.api
+        .create(&test_pod(&k.api, "cl-once", json!({"containers": [once]})));
+
+    let pod = eventually("the windows pod Failed", START, async || {
+        k.api
+            .pod("cl-windows")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["reason"], "PodOSNotSupported",
+        "{}",
+        pod["status"]
+    );
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
+
+    let pod = eventually("the gated pod runs, not Ready", START, async || {
+        k.api.pod("cl-gated").filter(|p| {
+            running_with_ip(p)
+                && condition(p, "ContainersReady") == "True"
+                && condition(p, "Ready") == "False"
+        })
+    })
+    .await;
+    uids.insert(uid(&pod).to_owned());
+    for (status, ready) in [("True", "True"), ("False", "False")] {
+        let patch = format!(
+            r#"{{"status":{{"conditions":[{{"type":"rkubelet.test/gate","status":"{status}"}}]}}}}"#
+        );
+        k.api.ok(&[
+            "patch",
+            "pod",
+            "cl-gated",
+            "-n",
+            "default",
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            &patch,
+        ]);
+        eventually(
+            &format!("Ready {ready} with the gate {status}"),
+            START,
+            async || {
+                let p = k.api.pod("cl-gated")?;
+                (condition(&p, "Ready") == ready && condition(&p, "rkubelet.test/gate") == status)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+
+    let pod = eventually("the fallback pod Failed", START, async || {
+        k.api
+            .pod("cl-fallback")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    let terminated = &container_status(&pod, "c")["state"]["terminated"];
+    assert_eq!(terminated["message"], "DONE", "{terminated}");
+    uids.insert(uid(&pod).to_owned());
+
+    let pod = eventually(
+        "the restartPolicy Never container's pod Failed",
+        START,
+        async || {
+            k.api
+                .pod("cl-once")
+                .filter(|p| p["status"]["phase"] == "Failed")
+        },
+    )
+    .await;
+    assert_eq!(container_status(&pod, "c")["restartCount"], 0);
+    uids.insert(uid(&pod).to_owned());
+    for name in ["cl-windows", "cl-gated", "cl-fallback", "cl-once"] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    k.finish(&uids).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
