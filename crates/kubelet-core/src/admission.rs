@@ -22,10 +22,19 @@ pub struct NodeInfo {
     pub max_pods: u32,
 }
 
+/// Why a pod was refused: the reason and message of upstream's Warning
+/// event; the pod's status says [`Rejection::status_message`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
     pub reason: String,
     pub message: String,
+}
+
+impl Rejection {
+    /// The rejected pod's status message (upstream's rejectPod).
+    pub fn status_message(&self) -> String {
+        format!("Pod was rejected: {}", self.message)
+    }
 }
 
 fn reject(reason: &str, message: String) -> Result<(), Rejection> {
@@ -161,14 +170,14 @@ fn admit_os(pod: &Pod) -> Result<(), Rejection> {
     if label.is_some_and(|os| os != NODE_OS) {
         return reject(
             "PodOSSelectorNodeLabelDoesNotMatch",
-            "Pod was rejected: Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+            "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
         );
     }
     let os = pod.spec.as_ref().and_then(|s| s.os.as_ref());
     if os.is_some_and(|os| os.name != NODE_OS) {
         return reject(
             "PodOSNotSupported",
-            "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS".into(),
+            "Failed to admit pod as the OS field doesn't match node OS".into(),
         );
     }
     Ok(())
@@ -187,7 +196,7 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
         return reject(
             "NodeName",
             format!(
-                "Pod was rejected: Predicate NodeName failed: node {spec_node:?} is not {:?}",
+                "Predicate NodeName failed: node {spec_node:?} is not {:?}",
                 node.name
             ),
         );
@@ -197,7 +206,7 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
         return reject(
             "OutOfpods",
             format!(
-                "Pod was rejected: Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
+                "Node didn't have enough resource: pods, requested: 1, used: {used}, capacity: {}",
                 node.max_pods
             ),
         );
@@ -215,7 +224,7 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
             return reject(
                 &format!("OutOf{name}"),
                 format!(
-                    "Pod was rejected: Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
                 ),
             );
         }
@@ -223,7 +232,8 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
     if !matches_node_affinity(pod, node) {
         return reject(
             "NodeAffinity",
-            "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector".into(),
+            "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+                .into(),
         );
     }
     let tolerations = pod
@@ -239,7 +249,7 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
         return reject(
             "TaintToleration",
             format!(
-                "Pod was rejected: Predicate TaintToleration failed: node(s) had untolerated taint {{{}: {}}}",
+                "Predicate TaintToleration failed: node(s) had untolerated taint {{{}: {}}}",
                 t.key,
                 t.value.as_deref().unwrap_or("")
             ),
@@ -459,11 +469,15 @@ mod tests {
             .message;
         assert_eq!(
             msg,
-            "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS"
+            "Failed to admit pod as the OS field doesn't match node OS"
         );
-        let msg = admit(&pod("2500m", ""), &n, &[]).unwrap_err().message;
+        let rejection = admit(&pod("2500m", ""), &n, &[]).unwrap_err();
         assert_eq!(
-            msg,
+            rejection.message,
+            "Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000"
+        );
+        assert_eq!(
+            rejection.status_message(),
             "Pod was rejected: Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000"
         );
     }

@@ -17,7 +17,7 @@ use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
-use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile};
+use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile, qos_class};
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
@@ -732,12 +732,14 @@ impl Kubelet {
             &r.reason,
             r.message.clone(),
         );
+        let message = r.status_message();
         self.status.set_pod_status(
             pod,
             k8s_openapi::api::core::v1::PodStatus {
                 phase: Some(PHASE_FAILED.into()),
                 reason: Some(r.reason),
-                message: Some(r.message),
+                message: Some(message),
+                qos_class: Some(qos_class(pod).into()),
                 ..Default::default()
             },
         );

@@ -1743,11 +1743,30 @@ async fn m_os_admission_readiness_gates_termination_message_container_policy() {
             .filter(|p| p["status"]["phase"] == "Failed")
     })
     .await;
+    let status = &pod["status"];
+    assert_eq!(status["reason"], "PodOSNotSupported", "{status}");
     assert_eq!(
-        pod["status"]["reason"], "PodOSNotSupported",
-        "{}",
-        pod["status"]
+        status["message"],
+        "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS"
     );
+    eventually(
+        "the PodOSNotSupported event, without the status' prefix",
+        START,
+        async || {
+            let sel = "involvedObject.name=cl-windows,reason=PodOSNotSupported";
+            let list = k
+                .api
+                .get(&["events", "-n", "default", "--field-selector", sel])?;
+            list["items"]
+                .as_array()?
+                .iter()
+                .any(|e| {
+                    e["message"] == "Failed to admit pod as the OS field doesn't match node OS"
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
 
     let pod = eventually("the gated pod runs, not Ready", START, async || {
