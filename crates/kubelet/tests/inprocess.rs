@@ -417,6 +417,80 @@ async fn fallback_to_logs_on_error_reports_the_unfinished_last_line() {
 }
 
 #[tokio::test]
+async fn fallback_to_logs_on_error_reads_the_file_first_and_no_log_on_success() {
+    let node = Node::new().await;
+    let fallback = "    terminationMessagePolicy: FallbackToLogsOnError\n";
+    let mut body = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: msgs\nspec:\n  restartPolicy: Never\n  containers:\n".to_owned();
+    for c in ["file", "quiet"] {
+        body += &format!("  - name: {c}\n    image: {IMAGE}\n{fallback}");
+    }
+    node.write("msgs.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("both run", WAIT, |_| {
+            node.running("file").len() == 1 && node.running("quiet").len() == 1
+        })
+        .await;
+    let file = node.running("file").remove(0);
+    let quiet = node.running("quiet").remove(0);
+    let uid = &file.labels[keys::POD_UID];
+    // `echo -n OK > /dev/termination-log; echo DONE`: the file the
+    // container's terminationMessagePath is mounted from, and its log.
+    let dir = node
+        .dir
+        .path()
+        .join(format!("root/pods/{uid}/containers/file"));
+    let host_file = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::write(host_file, "OK").unwrap();
+    let logs = node
+        .dir
+        .path()
+        .join(format!("logs/default_msgs-node1_{uid}"));
+    for c in ["file", "quiet"] {
+        std::fs::create_dir_all(logs.join(c)).unwrap();
+        std::fs::write(
+            logs.join(format!("{c}/0.log")),
+            "2026-12-01T09:00:00.000000001Z stdout F DONE\n",
+        )
+        .unwrap();
+    }
+    assert!(node.fake.exit_container(&file.id, 0));
+    assert!(node.fake.exit_container(&quiet.id, 0));
+    k.wait_phase("msgs-node1", "Succeeded").await;
+    let pod = k
+        .kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("msgs-node1"))
+        .unwrap();
+    let messages: Vec<(String, Option<String>)> = pod
+        .status
+        .unwrap()
+        .container_statuses
+        .unwrap()
+        .into_iter()
+        .map(|s| {
+            let t = s.state.unwrap().terminated.unwrap();
+            (s.name, t.message)
+        })
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            ("file".to_owned(), Some("OK".to_owned())),
+            ("quiet".to_owned(), None)
+        ],
+        "the file wins; a success never falls back to the log"
+    );
+    k.stop().await;
+}
+
+#[tokio::test]
 async fn a_container_restart_policy_overrides_the_pod_one() {
     let node = Node::new().await;
     // Pod Always, container `once` Never: it runs once and the pod ends;
