@@ -846,12 +846,63 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         for (i, c) in containers.iter().enumerate() {
             let at = format!("{list}[{i}]");
             validate_container(&at, c)?;
+            if list == "spec.containers" {
+                validate_restart_policy(&at, c)?;
+            }
             if !names.insert(c.name.as_str()) {
                 return Err(FieldError::new(
                     format!("{at}.name"),
                     format!("duplicate container name {:?}", c.name),
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// A regular container's own restartPolicy and restartPolicyRules
+/// (upstream's validateContainerRestartPolicy with ContainerRestartRules,
+/// RestartAllContainers off).
+fn validate_restart_policy(at: &str, c: &Container) -> Result<(), FieldError> {
+    let rules = c.restart_policy_rules.as_deref().unwrap_or(&[]);
+    let policy_at = format!("{at}.restartPolicy");
+    match c.restart_policy.as_deref() {
+        Some(policy) => check_one_of(&policy_at, policy, &["Always", "Never", "OnFailure"])?,
+        None if rules.is_empty() => return Ok(()),
+        None => {
+            return Err(FieldError::new(
+                policy_at,
+                "required: must specify restartPolicy when restart rules are used",
+            ));
+        }
+    }
+    let too_many = |at: String, n: usize, max: usize| {
+        FieldError::new(at, format!("{n}: must have at most {max} items"))
+    };
+    if rules.len() > 20 {
+        return Err(too_many(
+            format!("{at}.restartPolicyRules"),
+            rules.len(),
+            20,
+        ));
+    }
+    for (i, rule) in rules.iter().enumerate() {
+        let rule_at = format!("{at}.restartPolicyRules[{i}]");
+        check_one_of(&format!("{rule_at}.action"), &rule.action, &["Restart"])?;
+        let Some(on) = &rule.exit_codes else {
+            return Err(FieldError::new(
+                format!("{rule_at}.exitCodes"),
+                "required: must be specified",
+            ));
+        };
+        check_one_of(
+            &format!("{rule_at}.exitCodes.operator"),
+            &on.operator,
+            &["In", "NotIn"],
+        )?;
+        let values = on.values.as_ref().map_or(0, Vec::len);
+        if values > 255 {
+            return Err(too_many(format!("{rule_at}.exitCodes.values"), values, 255));
         }
     }
     Ok(())
@@ -1361,6 +1412,48 @@ spec:
                 "pull policy",
                 |v| v["spec"]["containers"][0]["imagePullPolicy"] = json!("Maybe"),
                 "spec.containers[0].imagePullPolicy",
+                "unsupported value",
+            ),
+            (
+                "container restart policy",
+                |v| v["spec"]["containers"][1]["restartPolicy"] = json!("Sometimes"),
+                "spec.containers[1].restartPolicy",
+                "unsupported value",
+            ),
+            (
+                "restart rules without a container restart policy",
+                |v| {
+                    v["spec"]["containers"][0]["restartPolicyRules"] = json!([{"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}])
+                },
+                "spec.containers[0].restartPolicy",
+                "must specify restartPolicy when restart rules are used",
+            ),
+            (
+                "restart rule action",
+                |v| {
+                    v["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+                    v["spec"]["containers"][0]["restartPolicyRules"] = json!([{"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}}])
+                },
+                "spec.containers[0].restartPolicyRules[0].action",
+                "unsupported value",
+            ),
+            (
+                "restart rule without exit codes",
+                |v| {
+                    v["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+                    v["spec"]["containers"][0]["restartPolicyRules"] =
+                        json!([{"action": "Restart"}])
+                },
+                "spec.containers[0].restartPolicyRules[0].exitCodes",
+                "required",
+            ),
+            (
+                "restart rule operator",
+                |v| {
+                    v["spec"]["containers"][0]["restartPolicy"] = json!("Never");
+                    v["spec"]["containers"][0]["restartPolicyRules"] = json!([{"action": "Restart", "exitCodes": {"operator": "Gt", "values": [1]}}])
+                },
+                "spec.containers[0].restartPolicyRules[0].exitCodes.operator",
                 "unsupported value",
             ),
             (
