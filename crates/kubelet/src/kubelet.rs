@@ -654,8 +654,8 @@ impl Kubelet {
                     }
                 }
                 PodOperation::Reconcile => {
-                    // A status written by others: a readiness gate's
-                    // condition Ready must follow is synced now.
+                    // Only the status changed: when a readiness gate's
+                    // condition did, sync the pod now so Ready follows.
                     let resync = needs_readiness_reconcile(&pod)
                         && pod.metadata.deletion_timestamp.is_none();
                     if self.pod_manager.add_or_update(pod.clone())
