@@ -520,6 +520,25 @@ async fn manifest_edit_restarts_only_the_changed_container() {
 
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn privileged_container_runs_in_a_privileged_sandbox() {
+    let mut node = Node::new("priv");
+    // The last container of the manifest asks to be privileged.
+    let manifest =
+        pod("priv", &[("a", SLEEPER)], "") + "    securityContext:\n      privileged: true\n";
+    node.write("priv.yaml", &manifest);
+    node.start();
+    let a = eventually("the privileged container runs", START, async || {
+        node.running("priv", "a").await
+    })
+    .await;
+    let sbs = node.pod_sandboxes("priv").await.unwrap();
+    assert_eq!(sbs.len(), 1, "one sandbox: {sbs:?}");
+    assert_eq!(a.pod_sandbox_id, sbs[0].id);
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn manifest_removal_kills_within_grace_and_removes_everything() {
     const GRACE: u64 = 3;
     let mut node = Node::new("rm");

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
 use kubelet_core::actions::container_hash;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
 use kubelet_core::status::qos_class;
@@ -151,6 +151,24 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
     }
 }
 
+/// Whether any container of the pod (init, regular or ephemeral) asks to
+/// be privileged: the sandbox must be too, or the runtime refuses them
+/// (upstream's HasPrivilegedContainer).
+fn has_privileged_container(pod: &Pod) -> bool {
+    let s = spec(pod);
+    let privileged =
+        |sc: Option<&SecurityContext>| sc.and_then(|sc| sc.privileged).unwrap_or(false);
+    s.init_containers
+        .iter()
+        .flatten()
+        .chain(&s.containers)
+        .any(|c| privileged(c.security_context.as_ref()))
+        || s.ephemeral_containers
+            .iter()
+            .flatten()
+            .any(|c| privileged(c.security_context.as_ref()))
+}
+
 /// RunPodSandbox's config for `pod` (attempt = how many sandboxes came before).
 pub fn sandbox_config(
     pod: &Pod,
@@ -216,6 +234,7 @@ pub fn sandbox_config(
                 supplemental_groups: psc
                     .and_then(|p| p.supplemental_groups.clone())
                     .unwrap_or_default(),
+                privileged: has_privileged_container(pod),
                 ..Default::default()
             }),
             sysctls: psc
@@ -495,6 +514,55 @@ mod tests {
             .namespace_options
             .unwrap();
         assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn sandbox_is_privileged_when_a_container_is() {
+        use k8s_openapi::api::core::v1::EphemeralContainer;
+        let privileged = || {
+            Some(SecurityContext {
+                privileged: Some(true),
+                ..Default::default()
+            })
+        };
+        let init = |p: &mut Pod| {
+            let s = p.spec.as_mut().unwrap();
+            let mut c = s.containers[0].clone();
+            c.name = "init".into();
+            c.security_context = privileged();
+            s.init_containers = Some(vec![c]);
+        };
+        let regular = |p: &mut Pod| {
+            p.spec.as_mut().unwrap().containers[0].security_context = privileged();
+        };
+        let ephemeral = |p: &mut Pod| {
+            p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
+                name: "debug".into(),
+                security_context: privileged(),
+                ..Default::default()
+            }]);
+        };
+        let unprivileged = |p: &mut Pod| {
+            p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+                privileged: Some(false),
+                ..Default::default()
+            });
+        };
+        type Edit<'a> = &'a dyn Fn(&mut Pod);
+        let cases: [(&str, Edit, bool); 5] = [
+            ("no security context", &|_| {}, false),
+            ("privileged: false", &unprivileged, false),
+            ("an init container", &init, true),
+            ("a regular container", &regular, true),
+            ("an ephemeral container", &ephemeral, true),
+        ];
+        for (what, edit, want) in cases {
+            let mut p = pod();
+            edit(&mut p);
+            let cfg = sandbox_config(&p, 0, Path::new("/l"), &ResolvConf::default());
+            let sc = cfg.linux.unwrap().security_context.unwrap();
+            assert_eq!(sc.privileged, want, "{what}");
+        }
     }
 
     #[test]
