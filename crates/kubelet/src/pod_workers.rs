@@ -436,6 +436,25 @@ mod tests {
             .expect("channel open")
     }
 
+    /// Let the workers run until `cond` holds (at most 5 s).
+    async fn until(cond: impl Fn() -> bool) {
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !cond() {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("condition within 5 s");
+    }
+
+    /// Whether the pod's worker has taken what was delivered to it. On the
+    /// single-threaded test runtime a worker runs from taking its inbox to
+    /// its next await without a break, so a step it started has reported
+    /// itself by then.
+    fn taken(w: &PodWorkers<Recorder>, uid: &PodUid) -> bool {
+        w.map().get(uid).is_some_and(|worker| !worker.lock().dirty)
+    }
+
     fn workers(syncer: Recorder) -> PodWorkers<Recorder> {
         PodWorkers::new(
             Arc::new(syncer),
@@ -461,11 +480,15 @@ mod tests {
         w.kill_pod(PodTarget::from_pod(pod("3")), Some(5));
         assert_eq!(next(&mut rx).await, "terminating Some(5)");
         assert_eq!(next(&mut rx).await, "terminated Removed");
-        // Finished: updates do nothing; housekeeping forgets it when undesired.
+        let uid = PodUid::from("u1");
+        until(|| w.state(&uid).is_some_and(State::is_finished)).await;
+        // Finished: an update is taken by the worker and runs no step.
         w.update_pod(pod("4"));
+        until(|| taken(&w, &uid)).await;
+        assert!(rx.try_recv().is_err(), "no step after finishing");
+        // Housekeeping forgets it when undesired.
         assert_eq!(w.sync_known_pods(|_| Desire::Gone), Vec::<PodUid>::new());
         assert!(w.is_empty());
-        assert!(rx.try_recv().is_err(), "no step after finishing");
     }
 
     #[tokio::test]
@@ -498,14 +521,8 @@ mod tests {
         w.kill_pod(PodTarget::from_pod(pod("1")), None);
         assert_eq!(next(&mut rx).await, "terminating None");
         assert_eq!(next(&mut rx).await, "terminated Removed");
-        // Wait for the worker to record Finished.
         let uid = PodUid::from("u1");
-        for _ in 0..100 {
-            if w.state(&uid).is_some_and(State::is_finished) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
+        until(|| w.state(&uid).is_some_and(State::is_finished)).await;
         // Still being deleted in the API: kept until the API lets go.
         assert_eq!(
             w.sync_known_pods(|_| Desire::Deleting),
