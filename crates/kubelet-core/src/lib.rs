@@ -11,6 +11,7 @@ pub mod config;
 pub mod crashloop;
 pub mod crilog;
 pub mod duration;
+pub mod final_status;
 pub mod gc;
 pub mod lifecycle;
 pub mod manifest;

@@ -42,7 +42,7 @@ pub fn time_from_nanos(ns: i64) -> Option<Time> {
     Timestamp::from_second(ns / 1_000_000_000).ok().map(Time)
 }
 
-fn is_terminal(phase: &str) -> bool {
+pub fn is_terminal(phase: &str) -> bool {
     phase == PHASE_SUCCEEDED || phase == PHASE_FAILED
 }
 

@@ -1,16 +1,19 @@
 //! The status manager: REPORTED state, and its only writer. SyncPod and
 //! friends compose a status; this module keeps the start time and condition
-//! transition times, refuses to move a pod out of a terminal phase, and
-//! marks what changed so the API sync (`status_sync`) sends it.
+//! transition times, never lets a pod leave a terminal phase or a container
+//! that may not restart leave its terminated state (`final_status`), records
+//! when a pod's termination finished, and marks what changed so the API sync
+//! (`status_sync`) sends it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, carry_over};
+use kubelet_core::final_status::keep_final;
+use kubelet_core::status::carry_over;
 use kubelet_core::types::PodUid;
 
 #[derive(Default)]
@@ -19,16 +22,15 @@ struct Inner {
     /// Statuses changed since the API sync last took them, with when each
     /// first changed (kubelet_pod_status_sync_duration_seconds).
     dirty: BTreeMap<PodUid, Instant>,
+    /// Pods whose SyncTerminatedPod completed (upstream's podIsFinished):
+    /// a deleted one may now be deleted from the API.
+    finished: HashSet<PodUid>,
 }
 
 #[derive(Clone, Default)]
 pub struct StatusManager {
     inner: Arc<Mutex<Inner>>,
     changed: Arc<Notify>,
-}
-
-fn terminal(s: &PodStatus) -> bool {
-    matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
 }
 
 impl StatusManager {
@@ -38,7 +40,7 @@ impl StatusManager {
 
     /// Record the status the kubelet computed for `pod`. The first status of
     /// a pod carries over from the status it came with (the scheduler's
-    /// PodScheduled, a start time from before a restart).
+    /// PodScheduled, a start time from before a restart, a terminal phase).
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = PodUid::of(pod);
         let now = crate::clock::now_time();
@@ -49,11 +51,9 @@ impl StatusManager {
             .cloned()
             .or_else(|| pod.status.clone().map(Arc::new));
         if let Some(old) = &old
-            && terminal(old)
-            && !terminal(&status)
+            && keep_final(pod, old, &mut status)
         {
-            tracing::debug!(pod = %uid, "ignoring a non-terminal status for a terminal pod");
-            return;
+            tracing::debug!(pod = %uid, "status kept its terminal phase or terminated containers");
         }
         carry_over(&mut status, old.as_deref(), &now);
         if inner.statuses.get(&uid).map(|s| s.as_ref()) != Some(&status) {
@@ -72,6 +72,29 @@ impl StatusManager {
         let mut inner = self.lock();
         inner.statuses.retain(|uid, _| keep(uid));
         inner.dirty.retain(|uid, _| keep(uid));
+        inner.finished.retain(|uid| keep(uid));
+    }
+
+    /// Forget one pod's status: it starts a new life under the same UID (a
+    /// static pod edited or restored after it stopped), whose status owes
+    /// nothing to the last one's.
+    pub fn forget(&self, uid: &PodUid) {
+        let mut inner = self.lock();
+        inner.statuses.remove(uid);
+        inner.dirty.remove(uid);
+        inner.finished.remove(uid);
+    }
+
+    /// The pod's SyncTerminatedPod completed: nothing of it runs or is left
+    /// to clean up.
+    pub fn set_finished(&self, uid: &PodUid) {
+        if self.lock().finished.insert(uid.clone()) {
+            self.changed.notify_one();
+        }
+    }
+
+    pub fn is_finished(&self, uid: &PodUid) -> bool {
+        self.lock().finished.contains(uid)
     }
 
     /// The statuses changed since the last call, for the API sync, with
@@ -100,5 +123,83 @@ impl StatusManager {
     /// Woken when a status changes.
     pub async fn changed(&self) {
         self.changed.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting,
+        ContainerStatus, PodSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn state(terminated: bool) -> Option<Vec<ContainerStatus>> {
+        Some(vec![ContainerStatus {
+            name: "a".into(),
+            state: Some(if terminated {
+                ContainerState {
+                    terminated: Some(ContainerStateTerminated::default()),
+                    ..Default::default()
+                }
+            } else {
+                ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some("ContainerCreating".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+            }),
+            ..Default::default()
+        }])
+    }
+
+    /// What led the API server to answer 422: after a restart (nothing
+    /// cached) a pod the API has Succeeded, whose containers the kubelet
+    /// had already removed, is stopped again; its status is computed from a
+    /// runtime without containers (waiting, Failed). The status kept is the
+    /// one the API server allows: Succeeded, the container terminated.
+    #[test]
+    fn a_status_never_undoes_a_terminal_phase_or_a_terminated_container() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                restart_policy: Some("Never".into()),
+                containers: vec![Container {
+                    name: "a".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Succeeded".into()),
+                container_statuses: state(true),
+                ..Default::default()
+            }),
+        };
+        let sm = StatusManager::default();
+        let uid = PodUid::of(&pod);
+        for phase in ["Failed", "Running"] {
+            sm.set_pod_status(
+                &pod,
+                PodStatus {
+                    phase: Some(phase.into()),
+                    container_statuses: state(false),
+                    ..Default::default()
+                },
+            );
+            let got = sm.get_pod_status(&uid).unwrap();
+            assert_eq!(got.phase.as_deref(), Some("Succeeded"), "after {phase}");
+            assert_eq!(got.container_statuses, state(true), "after {phase}");
+        }
+        // A new life under the same UID owes nothing to the last one.
+        sm.set_finished(&uid);
+        sm.forget(&uid);
+        assert!(sm.get_pod_status(&uid).is_none() && !sm.is_finished(&uid));
     }
 }
