@@ -73,6 +73,12 @@ impl ApiError {
     pub fn is_conflict(&self) -> bool {
         self.code() == Some(409)
     }
+
+    /// 422: the API server's validation refused the request; sending it
+    /// again changes nothing.
+    pub fn is_invalid(&self) -> bool {
+        self.code() == Some(422)
+    }
 }
 
 /// A token bucket: `qps` tokens a second, at most `burst` saved up.

@@ -107,6 +107,14 @@ pub async fn watch_node_pods(
     }
 }
 
+/// The pod as the API server has it now.
+pub async fn get_pod(api: &ApiClient, namespace: &str, name: &str) -> Result<Pod, ApiError> {
+    pods_in(api.ready().await, namespace)
+        .get(name)
+        .await
+        .map_err(|e| ApiError::from_kube("get", what(namespace, name), e))
+}
+
 /// Patch `pods/status` with the kubelet's status. The UID in the patch is a
 /// precondition: a pod recreated under the same name is never overwritten.
 /// Conditions and container statuses merge by key (strategic merge), so

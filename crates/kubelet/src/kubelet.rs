@@ -39,6 +39,7 @@ use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::server::{self, Health};
 use crate::status_manager::StatusManager;
+use crate::status_sync::StatusSync;
 use crate::sync::Syncer;
 use crate::tasks::Tasks;
 use kubelet_server::NodeView;
@@ -405,10 +406,17 @@ impl Kubelet {
             .spawn(tracing::info_span!("node_status"), move |token| {
                 controller.run(token)
             });
-        let (me, sync_api) = (self.clone(), api.clone());
+        let status_sync = StatusSync {
+            api: api.clone(),
+            pod_manager: self.pod_manager.clone(),
+            status: self.status.clone(),
+            node_name: self.opts.node_name.clone(),
+            node_uid: self.node_uid.clone(),
+            metrics: self.opts.metrics.clone(),
+        };
         self.tasks
             .spawn(tracing::info_span!("status_sync"), move |token| {
-                me.status_sync(sync_api, token)
+                status_sync.run(token)
             });
         if let Some(rx) = self
             .events_rx

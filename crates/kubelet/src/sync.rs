@@ -152,7 +152,9 @@ impl PodSyncer for Syncer {
             .remove(&target.pod_ref.uid);
         self.sync_terminated_pod_steps(target, why)
             .instrument(tracing::debug_span!("SyncTerminatedPod", ?why))
-            .await
+            .await?;
+        self.status.set_finished(&target.pod_ref.uid);
+        Ok(())
     }
 }
 
