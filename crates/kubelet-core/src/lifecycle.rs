@@ -95,6 +95,14 @@ pub fn step(state: State, event: Event) -> (State, Step) {
         (Terminating { why, .. }, TerminatingDone) => (Terminated { why }, Step::SyncTerminatedPod),
         (Terminated { why }, Update | Kill { .. }) => (Terminated { why }, Step::SyncTerminatedPod),
         (Terminated { why }, TerminatedDone) => (Finished { why }, Step::Idle),
+        // A completed pod killed (removed, deleted, or to start a new life
+        // after its spec changed): what it left is cleaned up as removed.
+        (
+            Finished {
+                why: Why::Completed,
+            },
+            Kill { .. },
+        ) => (Terminated { why: Why::Removed }, Step::SyncTerminatedPod),
         // Anything else is stale news (a sync result after a kill arrived, or
         // an update to a finished pod): nothing to do.
         (s, _) => (s, Step::Idle),
@@ -201,6 +209,14 @@ mod tests {
                 Kill { grace: None },
                 Finished { why: Why::Removed },
                 Step::Idle,
+            ),
+            (
+                Finished {
+                    why: Why::Completed,
+                },
+                Kill { grace: None },
+                Terminated { why: Why::Removed },
+                Step::SyncTerminatedPod,
             ),
             (
                 Terminating {

@@ -799,6 +799,8 @@ impl Kubelet {
         {
             if let Some(pod) = self.pod_manager.get(&uid) {
                 tracing::info!(%uid, "pod wanted again after termination: starting it afresh");
+                // Its last life's terminal status must not hold the new one.
+                self.status.forget(&uid);
                 self.workers.update_pod(pod);
             }
         }

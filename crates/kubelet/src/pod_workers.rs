@@ -12,7 +12,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::backoff::Backoff;
 use kubelet_core::lifecycle::{self, Event, State, Step, Why};
-use kubelet_core::types::PodUid;
+use kubelet_core::types::{PodUid, keys};
 use kubelet_core::workqueue::WorkQueue;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -80,6 +80,9 @@ struct Inbox {
     dirty: bool,
     /// The step running now and how to interrupt it.
     running: Option<(Step, CancellationToken)>,
+    /// The config hash of the spec the pod finished with: a completed pod
+    /// whose spec changed since lives again.
+    finished_hash: Option<String>,
 }
 
 struct Worker {
@@ -92,6 +95,19 @@ impl Worker {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inbox> {
         self.inbox.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// The pod's `kubernetes.io/config.hash` (a static pod's changes with
+/// every edit of its manifest, its UID does not).
+fn config_hash(target: &PodTarget) -> Option<String> {
+    target
+        .pod
+        .as_ref()?
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(keys::CONFIG_HASH)
+        .cloned()
 }
 
 /// Whether a kill with `grace` should cut the running step short.
@@ -204,6 +220,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 pending_kill: None,
                 dirty: false,
                 running: None,
+                finished_hash: None,
             }),
             notify: Notify::new(),
             cancel: self.tasks.child_token(),
@@ -254,15 +271,24 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Housekeeping: forget finished workers of pods no longer desired.
     /// Returns the UIDs of pods that were removed and then came back (a
     /// static pod's manifest restored): their worker is forgotten so the
-    /// caller can start them afresh.
+    /// caller can start them afresh. A completed pod whose spec changed
+    /// since (a static pod's manifest edited: same UID, new config hash) is
+    /// killed, which cleans up what it left as a removed pod's, so a later
+    /// call returns it to start afresh too.
     pub fn sync_known_pods(&self, desire: impl Fn(&PodUid) -> Desire) -> Vec<PodUid> {
-        let (mut restartable, mut forgotten) = (Vec::new(), Vec::new());
+        let (mut restartable, mut forgotten, mut changed) = (Vec::new(), Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|uid, w| {
-            let State::Finished { why } = w.lock().state else {
+            let inbox = w.lock();
+            let State::Finished { why } = inbox.state else {
                 return true;
             };
+            let edited = inbox.finished_hash != config_hash(&inbox.target);
             match (desire(uid), why) {
+                (Desire::Run, Why::Completed) if edited => {
+                    changed.push(inbox.target.clone());
+                    return true;
+                }
                 // Kept: a terminal pod stays Succeeded/Failed; a pod being
                 // deleted waits for its final delete.
                 (Desire::Run, Why::Completed) | (Desire::Deleting, _) => return true,
@@ -274,9 +300,15 @@ impl<S: PodSyncer> PodWorkers<S> {
             false
         });
         drop(map);
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        for uid in &forgotten {
-            q.forget(uid);
+        {
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            for uid in &forgotten {
+                q.forget(uid);
+            }
+        }
+        for target in changed {
+            tracing::info!(pod = %format!("{}/{}", target.pod_ref.namespace, target.pod_ref.name), "completed pod changed: cleaning it up to start it afresh");
+            self.kill_pod(target, None);
         }
         restartable
     }
@@ -360,7 +392,12 @@ async fn run_worker<S: PodSyncer>(
                     Ok(event) => {
                         backoff.reset();
                         (state, step) = lifecycle::step(state, event);
-                        worker.lock().state = state;
+                        let mut inbox = worker.lock();
+                        inbox.state = state;
+                        if state.is_finished() {
+                            inbox.finished_hash = config_hash(&target);
+                        }
+                        drop(inbox);
                         if state == State::Syncing && step == Step::Idle {
                             requeue(&target.pod_ref.uid, resync);
                         }
@@ -427,6 +464,15 @@ mod tests {
             },
             ..Default::default()
         })
+    }
+
+    /// A static pod as its manifest `version` makes it: same UID, the
+    /// version's config hash.
+    fn static_pod(version: &str) -> Arc<Pod> {
+        let mut p = (*pod(version)).clone();
+        p.metadata.annotations =
+            Some([(keys::CONFIG_HASH.to_string(), format!("hash-{version}"))].into());
+        Arc::new(p)
     }
 
     async fn next(rx: &mut mpsc::UnboundedReceiver<String>) -> String {
@@ -506,6 +552,35 @@ mod tests {
         // Still desired and completed: kept, not restarted.
         assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
         assert_eq!(w.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn completed_pod_edited_is_cleaned_up_and_restartable() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let w = workers(Recorder {
+            tx,
+            gate: None,
+            terminal: true,
+        });
+        let uid = PodUid::from("u1");
+        w.update_pod(static_pod("1"));
+        assert_eq!(next(&mut rx).await, "sync 1");
+        assert_eq!(next(&mut rx).await, "terminating None");
+        assert_eq!(next(&mut rx).await, "terminated Completed");
+        until(|| w.state(&uid).is_some_and(State::is_finished)).await;
+        // The same manifest again: it stays completed.
+        w.update_pod(static_pod("1"));
+        until(|| taken(&w, &uid)).await;
+        assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
+        assert!(rx.try_recv().is_err(), "nothing to do for the same spec");
+        // The manifest edited: what it left is removed, then it may start afresh.
+        w.update_pod(static_pod("2"));
+        until(|| taken(&w, &uid)).await;
+        assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
+        assert_eq!(next(&mut rx).await, "terminated Removed");
+        until(|| w.state(&uid) == Some(State::Finished { why: Why::Removed })).await;
+        assert_eq!(w.sync_known_pods(|_| Desire::Run), vec![uid]);
+        assert!(w.is_empty());
     }
 
     #[tokio::test]

@@ -832,3 +832,38 @@ async fn a_failing_liveness_probe_restarts_exactly_that_container() {
     eventually("no probe worker left", || k.kubelet.probe_workers() == 0).await;
     k.stop().await;
 }
+
+#[tokio::test]
+async fn a_completed_static_pod_runs_again_after_its_manifest_is_edited() {
+    let node = Node::new().await;
+    node.write(
+        "job.yaml",
+        &pod("job", &[("a", "exit 0")], "  restartPolicy: Never\n"),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let id = node.running("a")[0].id.clone();
+    assert!(node.fake.exit_container(&id, 0));
+    k.wait_phase("job-node1", "Succeeded").await;
+    let uid = PodUid::from(node.fake.containers()[0].labels[keys::POD_UID].as_str());
+    eventually("the pod's worker finished", || {
+        k.kubelet
+            .workers
+            .state(&uid)
+            .is_some_and(|s| s.is_finished())
+    })
+    .await;
+    node.write(
+        "job.yaml",
+        &pod("job", &[("a", "exit 0; v2")], "  restartPolicy: Never\n"),
+    );
+    node.fake
+        .wait_for("a runs again", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    k.wait_phase("job-node1", "Running").await;
+    assert_eq!(node.fake.calls("CreateContainer"), 2, "one new container");
+    assert_eq!(node.ready_sandboxes(), 1, "one ready sandbox");
+    k.stop().await;
+}
