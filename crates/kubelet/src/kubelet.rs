@@ -555,6 +555,8 @@ impl Kubelet {
         }
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         let mut last_error = String::new();
+        // Updates received while the runtime was unhealthy.
+        let mut deferred: Vec<PodUpdate> = Vec::new();
         loop {
             let errors = self.runtime_state.runtime_errors();
             if !errors.is_empty() {
@@ -563,14 +565,29 @@ impl Kubelet {
                     tracing::warn!(error = %msg, "skipping pod synchronization");
                     last_error = msg;
                 }
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff.next_delay()) => continue,
+                // Pods are not dispatched meanwhile, but what the sources
+                // want is recorded (for /pods) and dispatched once the
+                // runtime is back.
+                let pause = tokio::time::sleep(backoff.next_delay());
+                tokio::pin!(pause);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = &mut pause => break,
+                        Some(update) = updates.recv() => {
+                            self.record_desired(&update);
+                            deferred.push(update);
+                        }
+                    }
                 }
+                continue;
             }
             if !last_error.is_empty() {
                 tracing::info!("container runtime healthy again: resuming pod synchronization");
                 last_error.clear();
+            }
+            for update in std::mem::take(&mut deferred) {
+                self.handle_update(update);
             }
             backoff.reset();
             *self
@@ -614,6 +631,17 @@ impl Kubelet {
                 .observe_duration(&[], iteration.elapsed());
             m.pod_worker_queue_length
                 .set(&[], self.workers.queue_len() as f64);
+        }
+    }
+
+    /// Record in the pod manager the pods an update adds or changes, without
+    /// acting on them (while the runtime is unhealthy). Removals wait for
+    /// `handle_update`, which stops what it removes.
+    fn record_desired(&self, update: &PodUpdate) {
+        if update.op != PodOperation::Remove {
+            for pod in &update.pods {
+                self.pod_manager.add_or_update(pod.clone());
+            }
         }
     }
 
@@ -716,7 +744,9 @@ impl Kubelet {
                 let u = PodUid::of(p);
                 u != uid
                     && !rejected.contains(&u)
-                    && !self.workers.state(&u).is_some_and(|s| s.is_finished())
+                    // Admitted and not done: pods only recorded while the
+                    // runtime was down have no worker yet.
+                    && self.workers.state(&u).is_some_and(|s| !s.is_finished())
                     && !self.status.get_pod_status(&u).is_some_and(|s| {
                         matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
                     })

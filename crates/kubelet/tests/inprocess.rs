@@ -867,3 +867,31 @@ async fn a_completed_static_pod_runs_again_after_its_manifest_is_edited() {
     assert_eq!(node.ready_sandboxes(), 1, "one ready sandbox");
     k.stop().await;
 }
+
+#[tokio::test]
+async fn pods_are_listed_while_the_runtime_is_down() {
+    let node = Node::new().await;
+    node.write("p.yaml", &pod("p", &[("a", "sleep 1000")], ""));
+    // As after a restart with containerd away: the sources report, the
+    // runtime does not answer.
+    node.fake.set_unavailable(true);
+    let k = node.start();
+    eventually("/pods lists the pod its source wants", || {
+        k.kubelet
+            .pods_with_status()
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("p-node1"))
+    })
+    .await;
+    assert!(
+        node.fake.containers().is_empty(),
+        "nothing started meanwhile"
+    );
+    node.fake.set_unavailable(false);
+    node.fake
+        .wait_for("a runs once the runtime is back", WAIT, |_| {
+            node.running("a").len() == 1
+        })
+        .await;
+    k.stop().await;
+}
