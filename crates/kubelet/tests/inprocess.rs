@@ -895,3 +895,47 @@ async fn pods_are_listed_while_the_runtime_is_down() {
         .await;
     k.stop().await;
 }
+
+#[tokio::test]
+async fn a_dead_sandbox_is_removed_once_a_ready_one_runs() {
+    let node = Node::new().await;
+    node.write("p.yaml", &pod("p", &[("a", "sleep 1000")], ""));
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    // What an interrupted RunPodSandbox leaves: the pod's newest sandbox,
+    // not ready, holding no container.
+    let first = node.fake.sandboxes()[0].clone();
+    let mut metadata = first.metadata.clone().unwrap();
+    metadata.attempt += 1;
+    let cri = CriClient::connect_lazy(&node.fake.endpoint(), Duration::from_secs(5)).unwrap();
+    let dead = cri
+        .run_pod_sandbox(cri::PodSandboxConfig {
+            metadata: Some(metadata),
+            labels: first.labels.clone(),
+            annotations: first.annotations.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    cri.stop_pod_sandbox(&dead).await.unwrap();
+    node.fake
+        .wait_for(
+            "a ready sandbox again and the dead one removed",
+            WAIT,
+            |f| {
+                f.sandboxes().iter().all(|s| s.id != dead)
+                    && f.sandboxes()
+                        .iter()
+                        .any(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            },
+        )
+        .await;
+    node.fake
+        .wait_for("a runs in the ready sandbox", WAIT, |_| {
+            node.running("a").len() == 1
+        })
+        .await;
+    k.stop().await;
+}

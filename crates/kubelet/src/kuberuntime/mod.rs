@@ -356,6 +356,9 @@ impl RuntimeManager {
         let Some(sandbox_id) = sandbox_id else {
             return Ok(result);
         };
+        if actions.create_sandbox.is_none() {
+            self.remove_dead_sandboxes(status, &sandbox_id).await?;
+        }
         let sandbox_cfg = || sandbox_config(pod, 0, &self.logs_root, &self.host_dns);
         for start in &actions.containers_to_start {
             let specs = if start.init {
@@ -826,6 +829,33 @@ impl RuntimeManager {
     /// podLogsDir, no `..` (a log path from the runtime never escapes).
     fn owns_log(&self, path: &str) -> bool {
         is_under(std::path::Path::new(path), &self.logs_root)
+    }
+
+    /// With the pod's ready sandbox in use, remove its other sandboxes that
+    /// are not ready and hold no container (what an interrupted
+    /// RunPodSandbox leaves), as upstream's sandbox garbage collection does
+    /// for a live pod. Sandboxes that still hold dead containers stay: those
+    /// carry the last states and restart counts, and go with the container
+    /// garbage collection.
+    async fn remove_dead_sandboxes(&self, status: &PodStatus, ready: &str) -> Result<(), CriError> {
+        for sb in status
+            .sandboxes
+            .iter()
+            .filter(|sb| sb.id != ready && sb.state != SandboxState::Ready)
+        {
+            let held = self
+                .cri
+                .list_containers(Some(cri::ContainerFilter {
+                    pod_sandbox_id: sb.id.clone(),
+                    ..Default::default()
+                }))
+                .await?;
+            if held.is_empty() {
+                tracing::info!(sandbox = %sb.id, "removing a dead sandbox");
+                ok_if_not_found(self.cri.remove_pod_sandbox(&sb.id).await)?;
+            }
+        }
+        Ok(())
     }
 
     /// Remove every container and sandbox of a stopped pod, and its log
