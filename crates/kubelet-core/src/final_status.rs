@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerStatus, Pod, PodCondition, PodStatus as ApiPodStatus,
 };
 
-use crate::actions::{init_containers, is_sidecar, regular_containers, restart_policy};
+use crate::actions::{container_should_restart, init_containers, is_sidecar, regular_containers};
 use crate::status::{PHASE_FAILED, is_terminal};
 
 /// Whether a status is in a terminal phase (Succeeded or Failed).
@@ -21,37 +21,11 @@ fn exit_code(s: &ContainerStatus) -> Option<i32> {
     s.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
 }
 
-/// Whether a container that exited with `code` may run again (upstream's
-/// ContainerShouldRestart): its restart rules, then its own restartPolicy,
-/// then the pod's.
-fn may_restart(c: &Container, pod_policy: &str, code: i32) -> bool {
-    if c.restart_policy.is_some() {
-        let rule = c.restart_policy_rules.iter().flatten().find(|r| {
-            r.exit_codes.as_ref().is_some_and(|e| {
-                let listed = e.values.iter().flatten().any(|v| *v == code);
-                match e.operator.as_str() {
-                    "In" => listed,
-                    "NotIn" => !listed,
-                    _ => false,
-                }
-            })
-        });
-        if rule.is_some_and(|r| r.action == "Restart") {
-            return true;
-        }
-    }
-    match c.restart_policy.as_deref().unwrap_or(pod_policy) {
-        "Never" => false,
-        "OnFailure" => code != 0,
-        _ => true,
-    }
-}
-
 /// Keep every terminated container of `old` that may not run again
 /// terminated in `new`; true when one was kept.
 fn keep_terminated(
+    pod: &Pod,
     specs: &[Container],
-    pod_policy: &str,
     old: Option<&Vec<ContainerStatus>>,
     new: Option<&mut Vec<ContainerStatus>>,
 ) -> bool {
@@ -69,7 +43,7 @@ fn keep_terminated(
         if let Some(code) = exit_code(o)
             && exit_code(n).is_none()
             && !is_sidecar(spec)
-            && !may_restart(spec, pod_policy, code)
+            && !container_should_restart(spec, pod, code)
         {
             *n = o.clone();
             kept = true;
@@ -99,16 +73,15 @@ fn not_ready(c: &mut PodCondition, phase: &str) {
 /// stay as they ended, and a terminal pod is not ready. Returns true when
 /// `new` had to be changed (a regression the caller may log).
 pub fn keep_final(pod: &Pod, old: &ApiPodStatus, new: &mut ApiPodStatus) -> bool {
-    let policy = restart_policy(pod);
     let mut changed = keep_terminated(
+        pod,
         regular_containers(pod),
-        policy,
         old.container_statuses.as_ref(),
         new.container_statuses.as_mut(),
     );
     changed |= keep_terminated(
+        pod,
         init_containers(pod),
-        policy,
         old.init_container_statuses.as_ref(),
         new.init_container_statuses.as_mut(),
     );
