@@ -543,8 +543,6 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
         ..Default::default()
     });
 
-    validate_pod(pod)?;
-
     let hash = config_hash(pod, node_name, file);
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(
@@ -552,7 +550,9 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
         crate::types::SOURCE_FILE.into(),
     );
     annotations.insert(keys::CONFIG_HASH.to_owned(), hash);
-    Ok(())
+    // As upstream, the pod is validated with its config annotations (they count towards
+    // the annotations' total size).
+    validate_pod(pod)
 }
 
 /// The UID of a static pod whose manifest does not set one.
@@ -808,6 +808,7 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         return Err(FieldError::new("metadata.namespace", "required"));
     }
     check_dns_label("metadata.namespace", namespace)?;
+    validate_labels_and_annotations(pod)?;
 
     let Some(spec) = pod.spec.as_ref() else {
         return Err(FieldError::new("spec", "required"));
@@ -1005,6 +1006,78 @@ fn check_one_of(field: &str, value: &str, allowed: &[&str]) -> Result<(), FieldE
     }
 }
 
+/// Upstream's `TotalAnnotationSizeLimitB`: the most bytes a pod's annotation keys and values
+/// may add up to.
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 << 10;
+
+/// Upstream's ValidateObjectMeta for what a static pod's metadata can carry: label keys and
+/// values (ValidateLabels) and annotation keys and their total size (ValidateAnnotations).
+fn validate_labels_and_annotations(pod: &Pod) -> Result<(), FieldError> {
+    const LABELS: &str = "metadata.labels";
+    const ANNOTATIONS: &str = "metadata.annotations";
+    for (key, value) in pod.metadata.labels.iter().flatten() {
+        check(LABELS, key, is_qualified_name(key))?;
+        check(LABELS, value, is_valid_label_value(value))?;
+    }
+    let annotations = pod.metadata.annotations.iter().flatten();
+    let mut total = 0usize;
+    for (key, value) in annotations {
+        check(ANNOTATIONS, key, is_qualified_name(&key.to_lowercase()))?;
+        total = total.saturating_add(key.len()).saturating_add(value.len());
+    }
+    if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+        return Err(FieldError::new(
+            ANNOTATIONS,
+            format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Upstream's `field.Invalid`: the value and what is wrong with it (each of upstream's
+/// messages for it, comma-separated).
+fn check(field: &str, value: &str, problems: Vec<String>) -> Result<(), FieldError> {
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("Invalid value: {value:?}: {}", problems.join(", ")),
+        ))
+    }
+}
+
+/// RFC 1123 label: at most 63 characters, lowercase alphanumerics and '-', alphanumeric ends.
+fn check_dns_label(field: &str, value: &str) -> Result<(), FieldError> {
+    check(field, value, is_dns1123_label(value))
+}
+
+/// RFC 1123 subdomain: at most 253 characters, '.'-separated labels.
+fn check_dns_subdomain(field: &str, value: &str) -> Result<(), FieldError> {
+    check(field, value, is_dns1123_subdomain(value))
+}
+
+// Upstream's name and label syntax (`k8s.io/apimachinery/pkg/util/validation` and
+// `pkg/api/validate/content`), with upstream's messages: each returns what is wrong, nothing
+// when the value is fine.
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const LABEL_KEY_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_KEY_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/// Upstream's `RegexError`.
+fn regex_error(message: &str, regex: &str, examples: &[&str]) -> String {
+    let examples: String = examples
+        .iter()
+        .map(|e| format!("'{e}', "))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    format!("{message} (e.g. {examples}regex used for validation is '{regex}')")
+}
+
 /// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
 fn is_label_shaped(s: &str) -> bool {
     let b = s.as_bytes();
@@ -1015,45 +1088,125 @@ fn is_label_shaped(s: &str) -> bool {
         && b.iter().all(|c| alnum(c) || *c == b'-')
 }
 
-/// RFC 1123 label: at most 63 characters, lowercase alphanumerics and '-', alphanumeric ends.
-fn check_dns_label(field: &str, value: &str) -> Result<(), FieldError> {
-    if value.len() > 63 {
-        return Err(FieldError::new(
-            field,
-            format!("{value:?}: must be no more than 63 characters"),
-        ));
-    }
-    if !is_label_shaped(value) {
-        return Err(FieldError::new(
-            field,
-            format!(
-                "{value:?}: a lowercase RFC 1123 label must consist of lower case alphanumeric \
-                 characters or '-', and must start and end with an alphanumeric character"
-            ),
-        ));
-    }
-    Ok(())
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`
+fn is_label_key_shaped(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_alphanumeric();
+    !b.is_empty()
+        && alnum(&b[0])
+        && alnum(&b[b.len() - 1])
+        && b.iter()
+            .all(|c| alnum(c) || matches!(c, b'-' | b'_' | b'.'))
 }
 
-/// RFC 1123 subdomain: at most 253 characters, '.'-separated label-shaped parts.
-fn check_dns_subdomain(field: &str, value: &str) -> Result<(), FieldError> {
+fn is_subdomain_shaped(s: &str) -> bool {
+    s.split('.').all(is_label_shaped)
+}
+
+/// Upstream's `IsDNS1123Label`.
+pub fn is_dns1123_label(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 characters".to_owned());
+    }
+    if !is_label_shaped(value) {
+        if is_subdomain_shaped(value) {
+            errs.push("must not contain dots".to_owned());
+        } else {
+            errs.push(regex_error(
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ));
+        }
+    }
+    errs
+}
+
+/// Upstream's `IsDNS1123Subdomain`; `max_len_unit` is "characters" in `util/validation`
+/// (object names) and "bytes" in `validate/content` (label key prefixes).
+fn dns1123_subdomain_errors(value: &str, max_len_unit: &str) -> Vec<String> {
+    let mut errs = Vec::new();
     if value.len() > 253 {
-        return Err(FieldError::new(
-            field,
-            format!("{value:?}: must be no more than 253 characters"),
+        errs.push(format!("must be no more than 253 {max_len_unit}"));
+    }
+    if !is_subdomain_shaped(value) {
+        errs.push(regex_error(
+            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
         ));
     }
-    if !value.split('.').all(is_label_shaped) {
-        return Err(FieldError::new(
-            field,
-            format!(
-                "{value:?}: a lowercase RFC 1123 subdomain must consist of lower case \
-                 alphanumeric characters, '-' or '.', and must start and end with an \
-                 alphanumeric character"
-            ),
+    errs
+}
+
+/// Upstream's `IsDNS1123Subdomain` (object names).
+pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+    dns1123_subdomain_errors(value, "characters")
+}
+
+/// Upstream's `IsQualifiedName` (label and annotation keys): a name of at most 63 bytes,
+/// optionally after a DNS subdomain prefix and a '/'.
+pub fn is_qualified_name(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts[..] {
+        [name] => name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_owned());
+            } else {
+                errs.extend(
+                    dns1123_subdomain_errors(prefix, "bytes")
+                        .into_iter()
+                        .map(|e| format!("prefix part {e}")),
+                );
+            }
+            name
+        }
+        _ => {
+            return vec![format!(
+                "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(
+                    LABEL_KEY_MSG,
+                    LABEL_KEY_FMT,
+                    &["MyName", "my.name", "123-abc"]
+                )
+            )];
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".to_owned());
+    } else if name.len() > 63 {
+        errs.push("name part must be no more than 63 bytes".to_owned());
+    }
+    if !is_label_key_shaped(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(
+                LABEL_KEY_MSG,
+                LABEL_KEY_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
-    Ok(())
+    errs
+}
+
+/// Upstream's `IsValidLabelValue`: empty, or at most 63 bytes shaped like a label key's name.
+pub fn is_valid_label_value(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 bytes".to_owned());
+    }
+    if !value.is_empty() && !is_label_key_shaped(value) {
+        errs.push(regex_error(
+            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
 }
 
 #[cfg(test)]
@@ -1352,7 +1505,34 @@ spec:
                 "bad namespace",
                 |v| v["metadata"]["namespace"] = json!("kube.system"),
                 "metadata.namespace",
-                "label",
+                "must not contain dots",
+            ),
+            (
+                "bad label key",
+                |v| v["metadata"]["labels"] = json!({"app/x/y": "web"}),
+                "metadata.labels",
+                "Invalid value: \"app/x/y\": a valid label key",
+            ),
+            (
+                "bad label value",
+                |v| v["metadata"]["labels"] = json!({"app": "-web"}),
+                "metadata.labels",
+                "Invalid value: \"-web\": a valid label must be an empty string",
+            ),
+            (
+                "bad annotation key",
+                |v| v["metadata"]["annotations"] = json!({"a b": "c"}),
+                "metadata.annotations",
+                "Invalid value: \"a b\": name part must consist of",
+            ),
+            (
+                "annotations too big",
+                |v| {
+                    v["metadata"]["annotations"] =
+                        json!({"a": "x".repeat(128 << 10), "b": "y".repeat(128 << 10)})
+                },
+                "metadata.annotations",
+                "Too long: may not be more than 262144 bytes",
             ),
             (
                 "no containers",
@@ -1763,6 +1943,121 @@ spec:
             .unwrap();
         assert_eq!(quantity::parse_cpu_millis(&limits["cpu"]), Ok(500));
         assert_eq!(quantity::parse_bytes(&limits["memory"]), Ok(128 << 20));
+    }
+
+    /// Upstream's messages, word for word (apimachinery's validation tests and messages).
+    #[test]
+    fn name_and_label_syntax() {
+        const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
+        const SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+        const KEY_NAME_MSG: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+        const VALUE_MSG: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')";
+        let long63 = "a".repeat(63);
+        let long64 = "a".repeat(64);
+        let long254 = "a".repeat(254);
+        type Check = fn(&str) -> Vec<String>;
+        let cases: &[(Check, &str, &[&str])] = &[
+            (is_dns1123_label, "a", &[]),
+            (is_dns1123_label, "my-name-1", &[]),
+            (is_dns1123_label, &long63, &[]),
+            (
+                is_dns1123_label,
+                &long64,
+                &["must be no more than 63 characters"],
+            ),
+            (is_dns1123_label, "", &[LABEL_MSG]),
+            (is_dns1123_label, "A", &[LABEL_MSG]),
+            (is_dns1123_label, "-a", &[LABEL_MSG]),
+            (is_dns1123_label, "a.b", &["must not contain dots"]),
+            (is_dns1123_subdomain, "a.b-c.d", &[]),
+            (is_dns1123_subdomain, "a..b", &[SUBDOMAIN_MSG]),
+            (is_dns1123_subdomain, "a_b", &[SUBDOMAIN_MSG]),
+            (is_dns1123_subdomain, "a.", &[SUBDOMAIN_MSG]),
+            (
+                is_dns1123_subdomain,
+                &long254,
+                &["must be no more than 253 characters"],
+            ),
+            (is_qualified_name, "app", &[]),
+            (is_qualified_name, "My_App.v1", &[]),
+            (is_qualified_name, "example.com/MyName", &[]),
+            (is_qualified_name, &long63, &[]),
+            (
+                is_qualified_name,
+                &long64,
+                &["name part must be no more than 63 bytes"],
+            ),
+            (
+                is_qualified_name,
+                "",
+                &["name part must be non-empty", KEY_NAME_MSG],
+            ),
+            (is_qualified_name, "-app", &[KEY_NAME_MSG]),
+            (
+                is_qualified_name,
+                "/app",
+                &["prefix part must be non-empty"],
+            ),
+            (
+                is_qualified_name,
+                "Example.com/app",
+                &[
+                    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+                ],
+            ),
+            (
+                is_qualified_name,
+                "example.com/",
+                &["name part must be non-empty", KEY_NAME_MSG],
+            ),
+            (
+                is_qualified_name,
+                "a/b/c",
+                &[
+                    "a valid label key must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                ],
+            ),
+            (is_valid_label_value, "", &[]),
+            (is_valid_label_value, "v1.2_x-Y", &[]),
+            (is_valid_label_value, &long63, &[]),
+            (
+                is_valid_label_value,
+                &long64,
+                &["must be no more than 63 bytes"],
+            ),
+            (is_valid_label_value, "a b", &[VALUE_MSG]),
+            (is_valid_label_value, "a-", &[VALUE_MSG]),
+        ];
+        for (check, value, want) in cases {
+            assert_eq!(check(value), *want, "{value:?}");
+        }
+    }
+
+    /// The annotations' total size counts keys and values, the config annotations included.
+    #[test]
+    fn annotation_size_limit() {
+        let with_value_of = |len: usize| {
+            let mut v = base_value();
+            v["metadata"]["annotations"] = json!({"a": "x".repeat(len)});
+            parse_value(&v)
+        };
+        // What the config annotations (source and hash) take.
+        let pod = with_value_of(0).unwrap().remove(0);
+        let config: usize = pod
+            .metadata
+            .annotations
+            .unwrap()
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        let room = TOTAL_ANNOTATION_SIZE_LIMIT - config;
+        assert!(with_value_of(room).is_ok());
+        let err = with_value_of(room + 1).unwrap_err();
+        assert_eq!(err.field, "metadata.annotations");
+        assert_eq!(err.message, "Too long: may not be more than 262144 bytes");
+        // A 20 MB annotation is refused without echoing it.
+        let err = with_value_of(20 << 20).unwrap_err();
+        assert!(err.to_string().len() < 200, "{err}");
     }
 
     #[test]
