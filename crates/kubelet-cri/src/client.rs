@@ -39,6 +39,17 @@ impl CriError {
         self.code == tonic::Code::NotFound
     }
 
+    /// The error as upstream's Go CRI client renders it (`rpc error: code = Unknown desc =
+    /// ...`), which upstream's events quote.
+    pub fn grpc_text(&self) -> String {
+        let code = match self.code {
+            tonic::Code::Ok => "OK".to_owned(),
+            tonic::Code::Cancelled => "Canceled".to_owned(),
+            other => format!("{other:?}"),
+        };
+        format!("rpc error: code = {code} desc = {}", self.message)
+    }
+
     /// A later attempt may succeed (runtime down, slow or busy).
     pub fn is_retryable(&self) -> bool {
         matches!(

@@ -347,6 +347,12 @@ impl RuntimeManager {
                     Ok(id) => Some(id),
                     Err(e) => {
                         self.metrics.started_pods_errors.inc(&[]);
+                        self.events.event(
+                            &Involved::pod(pod, None),
+                            WARNING,
+                            "FailedCreatePodSandBox",
+                            format!("Failed to create pod sandbox: {}", e.grpc_text()),
+                        );
                         return Err(e);
                     }
                 }
@@ -384,8 +390,13 @@ impl RuntimeManager {
                         ),
                     );
                 } else {
+                    // Upstream's startContainer: `Error: <why>`; an image failure's why is
+                    // its reason (the image's own event says more).
+                    let image_failure =
+                        reason.starts_with("ErrImage") || reason == "InvalidImageName";
+                    let why = if image_failure { reason } else { &message };
                     self.events
-                        .event(&about, WARNING, "Failed", format!("Error: {reason}"));
+                        .event(&about, WARNING, "Failed", format!("Error: {why}"));
                 }
                 result
                     .errors
@@ -471,23 +482,15 @@ impl RuntimeManager {
                     continue;
                 }
             };
-            self.events.event(
-                &about,
-                NORMAL,
-                "Created",
-                format!("Created container: {}", c.name),
-            );
+            self.events
+                .event(&about, NORMAL, "Created", "Container created");
             if let Err(e) = self.cri.start_container(&id).await {
                 started_error(&e);
                 fail(&mut result, "RunContainerError", e.message);
                 continue;
             }
-            self.events.event(
-                &about,
-                NORMAL,
-                "Started",
-                format!("Started container {}", c.name),
-            );
+            self.events
+                .event(&about, NORMAL, "Started", "Container started");
             tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
             result.started += 1;
             if let Err(message) = self.post_start(pod, c, &id, status).await {
@@ -619,10 +622,13 @@ impl RuntimeManager {
                 );
                 Ok(id)
             }
-            None if policy == "Never" => Err((
-                "ErrImageNeverPull",
-                format!("Container image {image:?} is not present with pull policy of Never"),
-            )),
+            None if policy == "Never" => {
+                let message =
+                    format!("Container image {image:?} is not present with pull policy of Never");
+                self.events
+                    .event(about, WARNING, "ErrImageNeverPull", message.clone());
+                Err(("ErrImageNeverPull", message))
+            }
             _ => {
                 tracing::info!(%image, "pulling image");
                 self.events
@@ -1144,6 +1150,76 @@ mod tests {
             rm.garbage_collect().await.unwrap(),
             0,
             "nothing more to collect"
+        );
+    }
+
+    /// Failure events carry the runtime's reason, as upstream's (`Error: <message>`,
+    /// `Failed to create pod sandbox: <error>`), not just a reason word.
+    #[tokio::test]
+    async fn failure_events_say_why() {
+        use kubelet_cri::fake::FakeRuntime;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image("img:1");
+        let cri =
+            CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
+        let (events, mut rx) = Recorder::with_queue("n".into());
+        let rm = RuntimeManager::new(
+            cri,
+            dir.path().join("logs"),
+            dir.path().join("pods"),
+            ResolvConf::default(),
+            1 << 30,
+            events,
+            KubeletMetrics::new("n"),
+        );
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}
+        }))
+        .unwrap();
+        // The messages of the events with this reason recorded so far.
+        let mut messages = |reason: &str| {
+            let mut seen = Vec::new();
+            while let Ok(e) = rx.try_recv() {
+                if e.reason.as_deref() == Some(reason) {
+                    seen.push(e.message.unwrap_or_default());
+                }
+            }
+            seen
+        };
+
+        fake.inject_error("RunPodSandbox", tonic::Code::Unknown, 1);
+        let synced = rm
+            .sync_pod(
+                &pod,
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+            )
+            .await;
+        assert!(synced.is_err());
+        assert_eq!(
+            messages("FailedCreatePodSandBox"),
+            [
+                "Failed to create pod sandbox: rpc error: code = Unknown desc = injected error for RunPodSandbox"
+            ]
+        );
+
+        fake.inject_error("CreateContainer", tonic::Code::Unknown, 1);
+        let synced = rm
+            .sync_pod(
+                &pod,
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+            )
+            .await
+            .unwrap();
+        assert_eq!(synced.started, 0);
+        assert_eq!(
+            messages("Failed"),
+            ["Error: injected error for CreateContainer"]
         );
     }
 }
