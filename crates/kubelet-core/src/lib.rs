@@ -11,6 +11,7 @@ pub mod config;
 pub mod crashloop;
 pub mod crilog;
 pub mod duration;
+pub mod events;
 pub mod final_status;
 pub mod gc;
 pub mod lifecycle;
