@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -170,17 +170,30 @@ pub async fn create_mirror(api: &ApiClient, mirror: &Pod) -> Result<Pod, ApiErro
         .map_err(|e| ApiError::from_kube("create", what(ns, name), e))
 }
 
-/// Record a core/v1 Event (what `kubectl describe` shows).
-pub async fn create_event(
-    api: &ApiClient,
-    event: &k8s_openapi::api::core::v1::Event,
-) -> Result<(), ApiError> {
+fn events_in(client: &kube::Client, namespace: &str) -> Api<CoreEvent> {
+    Api::namespaced(client.clone(), namespace)
+}
+
+/// Record a core/v1 Event (what `kubectl describe` shows); returns the API server's copy.
+pub async fn create_event(api: &ApiClient, event: &CoreEvent) -> Result<CoreEvent, ApiError> {
     let ns = event.metadata.namespace.as_deref().unwrap_or("default");
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(api.ready().await.clone(), ns);
-    events
+    events_in(api.ready().await, ns)
         .create(&PostParams::default(), event)
         .await
-        .map(drop)
         .map_err(|e| ApiError::from_kube("create", format!("events/{ns}"), e))
+}
+
+/// Update a recorded Event with a strategic merge `patch` (a repeat of it: its count,
+/// lastTimestamp and message), as upstream's event recorder does; returns the API server's
+/// copy.
+pub async fn patch_event(
+    api: &ApiClient,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<CoreEvent, ApiError> {
+    events_in(api.ready().await, namespace)
+        .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map_err(|e| ApiError::from_kube("patch", format!("events/{namespace}/{name}"), e))
 }

@@ -3,13 +3,15 @@
 //! BackOff, Failed, rejected pods, node readiness. Recording never blocks a
 //! lifecycle step: events go through a bounded queue (dropped when it is
 //! full, as upstream's broadcaster does) to one task that writes them at
-//! eventRecordQPS/eventBurst.
+//! eventRecordQPS/eventBurst, through upstream's event correlator
+//! ([`kubelet_core::events`]): a repeat patches the existing Event's count.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubelet_api::ApiClient;
+use kubelet_core::events::{Correlated, EventCorrelator};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -120,12 +122,15 @@ impl Recorder {
     }
 }
 
-/// Write queued events to the API server until cancelled.
+/// Write queued events to the API server until cancelled, through upstream's event
+/// correlator: a repeated event patches the first one's count, similar ones are combined,
+/// and an object gets no more than its spam budget.
 pub async fn run_event_writer(
     api: ApiClient,
     mut rx: mpsc::Receiver<Event>,
     cancel: CancellationToken,
 ) {
+    let mut correlator = EventCorrelator::default();
     loop {
         let event = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -134,8 +139,121 @@ pub async fn run_event_writer(
                 None => return,
             },
         };
-        if let Err(e) = kubelet_api::pods::create_event(&api, &event).await {
-            tracing::debug!(error = %e, "recording an event");
+        let written = match correlator.correlate(event, crate::clock::now_nanos()) {
+            Correlated::Skip => {
+                tracing::debug!("event dropped by the spam filter");
+                continue;
+            }
+            Correlated::Create(event) => kubelet_api::pods::create_event(&api, &event).await,
+            Correlated::Patch { event, patch } => patch_or_create(&api, event, &patch).await,
+        };
+        match written {
+            Ok(written) => correlator.update_state(&written),
+            Err(e) => tracing::debug!(error = %e, "recording an event"),
         }
+    }
+}
+
+/// Patches the event seen before; creates it when it is gone (upstream's recordEvent).
+async fn patch_or_create(
+    api: &ApiClient,
+    mut event: Event,
+    patch: &serde_json::Value,
+) -> Result<Event, kubelet_api::ApiError> {
+    let namespace = event.metadata.namespace.as_deref().unwrap_or("default");
+    let name = event.metadata.name.as_deref().unwrap_or("");
+    match kubelet_api::pods::patch_event(api, namespace, name, patch).await {
+        Err(e) if e.is_not_found() => {
+            event.metadata.resource_version = None;
+            kubelet_api::pods::create_event(api, &event).await
+        }
+        patched => patched,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use http::{Method, Request, Response};
+    use kube::client::Body;
+
+    use super::*;
+
+    /// The same failure recorded four times: one Event created, then patched with count 2,
+    /// 3 (created again as it was deleted meanwhile), 4.
+    #[tokio::test]
+    async fn a_repeated_failure_is_one_event_with_a_count() {
+        let (mock, mut api_server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let api = ApiClient::new(kube::Client::new(mock, "default"), 0, 1);
+        let (recorder, rx) = Recorder::with_queue("node1".into());
+        let cancel = CancellationToken::new();
+        let writer = tokio::spawn(run_event_writer(api, rx, cancel.clone()));
+        let about = Involved::pod_ref("default", "web", "uid-1", Some("c"));
+        for _ in 0..4 {
+            recorder.event(&about, WARNING, "Failed", "Error: no such key");
+        }
+
+        let mut name = String::new();
+        // (method, count in the request, what the API server answers)
+        let exchanges = [
+            (Method::POST, 1, 201),
+            (Method::PATCH, 2, 200),
+            (Method::PATCH, 3, 404),
+            // Deleted meanwhile: created again, under its name, with its count.
+            (Method::POST, 3, 201),
+            (Method::PATCH, 4, 200),
+        ];
+        for (i, (method, count, answer)) in exchanges.into_iter().enumerate() {
+            let (request, respond) = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                api_server.next_request(),
+            )
+            .await
+            .expect("a request in time")
+            .expect("the client is there");
+            assert_eq!(request.method(), method, "request {i}");
+            let path = request.uri().path().to_owned();
+            let body: serde_json::Value =
+                serde_json::from_slice(&request.into_body().collect_bytes().await.unwrap())
+                    .unwrap();
+            assert_eq!(body["count"], count, "request {i}: {body}");
+            if method == Method::POST {
+                assert_eq!(path, "/api/v1/namespaces/default/events", "request {i}");
+                assert_eq!(body["message"], "Error: no such key");
+                assert_eq!(body["involvedObject"]["fieldPath"], "spec.containers{c}");
+                if name.is_empty() {
+                    name = body["metadata"]["name"].as_str().unwrap().to_owned();
+                } else {
+                    assert_eq!(
+                        body["metadata"]["name"],
+                        name.as_str(),
+                        "recreated under its name"
+                    );
+                }
+            } else {
+                assert_eq!(path, format!("/api/v1/namespaces/default/events/{name}"));
+                assert_eq!(body["message"], "Error: no such key");
+                assert!(body["lastTimestamp"].is_string(), "{body}");
+            }
+            let response = if answer == 404 {
+                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "NotFound", "code": 404, "message": "not found"})
+            } else {
+                let mut event = body.clone();
+                if method == Method::PATCH {
+                    event = serde_json::json!({"metadata": {"name": name, "namespace": "default"},
+                        "involvedObject": {"name": "web"}, "count": count});
+                }
+                event["metadata"]["resourceVersion"] = serde_json::json!(format!("{i}"));
+                event
+            };
+            respond.send_response(
+                Response::builder()
+                    .status(answer)
+                    .body(Body::from(serde_json::to_vec(&response).unwrap()))
+                    .unwrap(),
+            );
+        }
+        cancel.cancel();
+        writer.await.unwrap();
     }
 }
