@@ -1157,6 +1157,24 @@ async fn h_crash_loop_backs_off_with_growing_delays() {
     assert_eq!(last["message"], "goodbye\n", "termination message: {c}");
     assert!(c["restartCount"].as_i64().unwrap_or(0) >= 2, "{c}");
     assert_eq!(pod["status"]["phase"], "Running");
+    // The back-off is told again at every sync, as one Event counting up (upstream's
+    // event correlator), not as an Event each time.
+    let backoffs = eventually("one BackOff event counted twice", START, async || {
+        let list = k.api.get(&[
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=cl-crash,reason=BackOff",
+        ])?;
+        let items = list["items"].as_array()?.clone();
+        items
+            .iter()
+            .any(|e| e["count"].as_i64().unwrap_or(0) >= 2)
+            .then_some(items)
+    })
+    .await;
+    assert_eq!(backoffs.len(), 1, "{backoffs:?}");
     let uids: HashSet<String> = [uid(&pod).to_owned()].into();
     k.api
         .ok(&["delete", "pod", "cl-crash", "-n", "default", "--wait=false"]);
