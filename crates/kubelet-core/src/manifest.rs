@@ -117,11 +117,20 @@ fn decode_documents(content: &str) -> Result<Vec<(usize, Value)>, (usize, String
 }
 
 fn decode_yaml(content: &str) -> Result<Vec<(usize, Value)>, (usize, String)> {
-    let mut out = Vec::new();
-    for (doc, text) in split_yaml_documents(content).into_iter().enumerate() {
+    let parse = |text: &str| {
         let options = serde_saphyr::options! { with_snippet: false };
-        let values: Vec<Value> = serde_saphyr::from_multiple_with_options(&text, options)
-            .map_err(|e| (doc, format!("invalid YAML: {}", one_line(&e.to_string()))))?;
+        serde_saphyr::from_multiple_with_options::<Value>(text, options)
+    };
+    let mut out = Vec::new();
+    for (doc, (first_line, text)) in split_yaml_documents(content).into_iter().enumerate() {
+        let values = parse(&text).map_err(|e| {
+            // Again after as many blank lines as precede the document, so that the error's
+            // position is the file's (only for the failing document: padding every one
+            // would cost documents × lines).
+            let padded = format!("{}{text}", "\n".repeat(first_line));
+            let e = parse(&padded).err().unwrap_or(e);
+            (doc, format!("invalid YAML: {}", one_line(&e.to_string())))
+        })?;
         out.extend(values.into_iter().map(|v| (doc, v)));
     }
     Ok(out)
@@ -141,11 +150,12 @@ fn one_line(s: &str) -> String {
 
 /// Splits a YAML stream at document markers (`---` at the start of a line, alone or followed
 /// by blanks and content). A first chunk with nothing but blanks, comments and directives (the
-/// usual leading `---`) is not a document. Each document is padded with blank lines so that
-/// parser positions are positions in the whole file.
-fn split_yaml_documents(content: &str) -> Vec<String> {
+/// usual leading `---`) is not a document. Each document comes with the 0-based line of the
+/// file it starts on (its marker's line, which holds what followed the marker).
+fn split_yaml_documents(content: &str) -> Vec<(usize, String)> {
     let mut docs = Vec::new();
     let mut current = String::new();
+    let mut current_line = 0;
     let mut first = true;
     for (line_no, line) in content.split_inclusive('\n').enumerate() {
         let bare = line.trim_end_matches(['\n', '\r']);
@@ -156,10 +166,10 @@ fn split_yaml_documents(content: &str) -> Vec<String> {
             Some(rest) => {
                 let previous = std::mem::take(&mut current);
                 if !first || has_yaml_content(&previous) {
-                    docs.push(previous);
+                    docs.push((current_line, previous));
                 }
                 first = false;
-                current.push_str(&"\n".repeat(line_no));
+                current_line = line_no;
                 current.push_str(rest);
                 current.push('\n');
             }
@@ -167,7 +177,7 @@ fn split_yaml_documents(content: &str) -> Vec<String> {
         }
     }
     if !first || has_yaml_content(&current) {
-        docs.push(current);
+        docs.push((current_line, current));
     }
     docs
 }
@@ -2063,11 +2073,23 @@ spec:
     #[test]
     fn split_keeps_line_numbers() {
         let docs = split_yaml_documents("a: 1\n---\nb: 2\n--- c: 3\n");
-        assert_eq!(docs, ["a: 1\n", "\n\nb: 2\n", "\n\n\n c: 3\n"]);
+        let want = [(0, "a: 1\n"), (1, "\nb: 2\n"), (3, " c: 3\n")];
+        assert_eq!(docs, want.map(|(l, d)| (l, d.to_owned())));
         let docs = split_yaml_documents("---\na: 1\n");
-        assert_eq!(docs, ["\na: 1\n"]);
+        assert_eq!(docs, [(0, "\na: 1\n".to_owned())]);
         // "---x" is not a marker.
         let docs = split_yaml_documents("a: |\n  ---x\n");
         assert_eq!(docs.len(), 1);
+        // Documents are not padded to their lines: many of them cost the file's size, not
+        // documents × lines.
+        let many = "---\n# nothing\n".repeat(20_000);
+        let docs = split_yaml_documents(&many);
+        assert_eq!(docs.len(), 20_000);
+        assert!(docs.iter().map(|(_, d)| d.len()).sum::<usize>() <= many.len());
+        assert_eq!(parse_static_pods(FILE, &many, NODE).unwrap(), []);
+        // An error still gives the line in the file.
+        let err = parse_static_pods(FILE, &format!("{many}---\nkind: [\n"), NODE).unwrap_err();
+        assert_eq!(err.doc, 20_000);
+        assert!(err.message.contains("line 40002"), "{err}");
     }
 }
