@@ -9,7 +9,8 @@
 //! rkubelet's own families (not in upstream) keep the `kubelet_` prefix:
 //! `kubelet_sync_loop_iteration_duration_seconds`,
 //! `kubelet_housekeeping_duration_seconds`, `kubelet_pod_worker_queue_length`,
-//! `kubelet_runtime_ready` and `kubelet_network_ready`.
+//! `kubelet_runtime_ready`, `kubelet_network_ready`,
+//! `kubelet_server_open_connections` and `kubelet_server_accept_errors_total`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -443,10 +444,17 @@ pub struct Families {
     pub runtime_ready: Gauge,
     /// rkubelet: `kubelet_network_ready`: 1 while the runtime reports the network ready.
     pub network_ready: Gauge,
+    /// rkubelet: `kubelet_server_open_connections{server}`: connections a
+    /// listener (`kubelet-api`, `healthz`, `readonly`) is serving, at most
+    /// its connection cap.
+    pub server_open_connections: Gauge,
+    /// rkubelet: `kubelet_server_accept_errors_total{server}`: failed accepts
+    /// (each followed by a back-off).
+    pub server_accept_errors: Counter,
 }
 
 impl Families {
-    fn all(&self) -> [Family<'_>; 24] {
+    fn all(&self) -> [Family<'_>; 26] {
         [
             Family::Gauge(&self.node_name),
             Family::Histogram(&self.pod_start_duration),
@@ -472,6 +480,8 @@ impl Families {
             Family::Gauge(&self.pod_worker_queue_length),
             Family::Gauge(&self.runtime_ready),
             Family::Gauge(&self.network_ready),
+            Family::Gauge(&self.server_open_connections),
+            Family::Counter(&self.server_accept_errors),
         ]
     }
 }
@@ -622,6 +632,16 @@ impl KubeletMetrics {
                 "kubelet_network_ready",
                 "Whether the container runtime reports the pod network ready: 1 or 0 (rkubelet).",
                 &[],
+            ),
+            server_open_connections: Gauge::new(
+                "kubelet_server_open_connections",
+                "Number of connections a kubelet server is serving, at most its connection cap (rkubelet).",
+                &["server"],
+            ),
+            server_accept_errors: Counter::new(
+                "kubelet_server_accept_errors_total",
+                "Cumulative number of failed accepts of a kubelet server (rkubelet).",
+                &["server"],
             ),
         };
         f.node_name.set(&[node_name], 1.0);

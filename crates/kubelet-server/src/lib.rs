@@ -6,11 +6,12 @@
 //! Wiring (the kubelet): [`tls::server_config`] from the configuration,
 //! [`auth::Auth::new`] with an [`auth::KubeReviewer`] over the kubelet's API
 //! client, [`routes::Router::new`] with the [`NodeView`], then
-//! [`server::serve`] on a listener bound to `address:port`, all sharing a
+//! [`server::serve`] on a [`listener::Listener`] bound to `address:port`, all sharing a
 //! [`streaming::Spawner`] (e.g. `Tasks::spawn_with`) and a cancellation token.
 
 pub mod auth;
 pub mod cri_metrics;
+pub mod listener;
 pub mod logs;
 pub mod process;
 pub mod routes;

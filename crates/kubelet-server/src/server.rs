@@ -5,12 +5,9 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
@@ -18,18 +15,17 @@ use crate::Body;
 use hyper::header::{self, HeaderValue};
 
 use crate::auth::{Auth, Credentials, Denied, UserInfo, websocket_token, x509_user};
+use crate::listener::{Listener, serve_http1, tls_handshake};
 use crate::routes::{Router, text_response};
 use crate::streaming::Spawner;
 
-/// How long a client has to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves the kubelet API on `listener` until `cancel`: each accepted
 /// connection is handed to `spawn` (the kubelet passes
-/// `Tasks::spawn_with`), as are spliced streaming sessions. Connections
+/// `Tasks::spawn_with`), as are spliced streaming sessions. The listener's
+/// cap, timeouts and limits are those of [`crate::listener`]. Connections
 /// finish their current request on cancellation.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     tls: Arc<rustls::ServerConfig>,
     router: Arc<Router>,
     auth: Arc<Auth>,
@@ -37,35 +33,16 @@ pub async fn serve(
     cancel: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(tls);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "kubelet API: accept failed");
-                    continue;
-                }
-            },
-            () = cancel.cancelled() => return,
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let auth = auth.clone();
-        let cancel = cancel.clone();
-        spawn(
-            tracing::debug_span!("kubelet-api-conn", %peer),
-            Box::pin(async move {
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!("TLS handshake timed out");
-                        return;
-                    }
+    let conn_cancel = cancel.clone();
+    listener
+        .serve(spawn, cancel, move |tcp, _peer| {
+            let acceptor = acceptor.clone();
+            let router = router.clone();
+            let auth = auth.clone();
+            let cancel = conn_cancel.clone();
+            async move {
+                let Some(tls) = tls_handshake(&acceptor, tcp).await else {
+                    return;
                 };
                 let cert_user = tls
                     .get_ref()
@@ -79,24 +56,10 @@ pub async fn serve(
                     let cert_user = cert_user.clone();
                     async move { Ok::<_, Infallible>(handle(&router, &auth, cert_user, req).await) }
                 });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .with_upgrades();
-                tokio::pin!(conn);
-                tokio::select! {
-                    res = conn.as_mut() => {
-                        if let Err(e) = res {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                    }
-                    () = cancel.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
-                }
-            }),
-        );
-    }
+                serve_http1(tls, service, cancel).await;
+            }
+        })
+        .await;
 }
 
 /// Authenticates, authorizes and routes one request.
@@ -169,12 +132,15 @@ mod tests {
     use std::collections::HashMap;
     use std::path::PathBuf;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use bytes::Bytes;
     use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::TokioIo;
     use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kubelet_core::config::{KubeletConfiguration, TlsMinVersion};
+    use kubelet_core::metrics::KubeletMetrics;
     use kubelet_cri::client::CriClient;
     use rustls::pki_types::{PrivateKeyDer, ServerName};
     use rustls::{ClientConfig, RootCertStore};
@@ -335,7 +301,14 @@ mod tests {
             tokio_spawner(),
             cancel.clone(),
         ));
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = Listener::bind(
+            "127.0.0.1:0",
+            "kubelet-api",
+            crate::listener::MAX_CONNECTIONS,
+            KubeletMetrics::new("node-a"),
+        )
+        .await
+        .unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(serve(
             listener,
@@ -568,6 +541,33 @@ mod tests {
                 .await
                 .is_err()
         );
+        srv.cancel.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn silent_clients_are_dropped_before_and_after_the_handshake() {
+        use crate::listener::{READ_HEADER_TIMEOUT, TLS_HANDSHAKE_TIMEOUT};
+        let srv = start(TlsMinVersion::Tls12, &[], |_| {}).await;
+        let an_hour = Duration::from_secs(3600);
+        // No ClientHello: closed at the handshake timeout.
+        let begin = tokio::time::Instant::now();
+        let mut tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        let mut got = Vec::new();
+        let read = tokio::time::timeout(an_hour, tcp.read_to_end(&mut got)).await;
+        assert!(matches!(read, Ok(Ok(0))), "{read:?}");
+        assert_eq!(begin.elapsed(), TLS_HANDSHAKE_TIMEOUT);
+
+        // A handshake, then silence: closed at the header timeout.
+        let tcp = tokio::net::TcpStream::connect(srv.addr).await.unwrap();
+        let mut tls = TlsConnector::from(Arc::new(client_config(&srv.pki, None)))
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+        let begin = tokio::time::Instant::now();
+        let read = tokio::time::timeout(an_hour, tls.read_to_end(&mut got)).await;
+        // Closed without close_notify: an unexpected EOF to rustls.
+        assert!(read.is_ok(), "still open after an hour");
+        assert_eq!(begin.elapsed(), READ_HEADER_TIMEOUT);
         srv.cancel.cancel();
     }
 

@@ -21,6 +21,7 @@ use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconc
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
+use kubelet_server::listener::{self, Listener};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -281,22 +282,22 @@ impl Kubelet {
         for (what, addr, with_pods) in servers {
             let listener = self.listen(what, addr).await?;
             let health: Arc<dyn Health> = self.clone();
-            let tasks = self.tasks.clone();
+            let spawn = self.tasks.spawner();
             self.tasks
                 .spawn(tracing::info_span!("server", what), move |token| {
-                    server::serve(listener, health, with_pods, tasks, token)
+                    server::serve(listener, health, with_pods, spawn, token)
                 });
         }
         Ok(())
     }
 
-    /// Bind `addr` for the server `what`, and record where it listens.
-    async fn listen(
-        &self,
-        what: &'static str,
-        addr: String,
-    ) -> Result<tokio::net::TcpListener, KubeletError> {
-        let listener = tokio::net::TcpListener::bind(&addr)
+    /// Bind `addr` for the server `what`, and record where it listens. Every
+    /// server listens through this: the cap on connections (for the file-handle
+    /// limit now in force), the timeouts and limits are those of
+    /// [`kubelet_server::listener`].
+    async fn listen(&self, what: &'static str, addr: String) -> Result<Listener, KubeletError> {
+        let cap = listener::default_connection_cap();
+        let listener = Listener::bind(&addr, what, cap, self.opts.metrics.clone())
             .await
             .map_err(|source| KubeletError::Listen { what, addr, source })?;
         if let Ok(local) = listener.local_addr() {
@@ -304,7 +305,7 @@ impl Kubelet {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(what, local);
-            tracing::info!(%local, what, "listening");
+            tracing::info!(%local, what, max_connections = cap, "listening");
         }
         Ok(listener)
     }
@@ -331,9 +332,7 @@ impl Kubelet {
         };
         let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
         let listener = self.listen("kubelet-api", addr).await?;
-        let tasks = self.tasks.clone();
-        let spawn: kubelet_server::streaming::Spawner =
-            Arc::new(move |span, fut| tasks.spawn_with(span, fut));
+        let spawn = self.tasks.spawner();
         let view: Arc<dyn NodeView> = self.clone();
         let token = self.tasks.child_token();
         let router = Arc::new(routes::Router::new(

@@ -11,10 +11,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Pod;
-use tokio::net::TcpListener;
+use kubelet_server::listener::{Listener, serve_http1};
+use kubelet_server::streaming::Spawner;
 use tokio_util::sync::CancellationToken;
-
-use crate::tasks::Tasks;
 
 /// What the endpoints read from the kubelet.
 pub trait Health: Send + Sync + 'static {
@@ -75,40 +74,26 @@ fn route(req: &Request<Incoming>, health: &dyn Health, with_pods: bool) -> Respo
     }
 }
 
-/// Serve HTTP/1 on `listener` until cancelled; one task per connection.
+/// Serve HTTP/1 on `listener` until cancelled; one task per connection,
+/// spawned with `spawn`, under the listener's cap, timeouts and limits.
 pub async fn serve(
-    listener: TcpListener,
+    listener: Listener,
     health: Arc<dyn Health>,
     with_pods: bool,
-    tasks: Tasks,
+    spawn: Spawner,
     cancel: CancellationToken,
 ) {
-    loop {
-        let (stream, peer) = tokio::select! {
-            _ = cancel.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
-            },
-        };
-        let health = health.clone();
-        let conn_cancel = cancel.clone();
-        tasks.spawn_with(tracing::debug_span!("connection", %peer), async move {
+    let conn_cancel = cancel.clone();
+    listener
+        .serve(spawn, cancel, move |tcp, _peer| {
+            let health = health.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let resp = route(&req, &*health, with_pods);
                 async move { Ok::<_, Infallible>(resp) }
             });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            tokio::select! {
-                _ = conn_cancel.cancelled() => {}
-                r = conn => if let Err(e) = r { tracing::debug!(error = %e, "connection ended") },
-            }
-        });
-    }
+            serve_http1(tcp, svc, conn_cancel.clone())
+        })
+        .await;
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 
+use kubelet_server::streaming::Spawner;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -51,6 +52,12 @@ impl Tasks {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.tracker.spawn(fut.instrument(span));
+    }
+
+    /// [`Tasks::spawn_with`] as the kubelet server's [`Spawner`].
+    pub fn spawner(&self) -> Spawner {
+        let tasks = self.clone();
+        std::sync::Arc::new(move |span, fut| tasks.spawn_with(span, fut))
     }
 
     /// Cancel every task and wait until all have ended.

@@ -47,6 +47,15 @@ fn main() -> ExitCode {
             }
         }
     };
+    // As every Go program (the upstream kubelet included) since Go 1.19:
+    // the soft file-handle limit up to the hard one. The servers' connection
+    // caps are sized from the limit in force.
+    match kubelet_server::listener::raise_nofile_limit() {
+        Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE soft limit"),
+        Err(e) => {
+            tracing::warn!(error = %e, "raising the RLIMIT_NOFILE soft limit to the hard limit")
+        }
+    }
     for field in &settings.ignored_fields {
         tracing::warn!(%field, "KubeletConfiguration field is not implemented yet and is ignored");
     }
