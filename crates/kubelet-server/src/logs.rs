@@ -37,7 +37,9 @@ use kubelet_cri::client::{CriClient, CriError};
 use rustix::fs::{Mode, OFlags};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
+use crate::streaming::Spawner;
 use crate::{Body, NodeView, full};
 
 /// How often a follower asks the runtime whether the container still runs
@@ -102,15 +104,19 @@ pub enum LogFileError {
     Open { path: PathBuf, source: io::Error },
 }
 
-/// Serve `/containerLogs/{namespace}/{pod}/{container}?{query}`.
+/// Serve `/containerLogs/{namespace}/{pod}/{container}?{query}`: the file
+/// is pumped by a task handed to `spawn`, which ends with the client, the
+/// container (when following) or `cancel`.
 pub async fn container_logs(
     view: &dyn NodeView,
     namespace: &str,
     pod: &str,
     container: &str,
     query: Option<&str>,
+    spawn: &Spawner,
+    cancel: &CancellationToken,
 ) -> Response<Body> {
-    match start(view, namespace, pod, container, query).await {
+    match start(view, namespace, pod, container, query, spawn, cancel).await {
         Ok(body) => text_response(StatusCode::OK, body),
         Err(e) => {
             tracing::debug!(namespace, pod, container, error = %e, "container logs refused");
@@ -137,6 +143,8 @@ async fn start(
     pod_name: &str,
     container: &str,
     query: Option<&str>,
+    spawn: &Spawner,
+    cancel: &CancellationToken,
 ) -> Result<Body, LogsError> {
     let params: Vec<(Cow<'_, str>, Cow<'_, str>)> =
         form_urlencoded::parse(query.unwrap_or_default().as_bytes()).collect();
@@ -181,7 +189,17 @@ async fn start(
         .follow
         .then(|| Follow::new(cri, id, path, root, &opened.real_path));
     let pump = Pump::new(opened, &opts, tx);
-    tokio::spawn(pump.run(follow));
+    let cancel = cancel.clone();
+    spawn(
+        tracing::debug_span!("container-logs", namespace, pod = pod_name, container),
+        Box::pin(async move {
+            tokio::select! {
+                () = pump.run(follow) => {}
+                // Dropping the pump ends the body.
+                () = cancel.cancelled() => {}
+            }
+        }),
+    );
     Ok(ChannelBody(rx).boxed())
 }
 
@@ -582,7 +600,8 @@ impl Changes {
 #[cfg(test)]
 mod tests {
     use std::io::Write as _;
-    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
 
     use k8s_cri::v1 as cri;
     use k8s_openapi::api::core::v1::{
@@ -641,6 +660,10 @@ not a CRI line
 
     struct Harness {
         view: View,
+        /// Spawns the pump and counts the tasks spawned.
+        spawn: Spawner,
+        spawned: Arc<AtomicUsize>,
+        cancel: CancellationToken,
         fake: FakeRuntime,
         /// The pod's log directory (the sandbox's log_directory).
         pod_dir: PathBuf,
@@ -749,12 +772,20 @@ not a CRI line
                 ..Default::default()
             }),
         };
+        let spawned = Arc::new(AtomicUsize::new(0));
+        let count = spawned.clone();
         Harness {
             view: View {
                 pods: Mutex::new(vec![pod]),
                 cri,
                 root,
             },
+            spawn: Arc::new(move |span, fut| {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(tracing::Instrument::instrument(fut, span));
+            }),
+            spawned,
+            cancel: CancellationToken::new(),
             fake,
             pod_dir,
             app,
@@ -763,7 +794,16 @@ not a CRI line
     }
 
     async fn get(h: &Harness, pod: &str, container: &str, query: &str) -> (StatusCode, String) {
-        let resp = container_logs(&h.view, "default", pod, container, Some(query)).await;
+        let resp = container_logs(
+            &h.view,
+            "default",
+            pod,
+            container,
+            Some(query),
+            &h.spawn,
+            &h.cancel,
+        )
+        .await;
         let status = resp.status();
         assert_eq!(
             resp.headers().get(CONTENT_TYPE).unwrap(),
@@ -937,6 +977,8 @@ not a CRI line
             "web",
             "app",
             Some("follow=true&tailLines=1"),
+            &h.spawn,
+            &h.cancel,
         )
         .await;
         assert_eq!(resp.status(), StatusCode::OK);
@@ -980,7 +1022,16 @@ not a CRI line
     #[tokio::test]
     async fn follower_leaves_with_the_client() {
         let h = harness().await;
-        let resp = container_logs(&h.view, "default", "web", "app", Some("follow=1")).await;
+        let resp = container_logs(
+            &h.view,
+            "default",
+            "web",
+            "app",
+            Some("follow=1"),
+            &h.spawn,
+            &h.cancel,
+        )
+        .await;
         let mut body = resp.into_body();
         let mut seen = String::new();
         read_until(&mut body, &mut seen, "partial\n").await;
@@ -989,5 +1040,31 @@ not a CRI line
         let calls = h.fake.calls("ContainerStatus");
         tokio::time::sleep(CONTAINER_CHECK_PERIOD * 3).await;
         assert!(h.fake.calls("ContainerStatus") <= calls + 1);
+    }
+
+    #[tokio::test]
+    async fn follower_is_a_spawned_task_that_stops_with_the_server() {
+        let h = harness().await;
+        let resp = container_logs(
+            &h.view,
+            "default",
+            "web",
+            "app",
+            Some("follow=1"),
+            &h.spawn,
+            &h.cancel,
+        )
+        .await;
+        assert_eq!(h.spawned.load(Ordering::SeqCst), 1);
+        let mut body = resp.into_body();
+        let mut seen = String::new();
+        read_until(&mut body, &mut seen, "partial\n").await;
+        // The container keeps running: only the server's cancellation ends it.
+        h.cancel.cancel();
+        let rest = tokio::time::timeout(Duration::from_secs(10), body.collect())
+            .await
+            .expect("the body ends when the server stops")
+            .unwrap();
+        assert!(rest.to_bytes().is_empty());
     }
 }

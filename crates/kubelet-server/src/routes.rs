@@ -171,7 +171,16 @@ impl Router {
             },
             ["containerLogs", ..] if !is_get => get_only(),
             ["containerLogs", ns, pod, container] if ![ns, pod, container].contains(&&"") => {
-                crate::logs::container_logs(view, ns, pod, container, query.as_deref()).await
+                crate::logs::container_logs(
+                    view,
+                    ns,
+                    pod,
+                    container,
+                    query.as_deref(),
+                    &self.spawn,
+                    &self.cancel,
+                )
+                .await
             }
             [endpoint, rest @ ..]
                 if matches!(*req.method(), Method::GET | Method::POST)
