@@ -88,6 +88,10 @@ pub enum StreamError {
     Runtime(String),
     #[error("runtime streaming URL {0:?} is not a plain http:// URL")]
     BadUrl(String),
+    /// A 500, as upstream's: UpgradeAwareHandler's BadRequest goes through
+    /// the kubelet's `responder.Error`, which always writes
+    /// StatusInternalServerError (pkg/kubelet/server/server.go; the 400 a
+    /// client sees through the API server is the API server's own).
     #[error("Upgrade request required")]
     UpgradeRequired,
     #[error("error dialing backend: {0}")]
