@@ -20,6 +20,8 @@ import sys
 import xml.etree.ElementTree as ET
 
 FAILED = {"failed", "panicked", "interrupted", "aborted", "timedout"}
+# ginkgo's suite-level nodes, which JUnit lists beside the specs
+SUITE_NODE = re.compile(r"^\[(Synchronized)?(Before|After)Suite\]|^\[Report(Before|After)Suite\]|^\[DeferCleanup")
 
 
 def spec_name(case):
@@ -49,7 +51,7 @@ def results(junit):
         if status not in FAILED and status != "passed":
             continue  # skipped or pending: not selected
         name = spec_name(case)
-        if not name or name.startswith("[SynchronizedBeforeSuite]") or name.startswith("[ReportAfterSuite]"):
+        if not name or SUITE_NODE.match(name):
             continue
         message = ""
         for tag in ("failure", "error"):

@@ -74,8 +74,13 @@ OUT=${OUT:-$WORK/results-$KUBELET}
 NODE=rk-conformance
 export RKUBELET_CLUSTER_DIR=$WORK/cluster
 export RKUBELET_RUNTIME_DIR=$WORK/runtime
-export RKUBELET_APISERVER_PORT=26443 RKUBELET_ETCD_PORT=22379
-export RKUBELET_CNI_BRIDGE=rkbr-conf RKUBELET_POD_SUBNET=10.92.0.0/16
+# Ports and pod network of its own (settable, so that two runs can share a
+# machine: hack/test.sh's subset picks others).
+export RKUBELET_APISERVER_PORT=${RKUBELET_CONFORMANCE_APISERVER_PORT:-26443}
+export RKUBELET_ETCD_PORT=${RKUBELET_CONFORMANCE_ETCD_PORT:-22379}
+export RKUBELET_CNI_BRIDGE=${RKUBELET_CONFORMANCE_BRIDGE:-rkbr-conf}
+export RKUBELET_POD_SUBNET=${RKUBELET_CONFORMANCE_POD_SUBNET:-10.92.0.0/16}
+KUBELET_PORT=${RKUBELET_CONFORMANCE_KUBELET_PORT:-10250}
 export RKUBELET_SANDBOX_IMAGE=registry.k8s.io/pause:3.10.2
 NODE_DIR=$WORK/node
 
@@ -123,6 +128,8 @@ if [[ -n $DOWN_ONLY ]]; then
 fi
 
 START=$SECONDS
+# The commit the kubelet under test is built from (the title of the table).
+COMMIT="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates Cargo.toml Cargo.lock || echo '+uncommitted')"
 stage() { printf '==> %s  [%ss]\n' "$*" "$((SECONDS - START))" >&2; }
 
 stage "system packages"
@@ -164,6 +171,8 @@ kind: KubeletConfiguration
 staticPodPath: $NODE_DIR/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $NODE_DIR/logs
+port: $KUBELET_PORT
+healthzPort: 0
 authentication:
   x509:
     clientCAFile: $RKUBELET_CLUSTER_DIR/pki/ca.crt
@@ -183,6 +192,8 @@ cgroupsPerQOS: false
 enforceNodeAllocatable: []
 staticPodPath: $NODE_DIR/manifests
 podLogsDir: $NODE_DIR/logs
+port: $KUBELET_PORT
+healthzPort: 0
 resolvConf: /etc/resolv.conf
 authentication:
   anonymous: {enabled: false}
@@ -233,7 +244,7 @@ stage "e2e.test exited $rc"
 [[ -f $OUT/junit_01.xml ]] || { tail -30 "$OUT/e2e.log" >&2; die "the suite wrote no JUnit report"; }
 
 report=(python3 hack/conformance-report.py table "$OUT/junit_01.xml" --causes hack/conformance/causes.tsv
-  --title "$KUBELET, $(date -u +%F), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+dirty')")
+  --title "$KUBELET, $(date -u +%F), commit $COMMIT")
 [[ -n $SUBSET ]] && report+=(--subset "$SUBSET")
 "${report[@]}" | tee "$OUT/table.txt"
 exit "${PIPESTATUS[0]}"
