@@ -217,7 +217,7 @@ metrics_server() {
   start metrics-server "$ms" --kubeconfig "$DIR/admin.conf" \
     --authentication-kubeconfig "$DIR/admin.conf" --authorization-kubeconfig "$DIR/admin.conf" \
     --bind-address 0.0.0.0 --secure-port "$METRICS_SERVER_PORT" --cert-dir "$DIR/metrics-server" \
-    --kubelet-preferred-address-types InternalIP --kubelet-insecure-tls --metric-resolution 10s --kubelet-request-timeout 5s
+    --kubelet-preferred-address-types InternalIP --kubelet-use-node-status-port --kubelet-insecure-tls --metric-resolution 10s --kubelet-request-timeout 5s
   "${kubectl[@]}" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Service

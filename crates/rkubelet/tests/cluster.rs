@@ -50,6 +50,9 @@ const START: Duration = Duration::from_secs(60);
 const CLEANUP: Duration = Duration::from_secs(120);
 /// rkubelet's exit after SIGTERM.
 const EXIT: Duration = Duration::from_secs(15);
+/// The kubelet API's port: not 10250, so a developer's kubelet (hack/up.sh)
+/// or a conformance run on the same machine is left alone.
+const KUBELET_PORT: u16 = 10350;
 const CRI_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the API server stays down in the outage test.
 const OUTAGE: Duration = Duration::from_secs(30);
@@ -359,7 +362,7 @@ impl Kubelet {
         // (the API server's), and cuts idle streams after 10 s.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             podLogsDir: {}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
+             podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
              streamingConnectionIdleTimeout: 10s\n\
              authentication:\n  x509:\n    clientCAFile: {}\n",
             dir.path().join("logs").display(),
@@ -1495,7 +1498,7 @@ impl Kubelet {
                 .arg(pki.join(format!("{name}.key")));
         }
         let out = cmd
-            .arg(format!("https://127.0.0.1:10250{path}"))
+            .arg(format!("https://127.0.0.1:{KUBELET_PORT}{path}"))
             .output()
             .expect("running curl");
         let text = String::from_utf8_lossy(&out.stdout).into_owned();

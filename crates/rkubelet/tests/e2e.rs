@@ -32,6 +32,9 @@ const START: Duration = Duration::from_secs(60);
 const CLEANUP: Duration = Duration::from_secs(60);
 /// rkubelet's exit after SIGTERM.
 const EXIT: Duration = Duration::from_secs(15);
+/// The kubelet API's port: not 10250, so a developer's kubelet (hack/up.sh)
+/// or a conformance run on the same machine is left alone.
+const KUBELET_PORT: u16 = 10350;
 const CRI_TIMEOUT: Duration = Duration::from_secs(10);
 
 const POD_NAME: &str = "io.kubernetes.pod.name";
@@ -116,7 +119,7 @@ impl Node {
         }
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             podLogsDir: {}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
+             podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
             dir.path().join("logs").display()
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
