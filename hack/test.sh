@@ -13,6 +13,12 @@
 #      against it and the same containerd (cargo test -p rkubelet --test
 #      cluster -- --ignored), which read RKUBELET_CLUSTER_DIR,
 #      RKUBELET_CLUSTER_NODE, RKUBELET_KUBECTL and RKUBELET_E2E_ENDPOINT
+#   6. the conformance tier's CI subset: the upstream e2e specs listed in
+#      hack/conformance/ci-subset.txt (all passing on main), through
+#      hack/conformance.sh --subset against a cluster of its own whose node
+#      is the rkubelet just built (ports 36443/32379/10450, bridge rkbr-ci,
+#      so a developer's full conformance run can go on); fails when one of
+#      them fails
 #
 # Whatever happens, the control plane and containerd are stopped and the
 # temporary directory removed on exit, so a run leaves nothing behind.
@@ -115,5 +121,13 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \
   RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
   cargo test -p rkubelet --test cluster -- --ignored --test-threads=1
+
+stage "conformance subset (hack/conformance/ci-subset.txt)"
+RKUBELET_CONFORMANCE_DIR="$TMP_DIR/conformance" \
+  RKUBELET_CONFORMANCE_APISERVER_PORT=36443 RKUBELET_CONFORMANCE_ETCD_PORT=32379 \
+  RKUBELET_CONFORMANCE_KUBELET_PORT=10450 \
+  RKUBELET_CONFORMANCE_BRIDGE=rkbr-ci RKUBELET_CONFORMANCE_POD_SUBNET=10.93.0.0/16 \
+  hack/conformance.sh --subset hack/conformance/ci-subset.txt --procs 4 --timeout 20m \
+  --rkubelet "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/rkubelet"
 
 stage "done"
