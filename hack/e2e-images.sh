@@ -12,12 +12,12 @@
 #   registry.k8s.io/e2e-test-images/agnhost:2.66.1   /agnhost from test/images/agnhost
 #   registry.k8s.io/e2e-test-images/agnhost:2.55     (static), /agnhost-2 link, the porter's
 #                                                    /localhost.{crt,key}, /uploads, and the
-#                                                    programs its subcommands run: curl, nc
-#                                                    (netcat-openbsd), busybox applets;
+#                                                    programs its subcommands run: sh (dash;
+#                                                    busybox ash would run its own nc), bash,
+#                                                    curl, nc (netcat-openbsd), busybox applets;
 #                                                    user-defined-in-image (1000) in
 #                                                    group-defined-in-image (50000)
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2 Debian's static busybox, every applet in /bin
-#                                                    but sh (see below)
 #   registry.k8s.io/e2e-test-images/busybox:1.36.1-1
 #   registry.k8s.io/e2e-test-images/nonewprivs:1.4   busybox + /usr/local/bin/nnp (setuid root)
 #                                                    from test/images/nonewprivs
@@ -26,10 +26,12 @@
 #                                                    busybox + glibc's hostname and getent
 #                                                    (Debian's), nsswitch "hosts: files dns"
 #
-# In every image /bin/sh is Debian's bash (as sh, and /bin/bash): Debian's busybox
-# is 1.35, whose ash drops environment variables that are not shell names
-# (the specs read `data-1` from `sh -c env`; the suite's busybox 1.37 keeps
-# them), and it would run its own nc applet ahead of netcat-openbsd.
+# What this costs: Debian's busybox is 1.35, whose ash drops environment
+# variables that are not shell names, which the suite's busybox 1.37 keeps;
+# so "ConfigMap/Secrets should be consumable via the environment" (they read
+# `data-1` from `sh -c env`) fail here under any kubelet. Another shell as
+# /bin/sh would keep them but fails specs that expect ash's own error messages
+# ("/bin/sh: can't create /file: Read-only file system").
 #
 # Images the suite lists but no [NodeConformance] spec here runs (nginx,
 # perl, volume servers, CSI sidecars...) are not made.
@@ -45,9 +47,9 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=2
+RECIPE_VERSION=1
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-PACKAGES=(busybox-static bash curl netcat-openbsd libc-bin hostname libc6-dev gcc)
+PACKAGES=(busybox-static dash bash curl netcat-openbsd libc-bin hostname libc6-dev gcc)
 
 E2E=registry.k8s.io/e2e-test-images
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
@@ -72,12 +74,10 @@ go_build() { # OUT PACKAGE
 }
 
 # busybox_rootfs ROOTFS [SKIP...]: the layout of the busybox image (applets
-# in /bin, its passwd and group, bash as /bin/sh), without the applets named
-# in SKIP.
+# in /bin, its passwd and group), without the applets named in SKIP.
 busybox_rootfs() {
   local rootfs=$1 applet
   shift
-  set -- sh bash "$@"
   mkdir -p "$rootfs"/{bin,dev,etc,home,proc,root,sys,tmp,usr/bin,usr/sbin,usr/local/bin,var/tmp,var/www}
   chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
   chmod 0700 "$rootfs/root"
@@ -96,8 +96,6 @@ busybox_rootfs() {
     'mail:x:8:' 'wheel:x:10:root' 'www-data:x:33:' 'operator:x:37:' 'staff:x:50:' 'users:x:100:' \
     'nogroup:x:65534:' >"$rootfs/etc/group"
   echo 'hosts: files dns' >"$rootfs/etc/nsswitch.conf"
-  copy_with_libs "$rootfs" /bin/bash
-  ln -s bash "$rootfs/bin/sh"
 }
 
 config_json() { # ENTRYPOINT_JSON CMD_JSON [USER]
@@ -144,7 +142,9 @@ build_cache() {
 
   echo "$PROG: agnhost" >&2
   local a=$work/agnhost
-  busybox_rootfs "$a" nc
+  busybox_rootfs "$a" sh ash nc bash
+  copy_with_libs "$a" /bin/dash /bin/sh
+  copy_with_libs "$a" /bin/bash
   copy_with_libs "$a" /usr/bin/curl
   copy_with_libs "$a" /bin/nc.openbsd /usr/bin/nc
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] && install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$a/etc/ssl/certs/ca-certificates.crt"

@@ -3,7 +3,7 @@
 # containerd, runc, the CNI plugins, a static busybox (test images),
 # protoc (k8s-cri's build script), the network tools, and what the upstream
 # e2e suite's images are made of (hack/e2e-images.sh: a C compiler and static
-# libc for pause, bash, curl, netcat-openbsd, glibc's hostname/getent).
+# libc for pause, dash, bash, curl, netcat-openbsd, glibc's hostname/getent).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -21,6 +21,7 @@ PACKAGES=(
   openssl
   gcc
   libc6-dev
+  dash
   bash
   hostname
   libc-bin
