@@ -1,15 +1,19 @@
 //! The kubelet's API-server client: a kube client from a kubeconfig (client
 //! certificates or bearer tokens), every request first taking a token from a
-//! kubeAPIQPS/kubeAPIBurst bucket, and typed errors that keep the HTTP code.
+//! kubeAPIQPS/kubeAPIBurst bucket (`ratelimit`, a tower layer under the kube
+//! client), and typed errors that keep the HTTP code.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::task::{Context, Poll};
 
+use futures::future::BoxFuture;
+use http::{Request, Response};
+use kube::client::Body;
 use kubelet_core::metrics::KubeletMetrics;
-use tokio::time::Instant;
+use tower::{Layer, Service};
 
 use crate::metrics::RequestMetricsLayer;
+use crate::ratelimit::RateLimitLayer;
 
 /// A failed API request: the verb, what it was about, and why.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -81,58 +85,45 @@ impl ApiError {
     }
 }
 
-/// A token bucket: `qps` tokens a second, at most `burst` saved up.
-#[derive(Debug)]
-pub struct RateLimiter {
-    qps: f64,
-    burst: f64,
-    state: Mutex<(f64, Instant)>,
-}
-
-impl RateLimiter {
-    pub fn new(qps: u32, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        RateLimiter {
-            qps: f64::from(qps),
-            burst,
-            state: Mutex::new((burst, Instant::now())),
-        }
-    }
-
-    /// Wait for a token. A qps of 0 means unlimited, as upstream.
-    pub async fn acquire(&self) {
-        if self.qps <= 0.0 {
-            return;
-        }
-        loop {
-            let wait = {
-                let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-                let now = Instant::now();
-                s.0 = (s.0 + now.duration_since(s.1).as_secs_f64() * self.qps).min(self.burst);
-                s.1 = now;
-                if s.0 >= 1.0 {
-                    s.0 -= 1.0;
-                    return;
-                }
-                Duration::from_secs_f64((1.0 - s.0) / self.qps)
-            };
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
-
-/// The API client every kubelet request goes through.
+/// The API client every kubelet request goes through: the kube client of
+/// one API server connection, under a rate limit of its own.
 #[derive(Clone)]
 pub struct ApiClient {
+    /// Every request through it takes a token first.
     client: kube::Client,
-    limiter: Arc<RateLimiter>,
+    /// The connection under the limit, for siblings with budgets of their
+    /// own.
+    connection: kube::Client,
+}
+
+/// A kube client as a tower service: the connection the rate limit layer
+/// sits on.
+#[derive(Clone)]
+struct Connection(kube::Client);
+
+impl Service<Request<Body>> for Connection {
+    type Response = Response<Body>;
+    type Error = kube::Error;
+    type Future = BoxFuture<'static, Result<Response<Body>, kube::Error>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), kube::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let client = self.0.clone();
+        Box::pin(async move { client.send(req).await })
+    }
 }
 
 impl ApiClient {
-    pub fn new(client: kube::Client, qps: u32, burst: u32) -> Self {
+    /// `connection` with `qps` requests a second and `burst` at once (a qps
+    /// of 0: unlimited).
+    pub fn new(connection: kube::Client, qps: u32, burst: u32) -> Self {
+        let limited = RateLimitLayer::new(qps, burst).layer(Connection(connection.clone()));
         ApiClient {
-            client,
-            limiter: Arc::new(RateLimiter::new(qps, burst)),
+            client: kube::Client::new(limited, connection.default_namespace()),
+            connection,
         }
     }
 
@@ -171,47 +162,11 @@ impl ApiClient {
     /// The same connection with a budget of its own (events use
     /// eventRecordQPS/eventBurst, apart from kubeAPIQPS).
     pub fn with_limits(&self, qps: u32, burst: u32) -> Self {
-        ApiClient::new(self.client.clone(), qps, burst)
+        ApiClient::new(self.connection.clone(), qps, burst)
     }
 
-    /// The kube client, once the rate limiter allows one more request.
-    pub async fn ready(&self) -> &kube::Client {
-        self.limiter.acquire().await;
+    /// The kube client; each of its requests waits for the rate limit.
+    pub fn client(&self) -> &kube::Client {
         &self.client
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test(start_paused = true)]
-    async fn bucket_allows_burst_then_qps() {
-        let l = RateLimiter::new(5, 2);
-        let start = Instant::now();
-        l.acquire().await;
-        l.acquire().await;
-        assert_eq!(start.elapsed(), Duration::ZERO, "the burst is free");
-        l.acquire().await;
-        let after_third = start.elapsed();
-        assert!(
-            after_third >= Duration::from_millis(199) && after_third <= Duration::from_millis(201),
-            "{after_third:?}"
-        );
-        for _ in 0..5 {
-            l.acquire().await;
-        }
-        let total = start.elapsed();
-        assert!(total >= Duration::from_millis(1199), "{total:?}");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn zero_qps_is_unlimited() {
-        let l = RateLimiter::new(0, 1);
-        let start = Instant::now();
-        for _ in 0..100 {
-            l.acquire().await;
-        }
-        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

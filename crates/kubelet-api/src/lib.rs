@@ -7,5 +7,6 @@ pub mod client;
 pub mod metrics;
 pub mod node;
 pub mod pods;
+pub mod ratelimit;
 
 pub use client::{ApiClient, ApiError};

@@ -16,7 +16,7 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 /// reconcile the labels the kubelet owns and return the existing object.
 pub async fn register(api: &ApiClient, node: &Node) -> Result<Node, ApiError> {
     let name = node.metadata.name.clone().unwrap_or_default();
-    let nodes: Api<Node> = Api::all(api.ready().await.clone());
+    let nodes: Api<Node> = Api::all(api.client().clone());
     match nodes.create(&PostParams::default(), node).await {
         Ok(n) => return Ok(n),
         Err(e) => {
@@ -43,7 +43,6 @@ pub async fn register(api: &ApiClient, node: &Node) -> Result<Node, ApiError> {
         return Ok(existing);
     }
     let patch = serde_json::json!({ "metadata": { "labels": want } });
-    api.ready().await;
     nodes
         .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
@@ -57,7 +56,7 @@ pub async fn patch_status(
     name: &str,
     status: &NodeStatus,
 ) -> Result<Node, ApiError> {
-    let nodes: Api<Node> = Api::all(api.ready().await.clone());
+    let nodes: Api<Node> = Api::all(api.client().clone());
     let patch = serde_json::json!({ "status": status });
     nodes
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
@@ -112,7 +111,7 @@ impl LeaseHeartbeat {
     /// Renew (or create) the lease with renewTime `now`.
     pub async fn renew(&mut self, api: &ApiClient, now: MicroTime) -> Result<(), ApiError> {
         let what = format!("leases/{LEASE_NAMESPACE}/{}", self.node);
-        let leases: Api<Lease> = Api::namespaced(api.ready().await.clone(), LEASE_NAMESPACE);
+        let leases: Api<Lease> = Api::namespaced(api.client().clone(), LEASE_NAMESPACE);
         let base = match self.cached.take() {
             Some(l) => Some(l),
             None => leases
@@ -122,13 +121,11 @@ impl LeaseHeartbeat {
         };
         let lease = self.desired(base, now);
         let result = if lease.metadata.resource_version.is_some() {
-            api.ready().await;
             leases
                 .replace(&self.node, &PostParams::default(), &lease)
                 .await
                 .map_err(|e| ApiError::from_kube("update", what, e))
         } else {
-            api.ready().await;
             leases
                 .create(&PostParams::default(), &lease)
                 .await

@@ -55,7 +55,7 @@ pub async fn watch_node_pods(
     tx: mpsc::Sender<SourceSnapshot>,
     cancel: CancellationToken,
 ) {
-    let client = api.ready().await.clone();
+    let client = api.client().clone();
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let stream = watcher::watcher(Api::<Pod>::all(client), config).backoff(WatchBackoff(
         Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
@@ -109,7 +109,7 @@ pub async fn watch_node_pods(
 
 /// The pod as the API server has it now.
 pub async fn get_pod(api: &ApiClient, namespace: &str, name: &str) -> Result<Pod, ApiError> {
-    pods_in(api.ready().await, namespace)
+    pods_in(api.client(), namespace)
         .get(name)
         .await
         .map_err(|e| ApiError::from_kube("get", what(namespace, name), e))
@@ -126,7 +126,7 @@ pub async fn patch_status(api: &ApiClient, pod: &Pod, status: &PodStatus) -> Res
         "metadata": { "uid": pod.metadata.uid },
         "status": status,
     });
-    pods_in(api.ready().await, ns)
+    pods_in(api.client(), ns)
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("{}/status", what(ns, name)), e))
@@ -148,10 +148,7 @@ pub async fn delete_finished(
         }),
         ..Default::default()
     };
-    match pods_in(api.ready().await, namespace)
-        .delete(name, &params)
-        .await
-    {
+    match pods_in(api.client(), namespace).delete(name, &params).await {
         Ok(_) => Ok(()),
         Err(e) => {
             let e = ApiError::from_kube("delete", what(namespace, name), e);
@@ -164,7 +161,7 @@ pub async fn delete_finished(
 pub async fn create_mirror(api: &ApiClient, mirror: &Pod) -> Result<Pod, ApiError> {
     let ns = mirror.metadata.namespace.as_deref().unwrap_or("default");
     let name = mirror.metadata.name.as_deref().unwrap_or("");
-    pods_in(api.ready().await, ns)
+    pods_in(api.client(), ns)
         .create(&PostParams::default(), mirror)
         .await
         .map_err(|e| ApiError::from_kube("create", what(ns, name), e))
@@ -177,7 +174,7 @@ fn events_in(client: &kube::Client, namespace: &str) -> Api<CoreEvent> {
 /// Record a core/v1 Event (what `kubectl describe` shows); returns the API server's copy.
 pub async fn create_event(api: &ApiClient, event: &CoreEvent) -> Result<CoreEvent, ApiError> {
     let ns = event.metadata.namespace.as_deref().unwrap_or("default");
-    events_in(api.ready().await, ns)
+    events_in(api.client(), ns)
         .create(&PostParams::default(), event)
         .await
         .map_err(|e| ApiError::from_kube("create", format!("events/{ns}"), e))
@@ -192,7 +189,7 @@ pub async fn patch_event(
     name: &str,
     patch: &serde_json::Value,
 ) -> Result<CoreEvent, ApiError> {
-    events_in(api.ready().await, namespace)
+    events_in(api.client(), namespace)
         .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("events/{namespace}/{name}"), e))

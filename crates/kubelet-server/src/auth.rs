@@ -271,7 +271,7 @@ impl Reviewer for KubeReviewer {
         token: &'a str,
     ) -> BoxFuture<'a, Result<Option<UserInfo>, ReviewError>> {
         Box::pin(async move {
-            let reviews: Api<TokenReview> = Api::all(self.api.ready().await.clone());
+            let reviews: Api<TokenReview> = Api::all(self.api.client().clone());
             let review = TokenReview {
                 spec: TokenReviewSpec {
                     token: token.to_owned(),
@@ -307,7 +307,7 @@ impl Reviewer for KubeReviewer {
         attrs: &'a Attributes,
     ) -> BoxFuture<'a, Result<bool, ReviewError>> {
         Box::pin(async move {
-            let reviews: Api<SubjectAccessReview> = Api::all(self.api.ready().await.clone());
+            let reviews: Api<SubjectAccessReview> = Api::all(self.api.client().clone());
             let review = SubjectAccessReview {
                 spec: SubjectAccessReviewSpec {
                     user: Some(user.name.clone()),
