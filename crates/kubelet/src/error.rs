@@ -1,6 +1,129 @@
-//! Typed errors of the pod lifecycle steps; each says whether a retry helps.
+//! Typed failures of the pod lifecycle steps. Each keeps its source, says
+//! which waiting reason a container shows for it, and says whether a retry
+//! helps and when (`Retry`); the pod worker's one retry policy
+//! (`pod_workers::retry_delay`) turns that into a delay, as kube-runtime's
+//! controllers do with their error policy.
 
+use std::time::Duration;
+
+use kubelet_core::status::{Waiting, WaitingReasons};
 use kubelet_cri::client::CriError;
+
+use crate::kuberuntime::config::ConfigError;
+
+/// When a failed step is worth trying again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Retry {
+    /// Something outside may clear soon (the runtime, the network, a
+    /// registry): again after the pod's growing back-off.
+    Backoff,
+    /// Not before this much time has passed (a crash-loop back-off), and then
+    /// at once.
+    After(Duration),
+    /// Only a change helps (of the spec, or of what the kubelet is told):
+    /// the update syncs the pod; until then, the periodic resync.
+    Resync,
+}
+
+impl Retry {
+    /// Of two failures of one sync, the retry that rules: a back-off over a
+    /// known wait, the shorter of two waits, a wait over waiting for a
+    /// change.
+    pub fn sooner(self, other: Retry) -> Retry {
+        self.min(other)
+    }
+}
+
+/// Why one container did not start in this sync.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Upstream's ErrCrashLoopBackOff: the last run exited and its restart
+    /// back-off has `left` to run.
+    #[error("{message}")]
+    CrashLoopBackOff { left: Duration, message: String },
+    /// The image could not be had; `reason` is upstream's (ErrImagePull,
+    /// ErrImageNeverPull, InvalidImageName, ErrImageInspect).
+    #[error("{message}")]
+    Image {
+        reason: &'static str,
+        message: String,
+        #[source]
+        source: Option<CriError>,
+    },
+    /// Upstream's CreateContainerConfigError: the container's config could
+    /// not be made from the pod (a spec the runtime cannot be given).
+    #[error("{0}")]
+    Config(#[source] ConfigError),
+    /// The host file the termination message is mounted from.
+    #[error("termination message file {path}: {source}")]
+    TerminationLog {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Upstream's CreateContainerError.
+    #[error("{}", .0.message)]
+    Create(#[source] CriError),
+    /// Upstream's RunContainerError.
+    #[error("{}", .0.message)]
+    Run(#[source] CriError),
+    /// The postStart hook failed; the container was killed.
+    #[error("{0}")]
+    PostStartHook(String),
+}
+
+impl StartError {
+    /// The waiting reason the container shows, as upstream's.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            StartError::CrashLoopBackOff { .. } => "CrashLoopBackOff",
+            StartError::Image { reason, .. } => reason,
+            StartError::Config(_) | StartError::TerminationLog { .. } => {
+                "CreateContainerConfigError"
+            }
+            StartError::Create(_) => "CreateContainerError",
+            StartError::Run(_) => "RunContainerError",
+            StartError::PostStartHook(_) => "PostStartHookError",
+        }
+    }
+
+    pub fn retry(&self) -> Retry {
+        match self {
+            StartError::CrashLoopBackOff { left, .. } => Retry::After(*left),
+            StartError::Image {
+                reason: "InvalidImageName",
+                ..
+            }
+            | StartError::Config(_) => Retry::Resync,
+            _ => Retry::Backoff,
+        }
+    }
+}
+
+/// A container that did not start, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{container}: {}: {error}", error.reason())]
+pub struct StartFailure {
+    pub container: String,
+    #[source]
+    pub error: StartError,
+}
+
+/// The waiting reasons of the containers that did not start.
+pub fn waiting_reasons(failures: &[StartFailure]) -> WaitingReasons {
+    failures
+        .iter()
+        .map(|f| {
+            (
+                f.container.clone(),
+                Waiting {
+                    reason: f.error.reason().into(),
+                    message: f.error.to_string(),
+                },
+            )
+        })
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
@@ -9,8 +132,8 @@ pub enum SyncError {
     /// Upstream's NetworkNotReady: non-hostNetwork pods wait for CNI.
     #[error("network is not ready: {0}")]
     NetworkNotReady(String),
-    #[error("failed to start containers: {}", .0.join("; "))]
-    StartFailed(Vec<String>),
+    #[error("failed to start containers: {}", join(.0))]
+    StartFailed(Vec<StartFailure>),
     /// The runtime said it stopped them, yet they run: a CRI contract
     /// violation, retried, never taken as success.
     #[error("containers still running after kill: {}", .0.join(", "))]
@@ -18,4 +141,139 @@ pub enum SyncError {
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,
+}
+
+fn join(failures: &[StartFailure]) -> String {
+    let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
+    text.join("; ")
+}
+
+impl SyncError {
+    /// When trying the step again may help; None for an interruption, which
+    /// is not a failure.
+    pub fn retry(&self) -> Option<Retry> {
+        match self {
+            SyncError::Interrupted => None,
+            // A CRI error the runtime will answer the same way (a spec it
+            // refuses) waits for a change; the rest may clear.
+            SyncError::Runtime(e) if !e.is_retryable() && !e.is_not_found() => Some(Retry::Resync),
+            SyncError::StartFailed(failures) => failures
+                .iter()
+                .map(|f| f.error.retry())
+                .reduce(Retry::sooner),
+            _ => Some(Retry::Backoff),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cri(code: tonic::Code) -> CriError {
+        CriError {
+            op: "CreateContainer",
+            code,
+            message: "boom".into(),
+        }
+    }
+
+    fn bad() -> ConfigError {
+        ConfigError {
+            container: "c".into(),
+            field: "resources".into(),
+            message: "bad".into(),
+        }
+    }
+
+    fn failed(errors: Vec<StartError>) -> SyncError {
+        SyncError::StartFailed(
+            errors
+                .into_iter()
+                .map(|error| StartFailure {
+                    container: "c".into(),
+                    error,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn each_failure_says_when_a_retry_helps() {
+        let secs = Duration::from_secs;
+        let loop_of = |s| StartError::CrashLoopBackOff {
+            left: secs(s),
+            message: String::new(),
+        };
+        let cases: Vec<(SyncError, Option<Retry>)> = vec![
+            (SyncError::Interrupted, None),
+            (
+                SyncError::Runtime(cri(tonic::Code::Unavailable)),
+                Some(Retry::Backoff),
+            ),
+            (
+                SyncError::Runtime(cri(tonic::Code::NotFound)),
+                Some(Retry::Backoff),
+            ),
+            (
+                SyncError::Runtime(cri(tonic::Code::InvalidArgument)),
+                Some(Retry::Resync),
+            ),
+            (
+                SyncError::NetworkNotReady("cni".into()),
+                Some(Retry::Backoff),
+            ),
+            (
+                SyncError::StillRunning(vec!["c".into()]),
+                Some(Retry::Backoff),
+            ),
+            (failed(vec![loop_of(20)]), Some(Retry::After(secs(20)))),
+            (
+                failed(vec![loop_of(20), loop_of(5)]),
+                Some(Retry::After(secs(5))),
+            ),
+            (
+                failed(vec![StartError::Config(bad()), loop_of(5)]),
+                Some(Retry::After(secs(5))),
+            ),
+            (failed(vec![StartError::Config(bad())]), Some(Retry::Resync)),
+            (
+                failed(vec![loop_of(5), StartError::Run(cri(tonic::Code::Unknown))]),
+                Some(Retry::Backoff),
+            ),
+            (
+                failed(vec![StartError::Image {
+                    reason: "InvalidImageName",
+                    message: String::new(),
+                    source: None,
+                }]),
+                Some(Retry::Resync),
+            ),
+            (
+                failed(vec![StartError::Image {
+                    reason: "ErrImagePull",
+                    message: String::new(),
+                    source: Some(cri(tonic::Code::Unknown)),
+                }]),
+                Some(Retry::Backoff),
+            ),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.retry(), want, "{err}");
+        }
+    }
+
+    #[test]
+    fn failures_keep_their_source_and_reason() {
+        let f = StartFailure {
+            container: "app".into(),
+            error: StartError::Run(cri(tonic::Code::Unknown)),
+        };
+        assert_eq!(f.to_string(), "app: RunContainerError: boom");
+        let source = std::error::Error::source(&f.error).expect("the CRI error is kept");
+        assert!(source.to_string().contains("boom"), "{source}");
+        let waiting = waiting_reasons(&[f]);
+        assert_eq!(waiting["app"].reason, "RunContainerError");
+        assert_eq!(waiting["app"].message, "boom");
+    }
 }

@@ -18,7 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::SyncError;
+use crate::error::{Retry, SyncError};
 use crate::kuberuntime::PodRef;
 use crate::tasks::Tasks;
 
@@ -135,6 +135,8 @@ pub struct PodWorkers<S: PodSyncer> {
 /// Retry delays after a failed step.
 const RETRY_BASE: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(10);
+/// A known wait (a crash-loop back-off) is never retried sooner than this.
+const RETRY_AFTER_MIN: Duration = Duration::from_millis(10);
 
 impl<S: PodSyncer> PodWorkers<S> {
     /// `resync`: how long after a successful SyncPod the pod is synced again
@@ -343,6 +345,17 @@ async fn run_step<S: PodSyncer>(
     }
 }
 
+/// The retry policy, one for every failure: how long after a failed step
+/// the pod is synced again, from what the failure says of a retry.
+fn retry_delay(retry: Retry, backoff: &mut Backoff, resync: Duration) -> Duration {
+    match retry {
+        Retry::Backoff => backoff.next_delay(),
+        // At once when the wait is over, not at the back-off's pace.
+        Retry::After(left) => left.max(RETRY_AFTER_MIN),
+        Retry::Resync => resync,
+    }
+}
+
 async fn run_worker<S: PodSyncer>(
     worker: Arc<Worker>,
     syncer: Arc<S>,
@@ -402,10 +415,10 @@ async fn run_worker<S: PodSyncer>(
                             requeue(&target.pod_ref.uid, resync);
                         }
                     }
-                    Err(SyncError::Interrupted) => break,
                     Err(e) => {
-                        let delay = backoff.next_delay();
-                        tracing::warn!(?step, error = %e, retry_in = ?delay, "pod step failed");
+                        let Some(retry) = e.retry() else { break };
+                        let delay = retry_delay(retry, &mut backoff, resync);
+                        tracing::warn!(?step, error = %e, ?retry, retry_in = ?delay, "pod step failed");
                         requeue(&target.pod_ref.uid, delay);
                         break;
                     }
@@ -420,6 +433,24 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use tokio::sync::mpsc;
+
+    #[test]
+    fn one_retry_policy_for_every_failure() {
+        let resync = Duration::from_secs(60);
+        let mut backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
+        let cases = [
+            (Retry::Backoff, RETRY_BASE),
+            (Retry::Backoff, RETRY_BASE * 2),
+            (Retry::After(Duration::from_secs(7)), Duration::from_secs(7)),
+            (Retry::After(Duration::ZERO), RETRY_AFTER_MIN),
+            (Retry::Resync, resync),
+            // A known wait or a resync leaves the back-off where it was.
+            (Retry::Backoff, RETRY_BASE * 4),
+        ];
+        for (retry, want) in cases {
+            assert_eq!(retry_delay(retry, &mut backoff, resync), want, "{retry:?}");
+        }
+    }
 
     /// Records every step; SyncPod blocks until released when `gate` is set.
     struct Recorder {

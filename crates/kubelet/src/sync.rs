@@ -19,7 +19,7 @@ use kubelet_core::types::PodUid;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::SyncError;
+use crate::error::{SyncError, waiting_reasons};
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
 use crate::pod_workers::{PodSyncer, PodTarget};
@@ -203,20 +203,26 @@ impl Syncer {
             .runtime
             .sync_pod(&pod, &rt, &self.prober.results())
             .await?;
-        let failed = result.errors;
         self.reasons
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(target.pod_ref.uid.clone(), result.waiting);
+            .insert(
+                target.pod_ref.uid.clone(),
+                waiting_reasons(&result.failures),
+            );
         if result.started > 0 {
             // Report what just started now, not at the next relist.
             let now = self.runtime.get_pod_status(&target.pod_ref).await?;
             self.report(&pod, self.api_status(&pod, &now, false));
+        } else if !result.failures.is_empty() {
+            // And why a container waits, now: the retry may be far off (a
+            // crash-loop back-off).
+            self.report(&pod, self.api_status(&pod, &rt, false));
         }
-        if failed.is_empty() {
+        if result.failures.is_empty() {
             Ok(false)
         } else {
-            Err(SyncError::StartFailed(failed))
+            Err(SyncError::StartFailed(result.failures))
         }
     }
 

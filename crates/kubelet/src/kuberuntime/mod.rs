@@ -15,7 +15,7 @@ use futures::future::join_all;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_core::actions::{
-    PodActions, compute_pod_actions, container_hash, init_containers, is_sidecar,
+    PodActions, StartContainer, compute_pod_actions, container_hash, init_containers, is_sidecar,
     regular_containers,
 };
 use kubelet_core::crashloop::{self, CrashLoopBackoff};
@@ -26,12 +26,12 @@ use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
 };
-use kubelet_core::status::{Waiting, WaitingReasons};
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
 use self::hooks::{Hook, run_hook};
+use crate::error::{StartError, StartFailure};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 
 /// Upstream never kills with less than this grace period (seconds).
@@ -46,14 +46,20 @@ pub struct PodRef {
     pub namespace: String,
 }
 
-/// What went wrong starting containers, per container (fed to the reason
-/// cache), and whether a step must be retried.
+/// What SyncPod did: the containers it started, and those it could not
+/// start, each with why (the waiting reason it shows, whether a retry
+/// helps).
 #[derive(Debug, Default)]
 pub struct SyncResult {
-    pub waiting: WaitingReasons,
-    pub errors: Vec<String>,
+    pub failures: Vec<StartFailure>,
     /// Containers started by this sync.
     pub started: usize,
+}
+
+/// The sandbox a pod's containers start in.
+struct Sandbox {
+    id: String,
+    config: cri::PodSandboxConfig,
 }
 
 #[derive(Clone)]
@@ -299,8 +305,11 @@ impl RuntimeManager {
     }
 
     /// Converge `pod` toward its spec from `status` (upstream's
-    /// kubeGenericRuntimeManager.SyncPod). Start failures are reported per
-    /// container in the result, not as an error: other containers go on.
+    /// kubeGenericRuntimeManager.SyncPod), in the seeds' steps: stop what
+    /// must stop, the sandbox, then for each container to start its image,
+    /// config, create and start, and postStart hook. A container that does
+    /// not start is reported in the result, typed, not as an error: the
+    /// others go on.
     pub async fn sync_pod(
         &self,
         pod: &Pod,
@@ -309,7 +318,52 @@ impl RuntimeManager {
     ) -> Result<SyncResult, CriError> {
         let actions: PodActions = compute_pod_actions(pod, status, probes);
         let grace = grace_period(Some(pod), status, None);
+        self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult::default();
+        let Some(sandbox) = self.sandbox_step(pod, status, &actions).await? else {
+            return Ok(result);
+        };
+        for start in &actions.containers_to_start {
+            let specs = if start.init {
+                init_containers(pod)
+            } else {
+                regular_containers(pod)
+            };
+            let Some(c) = specs.get(start.index) else {
+                continue;
+            };
+            let about = Involved::pod(pod, Some(&c.name));
+            let started = match self
+                .start_step(pod, c, start, status, &sandbox, &about)
+                .await
+            {
+                Ok(id) => {
+                    result.started += 1;
+                    self.post_start_step(pod, c, &id, status, grace, &about)
+                        .await?
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(error) = started {
+                self.report_start_failure(pod, c, &about, &error);
+                result.failures.push(StartFailure {
+                    container: c.name.clone(),
+                    error,
+                });
+            }
+        }
+        Ok(result)
+    }
+
+    /// SyncPod's first step: stop the pod or the containers compute-pod-actions
+    /// names, and remove those created but never started.
+    async fn stop_step(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+        grace: i64,
+    ) -> Result<(), CriError> {
         if actions.kill_pod {
             self.kill_pod(Some(pod), status, grace).await?;
         }
@@ -331,215 +385,188 @@ impl RuntimeManager {
         for id in &actions.containers_to_remove {
             ok_if_not_found(self.cri.remove_container(id).await)?;
         }
-        let sandbox_id = match actions.create_sandbox {
-            Some(attempt) => {
-                let cfg = sandbox_config(pod, attempt, &self.logs_root, &self.host_dns);
-                if !cfg.log_directory.is_empty()
-                    && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
-                {
-                    result
-                        .errors
-                        .push(format!("creating {}: {e}", cfg.log_directory));
-                }
-                tracing::info!(attempt, "creating pod sandbox");
-                self.metrics.started_pods.inc(&[]);
-                match self.cri.run_pod_sandbox(cfg).await {
-                    Ok(id) => Some(id),
-                    Err(e) => {
-                        self.metrics.started_pods_errors.inc(&[]);
-                        self.events.event(
-                            &Involved::pod(pod, None),
-                            WARNING,
-                            "FailedCreatePodSandBox",
-                            format!("Failed to create pod sandbox: {}", e.grpc_text()),
-                        );
-                        return Err(e);
-                    }
-                }
-            }
-            None => actions.sandbox_id.clone(),
-        };
-        let Some(sandbox_id) = sandbox_id else {
-            return Ok(result);
-        };
-        if actions.create_sandbox.is_none() {
-            self.remove_dead_sandboxes(status, &sandbox_id).await?;
-        }
-        let sandbox_cfg = || sandbox_config(pod, 0, &self.logs_root, &self.host_dns);
-        for start in &actions.containers_to_start {
-            let specs = if start.init {
-                init_containers(pod)
-            } else {
-                regular_containers(pod)
-            };
-            let Some(c) = specs.get(start.index) else {
-                continue;
-            };
-            let about = Involved::pod(pod, Some(&c.name));
-            let fail = |result: &mut SyncResult, reason: &str, message: String| {
-                tracing::warn!(container = %c.name, %reason, %message, "container not started");
-                if reason == "CrashLoopBackOff" {
-                    self.events.event(
-                        &about,
-                        WARNING,
-                        "BackOff",
-                        format!(
-                            "Back-off restarting failed container {} in pod {}",
-                            c.name,
-                            kubelet_core::types::pod_full_name(pod)
-                        ),
-                    );
-                } else {
-                    // Upstream's startContainer: `Error: <why>`; an image failure's why is
-                    // its reason (the image's own event says more).
-                    let image_failure =
-                        reason.starts_with("ErrImage") || reason == "InvalidImageName";
-                    let why = if image_failure { reason } else { &message };
-                    self.events
-                        .event(&about, WARNING, "Failed", format!("Error: {why}"));
-                }
-                result
-                    .errors
-                    .push(format!("{}: {reason}: {message}", c.name));
-                result.waiting.insert(
-                    c.name.clone(),
-                    Waiting {
-                        reason: reason.into(),
-                        message,
-                    },
-                );
-            };
-            if let Some(backoff) = self.crash_backoff(pod, c, status) {
-                let message = format!(
-                    "back-off {} restarting failed container={} pod={}_{}({})",
-                    format_go_duration(backoff),
-                    c.name,
-                    pod.metadata.name.as_deref().unwrap_or(""),
-                    pod.metadata.namespace.as_deref().unwrap_or("default"),
-                    pod.metadata.uid.as_deref().unwrap_or(""),
-                );
-                fail(&mut result, "CrashLoopBackOff", message);
-                continue;
-            }
-            let image_ref = match self.ensure_image(c, &about, sandbox_cfg).await {
-                Ok(r) => r,
-                Err((reason, message)) => {
-                    fail(&mut result, reason, message);
-                    continue;
-                }
-            };
-            let termination_log = match self.termination_log_file(pod, c).await {
-                Ok(path) => path,
-                Err(e) => {
-                    fail(&mut result, "CreateContainerConfigError", e);
-                    continue;
-                }
-            };
-            let cfg = match container_config(
-                pod,
-                c,
-                start.restart_count,
-                &image_ref,
-                self.node_memory,
-                termination_log.as_deref(),
-            ) {
-                Ok(cfg) => cfg,
-                Err(e) => {
-                    fail(&mut result, "CreateContainerConfigError", e.to_string());
-                    continue;
-                }
-            };
-            if let Some(dir) = pod_log_dir(
-                &self.logs_root,
-                pod.metadata.namespace.as_deref().unwrap_or("default"),
-                pod.metadata.name.as_deref().unwrap_or(""),
-                pod.metadata.uid.as_deref().unwrap_or(""),
-            ) && let Err(e) = tokio::fs::create_dir_all(dir.join(&c.name)).await
-            {
-                result
-                    .errors
-                    .push(format!("log directory for {}: {e}", c.name));
-            }
-            let kind = if start.init {
-                "init_container"
-            } else {
-                "container"
-            };
-            self.metrics.started_containers.inc(&[kind]);
-            let started_error = |e: &CriError| {
-                let code = format!("{:?}", e.code);
-                self.metrics.started_containers_errors.inc(&[kind, &code]);
-            };
-            let id = match self
-                .cri
-                .create_container(&sandbox_id, cfg, sandbox_cfg())
-                .await
-            {
-                Ok(id) => id,
-                Err(e) => {
-                    started_error(&e);
-                    fail(&mut result, "CreateContainerError", e.message);
-                    continue;
-                }
-            };
-            self.events
-                .event(&about, NORMAL, "Created", "Container created");
-            if let Err(e) = self.cri.start_container(&id).await {
-                started_error(&e);
-                fail(&mut result, "RunContainerError", e.message);
-                continue;
-            }
-            self.events
-                .event(&about, NORMAL, "Started", "Container started");
-            tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
-            result.started += 1;
-            if let Err(message) = self.post_start(pod, c, &id, status).await {
-                self.events.event(
-                    &about,
-                    WARNING,
-                    Hook::PostStart.failed_reason(),
-                    message.clone(),
-                );
-                let kill = Kill {
-                    container: &ContainerStatus {
-                        id: id.clone(),
-                        name: c.name.clone(),
-                        ..Default::default()
-                    },
-                    grace,
-                    message: format!("FailedPostStartHook: {message}"),
-                    after: Vec::new(),
-                };
-                self.kill_containers(None, status, vec![kill]).await?;
-                result
-                    .errors
-                    .push(format!("{}: PostStartHookError: {message}", c.name));
-                result.waiting.insert(
-                    c.name.clone(),
-                    Waiting {
-                        reason: "PostStartHookError".into(),
-                        message,
-                    },
-                );
-            }
-        }
-        Ok(result)
+        Ok(())
     }
 
-    /// Run the container's postStart hook, if any, bounded by
-    /// runtimeRequestTimeout as upstream's runtime client bounds it.
-    async fn post_start(
+    /// SyncPod's sandbox step: a new sandbox when compute-pod-actions asks
+    /// for one, else the ready one (its dead predecessors removed); None when
+    /// there is none to start containers in.
+    async fn sandbox_step(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+    ) -> Result<Option<Sandbox>, CriError> {
+        let id = match (actions.create_sandbox, &actions.sandbox_id) {
+            (Some(attempt), _) => self.create_sandbox(pod, attempt).await?,
+            (None, Some(id)) => {
+                self.remove_dead_sandboxes(status, id).await?;
+                id.clone()
+            }
+            (None, None) => return Ok(None),
+        };
+        Ok(Some(Sandbox {
+            id,
+            config: sandbox_config(pod, 0, &self.logs_root, &self.host_dns),
+        }))
+    }
+
+    async fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, CriError> {
+        let cfg = sandbox_config(pod, attempt, &self.logs_root, &self.host_dns);
+        if !cfg.log_directory.is_empty()
+            && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
+        {
+            // The runtime says so too, when it cannot write the logs.
+            tracing::warn!(dir = %cfg.log_directory, error = %e, "creating the pod's log directory");
+        }
+        tracing::info!(attempt, "creating pod sandbox");
+        self.metrics.started_pods.inc(&[]);
+        self.cri.run_pod_sandbox(cfg).await.inspect_err(|e| {
+            self.metrics.started_pods_errors.inc(&[]);
+            self.events.event(
+                &Involved::pod(pod, None),
+                WARNING,
+                "FailedCreatePodSandBox",
+                format!("Failed to create pod sandbox: {}", e.grpc_text()),
+            );
+        })
+    }
+
+    /// SyncPod's steps for one container: its crash-loop back-off, its
+    /// image, its config (with the termination message file and the log
+    /// directory), then create and start. Ok is the new container's ID.
+    async fn start_step(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        start: &StartContainer,
+        status: &PodStatus,
+        sandbox: &Sandbox,
+        about: &Involved,
+    ) -> Result<String, StartError> {
+        if let Some(left) = self.crash_backoff(pod, c, status) {
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                format_go_duration(left),
+                c.name,
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+                pod.metadata.uid.as_deref().unwrap_or(""),
+            );
+            return Err(StartError::CrashLoopBackOff { left, message });
+        }
+        let image_ref = self.ensure_image(c, about, &sandbox.config).await?;
+        let termination_log = self.termination_log_file(pod, c).await?;
+        let cfg = container_config(
+            pod,
+            c,
+            start.restart_count,
+            &image_ref,
+            self.node_memory,
+            termination_log.as_deref(),
+        )
+        .map_err(StartError::Config)?;
+        if let Some(dir) = pod_log_dir(
+            &self.logs_root,
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or(""),
+        ) && let Err(e) = tokio::fs::create_dir_all(dir.join(&c.name)).await
+        {
+            // The runtime refuses the container if it cannot log, and says why.
+            tracing::warn!(container = %c.name, error = %e, "creating the container's log directory");
+        }
+        let kind = if start.init {
+            "init_container"
+        } else {
+            "container"
+        };
+        self.metrics.started_containers.inc(&[kind]);
+        let counted = |e: CriError| {
+            let code = format!("{:?}", e.code);
+            self.metrics.started_containers_errors.inc(&[kind, &code]);
+            e
+        };
+        let id = self
+            .cri
+            .create_container(&sandbox.id, cfg, sandbox.config.clone())
+            .await
+            .map_err(|e| StartError::Create(counted(e)))?;
+        self.events
+            .event(about, NORMAL, "Created", "Container created");
+        self.cri
+            .start_container(&id)
+            .await
+            .map_err(|e| StartError::Run(counted(e)))?;
+        self.events
+            .event(about, NORMAL, "Started", "Container started");
+        tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
+        Ok(id)
+    }
+
+    /// SyncPod's hook step: the container's postStart hook, bounded by
+    /// runtimeRequestTimeout as upstream's runtime client bounds it. A failed
+    /// hook kills the container it ran in (Err from the kill is the runtime's
+    /// failure; Ok(Err) the hook's).
+    async fn post_start_step(
         &self,
         pod: &Pod,
         c: &Container,
         id: &str,
         status: &PodStatus,
-    ) -> Result<(), String> {
+        grace: i64,
+        about: &Involved,
+    ) -> Result<Result<(), StartError>, CriError> {
         let Some(handler) = Hook::PostStart.handler(c) else {
-            return Ok(());
+            return Ok(Ok(()));
         };
         let ip = pod_ip(status);
-        run_hook(&self.cri, id, pod, c, &ip, handler, self.cri.timeout()).await
+        let timeout = self.cri.timeout();
+        let Err(message) = run_hook(&self.cri, id, pod, c, &ip, handler, timeout).await else {
+            return Ok(Ok(()));
+        };
+        self.events.event(
+            about,
+            WARNING,
+            Hook::PostStart.failed_reason(),
+            message.clone(),
+        );
+        let kill = Kill {
+            container: &ContainerStatus {
+                id: id.to_owned(),
+                name: c.name.clone(),
+                ..Default::default()
+            },
+            grace,
+            message: format!("FailedPostStartHook: {message}"),
+            after: Vec::new(),
+        };
+        self.kill_containers(None, status, vec![kill]).await?;
+        Ok(Err(StartError::PostStartHook(message)))
+    }
+
+    /// The event and log line of a container that did not start, as
+    /// upstream's.
+    fn report_start_failure(&self, pod: &Pod, c: &Container, about: &Involved, error: &StartError) {
+        tracing::warn!(container = %c.name, reason = error.reason(), message = %error, "container not started");
+        let message = match error {
+            StartError::CrashLoopBackOff { .. } => {
+                let message = format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    c.name,
+                    kubelet_core::types::pod_full_name(pod)
+                );
+                self.events.event(about, WARNING, "BackOff", message);
+                return;
+            }
+            // Its own event (FailedPostStartHook) said why.
+            StartError::PostStartHook(_) => return,
+            // Upstream's startContainer: `Error: <why>`; an image failure's
+            // why is its reason (the image's own event says more).
+            StartError::Image { reason, .. } => format!("Error: {reason}"),
+            other => format!("Error: {other}"),
+        };
+        self.events.event(about, WARNING, "Failed", message);
     }
 
     /// Create the host file a container's terminationMessagePath is mounted
@@ -550,7 +577,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         c: &Container,
-    ) -> Result<Option<PathBuf>, String> {
+    ) -> Result<Option<PathBuf>, StartError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Ok(None);
@@ -563,19 +590,18 @@ impl RuntimeManager {
             use std::os::unix::fs::PermissionsExt;
             tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).await
         };
-        made.await
-            .map(|()| Some(path.clone()))
-            .map_err(|e| format!("termination message file {}: {e}", path.display()))
+        match made.await {
+            Ok(()) => Ok(Some(path)),
+            Err(source) => Err(StartError::TerminationLog {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
     }
 
     /// The back-off still to wait before restarting `c`, whose last run
     /// exited; None when it may start now (which counts as a restart).
-    fn crash_backoff(
-        &self,
-        pod: &Pod,
-        c: &k8s_openapi::api::core::v1::Container,
-        status: &PodStatus,
-    ) -> Option<std::time::Duration> {
+    fn crash_backoff(&self, pod: &Pod, c: &Container, status: &PodStatus) -> Option<Duration> {
         let last = status
             .container(&c.name)
             .filter(|l| l.state == ContainerState::Exited)?;
@@ -593,16 +619,22 @@ impl RuntimeManager {
             .map(|(b, _)| b)
     }
 
-    /// Pull as imagePullPolicy says; Err is (waiting reason, message).
+    /// SyncPod's image step: pull as imagePullPolicy says; Ok is the image
+    /// reference to create the container from.
     async fn ensure_image(
         &self,
-        c: &k8s_openapi::api::core::v1::Container,
+        c: &Container,
         about: &Involved,
-        sandbox_cfg: impl Fn() -> cri::PodSandboxConfig,
-    ) -> Result<String, (&'static str, String)> {
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, StartError> {
         let image = c.image.as_deref().unwrap_or("");
+        let failed = |reason, message, source| StartError::Image {
+            reason,
+            message,
+            source,
+        };
         if image.is_empty() {
-            return Err(("InvalidImageName", "no image given".into()));
+            return Err(failed("InvalidImageName", "no image given".into(), None));
         }
         let policy = c
             .image_pull_policy
@@ -610,7 +642,7 @@ impl RuntimeManager {
             .unwrap_or_else(|| pull_policy_default(image));
         let present = match self.cri.image_status(image).await {
             Ok(img) => img.map(|i| i.id),
-            Err(e) => return Err(("ErrImageInspect", e.message)),
+            Err(e) => return Err(failed("ErrImageInspect", e.message.clone(), Some(e))),
         };
         match present {
             Some(id) if policy != "Always" => {
@@ -627,32 +659,40 @@ impl RuntimeManager {
                     format!("Container image {image:?} is not present with pull policy of Never");
                 self.events
                     .event(about, WARNING, "ErrImageNeverPull", message.clone());
-                Err(("ErrImageNeverPull", message))
+                Err(failed("ErrImageNeverPull", message, None))
             }
             _ => {
                 tracing::info!(%image, "pulling image");
                 self.events
                     .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
                 let started = tokio::time::Instant::now();
-                let pulled = self.cri.pull_image(image, Some(sandbox_cfg())).await;
-                match &pulled {
-                    Ok(_) => self.events.event(
-                        about,
-                        NORMAL,
-                        "Pulled",
-                        format!(
-                            "Successfully pulled image {image:?} in {}",
-                            format_go_duration(started.elapsed())
-                        ),
-                    ),
-                    Err(e) => self.events.event(
-                        about,
-                        WARNING,
-                        "Failed",
-                        format!("Failed to pull image {image:?}: {}", e.message),
-                    ),
+                match self
+                    .cri
+                    .pull_image(image, Some(sandbox_config.clone()))
+                    .await
+                {
+                    Ok(image_ref) => {
+                        self.events.event(
+                            about,
+                            NORMAL,
+                            "Pulled",
+                            format!(
+                                "Successfully pulled image {image:?} in {}",
+                                format_go_duration(started.elapsed())
+                            ),
+                        );
+                        Ok(image_ref)
+                    }
+                    Err(e) => {
+                        self.events.event(
+                            about,
+                            WARNING,
+                            "Failed",
+                            format!("Failed to pull image {image:?}: {}", e.message),
+                        );
+                        Err(failed("ErrImagePull", e.message.clone(), Some(e)))
+                    }
                 }
-                pulled.map_err(|e| ("ErrImagePull", e.message))
             }
         }
     }
