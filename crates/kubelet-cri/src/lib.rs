@@ -1,6 +1,8 @@
 //! kubelet-cri: the CRI v1 boundary. `client` is the kubelet's typed CRI
-//! client over a unix socket; `fake` is an in-memory runtime serving the
-//! same gRPC API on a temp socket, with fault injection, for tests.
+//! client over a unix socket; `fake` (the cargo feature of that name) is an
+//! in-memory runtime serving the same gRPC API on a temp socket, with fault
+//! injection, for tests and the bench.
 
 pub mod client;
+#[cfg(feature = "fake")]
 pub mod fake;
