@@ -16,6 +16,9 @@
 //! (the scrape's client certificate) and, with RKUBELET_AUDIT=1, audit.log
 //! (the API requests per minute need it). Per kubelet:
 //!
+//!   0. the runtime's floor, with no kubelet running: N pods made one at a
+//!      time straight through the CRI (RunPodSandbox, CreateContainer,
+//!      StartContainer), so the table shows each kubelet's overhead above it;
 //!   1. start it, time until the Node is Ready;
 //!   2. settle, then a window with 0 pods: RSS, CPU and the node's API
 //!      requests (audit log);
@@ -29,11 +32,13 @@
 //!      metrics-server keep theirs): their latency p50/p99, body sizes,
 //!      the kubelet's RSS and CPU; delete them and wait until they are gone;
 //!   5. with `--probes N`, N pods with exec and httpGet probes every second:
-//!      a steady window;
+//!      a steady window (RSS, CPU, API requests; RSS per probe against the
+//!      steady window of as many pods unprobed);
 //!   6. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
-//! Only prints figures; exits 1 if a kubelet failed its run (the other one's
+//! Every window's API requests are listed by verb and resource after the
+//! table. Only prints figures; exits 1 if a kubelet failed its run (the other one's
 //! column is still printed).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -249,6 +254,16 @@ struct Window {
 }
 
 impl Window {
+    /// Which window it is, in words.
+    fn label(&self) -> String {
+        match (self.pods, self.probed, self.scrape.is_some()) {
+            (0, _, _) => "at rest".into(),
+            (n, true, _) => format!("with {n} probed pods"),
+            (n, _, true) => format!("with {n} pods scraped"),
+            (n, _, _) => format!("with {n} pods"),
+        }
+    }
+
     fn api_per_min(&self) -> Option<f64> {
         self.api
             .as_ref()
@@ -269,6 +284,8 @@ struct KResults {
     ready: Option<Duration>,
     warmup: Option<Duration>,
     serial: Vec<Duration>,
+    /// The runtime floor measured just before this kubelet ran.
+    floor: Vec<Duration>,
     bursts: Vec<Burst>,
     windows: Vec<Window>,
     hwm_kib: Option<u64>,
@@ -593,6 +610,75 @@ impl Ctx {
         Ok(out)
     }
 
+    /// The runtime's own floor, just before a kubelet starts: `--serial`
+    /// pods made straight through the CRI (RunPodSandbox, with its network,
+    /// then CreateContainer and StartContainer of the bench's container), no
+    /// kubelet and no API server; each timed from the first call to the
+    /// last answer, then removed.
+    async fn runtime_floor(&self, dir: &Path) -> anyhow::Result<Vec<Duration>> {
+        let image = self
+            .cri
+            .image_status(IMAGE)
+            .await?
+            .with_context(|| format!("{IMAGE} is not in the runtime"))?
+            .id;
+        let mut times = Vec::new();
+        for i in 0..self.args.serial {
+            let name = format!("{POD_PREFIX}floor-{i}");
+            let logs = dir.join("floor").join(&name);
+            std::fs::create_dir_all(&logs)?;
+            let sandbox = cri::PodSandboxConfig {
+                metadata: Some(cri::PodSandboxMetadata {
+                    name: name.clone(),
+                    uid: format!("{name}-{}", std::process::id()),
+                    namespace: "rkb-floor".into(),
+                    attempt: 0,
+                }),
+                hostname: name.clone(),
+                log_directory: logs.display().to_string(),
+                linux: Some(cri::LinuxPodSandboxConfig::default()),
+                ..Default::default()
+            };
+            let container = cri::ContainerConfig {
+                metadata: Some(cri::ContainerMetadata {
+                    name: "main".into(),
+                    attempt: 0,
+                }),
+                image: Some(cri::ImageSpec {
+                    image: image.clone(),
+                    ..Default::default()
+                }),
+                command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+                    .map(String::from)
+                    .to_vec(),
+                log_path: "main.log".into(),
+                linux: Some(cri::LinuxContainerConfig::default()),
+                ..Default::default()
+            };
+            let start = Instant::now();
+            let id = self.cri.run_pod_sandbox(sandbox.clone()).await?;
+            let made = async {
+                let c = self.cri.create_container(&id, container, sandbox).await?;
+                self.cri.start_container(&c).await
+            }
+            .await;
+            let took = start.elapsed();
+            self.cri.stop_pod_sandbox(&id).await?;
+            self.cri.remove_pod_sandbox(&id).await?;
+            made?;
+            times.push(took);
+        }
+        let mut sorted = times.clone();
+        sorted.sort();
+        println!(
+            "    runtime floor, serial {} (CRI straight, no kubelet): p50 {:.1} ms, p99 {:.1} ms",
+            sorted.len(),
+            ms(crate::percentile(&sorted, 0.5)),
+            ms(crate::percentile(&sorted, 0.99)),
+        );
+        Ok(times)
+    }
+
     /// A steady-state window of `secs` with `pods` pods running; every
     /// second, each of `scraped` (none: no scrape) is scraped once.
     async fn window(
@@ -890,6 +976,12 @@ impl Ctx {
 
     async fn bench(&self, which: Which, dir: &Path) -> KResults {
         let mut r = KResults::default();
+        if self.args.serial > 0 {
+            match self.runtime_floor(dir).await {
+                Ok(floor) => r.floor = floor,
+                Err(e) => r.notes.push(format!("runtime floor not measured: {e:#}")),
+            }
+        }
         let (mut k, port) = match self.spawn(which, dir) {
             Ok(k) => k,
             Err(e) => {
@@ -1176,6 +1268,22 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             1,
         ));
         rows.push(("pod startup p99 (ms)".into(), pct(0.99), 1));
+        let floor = |r: &KResults| {
+            let mut s = r.floor.clone();
+            s.sort();
+            (!s.is_empty()).then(|| ms(crate::percentile(&s, 0.5)))
+        };
+        rows.push((
+            "  runtime floor p50 (ms, CRI straight, no kubelet)".into(),
+            Box::new(floor),
+            1,
+        ));
+        let p50 = pct(0.5);
+        rows.push((
+            "  pod startup p50 above the floor (ms)".into(),
+            Box::new(move |r| Some(p50(r)? - floor(r)?)),
+            1,
+        ));
     }
     for &m in &args.bursts {
         let find = move |r: &KResults| r.bursts.iter().find(|b| b.pods == m).cloned();
@@ -1239,6 +1347,21 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             ),
             Box::new(move |r| find(r).map(|w| w.cpu_s)),
             2,
+        ));
+        rows.push((
+            format!("  API requests/min with {m} probed pods"),
+            Box::new(move |r| find(r).and_then(|w| w.api_per_min())),
+            1,
+        ));
+        // What the probes add to the same pods unprobed, per probe (two a pod).
+        rows.push((
+            "  VmRSS per probe (KiB, probed minus unprobed)".to_owned(),
+            Box::new(move |r| {
+                let probed = find(r)?;
+                let plain = r.steady(m)?;
+                Some((probed.rss_mean_kib - plain.rss_mean_kib) / (2 * m) as f64)
+            }),
+            1,
         ));
     }
     if args.scrape
@@ -1321,9 +1444,8 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
     println!();
     for (which, r) in all {
         println!("{}:", which.name());
-        if let Some(w) = r.windows.iter().find(|w| w.pods == 0)
-            && let Some(api) = &w.api
-        {
+        for w in &r.windows {
+            let Some(api) = &w.api else { continue };
             let mut v: Vec<_> = api.iter().collect();
             v.sort_by(|a, b| b.1.cmp(a.1));
             let mut list: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -1331,7 +1453,8 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
                 list.push("none".into());
             }
             println!(
-                "  API requests at rest over {:.0} s: {}",
+                "  API requests {} over {:.0} s: {}",
+                w.label(),
                 w.secs,
                 list.join(", ")
             );
