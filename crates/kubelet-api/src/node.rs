@@ -2,13 +2,20 @@
 //! existing object of the same name), status patches, and the heartbeat.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::client::{ApiClient, ApiError};
+use crate::pods::WatchBackoff;
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -47,6 +54,48 @@ pub async fn register(api: &ApiClient, node: &Node) -> Result<Node, ApiError> {
         .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("nodes/{name}"), e))
+}
+
+/// Watch the Node named `name` (fieldSelector metadata.name) and keep its
+/// latest version in `tx`, None while there is none: the labels, taints and
+/// allocatable others change after registration reach the kubelet (what
+/// upstream's node informer does). Backs off as the pod watch does; ends
+/// when `cancel` fires.
+pub async fn watch_node(
+    api: ApiClient,
+    name: String,
+    tx: watch::Sender<Option<Arc<Node>>>,
+    cancel: CancellationToken,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let stream = watcher::watcher(Api::<Node>::all(api.client().clone()), config)
+        .backoff(WatchBackoff::new());
+    futures::pin_mut!(stream);
+    // A relist's node, published once the relist is done.
+    let mut listed = None;
+    loop {
+        let event = tokio::select! {
+            _ = cancel.cancelled() => return,
+            e = stream.next() => match e {
+                Some(e) => e,
+                None => return,
+            },
+        };
+        match event {
+            Ok(Event::Init) => listed = None,
+            Ok(Event::InitApply(node)) => listed = Some(Arc::new(node)),
+            Ok(Event::InitDone) => {
+                tx.send_replace(listed.take());
+            }
+            Ok(Event::Apply(node)) => {
+                tx.send_replace(Some(Arc::new(node)));
+            }
+            Ok(Event::Delete(_)) => {
+                tx.send_replace(None);
+            }
+            Err(e) => tracing::warn!(error = %e, node = %name, "watching the node"),
+        }
+    }
 }
 
 /// Patch `nodes/<name>/status` (strategic merge: conditions and addresses

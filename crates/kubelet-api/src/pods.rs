@@ -26,10 +26,19 @@ fn what(namespace: &str, name: &str) -> String {
     format!("pods/{namespace}/{name}")
 }
 
-/// The pod watch's retry delays: 200 ms doubling to 5 s, reset by the next
-/// event, so pod changes are seen within seconds of the API server's return
+/// The watches' retry delays: 200 ms doubling to 5 s, reset by the next
+/// event, so changes are seen within seconds of the API server's return
 /// (kube's default climbs to 30 s).
-struct WatchBackoff(Backoff);
+pub(crate) struct WatchBackoff(Backoff);
+
+impl WatchBackoff {
+    pub(crate) fn new() -> Self {
+        WatchBackoff(Backoff::new(
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+        ))
+    }
+}
 
 impl Iterator for WatchBackoff {
     type Item = Duration;
@@ -57,9 +66,7 @@ pub async fn watch_node_pods(
 ) {
     let client = api.client().clone();
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = watcher::watcher(Api::<Pod>::all(client), config).backoff(WatchBackoff(
-        Backoff::new(Duration::from_millis(200), Duration::from_secs(5)),
-    ));
+    let stream = watcher::watcher(Api::<Pod>::all(client), config).backoff(WatchBackoff::new());
     futures::pin_mut!(stream);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
     let mut listing: Option<BTreeMap<String, Pod>> = None;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
 
 use crate::quantity::{parse_bytes, parse_cpu_millis};
 
@@ -20,6 +20,38 @@ pub struct NodeInfo {
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
     pub max_pods: u32,
+}
+
+impl NodeInfo {
+    /// The node as the API server has it now (its labels, taints and
+    /// allocatable, whoever set them), over `known` (what the kubelet
+    /// registered) for what the object does not say.
+    pub fn from_node(node: &Node, known: &NodeInfo) -> NodeInfo {
+        let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+        let quantity = |name: &str| allocatable.and_then(|a| a.get(name));
+        NodeInfo {
+            name: node
+                .metadata
+                .name
+                .clone()
+                .unwrap_or_else(|| known.name.clone()),
+            labels: node.metadata.labels.clone().unwrap_or_default(),
+            taints: node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+            allocatable_cpu_millis: quantity("cpu")
+                .and_then(|q| parse_cpu_millis(q).ok())
+                .unwrap_or(known.allocatable_cpu_millis),
+            allocatable_memory_bytes: quantity("memory")
+                .and_then(|q| parse_bytes(q).ok())
+                .unwrap_or(known.allocatable_memory_bytes),
+            max_pods: quantity("pods")
+                .and_then(|q| q.0.parse().ok())
+                .unwrap_or(known.max_pods),
+        }
+    }
 }
 
 /// Why a pod was refused: the reason and message of upstream's Warning
@@ -281,6 +313,65 @@ mod tests {
             allocatable_memory_bytes: 1 << 30,
             max_pods: 3,
         }
+    }
+
+    #[test]
+    fn the_live_node_wins_over_what_was_registered() {
+        use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+        let live = Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("node1".into()),
+                labels: Some(BTreeMap::from([("added".into(), "later".into())])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                taints: Some(vec![Taint {
+                    key: "maintenance".into(),
+                    effect: "NoExecute".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            status: Some(NodeStatus {
+                allocatable: Some(BTreeMap::from([
+                    ("cpu".into(), Quantity("1500m".into())),
+                    ("memory".into(), Quantity("512Mi".into())),
+                    ("pods".into(), Quantity("7".into())),
+                ])),
+                ..Default::default()
+            }),
+        };
+        let n = NodeInfo::from_node(&live, &node());
+        assert_eq!(n.labels, BTreeMap::from([("added".into(), "later".into())]));
+        assert_eq!(n.taints.len(), 1);
+        assert_eq!(n.taints[0].key, "maintenance");
+        assert_eq!(
+            (
+                n.allocatable_cpu_millis,
+                n.allocatable_memory_bytes,
+                n.max_pods
+            ),
+            (1500, 512 << 20, 7)
+        );
+        // A taint added through the API refuses a pod that does not tolerate it.
+        let r = admit(&pod("", ""), &n, &[]).unwrap_err();
+        assert_eq!(r.reason, "TaintToleration", "{r:?}");
+
+        // What the object does not say comes from what was registered.
+        let bare = Node {
+            metadata: live.metadata.clone(),
+            ..Default::default()
+        };
+        let n = NodeInfo::from_node(&bare, &node());
+        assert!(n.taints.is_empty());
+        assert_eq!(
+            (
+                n.allocatable_cpu_millis,
+                n.allocatable_memory_bytes,
+                n.max_pods
+            ),
+            (2000, 1 << 30, 3)
+        );
     }
 
     fn pod(cpu: &str, mem: &str) -> Pod {

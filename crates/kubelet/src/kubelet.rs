@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kubelet_api::ApiClient;
+use kubelet_api::node::watch_node;
 use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
@@ -22,7 +23,7 @@ use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FI
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
 use kubelet_server::listener::{self, Listener};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +72,9 @@ pub struct KubeletOptions {
     pub node_name: String,
     /// The node's memory in bytes (for oom_score_adj of Burstable pods).
     pub node_memory: i64,
+    /// The node's CPUs (capacity in node status, admission until the Node
+    /// is seen).
+    pub node_cpu_cores: i64,
     /// The host's resolver, for pods using the Default DNS policy.
     pub host_dns: ResolvConf,
     /// How the node registers, when an API server is configured.
@@ -91,12 +95,16 @@ impl KubeletOptions {
             .unwrap_or(1 << 30);
         let host_dns =
             parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+        let node_cpu_cores = std::thread::available_parallelism()
+            .map(|n| n.get() as i64)
+            .unwrap_or(1);
         KubeletOptions {
             metrics: KubeletMetrics::new(&node_name),
             config,
             root_dir,
             node_name,
             node_memory,
+            node_cpu_cores,
             host_dns,
             registration: None,
         }
@@ -134,6 +142,9 @@ pub struct Kubelet {
     /// The API server, when the kubelet is part of a cluster.
     api: Option<ApiClient>,
     node_uid: Arc<RwLock<Option<String>>>,
+    /// The Node as the API server has it (a watch), once seen: admission
+    /// checks against it.
+    node: watch::Sender<Option<Arc<Node>>>,
     /// `<runtime>://<version>` for node status.
     runtime_version: Arc<RwLock<String>>,
     /// Pods admission refused: never started, reported Failed.
@@ -215,6 +226,7 @@ impl Kubelet {
             bound: Mutex::default(),
             api,
             node_uid: Arc::default(),
+            node: watch::Sender::new(None),
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
             events,
@@ -397,6 +409,7 @@ impl Kubelet {
             runtime_version: self.runtime_version.clone(),
             root_dir: self.opts.root_dir.clone(),
             node_memory: self.opts.node_memory,
+            node_cpu_cores: self.opts.node_cpu_cores,
             reg: reg.clone(),
             node_uid: self.node_uid.clone(),
             events: self.events.clone(),
@@ -404,6 +417,11 @@ impl Kubelet {
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {
                 controller.run(token)
+            });
+        let (api_node, name, tx) = (api.clone(), reg.node_name.clone(), self.node.clone());
+        self.tasks
+            .spawn(tracing::info_span!("node_watch"), move |token| {
+                watch_node(api_node, name, tx, token)
             });
         let status_sync = StatusSync {
             api: api.clone(),
@@ -719,16 +737,18 @@ impl Kubelet {
             architecture: crate::nodestatus::architecture().into(),
             ..Default::default()
         };
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get() as i64)
-            .unwrap_or(1);
-        let node = NodeInfo {
+        let registered = NodeInfo {
             name: reg.node_name.clone(),
             labels: node_labels(&facts, &reg.labels),
             taints: reg.taints.clone(),
-            allocatable_cpu_millis: cores * 1000,
+            allocatable_cpu_millis: self.opts.node_cpu_cores * 1000,
             allocatable_memory_bytes: self.opts.node_memory - EVICTION_MEMORY_BYTES,
             max_pods: self.opts.config.max_pods,
+        };
+        // The Node as the API has it, with what others added since.
+        let node = match self.node.borrow().as_deref() {
+            Some(live) => NodeInfo::from_node(live, &registered),
+            None => registered,
         };
         let uid = PodUid::of(pod);
         let rejected = self

@@ -50,6 +50,7 @@ pub struct NodeStatusController {
     pub runtime_version: Arc<RwLock<String>>,
     pub root_dir: PathBuf,
     pub node_memory: i64,
+    pub node_cpu_cores: i64,
     pub reg: NodeRegistration,
     /// Set once the node is registered (mirror pods name it as owner).
     pub node_uid: Arc<RwLock<Option<String>>>,
@@ -120,9 +121,7 @@ impl NodeStatusController {
             kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
             os_image: os_image(),
             architecture: architecture().into(),
-            cpu_cores: std::thread::available_parallelism()
-                .map(|n| n.get() as i64)
-                .unwrap_or(1),
+            cpu_cores: self.node_cpu_cores,
             memory_bytes: self.node_memory,
             ephemeral_storage_bytes: ephemeral,
             max_pods: self.reg.max_pods,

@@ -880,7 +880,7 @@ async fn d_kill9_and_restart_adopts_running_containers() {
 
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
-async fn e_pod_that_does_not_fit_fails_out_of_cpu() {
+async fn e_admission_refuses_out_of_cpu_and_sees_labels_added_later() {
     let mut k = Kubelet::new("outofcpu");
     k.start_ready().await;
     let mut spec = pod_spec();
@@ -906,9 +906,37 @@ async fn e_pod_that_does_not_fit_fails_out_of_cpu() {
         message.starts_with("Pod was rejected: Node didn't have enough resource: cpu"),
         "message: {message}"
     );
-    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
     let sbs = k.sandboxes_of(&uids).await.unwrap();
     assert!(sbs.is_empty(), "a rejected pod gets no sandbox: {sbs:?}");
+
+    // Admission reads the Node as the API has it now: a label added after
+    // registration admits a pod that selects it.
+    let node = k.api.node.clone();
+    k.api
+        .ok(&["label", "node", &node, "rkubelet.test/added=later"]);
+    let mut spec = pod_spec();
+    spec["nodeName"] = json!(node);
+    spec["nodeSelector"] = json!({"rkubelet.test/added": "later"});
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-selects-label", "namespace": "default",
+                     "labels": {"app": "cl-selects-label", TEST_LABEL: "1"}},
+        "spec": spec,
+    }));
+    let pod = eventually(
+        "the pod that selects the new label Running",
+        START,
+        async || {
+            k.api.pod("cl-selects-label").filter(|p| {
+                assert_ne!(p["status"]["phase"], "Failed", "rejected: {}", p["status"]);
+                p["status"]["phase"] == "Running"
+            })
+        },
+    )
+    .await;
+    uids.insert(uid(&pod).to_owned());
     k.finish(&uids).await;
 }
 
