@@ -21,6 +21,7 @@
 # (CLEAN=1), containerd stopped and its directory removed, and the kernel
 # tunables the upstream kubelet sets on start (vm.overcommit_memory,
 # kernel.panic, kernel.panic_on_oops, ...) put back as they were.
+# RKUBELET_BENCH_LOGS=DIR keeps each kubelet's log and the audit log there.
 # Quick run: --steady 30 --rest 30. Exit status non-zero if a kubelet's run failed.
 set -euo pipefail
 
@@ -84,6 +85,15 @@ cleanup() {
         kill -KILL "$pid" 2>/dev/null || true
       fi
     done
+  fi
+  if [[ -n "${RKUBELET_BENCH_LOGS:-}" && -n "$WORK" && -d "$WORK" ]]; then
+    local log
+    mkdir -p "$RKUBELET_BENCH_LOGS"
+    for log in "$WORK"/*/kubelet.log; do
+      [[ -f $log ]] && cp "$log" "$RKUBELET_BENCH_LOGS/$(basename "$(dirname "$log")").log"
+    done
+    [[ -f $RKUBELET_CLUSTER_DIR/audit.log ]] && cp "$RKUBELET_CLUSTER_DIR/audit.log" "$RKUBELET_BENCH_LOGS/"
+    echo "$PROG: kubelet logs and the audit log kept in $RKUBELET_BENCH_LOGS" >&2
   fi
   if [[ -n "$CLUSTER_STARTED" ]]; then
     CLEAN=1 "$REPO_ROOT/hack/cluster.sh" down >&2 ||

@@ -8,5 +8,6 @@ pub mod metrics;
 pub mod node;
 pub mod pods;
 pub mod ratelimit;
+mod watch;
 
 pub use client::{ApiClient, ApiError};

@@ -4,18 +4,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ApiClient, ApiError};
-use crate::pods::WatchBackoff;
+use crate::watch::Watch;
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -68,19 +66,10 @@ pub async fn watch_node(
     cancel: CancellationToken,
 ) {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let stream = watcher::watcher(Api::<Node>::all(api.client().clone()), config)
-        .backoff(WatchBackoff::new());
-    futures::pin_mut!(stream);
+    let mut watch = Watch::new(Api::<Node>::all(api.client().clone()), config);
     // A relist's node, published once the relist is done.
     let mut listed = None;
-    loop {
-        let event = tokio::select! {
-            _ = cancel.cancelled() => return,
-            e = stream.next() => match e {
-                Some(e) => e,
-                None => return,
-            },
-        };
+    while let Some(event) = watch.next(&cancel).await {
         match event {
             Ok(Event::Init) => listed = None,
             Ok(Event::InitApply(node)) => listed = Some(Arc::new(node)),

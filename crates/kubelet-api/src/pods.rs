@@ -3,20 +3,17 @@
 //! precondition, the final delete, and mirror pods for static pods.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, PodStatus};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
-use kubelet_core::backoff::Backoff;
 use kubelet_core::types::{SOURCE_API, SourceSnapshot};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ApiClient, ApiError};
+use crate::watch::Watch;
 
 fn pods_in(client: &kube::Client, namespace: &str) -> Api<Pod> {
     Api::namespaced(client.clone(), namespace)
@@ -24,33 +21,6 @@ fn pods_in(client: &kube::Client, namespace: &str) -> Api<Pod> {
 
 fn what(namespace: &str, name: &str) -> String {
     format!("pods/{namespace}/{name}")
-}
-
-/// The watches' retry delays: 200 ms doubling to 5 s, reset by the next
-/// event, so changes are seen within seconds of the API server's return
-/// (kube's default climbs to 30 s).
-pub(crate) struct WatchBackoff(Backoff);
-
-impl WatchBackoff {
-    pub(crate) fn new() -> Self {
-        WatchBackoff(Backoff::new(
-            Duration::from_millis(200),
-            Duration::from_secs(5),
-        ))
-    }
-}
-
-impl Iterator for WatchBackoff {
-    type Item = Duration;
-    fn next(&mut self) -> Option<Duration> {
-        Some(self.0.next_delay())
-    }
-}
-
-impl kube::runtime::utils::Backoff for WatchBackoff {
-    fn reset(&mut self) {
-        self.0.reset();
-    }
 }
 
 /// Watch every pod bound to `node` (fieldSelector spec.nodeName) and send
@@ -64,21 +34,12 @@ pub async fn watch_node_pods(
     tx: mpsc::Sender<SourceSnapshot>,
     cancel: CancellationToken,
 ) {
-    let client = api.client().clone();
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let stream = watcher::watcher(Api::<Pod>::all(client), config).backoff(WatchBackoff::new());
-    futures::pin_mut!(stream);
+    let mut watch = Watch::new(Api::<Pod>::all(api.client().clone()), config);
     let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
     let mut listing: Option<BTreeMap<String, Pod>> = None;
     let key = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
-    loop {
-        let event = tokio::select! {
-            _ = cancel.cancelled() => return,
-            e = stream.next() => match e {
-                Some(e) => e,
-                None => return,
-            },
-        };
+    while let Some(event) = watch.next(&cancel).await {
         let changed = match event {
             Ok(Event::Init) => {
                 listing = Some(BTreeMap::new());
