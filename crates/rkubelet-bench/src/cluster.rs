@@ -286,6 +286,8 @@ struct KResults {
     serial: Vec<Duration>,
     /// The runtime floor measured just before this kubelet ran.
     floor: Vec<Duration>,
+    /// Probes run in the probed window, by (probe_type, result).
+    probes: Option<BTreeMap<(String, String), f64>>,
     bursts: Vec<Burst>,
     windows: Vec<Window>,
     hwm_kib: Option<u64>,
@@ -365,23 +367,28 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         args.node
     );
 
-    let scrape_tls = if args.scrape {
-        let pki = args.cluster_dir.join("pki");
-        let tls = scrape::connector(
-            &pki.join("apiserver-kubelet-client.crt"),
-            &pki.join("apiserver-kubelet-client.key"),
-        )
-        .context("the scrape's client certificate (--no-scrape to do without)")?;
+    // The API server's kubelet client: the scrape, and the probe counts of
+    // the probe phase.
+    let pki = args.cluster_dir.join("pki");
+    let kubelet_client = scrape::connector(
+        &pki.join("apiserver-kubelet-client.crt"),
+        &pki.join("apiserver-kubelet-client.key"),
+    );
+    let scrape_tls = match kubelet_client {
+        Ok(tls) => Some(tls),
+        Err(e) if args.scrape => {
+            return Err(e.context("the scrape's client certificate (--no-scrape to do without)"));
+        }
+        Err(_) => None,
+    };
+    if args.scrape {
         println!(
             "scrape: GET {} every 1 s with the largest burst's pods running, one keep-alive \
              HTTPS connection per path, as apiserver-kubelet-client (system:masters); latency = \
              request sent → body read",
             scrape::PATHS.join(" and ")
         );
-        Some(tls)
-    } else {
-        None
-    };
+    }
 
     let seen: Arc<Mutex<Seen>> = Arc::default();
     let watch_task = tokio::spawn(watch_pods(client.clone(), seen.clone()));
@@ -608,6 +615,18 @@ impl Ctx {
             *out.entry(format!("{verb} {resource}")).or_default() += 1;
         }
         Ok(out)
+    }
+
+    /// prober_probe_total from the kubelet's /metrics/probes, summed by
+    /// (probe_type, result).
+    async fn probe_counts(&self, port: u16) -> anyhow::Result<BTreeMap<(String, String), f64>> {
+        let tls = self
+            .scrape_tls
+            .clone()
+            .context("no kubelet client certificate")?;
+        let mut endpoint = scrape::Endpoint::new(tls, port, "/metrics/probes");
+        let (body, _) = endpoint.get().await?;
+        Ok(probe_totals(&String::from_utf8_lossy(&body)))
     }
 
     /// The runtime's own floor, just before a kubelet starts: `--serial`
@@ -943,7 +962,7 @@ impl Ctx {
             .iter()
             .copied()
             .max()
-            .filter(|_| self.scrape_tls.is_some());
+            .filter(|_| self.args.scrape && self.scrape_tls.is_some());
         for &m in &self.args.bursts {
             r.bursts.push(self.burst(k, m, &format!("b{m}")).await?);
             tokio::time::sleep(self.args.settle).await;
@@ -967,8 +986,29 @@ impl Ctx {
             let m = self.args.probes;
             self.burst(k, m, PROBE_GROUP).await?;
             tokio::time::sleep(self.args.settle).await;
+            let before = self.probe_counts(port).await;
             r.windows
                 .push(self.window(k, m, true, self.args.steady, &mut []).await?);
+            match (before, self.probe_counts(port).await) {
+                (Ok(a), Ok(b)) => {
+                    let ran: BTreeMap<(String, String), f64> = b
+                        .into_iter()
+                        .map(|(key, n)| {
+                            let was = a.get(&key).copied().unwrap_or(0.0);
+                            (key, n - was)
+                        })
+                        .collect();
+                    let list: Vec<String> = ran
+                        .iter()
+                        .map(|((kind, result), n)| format!("{kind} {result} {n}"))
+                        .collect();
+                    println!("    probes run in the window: {}", list.join(", "));
+                    r.probes = Some(ran);
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    r.notes.push(format!("probe counts not read: {e:#}"));
+                }
+            }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         Ok(())
@@ -1240,6 +1280,34 @@ fn free_port() -> anyhow::Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// `prober_probe_total` samples of a Prometheus text body, summed by
+/// (probe_type, result).
+fn probe_totals(text: &str) -> BTreeMap<(String, String), f64> {
+    let label = |labels: &str, name: &str| {
+        let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = labels[start..].find('"')?;
+        Some(labels[start..start + len].to_owned())
+    };
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("prober_probe_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let (Some(kind), Some(result), Ok(n)) = (
+            label(labels, "probe_type"),
+            label(labels, "result"),
+            value.trim().parse::<f64>(),
+        ) else {
+            continue;
+        };
+        *out.entry((kind, result)).or_default() += n;
+    }
+    out
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -1353,6 +1421,24 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             Box::new(move |r| find(r).and_then(|w| w.api_per_min())),
             1,
         ));
+        for kind in ["Liveness", "Readiness"] {
+            rows.push((
+                format!("  {kind} probes failed in the window (%)"),
+                Box::new(move |r| {
+                    let counts = r.probes.as_ref()?;
+                    let of = |result: Option<&str>| -> f64 {
+                        counts
+                            .iter()
+                            .filter(|((k, res), _)| k == kind && result.is_none_or(|x| x == res))
+                            .map(|(_, n)| n)
+                            .sum()
+                    };
+                    let all = of(None);
+                    (all > 0.0).then(|| 100.0 * (all - of(Some("successful"))) / all)
+                }),
+                2,
+            ));
+        }
         // What the probes add to the same pods unprobed, per probe (two a pod).
         rows.push((
             "  VmRSS per probe (KiB, probed minus unprobed)".to_owned(),
@@ -1490,6 +1576,23 @@ mod tests {
         .to_vec();
         argv.extend(extra.iter().map(|s| s.to_string()));
         parse_args(argv)
+    }
+
+    #[test]
+    fn probe_totals_sum_by_type_and_result() {
+        let text = r#"# TYPE prober_probe_total counter
+prober_probe_total{container="main",namespace="default",pod="a",pod_uid="1",probe_type="Liveness",result="successful"} 58
+prober_probe_total{container="main",namespace="default",pod="b",pod_uid="2",probe_type="Liveness",result="successful"} 2
+prober_probe_total{container="main",namespace="default",pod="b",pod_uid="2",probe_type="Liveness",result="failed"} 3
+prober_probe_total{container="main",namespace="default",pod="a",pod_uid="1",probe_type="Readiness",result="successful"} 60
+prober_probe_duration_seconds_count{probe_type="Liveness"} 9
+"#;
+        let got = probe_totals(text);
+        let key = |k: &str, r: &str| (k.to_owned(), r.to_owned());
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert_eq!(got[&key("Liveness", "successful")], 60.0);
+        assert_eq!(got[&key("Liveness", "failed")], 3.0);
+        assert_eq!(got[&key("Readiness", "successful")], 60.0);
     }
 
     #[test]

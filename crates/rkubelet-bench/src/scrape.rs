@@ -152,9 +152,9 @@ impl Endpoint {
     /// One GET, recorded in [`Endpoint::stats`].
     pub async fn scrape(&mut self) {
         let failure = match self.get().await {
-            Ok((body_bytes, latency)) => {
+            Ok((body, latency)) => {
                 self.stats.ok.push(latency);
-                self.stats.body_bytes = body_bytes;
+                self.stats.body_bytes = body.len();
                 return;
             }
             Err(e) => format!("{e:#}"),
@@ -166,8 +166,8 @@ impl Endpoint {
     }
 
     /// One GET on the kept connection (a new one when there is none or it
-    /// closed): the body's size and the latency of a 200 response.
-    pub async fn get(&mut self) -> anyhow::Result<(usize, Duration)> {
+    /// closed): the body and the latency of a 200 response.
+    pub async fn get(&mut self) -> anyhow::Result<(Bytes, Duration)> {
         let mut sender = match self.conn.take() {
             Some(s) if !s.is_closed() => s,
             _ => tokio::time::timeout(TIMEOUT, self.connect())
@@ -183,9 +183,9 @@ impl Endpoint {
             let resp = sender.send_request(req).await?;
             let status = resp.status();
             let body = resp.into_body().collect().await?.to_bytes();
-            Ok::<_, hyper::Error>((status, body.len(), start.elapsed()))
+            Ok::<_, hyper::Error>((status, body, start.elapsed()))
         };
-        let (status, len, latency) = tokio::time::timeout(TIMEOUT, exchange)
+        let (status, body, latency) = tokio::time::timeout(TIMEOUT, exchange)
             .await
             .with_context(|| format!("timed out after {TIMEOUT:?}"))??;
         // The body was read whole: the connection can carry the next request.
@@ -193,7 +193,7 @@ impl Endpoint {
         if status != StatusCode::OK {
             bail!("HTTP {status}");
         }
-        Ok((len, latency))
+        Ok((body, latency))
     }
 
     async fn connect(&mut self) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
