@@ -37,13 +37,16 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    /// Wrap a kube error for `verb` on `what`; a 403 is logged with what was
-    /// asked, since under NodeRestriction it means the kubelet overstepped.
+    /// Wrap a kube error for `verb` on `what`; a 403 of a write is logged
+    /// with what was asked, since under NodeRestriction it means the kubelet
+    /// overstepped.
     pub fn from_kube(verb: &'static str, what: impl Into<String>, e: kube::Error) -> Self {
         let what = what.into();
         match e {
             kube::Error::Api(s) => {
-                if s.code == 403 {
+                // A read the Node authorizer refuses is of an object no
+                // longer related to this node (a deleted pod): expected.
+                if s.code == 403 && verb != "get" {
                     tracing::error!(verb, %what, message = %s.message, "forbidden by the API server");
                 }
                 ApiError::Status {
@@ -71,6 +74,11 @@ impl ApiError {
 
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
+    }
+
+    /// 403: the authorizer refused the request.
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == Some(403)
     }
 
     /// 409: AlreadyExists on create, Conflict on update.

@@ -71,8 +71,15 @@ pub struct FakeRuntime {
 impl FakeRuntime {
     /// Serve on this unix socket path (the file must not exist yet). Returns once listening.
     pub async fn start(socket: &Path) -> io::Result<FakeRuntime> {
+        FakeRuntime::start_with_clock(socket, Arc::new(system_nanos)).await
+    }
+
+    /// The fake with its timestamps (created, started, finished, stats) read
+    /// from `clock` (nanoseconds since the epoch): a test that pauses time
+    /// gives it the clock it gives the kubelet.
+    pub async fn start_with_clock(socket: &Path, clock: FakeClock) -> io::Result<FakeRuntime> {
         let listener = UnixListener::bind(socket)?;
-        let backend = Arc::new(Backend::new());
+        let backend = Arc::new(Backend::new(clock));
         let (stop, stopped) = oneshot::channel::<()>();
         let serve = tonic::transport::Server::builder()
             .add_service(RuntimeServiceServer::from_arc(backend.clone()))
@@ -207,9 +214,10 @@ impl FakeRuntime {
     /// Make a running container exit now with this code (as if its process ended). Returns false if not running.
     pub fn exit_container(&self, container_id: &str, exit_code: i32) -> bool {
         self.backend.update(|s| {
+            let now = (s.clock)();
             s.containers
                 .get_mut(container_id)
-                .is_some_and(|c| c.exit(exit_code))
+                .is_some_and(|c| c.exit(exit_code, now))
         })
     }
 
@@ -340,7 +348,10 @@ pub fn image_id(name: &str) -> String {
     id
 }
 
-fn now_nanos() -> i64 {
+/// The wall clock the fake stamps times with, in nanoseconds since the epoch.
+pub type FakeClock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+fn system_nanos() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
@@ -402,9 +413,9 @@ struct Backend {
 }
 
 impl Backend {
-    fn new() -> Self {
+    fn new(clock: FakeClock) -> Self {
         Backend {
-            state: Mutex::new(State::new()),
+            state: Mutex::new(State::new(clock)),
             changes: watch::Sender::new(0),
         }
     }
@@ -493,11 +504,13 @@ struct State {
     id_keys: RandomState,
     /// Host number of the next pod IP in 10.88.0.0/16.
     next_ip: u32,
+    clock: FakeClock,
 }
 
 impl State {
-    fn new() -> Self {
+    fn new(clock: FakeClock) -> Self {
         State {
+            clock,
             runtime_ready: true,
             network_ready: true,
             unavailable: false,
@@ -604,7 +617,7 @@ impl State {
                 config,
                 runtime_handler: req.runtime_handler,
                 state: cri::PodSandboxState::SandboxReady,
-                created_at: now_nanos(),
+                created_at: (self.clock)(),
                 ip,
             },
         );
@@ -617,8 +630,9 @@ impl State {
             .get_mut(id)
             .ok_or_else(|| not_found("sandbox", id))?;
         sandbox.state = cri::PodSandboxState::SandboxNotready;
+        let now = (self.clock)();
         for container in self.containers.values_mut().filter(|c| c.sandbox_id == id) {
-            container.exit(EXIT_CODE_KILLED);
+            container.exit(EXIT_CODE_KILLED, now);
         }
         Ok(cri::StopPodSandboxResponse {})
     }
@@ -637,7 +651,7 @@ impl State {
             .ok_or_else(|| not_found("sandbox", id))?;
         Ok(cri::PodSandboxStatusResponse {
             status: Some(sandbox.status()),
-            timestamp: now_nanos(),
+            timestamp: (self.clock)(),
             ..Default::default()
         })
     }
@@ -702,7 +716,7 @@ impl State {
                 image_ref,
                 log_path,
                 state: cri::ContainerState::ContainerCreated,
-                created_at: now_nanos(),
+                created_at: (self.clock)(),
                 started_at: 0,
                 finished_at: 0,
                 exit_code: 0,
@@ -712,6 +726,7 @@ impl State {
     }
 
     fn start_container(&mut self, id: &str) -> Result<cri::StartContainerResponse, Status> {
+        let now = (self.clock)();
         let container = self
             .containers
             .get_mut(id)
@@ -733,12 +748,13 @@ impl State {
             )));
         }
         container.state = cri::ContainerState::ContainerRunning;
-        container.started_at = now_nanos();
+        container.started_at = now;
         Ok(cri::StartContainerResponse {})
     }
 
     fn stop_container(&mut self, id: &str) -> Result<cri::StopContainerResponse, Status> {
-        self.container_mut(id)?.exit(EXIT_CODE_TERMINATED);
+        let now = (self.clock)();
+        self.container_mut(id)?.exit(EXIT_CODE_TERMINATED, now);
         Ok(cri::StopContainerResponse {})
     }
 
@@ -797,7 +813,7 @@ impl State {
             .cloned()
             .unwrap_or_default();
         let timestamp = if set.timestamp == 0 {
-            now_nanos()
+            (self.clock)()
         } else {
             set.timestamp
         };
@@ -974,13 +990,13 @@ struct ContainerRecord {
 }
 
 impl ContainerRecord {
-    /// End the container's process with `code`; false (and no change) unless it is running.
-    fn exit(&mut self, code: i32) -> bool {
+    /// End the container's process with `code` at `now`; false (and no change) unless it is running.
+    fn exit(&mut self, code: i32, now: i64) -> bool {
         if self.state != cri::ContainerState::ContainerRunning {
             return false;
         }
         self.state = cri::ContainerState::ContainerExited;
-        self.finished_at = now_nanos();
+        self.finished_at = now;
         self.exit_code = code;
         true
     }
@@ -1454,11 +1470,11 @@ impl ImageService for Backend {
         &self,
         _: Request<cri::ImageFsInfoRequest>,
     ) -> RpcResult<cri::ImageFsInfoResponse> {
-        self.call("ImageFsInfo", |_| {
+        self.call("ImageFsInfo", |s| {
             let zero = Some(cri::UInt64Value { value: 0 });
             Ok(cri::ImageFsInfoResponse {
                 image_filesystems: vec![cri::FilesystemUsage {
-                    timestamp: now_nanos(),
+                    timestamp: (s.clock)(),
                     fs_id: Some(cri::FilesystemIdentifier {
                         mountpoint: IMAGE_FS_MOUNTPOINT.to_owned(),
                     }),

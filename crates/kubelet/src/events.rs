@@ -15,6 +15,8 @@ use kubelet_core::events::{Correlated, EventCorrelator};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
+
 pub const NORMAL: &str = "Normal";
 pub const WARNING: &str = "Warning";
 const QUEUE: usize = 1000;
@@ -63,6 +65,7 @@ impl Involved {
 pub struct Recorder {
     tx: Option<mpsc::Sender<Event>>,
     node: String,
+    clock: Clock,
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -70,13 +73,24 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 impl Recorder {
     /// A recorder that only logs (standalone mode).
     pub fn log_only(node: String) -> Self {
-        Recorder { tx: None, node }
+        Recorder {
+            tx: None,
+            node,
+            clock: Clock::System,
+        }
     }
 
     /// A recorder whose events `run_event_writer` sends to the API server.
-    pub fn with_queue(node: String) -> (Self, mpsc::Receiver<Event>) {
+    pub fn with_queue(node: String, clock: Clock) -> (Self, mpsc::Receiver<Event>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (Recorder { tx: Some(tx), node }, rx)
+        (
+            Recorder {
+                tx: Some(tx),
+                node,
+                clock,
+            },
+            rx,
+        )
     }
 
     pub fn event(&self, about: &Involved, kind: &str, reason: &str, message: impl Into<String>) {
@@ -85,10 +99,10 @@ impl Recorder {
         let Some(tx) = &self.tx else {
             return;
         };
-        let now = crate::clock::now_time();
+        let now = self.clock.now_time();
         let name = about.0.name.clone().unwrap_or_default();
         let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-        let nanos = crate::clock::now_nanos() as u64;
+        let nanos = self.clock.now_nanos() as u64;
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", nanos + seq)),
@@ -128,6 +142,7 @@ impl Recorder {
 pub async fn run_event_writer(
     api: ApiClient,
     mut rx: mpsc::Receiver<Event>,
+    clock: Clock,
     cancel: CancellationToken,
 ) {
     let mut correlator = EventCorrelator::default();
@@ -139,7 +154,7 @@ pub async fn run_event_writer(
                 None => return,
             },
         };
-        let written = match correlator.correlate(event, crate::clock::now_nanos()) {
+        let written = match correlator.correlate(event, clock.now_nanos()) {
             Correlated::Skip => {
                 tracing::debug!("event dropped by the spam filter");
                 continue;
@@ -184,9 +199,9 @@ mod tests {
     async fn a_repeated_failure_is_one_event_with_a_count() {
         let (mock, mut api_server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let api = ApiClient::new(kube::Client::new(mock, "default"), 0, 1);
-        let (recorder, rx) = Recorder::with_queue("node1".into());
+        let (recorder, rx) = Recorder::with_queue("node1".into(), Clock::System);
         let cancel = CancellationToken::new();
-        let writer = tokio::spawn(run_event_writer(api, rx, cancel.clone()));
+        let writer = tokio::spawn(run_event_writer(api, rx, Clock::System, cancel.clone()));
         let about = Involved::pod_ref("default", "web", "uid-1", Some("c"));
         for _ in 0..4 {
             recorder.event(&about, WARNING, "Failed", "Error: no such key");

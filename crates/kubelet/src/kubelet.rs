@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
@@ -81,6 +82,8 @@ pub struct KubeletOptions {
     pub registration: Option<NodeRegistration>,
     /// The metrics registry every part records into (`/metrics`).
     pub metrics: KubeletMetrics,
+    /// The wall clock every part reads.
+    pub clock: Clock,
 }
 
 impl KubeletOptions {
@@ -107,6 +110,7 @@ impl KubeletOptions {
             node_cpu_cores,
             host_dns,
             registration: None,
+            clock: Clock::System,
         }
     }
 }
@@ -166,7 +170,7 @@ impl Kubelet {
     ) -> Arc<Kubelet> {
         let (events, events_rx) = match &api {
             Some(_) => {
-                let (r, rx) = Recorder::with_queue(opts.node_name.clone());
+                let (r, rx) = Recorder::with_queue(opts.node_name.clone(), opts.clock);
                 (r, Some(rx))
             }
             None => (Recorder::log_only(opts.node_name.clone()), None),
@@ -181,9 +185,10 @@ impl Kubelet {
             opts.node_memory,
             events.clone(),
             opts.metrics.clone(),
+            opts.clock,
         );
         let tasks = Tasks::new(cancel);
-        let status = StatusManager::default();
+        let status = StatusManager::new(opts.clock);
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
         let prober = ProbeManager::new(
             runtime.cri().clone(),
@@ -191,6 +196,7 @@ impl Kubelet {
             events.clone(),
             tasks.clone(),
             probe_tx,
+            opts.clock,
         );
         let syncer = Syncer {
             runtime: runtime.clone(),
@@ -207,6 +213,7 @@ impl Kubelet {
             prober,
             metrics: opts.metrics.clone(),
             first_seen: Arc::default(),
+            clock: opts.clock,
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -217,7 +224,7 @@ impl Kubelet {
             pod_manager: PodManager::default(),
             status: syncer.status.clone(),
             runtime_state: syncer.runtime_state.clone(),
-            pleg: Pleg::new(runtime, opts.metrics.clone()),
+            pleg: Pleg::new(runtime, opts.metrics.clone(), opts.clock),
             workers,
             syncer,
             tasks,
@@ -369,7 +376,7 @@ impl Kubelet {
         if self.api.is_some() {
             sources.push(SOURCE_API);
         }
-        let (mux, ready) = new_mux(&sources);
+        let (mux, ready) = new_mux(&sources, self.opts.clock);
         let (snap_tx, snap_rx) = mpsc::channel::<SourceSnapshot>(16);
         if let Some(api) = &self.api {
             let (api, node, tx) = (api.clone(), self.opts.node_name.clone(), snap_tx.clone());
@@ -383,6 +390,7 @@ impl Kubelet {
                 dir: dir.clone(),
                 node_name: self.opts.node_name.clone(),
                 check_every: cfg.file_check_frequency,
+                clock: self.opts.clock,
             };
             self.tasks
                 .spawn(tracing::info_span!("source", kind = "file"), move |token| {
@@ -411,6 +419,7 @@ impl Kubelet {
             node_memory: self.opts.node_memory,
             node_cpu_cores: self.opts.node_cpu_cores,
             reg: reg.clone(),
+            clock: self.opts.clock,
             node_uid: self.node_uid.clone(),
             events: self.events.clone(),
         };
@@ -443,9 +452,10 @@ impl Kubelet {
         {
             let cfg = &self.opts.config;
             let api = api.with_limits(cfg.event_record_qps, cfg.event_burst);
+            let clock = self.opts.clock;
             self.tasks
                 .spawn(tracing::info_span!("events"), move |token| {
-                    crate::events::run_event_writer(api, rx, token)
+                    crate::events::run_event_writer(api, rx, clock, token)
                 });
         }
     }

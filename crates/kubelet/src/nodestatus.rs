@@ -19,6 +19,7 @@ use kubelet_cri::client::CriClient;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder};
 use crate::runtime_state::RuntimeState;
 
@@ -55,6 +56,8 @@ pub struct NodeStatusController {
     /// Set once the node is registered (mirror pods name it as owner).
     pub node_uid: Arc<RwLock<Option<String>>>,
     pub events: Recorder,
+    /// The wall clock of heartbeats and lease renewals.
+    pub clock: Clock,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -189,7 +192,7 @@ impl NodeStatusController {
                 _ = tick.tick() => {}
             }
             let facts = self.facts().await;
-            let now = crate::clock::now_time();
+            let now = self.clock.now_time();
             let status = node_status(&facts, &self.readiness(), sent.as_ref().map(|s| &s.0), &now);
             let due = match &sent {
                 None => true,
@@ -238,7 +241,7 @@ impl NodeStatusController {
             LeaseHeartbeat::new(self.reg.node_name.clone(), node_uid, LEASE_DURATION_SECONDS);
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         loop {
-            let delay = match lease.renew(&self.api, crate::clock::now_micro()).await {
+            let delay = match lease.renew(&self.api, self.clock.now_micro()).await {
                 Ok(()) => {
                     backoff.reset();
                     LEASE_RENEW_INTERVAL

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::kuberuntime::RuntimeManager;
 
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
@@ -32,14 +33,16 @@ pub struct Pleg {
     runtime: RuntimeManager,
     shared: Arc<Mutex<Shared>>,
     metrics: KubeletMetrics,
+    clock: Clock,
 }
 
 impl Pleg {
-    pub fn new(runtime: RuntimeManager, metrics: KubeletMetrics) -> Self {
+    pub fn new(runtime: RuntimeManager, metrics: KubeletMetrics, clock: Clock) -> Self {
         Pleg {
             runtime,
             shared: Arc::default(),
             metrics,
+            clock,
         }
     }
 
@@ -88,7 +91,7 @@ impl Pleg {
         let m = &self.metrics;
         m.pleg_relist_duration.observe_duration(&[], took);
         m.pleg_last_seen
-            .set(&[], crate::clock::now_nanos() as f64 / 1e9);
+            .set(&[], self.clock.now_nanos() as f64 / 1e9);
         let running = pods
             .values()
             .filter(|p| p.sandboxes.values().any(|s| *s == SandboxState::Ready))

@@ -16,6 +16,8 @@ use kubelet_core::final_status::keep_final;
 use kubelet_core::status::carry_over;
 use kubelet_core::types::PodUid;
 
+use crate::clock::Clock;
+
 #[derive(Default)]
 struct Inner {
     statuses: HashMap<PodUid, Arc<PodStatus>>,
@@ -31,9 +33,18 @@ struct Inner {
 pub struct StatusManager {
     inner: Arc<Mutex<Inner>>,
     changed: Arc<Notify>,
+    clock: Clock,
 }
 
 impl StatusManager {
+    /// A status manager whose transition and start times come from `clock`.
+    pub fn new(clock: Clock) -> Self {
+        StatusManager {
+            clock,
+            ..StatusManager::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -43,7 +54,7 @@ impl StatusManager {
     /// PodScheduled, a start time from before a restart, a terminal phase).
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = PodUid::of(pod);
-        let now = crate::clock::now_time();
+        let now = self.clock.now_time();
         let mut inner = self.lock();
         let old = inner
             .statuses

@@ -183,6 +183,14 @@ impl Job {
                 out.end = End::Gone;
                 return out;
             }
+            // The Node authorizer lets a node read only the pods bound to
+            // it: a deleted pod reads as forbidden, not as not found.
+            Err(e) if e.is_forbidden() => {
+                tracing::info!(pod = %target, "pod not readable in the API server (deleted, or not bound to this node): status dropped");
+                out.settled = true;
+                out.end = End::Gone;
+                return out;
+            }
             Err(e) => {
                 tracing::warn!(pod = %target, error = %e, "reading a pod for its status; will retry");
                 out.end = End::Retry;
@@ -521,6 +529,16 @@ mod tests {
                     serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                         "reason": "NotFound", "code": 404, "message": format!("pods \"{name}\" not found")}),
                 ),
+                // The Node authorizer's answer to a read of a pod no longer
+                // bound to the node.
+                (Method::GET, Some(_)) if refuse.get(&name) == Some(&StatusCode::FORBIDDEN) => {
+                    reply(
+                        StatusCode::FORBIDDEN,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "Forbidden", "code": 403,
+                        "message": format!("pods \"{name}\" is forbidden: User \"system:node:node1\" cannot get resource \"pods\"")}),
+                    )
+                }
                 (Method::PATCH, Some(_))
                     if refuse.get(&name) == Some(&StatusCode::UNPROCESSABLE_ENTITY) =>
                 {
@@ -572,7 +590,8 @@ mod tests {
     /// container state transition) delays no other pod's status, is not
     /// sent the refused status again, and, deleted and finished, is still
     /// deleted from the API. A pod whose patches keep failing (500) is
-    /// retried on its own and delays no other pod either.
+    /// retried on its own and delays no other pod either. A pod the API
+    /// server no longer lets the node read (403) is dropped, not retried.
     #[tokio::test(start_paused = true)]
     async fn a_refused_status_holds_back_no_pod_and_the_pod_is_still_deleted() {
         let terminated = ContainerState {
@@ -595,10 +614,12 @@ mod tests {
         );
         let b = api_pod("b", false, PodStatus::default());
         let c = api_pod("c", false, PodStatus::default());
+        let d = api_pod("d", false, PodStatus::default());
         let pods = Arc::new(Mutex::new(HashMap::from([
             ("a".to_string(), a.clone()),
             ("b".to_string(), b.clone()),
             ("c".to_string(), c.clone()),
+            ("d".to_string(), d.clone()),
         ])));
         let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
         let (seen_tx, mut seen) = mpsc::unbounded_channel();
@@ -609,6 +630,7 @@ mod tests {
             HashMap::from([
                 ("a".to_string(), StatusCode::UNPROCESSABLE_ENTITY),
                 ("c".to_string(), StatusCode::INTERNAL_SERVER_ERROR),
+                ("d".to_string(), StatusCode::FORBIDDEN),
             ]),
             seen_tx,
             Arc::clone(&log),
@@ -619,6 +641,7 @@ mod tests {
         pod_manager.add_or_update(Arc::new(a.clone()));
         pod_manager.add_or_update(Arc::new(b.clone()));
         pod_manager.add_or_update(Arc::new(c.clone()));
+        pod_manager.add_or_update(Arc::new(d.clone()));
         let sync = StatusSync {
             api: ApiClient::new(kube::Client::new(service, "default"), 0, 1),
             pod_manager,
@@ -635,6 +658,7 @@ mod tests {
             ..Default::default()
         };
         status.set_pod_status(&c, running());
+        status.set_pod_status(&d, running());
         // Pod a terminated and its containers were removed: the kubelet's
         // last status for it has the container waiting.
         status.set_pod_status(
@@ -669,13 +693,19 @@ mod tests {
         assert_eq!(phase.as_deref(), Some("Running"));
         cancel.cancel();
         run.await.unwrap();
-        let patches = |pod: &str| {
+        let count = |verb: Method, pod: &str| {
             log.lock()
                 .unwrap()
                 .iter()
-                .filter(|(m, n)| *m == Method::PATCH && n == pod)
+                .filter(|(m, n)| *m == verb && n == pod)
                 .count()
         };
+        let patches = |pod: &str| count(Method::PATCH, pod);
+        assert_eq!(
+            (count(Method::GET, "d"), patches("d")),
+            (1, 0),
+            "a pod the node may not read is dropped, not retried"
+        );
         assert_eq!(patches("a"), 1, "the refused status is not sent again");
         let retries = patches("c");
         assert!(

@@ -19,6 +19,7 @@ use kubelet_core::types::PodUid;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::clock::Clock;
 use crate::error::{SyncError, waiting_reasons};
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
@@ -47,6 +48,8 @@ pub struct Syncer {
     /// When each pod not yet running was first synced
     /// (kubelet_pod_start_duration_seconds).
     pub first_seen: Arc<Mutex<HashMap<PodUid, Instant>>>,
+    /// The wall clock active deadlines are counted on.
+    pub clock: Clock,
 }
 
 impl Syncer {
@@ -91,7 +94,7 @@ impl Syncer {
             .get_pod_status(&PodUid::of(pod))
             .and_then(|s| s.start_time.clone())
             .map(|t| t.0.as_second());
-        past_active_deadline(pod, start, crate::clock::now_nanos() / 1_000_000_000)
+        past_active_deadline(pod, start, self.clock.now_nanos() / 1_000_000_000)
     }
 
     /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
+use kubelet::clock::Clock;
 use kubelet::{Kubelet, KubeletOptions};
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::types::{PodUid, keys};
@@ -20,6 +21,8 @@ const WAIT: Duration = Duration::from_secs(20);
 struct Node {
     dir: tempfile::TempDir,
     fake: FakeRuntime,
+    /// The wall clock of the kubelet and the fake.
+    clock: Clock,
 }
 
 struct Running {
@@ -30,17 +33,26 @@ struct Running {
 
 impl Node {
     async fn new() -> Node {
+        Node::with_clock(Clock::System).await
+    }
+
+    /// A node whose kubelet and runtime read `clock` (one that follows
+    /// tokio's, for a test on paused time).
+    async fn with_clock(clock: Clock) -> Node {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("manifests")).unwrap();
-        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
-            .await
-            .unwrap();
+        let fake = FakeRuntime::start_with_clock(
+            &dir.path().join("cri.sock"),
+            Arc::new(move || clock.now_nanos()),
+        )
+        .await
+        .unwrap();
         fake.add_image(IMAGE);
-        Node { dir, fake }
+        Node { dir, fake, clock }
     }
 
     fn manifests(&self) -> PathBuf {
@@ -68,7 +80,9 @@ impl Node {
             port: 0,
             ..Default::default()
         };
-        let opts = KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
+        let mut opts =
+            KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
+        opts.clock = self.clock;
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
         let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
@@ -677,6 +691,41 @@ async fn a_crashing_container_backs_off() {
         node.fake.calls("CreateContainer"),
         2,
         "no restart during the back-off"
+    );
+    k.stop().await;
+}
+
+/// On paused time (the kubelet's and the runtime's wall clocks follow
+/// tokio's): a restart in CrashLoopBackOff comes when its back-off ends, 10 s
+/// after the second exit, and not before.
+#[tokio::test(start_paused = true)]
+async fn a_crash_loop_restart_comes_when_its_back_off_ends() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    node.write("crash.yaml", &pod("crash", &[("c", "exit 1")], ""));
+    let k = node.start();
+    let restarted = |n: &str| {
+        node.running("c")
+            .first()
+            .is_some_and(|c| restart_count(c) == n)
+    };
+    node.fake
+        .wait_for("c runs", WAIT, |_| node.running("c").len() == 1)
+        .await;
+    assert!(node.fake.exit_container(&node.running("c")[0].id, 1));
+    node.fake
+        .wait_for("first restart", WAIT, |_| restarted("1"))
+        .await;
+    assert!(node.fake.exit_container(&node.running("c")[0].id, 1));
+    let exited = tokio::time::Instant::now();
+    node.fake
+        .wait_for("second restart", Duration::from_secs(60), |_| {
+            restarted("2")
+        })
+        .await;
+    let waited = exited.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(12),
+        "restarted {waited:?} after the exit, for a 10 s back-off"
     );
     k.stop().await;
 }

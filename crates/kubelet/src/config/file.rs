@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::SourceSnapshot;
+use crate::clock::Clock;
 
 /// After a bare create (a file likely still being written): how long the
 /// directory must stay quiet before it is rescanned, and the longest wait.
@@ -29,6 +30,7 @@ pub struct FileSource {
     pub node_name: String,
     /// Period of the full rescan that backs up inotify (`fileCheckFrequency`).
     pub check_every: Duration,
+    pub clock: Clock,
 }
 
 impl FileSource {
@@ -54,7 +56,7 @@ impl FileSource {
             // Watch first, then scan: a change landing in between is seen by the next rescan.
             watcher.ensure_watch(&self.dir);
             let Some((Scan { pods, state, .. }, remembered)) =
-                rescan(self.dir.clone(), self.node_name.clone(), files).await
+                rescan(self.dir.clone(), self.node_name.clone(), files, self.clock).await
             else {
                 return; // the runtime is shutting down
             };
@@ -192,9 +194,10 @@ async fn rescan(
     dir: PathBuf,
     node_name: String,
     mut files: ManifestFiles,
+    clock: Clock,
 ) -> Option<(Scan, ManifestFiles)> {
     let scanned = tokio::task::spawn_blocking(move || {
-        let scan = scan(&dir, &node_name, &mut files, crate::clock::now_nanos());
+        let scan = scan(&dir, &node_name, &mut files, clock.now_nanos());
         (scan, files)
     })
     .await;
@@ -586,7 +589,7 @@ mod tests {
 
     /// A rescan right after the files were written: none of them is settled yet.
     fn rescan_now(dir: &Path, files: &mut ManifestFiles) -> Vec<Pod> {
-        scan_dir(dir, NODE, files, crate::clock::now_nanos()).pods
+        scan_dir(dir, NODE, files, Clock::System.now_nanos()).pods
     }
 
     /// A rescan long after the files were written.
@@ -595,7 +598,7 @@ mod tests {
             dir,
             NODE,
             files,
-            crate::clock::now_nanos() + 3600 * 1_000_000_000,
+            Clock::System.now_nanos() + 3600 * 1_000_000_000,
         )
     }
 
@@ -699,7 +702,7 @@ mod tests {
         let dir = tmp.path();
         let mut files = ManifestFiles::default();
         fs::write(dir.join("b.yaml"), "kind: Pod\n").unwrap();
-        let now = crate::clock::now_nanos();
+        let now = Clock::System.now_nanos();
         let first = scan_dir(dir, NODE, &mut files, now);
         assert_eq!((first.parsed, first.reported), (1, 1));
         let again = scan_dir(dir, NODE, &mut files, now);
@@ -780,6 +783,7 @@ mod tests {
             dir: dir.clone(),
             node_name: NODE.into(),
             check_every: Duration::from_secs(3600),
+            clock: Clock::System,
         };
         let task = tokio::spawn(source.run(tx, cancel.clone()));
 
@@ -833,6 +837,7 @@ mod tests {
             dir: dir.clone(),
             node_name: NODE.into(),
             check_every: Duration::from_millis(50),
+            clock: Clock::System,
         };
         let task = tokio::spawn(source.run(tx, cancel.clone()));
         assert_eq!(next(&mut rx).await, []);
@@ -866,6 +871,7 @@ mod tests {
             dir: tmp.path().to_path_buf(),
             node_name: NODE.into(),
             check_every: Duration::from_secs(3600),
+            clock: Clock::System,
         };
         timeout(WAIT, source.run(tx, CancellationToken::new()))
             .await

@@ -1,7 +1,7 @@
 //! The config mux task (upstream's `PodConfig` / `podStorage.Merge`): folds the snapshots
 //! of every pod source into one stream of `PodUpdate`s for the sync loop.
 
-use std::time::SystemTime;
+use std::time::{Duration, UNIX_EPOCH};
 
 use kubelet_core::podconfig::PodStorage;
 use kubelet_core::timefmt::rfc3339_nanos;
@@ -10,18 +10,20 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{SourceSnapshot, SourcesReady};
+use crate::clock::Clock;
 
 /// Merges source snapshots; see [`new_mux`].
 pub struct Mux {
     storage: PodStorage,
     sources: Vec<&'static str>,
     ready: SourcesReady,
+    clock: Clock,
 }
 
 /// Merge snapshots from all sources into PodUpdates for the sync loop, recording
 /// config.seen; marks `ready` once every name in `sources` has reported (at once when
 /// `sources` is empty). Errors from PodStorage::set are logged (warn, naming the pod).
-pub fn new_mux(sources: &[&'static str]) -> (Mux, SourcesReady) {
+pub fn new_mux(sources: &[&'static str], clock: Clock) -> (Mux, SourcesReady) {
     let ready = SourcesReady::default();
     if sources.is_empty() {
         ready.mark_ready();
@@ -30,6 +32,7 @@ pub fn new_mux(sources: &[&'static str]) -> (Mux, SourcesReady) {
         storage: PodStorage::new(),
         sources: sources.to_vec(),
         ready: ready.clone(),
+        clock,
     };
     (mux, ready)
 }
@@ -57,7 +60,8 @@ impl Mux {
             if !self.sources.contains(&source) {
                 tracing::warn!(source, "snapshot from an unregistered pod source");
             }
-            let now = rfc3339_nanos(SystemTime::now());
+            let nanos = u64::try_from(self.clock.now_nanos()).unwrap_or(0);
+            let now = rfc3339_nanos(UNIX_EPOCH + Duration::from_nanos(nanos));
             let (updates, errors) = self.storage.set(source, snapshot.pods, &now);
             for error in errors {
                 tracing::warn!(source, %error, "pod rejected by the config mux");
@@ -126,7 +130,7 @@ mod tests {
 
     #[tokio::test]
     async fn merges_sources_and_marks_ready() {
-        let (mux, ready) = new_mux(&[SOURCE_FILE, SOURCE_API]);
+        let (mux, ready) = new_mux(&[SOURCE_FILE, SOURCE_API], Clock::System);
         let (snap_tx, snap_rx) = mpsc::channel(4);
         let (upd_tx, mut upd_rx) = mpsc::channel(4);
         let cancel = CancellationToken::new();
@@ -178,7 +182,7 @@ mod tests {
 
     #[tokio::test]
     async fn no_sources_is_ready_and_closed_input_ends_the_task() {
-        let (mux, ready) = new_mux(&[]);
+        let (mux, ready) = new_mux(&[], Clock::System);
         assert!(ready.all_ready());
         let (snap_tx, snap_rx) = mpsc::channel(1);
         let (upd_tx, _upd_rx) = mpsc::channel(1);

@@ -31,6 +31,7 @@ use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
 use self::hooks::{Hook, run_hook};
+use crate::clock::Clock;
 use crate::error::{StartError, StartFailure};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 
@@ -73,6 +74,9 @@ pub struct RuntimeManager {
     crashloop: Arc<Mutex<CrashLoopBackoff>>,
     events: Recorder,
     metrics: KubeletMetrics,
+    /// The wall clock crash-loop back-offs are counted on (against the
+    /// runtime's finish times).
+    clock: Clock,
 }
 
 fn uid_filter(uid: &PodUid) -> HashMap<String, String> {
@@ -136,6 +140,7 @@ impl RuntimeManager {
         node_memory: i64,
         events: Recorder,
         metrics: KubeletMetrics,
+        clock: Clock,
     ) -> Self {
         RuntimeManager {
             cri,
@@ -146,6 +151,7 @@ impl RuntimeManager {
             crashloop: Arc::default(),
             events,
             metrics,
+            clock,
         }
     }
 
@@ -583,7 +589,7 @@ impl RuntimeManager {
             return Ok(None);
         }
         let dir = self.pods_dir.join(uid).join("containers").join(&c.name);
-        let path = dir.join(format!("{:08x}", crate::clock::now_nanos() as u32));
+        let path = dir.join(format!("{:08x}", self.clock.now_nanos() as u32));
         let made = async {
             tokio::fs::create_dir_all(&dir).await?;
             tokio::fs::write(&path, b"").await?;
@@ -610,7 +616,7 @@ impl RuntimeManager {
             &c.name,
             &container_hash(c),
         );
-        let now = crate::clock::now_nanos();
+        let now = self.clock.now_nanos();
         let mut backoff = self.crashloop.lock().unwrap_or_else(|e| e.into_inner());
         backoff.gc(now);
         backoff
@@ -1139,6 +1145,7 @@ mod tests {
             1 << 30,
             Recorder::log_only("n".into()),
             KubeletMetrics::new("n"),
+            Clock::System,
         );
         let labels = uid_filter(&PodUid::from("u1"));
         let sandbox = cri::PodSandboxConfig {
@@ -1205,7 +1212,7 @@ mod tests {
         fake.add_image("img:1");
         let cri =
             CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
-        let (events, mut rx) = Recorder::with_queue("n".into());
+        let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
         let rm = RuntimeManager::new(
             cri,
             dir.path().join("logs"),
@@ -1214,6 +1221,7 @@ mod tests {
             1 << 30,
             events,
             KubeletMetrics::new("n"),
+            Clock::System,
         );
         let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "namespace": "default", "uid": "u1"},

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use results::ProbeResults;
 
+use crate::clock::Clock;
 use crate::events::Recorder;
 use crate::status_manager::StatusManager;
 use crate::tasks::Tasks;
@@ -46,6 +47,8 @@ struct WorkerEntry {
 
 /// What the manager and its workers share.
 pub(crate) struct Shared {
+    /// The wall clock container start times are compared with.
+    clock: Clock,
     cri: CriClient,
     status: StatusManager,
     events: Recorder,
@@ -113,9 +116,11 @@ impl ProbeManager {
         events: Recorder,
         tasks: Tasks,
         changed: UnboundedSender<PodUid>,
+        clock: Clock,
     ) -> Self {
         ProbeManager {
             shared: Arc::new(Shared {
+                clock,
                 cri,
                 status,
                 events,

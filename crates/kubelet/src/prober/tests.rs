@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::ProbeManager;
+use crate::clock::Clock;
 use crate::events::Recorder;
 use crate::status_manager::StatusManager;
 use crate::tasks::Tasks;
@@ -47,10 +48,17 @@ impl Harness {
         fake.add_image(IMAGE);
         let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
         let status = StatusManager::default();
-        let (recorder, events) = Recorder::with_queue("node1".into());
+        let (recorder, events) = Recorder::with_queue("node1".into(), Clock::System);
         let tasks = Tasks::new(CancellationToken::new());
         let (tx, changed) = mpsc::unbounded_channel();
-        let manager = ProbeManager::new(cri.clone(), status.clone(), recorder, tasks.clone(), tx);
+        let manager = ProbeManager::new(
+            cri.clone(),
+            status.clone(),
+            recorder,
+            tasks.clone(),
+            tx,
+            Clock::System,
+        );
         Harness {
             _dir: dir,
             fake,
@@ -105,7 +113,7 @@ impl Harness {
                 container_id: Some(format!("fake://{id}")),
                 state: Some(ContainerState {
                     running: Some(ContainerStateRunning {
-                        started_at: Some(crate::clock::now_time()),
+                        started_at: Some(Clock::System.now_time()),
                     }),
                     ..Default::default()
                 }),

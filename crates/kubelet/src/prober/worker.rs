@@ -222,7 +222,7 @@ impl Worker {
             .map(|t| t.exit_code);
         let running_for = running.map(|r| {
             let since = r.started_at.as_ref().map_or(0, |t| t.0.as_nanosecond());
-            let nanos = i128::from(crate::clock::now_nanos()) - since;
+            let nanos = i128::from(self.shared.clock.now_nanos()) - since;
             Duration::from_nanos(u64::try_from(nanos.max(0)).unwrap_or(u64::MAX))
         });
         Some(ContainerView {
