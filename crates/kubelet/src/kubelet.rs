@@ -33,7 +33,7 @@ use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
 use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
-use crate::kuberuntime::{PodRef, RuntimeManager};
+use crate::kuberuntime::{Host, PodRef, RuntimeManager};
 use crate::nodestatus::{NodeRegistration, NodeStatusController};
 use crate::pleg::Pleg;
 use crate::pod_workers::{Desire, PodTarget, PodWorkers};
@@ -179,10 +179,12 @@ impl Kubelet {
         let cri = cri.with_observer(Arc::new(CriMetrics(opts.metrics.clone())));
         let runtime = RuntimeManager::new(
             cri,
-            opts.config.pod_logs_dir.clone(),
-            opts.root_dir.join("pods"),
-            opts.host_dns.clone(),
-            opts.node_memory,
+            Host {
+                logs_root: opts.config.pod_logs_dir.clone(),
+                pods_dir: opts.root_dir.join("pods"),
+                dns: opts.host_dns.clone(),
+                node_memory: opts.node_memory,
+            },
             events.clone(),
             opts.metrics.clone(),
             opts.clock,

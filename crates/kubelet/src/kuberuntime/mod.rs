@@ -63,14 +63,23 @@ struct Sandbox {
     config: cri::PodSandboxConfig,
 }
 
+/// What the runtime manager needs to know of the node.
+#[derive(Clone, Debug)]
+pub struct Host {
+    /// podLogsDir.
+    pub logs_root: PathBuf,
+    /// `<root-dir>/pods`: per-pod files (termination message files).
+    pub pods_dir: PathBuf,
+    /// The host's resolver, for pods using the Default DNS policy.
+    pub dns: ResolvConf,
+    /// The node's memory in bytes (oom_score_adj of Burstable pods).
+    pub node_memory: i64,
+}
+
 #[derive(Clone)]
 pub struct RuntimeManager {
     cri: CriClient,
-    logs_root: PathBuf,
-    /// `<root-dir>/pods`: per-pod files (termination message files).
-    pods_dir: PathBuf,
-    host_dns: ResolvConf,
-    node_memory: i64,
+    host: Host,
     crashloop: Arc<Mutex<CrashLoopBackoff>>,
     events: Recorder,
     metrics: KubeletMetrics,
@@ -134,20 +143,14 @@ fn pull_policy_default(image: &str) -> &'static str {
 impl RuntimeManager {
     pub fn new(
         cri: CriClient,
-        logs_root: PathBuf,
-        pods_dir: PathBuf,
-        host_dns: ResolvConf,
-        node_memory: i64,
+        host: Host,
         events: Recorder,
         metrics: KubeletMetrics,
         clock: Clock,
     ) -> Self {
         RuntimeManager {
             cri,
-            logs_root,
-            pods_dir,
-            host_dns,
-            node_memory,
+            host,
             crashloop: Arc::default(),
             events,
             metrics,
@@ -273,7 +276,7 @@ impl RuntimeManager {
             .iter()
             .find(|m| m.container_path == target)
             .map(|m| std::path::Path::new(&m.host_path))
-            .filter(|p| is_under(p, &self.pods_dir))
+            .filter(|p| is_under(p, &self.host.pods_dir))
             .and_then(|p| read_at_most(p, MAX_TERMINATION_MESSAGE))
             .unwrap_or_default();
         if !from_file.is_empty() {
@@ -283,7 +286,7 @@ impl RuntimeManager {
         if ann(keys::CONTAINER_TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError"
             && st.exit_code != 0
             && st.reason != "ContainerCannotRun"
-            && is_under(std::path::Path::new(&st.log_path), &self.logs_root)
+            && is_under(std::path::Path::new(&st.log_path), &self.host.logs_root)
         {
             return log_tail(&st.log_path).unwrap_or_default();
         }
@@ -413,12 +416,12 @@ impl RuntimeManager {
         };
         Ok(Some(Sandbox {
             id,
-            config: sandbox_config(pod, 0, &self.logs_root, &self.host_dns),
+            config: sandbox_config(pod, 0, &self.host.logs_root, &self.host.dns),
         }))
     }
 
     async fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, CriError> {
-        let cfg = sandbox_config(pod, attempt, &self.logs_root, &self.host_dns);
+        let cfg = sandbox_config(pod, attempt, &self.host.logs_root, &self.host.dns);
         if !cfg.log_directory.is_empty()
             && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
         {
@@ -468,12 +471,12 @@ impl RuntimeManager {
             c,
             start.restart_count,
             &image_ref,
-            self.node_memory,
+            self.host.node_memory,
             termination_log.as_deref(),
         )
         .map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
-            &self.logs_root,
+            &self.host.logs_root,
             pod.metadata.namespace.as_deref().unwrap_or("default"),
             pod.metadata.name.as_deref().unwrap_or(""),
             pod.metadata.uid.as_deref().unwrap_or(""),
@@ -588,7 +591,12 @@ impl RuntimeManager {
         if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
             return Ok(None);
         }
-        let dir = self.pods_dir.join(uid).join("containers").join(&c.name);
+        let dir = self
+            .host
+            .pods_dir
+            .join(uid)
+            .join("containers")
+            .join(&c.name);
         let path = dir.join(format!("{:08x}", self.clock.now_nanos() as u32));
         let made = async {
             tokio::fs::create_dir_all(&dir).await?;
@@ -880,7 +888,7 @@ impl RuntimeManager {
     /// Whether `path` is a log file the kubelet placed: absolute, under
     /// podLogsDir, no `..` (a log path from the runtime never escapes).
     fn owns_log(&self, path: &str) -> bool {
-        is_under(std::path::Path::new(path), &self.logs_root)
+        is_under(std::path::Path::new(path), &self.host.logs_root)
     }
 
     /// With the pod's ready sandbox in use, remove its other sandboxes that
@@ -920,8 +928,12 @@ impl RuntimeManager {
             ok_if_not_found(self.cri.stop_pod_sandbox(&sb.id).await)?;
             ok_if_not_found(self.cri.remove_pod_sandbox(&sb.id).await)?;
         }
-        if let Some(dir) = pod_log_dir(&self.logs_root, &pod.namespace, &pod.name, pod.uid.as_str())
-        {
+        if let Some(dir) = pod_log_dir(
+            &self.host.logs_root,
+            &pod.namespace,
+            &pod.name,
+            pod.uid.as_str(),
+        ) {
             match tokio::fs::remove_dir_all(&dir).await {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -1139,10 +1151,12 @@ mod tests {
         let logs = dir.path().join("logs");
         let rm = RuntimeManager::new(
             cri.clone(),
-            logs.clone(),
-            dir.path().join("pods"),
-            ResolvConf::default(),
-            1 << 30,
+            Host {
+                logs_root: logs.clone(),
+                pods_dir: dir.path().join("pods"),
+                dns: ResolvConf::default(),
+                node_memory: 1 << 30,
+            },
             Recorder::log_only("n".into()),
             KubeletMetrics::new("n"),
             Clock::System,
@@ -1215,10 +1229,12 @@ mod tests {
         let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
         let rm = RuntimeManager::new(
             cri,
-            dir.path().join("logs"),
-            dir.path().join("pods"),
-            ResolvConf::default(),
-            1 << 30,
+            Host {
+                logs_root: dir.path().join("logs"),
+                pods_dir: dir.path().join("pods"),
+                dns: ResolvConf::default(),
+                node_memory: 1 << 30,
+            },
             events,
             KubeletMetrics::new("n"),
             Clock::System,
