@@ -96,8 +96,31 @@ pub fn detect_node_ip() -> String {
         .unwrap_or_else(|_| "127.0.0.1".into())
 }
 
+/// What the node says of itself that does not change while the kubelet
+/// runs: read once, on the blocking pool.
+#[derive(Clone, Debug, Default)]
+struct HostInfo {
+    machine_id: String,
+    system_uuid: String,
+    boot_id: String,
+    kernel_version: String,
+    os_image: String,
+}
+
+impl HostInfo {
+    fn read() -> HostInfo {
+        HostInfo {
+            machine_id: read_trimmed("/etc/machine-id"),
+            system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid"),
+            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+            kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
+            os_image: os_image(),
+        }
+    }
+}
+
 impl NodeStatusController {
-    async fn facts(&self) -> NodeFacts {
+    async fn facts(&self, host: &HostInfo) -> NodeFacts {
         let images = match self.cri.list_images().await {
             Ok(images) => images
                 .into_iter()
@@ -111,18 +134,23 @@ impl NodeStatusController {
                 Vec::new()
             }
         };
-        let ephemeral = rustix::fs::statvfs(&self.root_dir)
-            .map(|s| (s.f_blocks * s.f_frsize) as i64)
-            .unwrap_or(0);
+        let root = self.root_dir.clone();
+        let ephemeral = tokio::task::spawn_blocking(move || {
+            rustix::fs::statvfs(&root)
+                .map(|s| (s.f_blocks * s.f_frsize) as i64)
+                .unwrap_or(0)
+        })
+        .await
+        .unwrap_or(0);
         NodeFacts {
             node_name: self.reg.node_name.clone(),
             hostname: self.reg.node_name.clone(),
             node_ips: self.reg.node_ips.clone(),
-            machine_id: read_trimmed("/etc/machine-id"),
-            system_uuid: read_trimmed("/sys/class/dmi/id/product_uuid"),
-            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
-            kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
-            os_image: os_image(),
+            machine_id: host.machine_id.clone(),
+            system_uuid: host.system_uuid.clone(),
+            boot_id: host.boot_id.clone(),
+            kernel_version: host.kernel_version.clone(),
+            os_image: host.os_image.clone(),
             architecture: architecture().into(),
             cpu_cores: self.node_cpu_cores,
             memory_bytes: self.node_memory,
@@ -148,10 +176,13 @@ impl NodeStatusController {
     /// Register (with backoff until the API server takes it), then keep the
     /// status and the lease fresh until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
+        let host = tokio::task::spawn_blocking(HostInfo::read)
+            .await
+            .unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         let node_uid = if self.reg.register {
             loop {
-                let facts = self.facts().await;
+                let facts = self.facts(&host).await;
                 let node = initial_node(&facts, &self.reg.labels, &self.reg.taints);
                 match register(&self.api, &node).await {
                     Ok(n) => {
@@ -177,12 +208,12 @@ impl NodeStatusController {
             None
         };
         tokio::join!(
-            self.status_loop(&cancel),
+            self.status_loop(&host, &cancel),
             self.lease_loop(node_uid, &cancel)
         );
     }
 
-    async fn status_loop(&self, cancel: &CancellationToken) {
+    async fn status_loop(&self, host: &HostInfo, cancel: &CancellationToken) {
         let mut sent: Option<(NodeStatus, Instant)> = None;
         let mut tick = tokio::time::interval(self.reg.update_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -191,7 +222,7 @@ impl NodeStatusController {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let facts = self.facts().await;
+            let facts = self.facts(host).await;
             let now = self.clock.now_time();
             let status = node_status(&facts, &self.readiness(), sent.as_ref().map(|s| &s.0), &now);
             let due = match &sent {

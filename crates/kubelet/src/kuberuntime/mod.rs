@@ -226,7 +226,7 @@ impl RuntimeManager {
             let ann = |k: &str| st.annotations.get(k).cloned().unwrap_or_default();
             let exited = container_state(st.state) == ContainerState::Exited;
             let message = if exited {
-                join_messages(&st.message, &self.termination_message(&st))
+                join_messages(&st.message, &self.termination_message(&st).await)
             } else {
                 st.message.clone()
             };
@@ -264,33 +264,39 @@ impl RuntimeManager {
     /// ContainerStatus.Message): the file mounted at terminationMessagePath
     /// (at most 4 KiB; only a file under the pods directory), else with
     /// FallbackToLogsOnError and a failure the last 80 lines of its log (at
-    /// most 2 KiB).
-    fn termination_message(&self, st: &cri::ContainerStatus) -> String {
+    /// most 2 KiB). The files are read on the blocking pool, off the
+    /// runtime the kubelet's servers share.
+    async fn termination_message(&self, st: &cri::ContainerStatus) -> String {
         let ann = |k: &str| st.annotations.get(k).map(String::as_str).unwrap_or("");
         let target = match ann(keys::CONTAINER_TERMINATION_MESSAGE_PATH) {
             "" => "/dev/termination-log",
             p => p,
         };
-        let from_file = st
+        let file = st
             .mounts
             .iter()
             .find(|m| m.container_path == target)
-            .map(|m| std::path::Path::new(&m.host_path))
-            .filter(|p| is_under(p, &self.host.pods_dir))
-            .and_then(|p| read_at_most(p, MAX_TERMINATION_MESSAGE))
-            .unwrap_or_default();
-        if !from_file.is_empty() {
-            return from_file;
-        }
+            .map(|m| PathBuf::from(&m.host_path))
+            .filter(|p| is_under(p, &self.host.pods_dir));
         // A container that could not even start has no log to fall back to.
-        if ann(keys::CONTAINER_TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError"
+        let log = (ann(keys::CONTAINER_TERMINATION_MESSAGE_POLICY) == "FallbackToLogsOnError"
             && st.exit_code != 0
             && st.reason != "ContainerCannotRun"
-            && is_under(std::path::Path::new(&st.log_path), &self.host.logs_root)
-        {
-            return log_tail(&st.log_path).unwrap_or_default();
+            && is_under(std::path::Path::new(&st.log_path), &self.host.logs_root))
+        .then(|| st.log_path.clone());
+        if file.is_none() && log.is_none() {
+            return String::new();
         }
-        String::new()
+        let read = move || {
+            let from_file = file
+                .and_then(|p| read_at_most(&p, MAX_TERMINATION_MESSAGE))
+                .unwrap_or_default();
+            match log {
+                Some(log) if from_file.is_empty() => log_tail(&log).unwrap_or_default(),
+                _ => from_file,
+            }
+        };
+        tokio::task::spawn_blocking(read).await.unwrap_or_default()
     }
 
     /// One relist for PLEG: every kubelet-managed sandbox and container.
