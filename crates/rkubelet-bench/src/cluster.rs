@@ -633,7 +633,7 @@ impl Ctx {
     /// pods made straight through the CRI (RunPodSandbox, with its network,
     /// then CreateContainer and StartContainer of the bench's container), no
     /// kubelet and no API server; each timed from the first call to the
-    /// last answer, then removed.
+    /// last answer, all removed once timed.
     async fn runtime_floor(&self, dir: &Path) -> anyhow::Result<Vec<Duration>> {
         let image = self
             .cri
@@ -642,6 +642,10 @@ impl Ctx {
             .with_context(|| format!("{IMAGE} is not in the runtime"))?
             .id;
         let mut times = Vec::new();
+        // Kept running until all are timed, as the kubelets' serial pods
+        // are: no teardown overlaps the next start.
+        let mut made = Vec::new();
+        let mut failed = None;
         for i in 0..self.args.serial {
             let name = format!("{POD_PREFIX}floor-{i}");
             let logs = dir.join("floor").join(&name);
@@ -675,17 +679,31 @@ impl Ctx {
                 ..Default::default()
             };
             let start = Instant::now();
-            let id = self.cri.run_pod_sandbox(sandbox.clone()).await?;
-            let made = async {
+            let id = match self.cri.run_pod_sandbox(sandbox.clone()).await {
+                Ok(id) => id,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            made.push(id.clone());
+            let started = async {
                 let c = self.cri.create_container(&id, container, sandbox).await?;
                 self.cri.start_container(&c).await
             }
             .await;
-            let took = start.elapsed();
+            if let Err(e) = started {
+                failed = Some(e);
+                break;
+            }
+            times.push(start.elapsed());
+        }
+        for id in made {
             self.cri.stop_pod_sandbox(&id).await?;
             self.cri.remove_pod_sandbox(&id).await?;
-            made?;
-            times.push(took);
+        }
+        if let Some(e) = failed {
+            return Err(e.into());
         }
         let mut sorted = times.clone();
         sorted.sort();
