@@ -44,8 +44,9 @@ impl ApiError {
         let what = what.into();
         match e {
             kube::Error::Api(s) => {
-                // A read the Node authorizer refuses is of an object no
-                // longer related to this node (a deleted pod): expected.
+                // A read the Node authorizer refuses is of an object it does
+                // not (or not yet, after an API server restart) relate to
+                // this node, a deleted pod: the caller says what it does.
                 if s.code == 403 && verb != "get" {
                     tracing::error!(verb, %what, message = %s.message, "forbidden by the API server");
                 }
@@ -74,11 +75,6 @@ impl ApiError {
 
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
-    }
-
-    /// 403: the authorizer refused the request.
-    pub fn is_forbidden(&self) -> bool {
-        self.code() == Some(403)
     }
 
     /// 409: AlreadyExists on create, Conflict on update.
