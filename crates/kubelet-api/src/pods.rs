@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher::{self, Event};
 
-use kubelet_core::types::{SOURCE_API, SourceSnapshot};
+use kubelet_core::types::{SOURCE_API, SourceSnapshot, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -122,6 +123,38 @@ pub async fn delete_finished(
             let e = ApiError::from_kube("delete", what(namespace, name), e);
             if e.is_not_found() { Ok(()) } else { Err(e) }
         }
+    }
+}
+
+/// The mirror pod of a static pod: same name, spec and labels, the
+/// `kubernetes.io/config.mirror` annotation holding the static pod's
+/// config hash, and the Node as controlling owner (what NodeRestriction
+/// requires).
+pub fn mirror_pod(pod: &Pod, node: &str, node_uid: &str) -> Pod {
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    let hash = annotations
+        .get(keys::CONFIG_HASH)
+        .cloned()
+        .unwrap_or_default();
+    annotations.insert(keys::CONFIG_MIRROR.into(), hash);
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node.into(),
+                uid: node_uid.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        },
+        spec: pod.spec.clone(),
+        status: None,
     }
 }
 

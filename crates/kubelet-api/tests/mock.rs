@@ -14,7 +14,7 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kubelet_api::node::{self, LEASE_NAMESPACE, LeaseHeartbeat};
@@ -254,38 +254,6 @@ fn static_pod() -> Pod {
     pod
 }
 
-/// The mirror pod of `pod`, built as the kubelet's `status_sync::mirror_pod`
-/// builds it (kubelet-api cannot depend on the kubelet crate): the
-/// config.mirror annotation with the config hash, the Node as controlling
-/// owner, no UID, no status.
-fn mirror_of(pod: &Pod, node: &str, node_uid: &str) -> Pod {
-    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let hash = annotations
-        .get(keys::CONFIG_HASH)
-        .cloned()
-        .unwrap_or_default();
-    annotations.insert(keys::CONFIG_MIRROR.into(), hash);
-    Pod {
-        metadata: ObjectMeta {
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            labels: pod.metadata.labels.clone(),
-            annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: node.into(),
-                uid: node_uid.into(),
-                controller: Some(true),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        },
-        spec: pod.spec.clone(),
-        status: None,
-    }
-}
-
 fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     Some(
         pairs
@@ -455,7 +423,7 @@ async fn deleting_a_gone_pod_is_done_and_a_refused_delete_is_an_error() {
 #[tokio::test]
 async fn a_mirror_pod_is_created_with_its_annotation_and_node_owner() {
     let (api, mut server) = mock_api(0, 1);
-    let mirror = mirror_of(&static_pod(), "node1", "node-uid");
+    let mirror = pods::mirror_pod(&static_pod(), "node1", "node-uid");
     let task = start({
         let api = api.clone();
         let mirror = mirror.clone();
@@ -500,7 +468,7 @@ async fn a_mirror_pod_is_created_with_its_annotation_and_node_owner() {
 async fn a_mirror_pod_is_read_and_an_outdated_one_replaced_by_uid() {
     let (api, mut server) = mock_api(0, 1);
     let path = "/api/v1/namespaces/kube-system/pods/etcd-node1";
-    let mut outdated = mirror_of(&static_pod(), "node1", "node-uid");
+    let mut outdated = pods::mirror_pod(&static_pod(), "node1", "node-uid");
     outdated.metadata.uid = Some("mirror-uid-1".into());
 
     let task = start({
@@ -532,7 +500,7 @@ async fn a_mirror_pod_is_read_and_an_outdated_one_replaced_by_uid() {
         .insert(keys::CONFIG_HASH.into(), "hash-2".into());
     let task = start(async move {
         pods::delete_finished(&api, "kube-system", "etcd-node1", "mirror-uid-1").await?;
-        pods::create_mirror(&api, &mirror_of(&changed, "node1", "node-uid")).await
+        pods::create_mirror(&api, &pods::mirror_pod(&changed, "node1", "node-uid")).await
     });
     let delete = server.expect(Method::DELETE, path).await;
     assert_eq!(delete.body["preconditions"]["uid"], "mirror-uid-1");

@@ -15,9 +15,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kubelet_api::ApiClient;
-use kubelet_api::pods::{create_mirror, delete_finished, get_pod, patch_status};
+use kubelet_api::pods::{create_mirror, delete_finished, get_pod, mirror_pod, patch_status};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::final_status::{is_terminal_status, keep_final};
 use kubelet_core::metrics::KubeletMetrics;
@@ -48,38 +47,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 
 pub fn is_static_pod(pod: &Pod) -> bool {
     annotation(pod, keys::CONFIG_SOURCE) == Some(SOURCE_FILE)
-}
-
-/// The mirror pod of a static pod: same name, spec and labels, the
-/// `kubernetes.io/config.mirror` annotation holding the static pod's
-/// config hash, and the Node as controlling owner (what NodeRestriction
-/// requires).
-pub fn mirror_pod(pod: &Pod, node: &str, node_uid: &str) -> Pod {
-    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
-    let hash = annotations
-        .get(keys::CONFIG_HASH)
-        .cloned()
-        .unwrap_or_default();
-    annotations.insert(keys::CONFIG_MIRROR.into(), hash);
-    Pod {
-        metadata: ObjectMeta {
-            name: pod.metadata.name.clone(),
-            namespace: pod.metadata.namespace.clone(),
-            labels: pod.metadata.labels.clone(),
-            annotations: Some(annotations),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: node.into(),
-                uid: node_uid.into(),
-                controller: Some(true),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        },
-        spec: pod.spec.clone(),
-        status: None,
-    }
 }
 
 /// The API status sync: what it reads (the pod manager's pods and mirror
@@ -454,7 +421,7 @@ mod tests {
     use k8s_openapi::api::core::v1::{
         ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodSpec,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use kube::client::Body;
     use tokio::sync::mpsc;
 

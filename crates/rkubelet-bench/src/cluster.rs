@@ -705,13 +705,11 @@ impl Ctx {
         if let Some(e) = failed {
             return Err(e.into());
         }
-        let mut sorted = times.clone();
-        sorted.sort();
         println!(
             "    runtime floor, serial {} (CRI straight, no kubelet): p50 {:.1} ms, p99 {:.1} ms",
-            sorted.len(),
-            ms(crate::percentile(&sorted, 0.5)),
-            ms(crate::percentile(&sorted, 0.99)),
+            times.len(),
+            percentile_ms(&times, 0.5).unwrap_or(f64::NAN),
+            percentile_ms(&times, 0.99).unwrap_or(f64::NAN),
         );
         Ok(times)
     }
@@ -964,13 +962,11 @@ impl Ctx {
                 let l = self.one_pod(k, &format!("{POD_PREFIX}serial-{i}")).await?;
                 r.serial.push(l);
             }
-            let mut sorted = r.serial.clone();
-            sorted.sort();
             println!(
                 "    serial {}: p50 {:.1} ms, p99 {:.1} ms (warm-up {:.1} ms)",
-                sorted.len(),
-                ms(crate::percentile(&sorted, 0.5)),
-                ms(crate::percentile(&sorted, 0.99)),
+                r.serial.len(),
+                percentile_ms(&r.serial, 0.5).unwrap_or(f64::NAN),
+                percentile_ms(&r.serial, 0.99).unwrap_or(f64::NAN),
                 r.warmup.map_or(0.0, ms)
             );
         }
@@ -1326,6 +1322,14 @@ fn probe_totals(text: &str) -> BTreeMap<(String, String), f64> {
     out
 }
 
+/// The nearest-rank percentile `p` of `times` (in any order), in ms; None
+/// when there are none.
+fn percentile_ms(times: &[Duration], p: f64) -> Option<f64> {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    (!sorted.is_empty()).then(|| ms(crate::percentile(&sorted, p)))
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -1341,24 +1345,14 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         2,
     ));
     if args.serial > 0 {
-        let pct = |p: f64| -> Metric {
-            Box::new(move |r: &KResults| {
-                let mut s = r.serial.clone();
-                s.sort();
-                (!s.is_empty()).then(|| ms(crate::percentile(&s, p)))
-            })
-        };
+        let pct = |p: f64| -> Metric { Box::new(move |r: &KResults| percentile_ms(&r.serial, p)) };
         rows.push((
             format!("pod startup p50 (ms, serial n={})", args.serial),
             pct(0.5),
             1,
         ));
         rows.push(("pod startup p99 (ms)".into(), pct(0.99), 1));
-        let floor = |r: &KResults| {
-            let mut s = r.floor.clone();
-            s.sort();
-            (!s.is_empty()).then(|| ms(crate::percentile(&s, 0.5)))
-        };
+        let floor = |r: &KResults| percentile_ms(&r.floor, 0.5);
         rows.push((
             "  runtime floor p50 (ms, CRI straight, no kubelet)".into(),
             Box::new(floor),

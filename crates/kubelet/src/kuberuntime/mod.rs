@@ -335,8 +335,15 @@ impl RuntimeManager {
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult::default();
-        let Some(sandbox) = self.sandbox_step(pod, status, &actions).await? else {
+        let Some(id) = self.sandbox_step(pod, status, &actions).await? else {
             return Ok(result);
+        };
+        if actions.containers_to_start.is_empty() {
+            return Ok(result);
+        }
+        let sandbox = Sandbox {
+            id,
+            config: sandbox_config(pod, 0, &self.host.logs_root, &self.host.dns),
         };
         for start in &actions.containers_to_start {
             let specs = if start.init {
@@ -411,19 +418,15 @@ impl RuntimeManager {
         pod: &Pod,
         status: &PodStatus,
         actions: &PodActions,
-    ) -> Result<Option<Sandbox>, CriError> {
-        let id = match (actions.create_sandbox, &actions.sandbox_id) {
-            (Some(attempt), _) => self.create_sandbox(pod, attempt).await?,
+    ) -> Result<Option<String>, CriError> {
+        match (actions.create_sandbox, &actions.sandbox_id) {
+            (Some(attempt), _) => self.create_sandbox(pod, attempt).await.map(Some),
             (None, Some(id)) => {
                 self.remove_dead_sandboxes(status, id).await?;
-                id.clone()
+                Ok(Some(id.clone()))
             }
-            (None, None) => return Ok(None),
-        };
-        Ok(Some(Sandbox {
-            id,
-            config: sandbox_config(pod, 0, &self.host.logs_root, &self.host.dns),
-        }))
+            (None, None) => Ok(None),
+        }
     }
 
     async fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, CriError> {
