@@ -120,6 +120,19 @@ impl Service<Request<Body>> for Connection {
     }
 }
 
+/// The User-Agent of every request, in the shape of upstream's
+/// `kubelet/v1.37.2 (linux/amd64) kubernetes/<commit>`, so audit logs and
+/// API priority rules can tell the node agent apart.
+pub fn user_agent() -> http::HeaderValue {
+    let agent = format!(
+        "rkubelet/{} ({}/{})",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        kubelet_core::nodestatus::architecture()
+    );
+    http::HeaderValue::from_str(&agent).unwrap_or(http::HeaderValue::from_static("rkubelet"))
+}
+
 impl ApiClient {
     /// `connection` with `qps` requests a second and `burst` at once (a qps
     /// of 0: unlimited).
@@ -144,10 +157,13 @@ impl ApiClient {
             message,
         };
         let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-        let config =
+        let mut config =
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|e| err(e.to_string()))?;
+        config
+            .headers
+            .push((http::header::USER_AGENT, user_agent()));
         let layer = RequestMetricsLayer {
             metrics,
             host: config
@@ -172,5 +188,27 @@ impl ApiClient {
     /// The kube client; each of its requests waits for the rate limit.
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_user_agent_names_rkubelet_its_version_and_platform() {
+        let agent = super::user_agent();
+        let agent = agent.to_str().unwrap();
+        assert_eq!(
+            agent,
+            format!(
+                "rkubelet/{} ({}/{})",
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                kubelet_core::nodestatus::architecture()
+            )
+        );
+        assert!(
+            !agent.contains("x86_64"),
+            "Go's spelling of the arch: {agent}"
+        );
     }
 }

@@ -52,6 +52,15 @@ pub const EVICTION_NODEFS_PERCENT: i64 = 10;
 pub const MAX_IMAGES: usize = 50;
 
 /// The labels upstream's kubelet sets on its Node, plus `--node-labels`.
+/// The node's architecture in Kubernetes' spelling.
+pub fn architecture() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
 pub fn node_labels(
     facts: &NodeFacts,
     extra: &BTreeMap<String, String>,

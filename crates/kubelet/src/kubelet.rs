@@ -746,7 +746,7 @@ impl Kubelet {
         };
         let facts = NodeFacts {
             hostname: reg.node_name.clone(),
-            architecture: crate::nodestatus::architecture().into(),
+            architecture: kubelet_core::nodestatus::architecture().into(),
             ..Default::default()
         };
         let registered = NodeInfo {

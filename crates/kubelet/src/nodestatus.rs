@@ -13,7 +13,7 @@ use kubelet_api::ApiClient;
 use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::nodestatus::{
-    NodeFacts, Readiness, initial_node, node_status, ready_status, status_changed,
+    NodeFacts, Readiness, architecture, initial_node, node_status, ready_status, status_changed,
 };
 use kubelet_cri::client::CriClient;
 use tokio::time::Instant;
@@ -72,15 +72,6 @@ fn os_image() -> String {
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim_matches('"').to_owned())
         .unwrap_or_else(|| "Linux".into())
-}
-
-/// The node's architecture in Kubernetes' spelling.
-pub fn architecture() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    }
 }
 
 /// The node's IP when none is given: the source address the kernel would
