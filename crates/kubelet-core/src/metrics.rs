@@ -11,6 +11,17 @@
 //! `kubelet_housekeeping_duration_seconds`, `kubelet_pod_worker_queue_length`,
 //! `kubelet_runtime_ready`, `kubelet_network_ready`,
 //! `kubelet_server_open_connections` and `kubelet_server_accept_errors_total`.
+//!
+//! Why not `prometheus-client`: it writes OpenMetrics, not the 0.0.4 text
+//! upstream serves, and the difference reaches scrapers. Registering
+//! upstream's `kubelet_runtime_operations_total` with prometheus-client
+//! 0.24.1 and rendering it (2026-12-01) gave samples named
+//! `kubelet_runtime_operations_total_total` (it appends `_total`; registering
+//! `kubelet_runtime_operations` instead types a family whose name no 0.0.4
+//! parser such as client_golang's expfmt matches to its `_total` samples), a
+//! `.` appended to every HELP text, a histogram's `_sum` and `_count` before
+//! its buckets, and a closing `# EOF`. Keeping upstream's bytes takes this
+//! module's renderer; the registry under it is a map per family.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
