@@ -33,7 +33,11 @@
 //!      the kubelet's RSS and CPU; delete them and wait until they are gone;
 //!   5. with `--probes N`, N pods with exec and httpGet probes every second:
 //!      a steady window (RSS, CPU, API requests; RSS per probe against the
-//!      steady window of as many pods unprobed);
+//!      steady window of as many pods unprobed; the probes run and failed,
+//!      from the kubelet's /metrics/probes, and the window's event writes
+//!      per failed probe), and the API requests of the whole phase from the
+//!      burst on (the window alone hides the burst's failures, and events
+//!      that the spam filter, having spent a pod's tokens then, drops later);
 //!   6. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
@@ -288,6 +292,10 @@ struct KResults {
     floor: Vec<Duration>,
     /// Probes run in the probed window, by (probe_type, result).
     probes: Option<BTreeMap<(String, String), f64>>,
+    /// The node's API requests of the whole probe phase (the probed pods'
+    /// burst, the settle and the window), by kind: what the window alone
+    /// hides (failures of the burst, events the spam filter drops later).
+    probe_phase: Option<BTreeMap<String, usize>>,
     bursts: Vec<Burst>,
     windows: Vec<Window>,
     hwm_kib: Option<u64>,
@@ -998,6 +1006,7 @@ impl Ctx {
         }
         if self.args.probes > 0 {
             let m = self.args.probes;
+            let phase0 = self.audit_len();
             self.burst(k, m, PROBE_GROUP).await?;
             tokio::time::sleep(self.args.settle).await;
             let before = self.probe_counts(port).await;
@@ -1022,6 +1031,9 @@ impl Ctx {
                 (Err(e), _) | (_, Err(e)) => {
                     r.notes.push(format!("probe counts not read: {e:#}"));
                 }
+            }
+            if let (Some(a), Some(b)) = (phase0, self.audit_len()) {
+                r.probe_phase = Some(self.audit_requests(a, b)?);
             }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
@@ -1433,6 +1445,33 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             Box::new(move |r| find(r).and_then(|w| w.api_per_min())),
             1,
         ));
+        rows.push((
+            format!("  API requests, {m} probed pods' burst to the window's end"),
+            Box::new(move |r| Some(r.probe_phase.as_ref()?.values().sum::<usize>() as f64)),
+            0,
+        ));
+        // The window's event writes (create and patch) per failed probe: one,
+        // unless the correlator patched or dropped some.
+        rows.push((
+            "  event writes per failed probe in the window".to_owned(),
+            Box::new(move |r| {
+                let api = find(r)?.api?;
+                let writes: usize = api
+                    .iter()
+                    .filter(|(k, _)| k.ends_with(" events"))
+                    .map(|(_, n)| n)
+                    .sum();
+                let failed: f64 = r
+                    .probes
+                    .as_ref()?
+                    .iter()
+                    .filter(|((_, result), _)| result != "successful")
+                    .map(|(_, n)| n)
+                    .sum();
+                (failed > 0.0).then(|| writes as f64 / failed)
+            }),
+            2,
+        ));
         for kind in ["Liveness", "Readiness"] {
             rows.push((
                 format!("  {kind} probes failed in the window (%)"),
@@ -1554,6 +1593,15 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
                 "  API requests {} over {:.0} s: {}",
                 w.label(),
                 w.secs,
+                list.join(", ")
+            );
+        }
+        if let Some(api) = &r.probe_phase {
+            let mut v: Vec<_> = api.iter().collect();
+            v.sort_by(|a, b| b.1.cmp(a.1));
+            let list: Vec<String> = v.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            println!(
+                "  API requests of the probe phase (burst to window end): {}",
                 list.join(", ")
             );
         }
