@@ -6,6 +6,7 @@
 pub mod client;
 pub mod metrics;
 pub mod node;
+pub mod objects;
 pub mod pods;
 pub mod ratelimit;
 mod watch;

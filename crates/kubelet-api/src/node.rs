@@ -8,12 +8,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ApiClient, ApiError};
-use crate::watch::Watch;
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
@@ -65,26 +63,12 @@ pub async fn watch_node(
     tx: watch::Sender<Option<Arc<Node>>>,
     cancel: CancellationToken,
 ) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut watch = Watch::new(Api::<Node>::all(api.client().clone()), config);
-    // A relist's node, published once the relist is done.
-    let mut listed = None;
-    while let Some(event) = watch.next(&cancel).await {
-        match event {
-            Ok(Event::Init) => listed = None,
-            Ok(Event::InitApply(node)) => listed = Some(Arc::new(node)),
-            Ok(Event::InitDone) => {
-                tx.send_replace(listed.take());
-            }
-            Ok(Event::Apply(node)) => {
-                tx.send_replace(Some(Arc::new(node)));
-            }
-            Ok(Event::Delete(_)) => {
-                tx.send_replace(None);
-            }
-            Err(e) => tracing::warn!(error = %e, node = %name, "watching the node"),
-        }
-    }
+    let nodes = Api::<Node>::all(api.client().clone());
+    let publish = |node| {
+        tx.send_replace(node);
+        true
+    };
+    crate::objects::watch_named(nodes, &name, publish, cancel).await;
 }
 
 /// Patch `nodes/<name>/status` (strategic merge: conditions and addresses
