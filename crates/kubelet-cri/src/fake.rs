@@ -245,6 +245,16 @@ impl FakeRuntime {
             .collect()
     }
 
+    /// The mounts a container was created with (none for an unknown ID).
+    pub fn mounts(&self, container_id: &str) -> Vec<cri::Mount> {
+        let state = self.backend.lock();
+        state
+            .containers
+            .get(container_id)
+            .map(|c| c.config.mounts.clone())
+            .unwrap_or_default()
+    }
+
     /// How many times `method` (the RPC name) was called, failed calls included.
     pub fn calls(&self, method: &str) -> u64 {
         self.backend.lock().calls.get(method).copied().unwrap_or(0)

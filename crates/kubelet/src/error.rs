@@ -10,6 +10,7 @@ use kubelet_core::status::{Waiting, WaitingReasons};
 use kubelet_cri::client::CriError;
 
 use crate::kuberuntime::config::ConfigError;
+use crate::volumes::VolumeError;
 
 /// When a failed step is worth trying again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -138,6 +139,13 @@ pub enum SyncError {
     /// violation, retried, never taken as success.
     #[error("containers still running after kill: {}", .0.join(", "))]
     StillRunning(Vec<String>),
+    /// The pod's volumes could not all be set up (each told in a
+    /// FailedMount event); the pod waits in ContainerCreating.
+    #[error("unable to attach or mount volumes: {0}")]
+    Volumes(#[from] VolumeError),
+    /// Its volumes could not be torn down: the pod is not let go.
+    #[error("tearing down volumes: {0}")]
+    VolumesTeardown(#[source] std::io::Error),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,

@@ -45,6 +45,10 @@ use crate::status_manager::StatusManager;
 use crate::status_sync::StatusSync;
 use crate::sync::Syncer;
 use crate::tasks::Tasks;
+use crate::volumes::objects::ObjectStore;
+use crate::volumes::token::TokenManager;
+use crate::volumes::{ApiObjects, VolumeManager};
+use kubelet_core::downward::Allocatable;
 use kubelet_server::NodeView;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -54,13 +58,44 @@ pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
 /// How often the runtime's Status() is read once it is up.
 pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
+/// How often the pod directories are listed for orphans (upstream looks in
+/// every housekeeping).
+pub const POD_DIRS_PERIOD: Duration = HOUSEKEEPING_PERIOD;
+
+/// List the pod directories every POD_DIRS_PERIOD, off the sync loop, and
+/// hand the list to it.
+async fn list_pod_dirs(
+    volumes: VolumeManager,
+    tx: mpsc::Sender<Vec<PodUid>>,
+    cancel: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(POD_DIRS_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        match volumes.pod_dirs().await {
+            Ok(dirs) if !dirs.is_empty() => {
+                if tx.send(dirs).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "listing the pod directories"),
+        }
+    }
+}
 
 /// What woke the sync loop.
 enum Wake {
     Update(PodUpdate),
     Pleg(Vec<PodLifecycleEvent>),
-    /// A probe result of this pod changed.
-    Probe(PodUid),
+    /// A probe result of this pod changed, or an object its volumes project.
+    Resync(PodUid),
+    /// The pod directories on disk (orphans are removed by their workers).
+    PodDirs(Vec<PodUid>),
     SyncTick,
     Housekeeping,
 }
@@ -197,8 +232,30 @@ impl Kubelet {
             status.clone(),
             events.clone(),
             tasks.clone(),
-            probe_tx,
+            probe_tx.clone(),
             opts.clock,
+        );
+        let node = watch::Sender::new(None);
+        let api_objects = api.as_ref().map(|api| ApiObjects {
+            config_maps: ObjectStore::new(
+                api.clone(),
+                tasks.clone(),
+                "configmap",
+                probe_tx.clone(),
+            ),
+            secrets: ObjectStore::new(api.clone(), tasks.clone(), "secret", probe_tx.clone()),
+            tokens: TokenManager::new(api.clone(), opts.clock),
+        });
+        let volumes = VolumeManager::new(
+            opts.root_dir.join("pods"),
+            Allocatable {
+                cpu_millis: opts.node_cpu_cores * 1000,
+                memory_bytes: opts.node_memory,
+                ephemeral_storage_bytes: 0,
+            },
+            node.subscribe(),
+            api_objects,
+            events.clone(),
         );
         let syncer = Syncer {
             runtime: runtime.clone(),
@@ -206,7 +263,7 @@ impl Kubelet {
             status,
             reasons: Arc::default(),
             runtime_name: Arc::new(RwLock::new("containerd".into())),
-            pods_dir: opts.root_dir.join("pods"),
+            volumes,
             host_ips: opts
                 .registration
                 .as_ref()
@@ -235,7 +292,7 @@ impl Kubelet {
             bound: Mutex::default(),
             api,
             node_uid: Arc::default(),
-            node: watch::Sender::new(None),
+            node,
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
             events,
@@ -577,6 +634,12 @@ impl Kubelet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
+        let (dirs_tx, mut pod_dirs) = mpsc::channel(1);
+        let volumes = self.syncer.volumes.clone();
+        self.tasks
+            .spawn(tracing::info_span!("pod_dirs"), move |token| {
+                list_pod_dirs(volumes, dirs_tx, token)
+            });
         let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         for t in [&mut sync_tick, &mut housekeeping] {
@@ -627,7 +690,8 @@ impl Kubelet {
                 _ = cancel.cancelled() => return,
                 Some(update) = updates.recv() => Wake::Update(update),
                 Some(events) = pleg.recv() => Wake::Pleg(events),
-                Some(uid) = async { probes.as_mut()?.recv().await } => Wake::Probe(uid),
+                Some(uid) = async { probes.as_mut()?.recv().await } => Wake::Resync(uid),
+                Some(dirs) = pod_dirs.recv() => Wake::PodDirs(dirs),
                 _ = sync_tick.tick() => Wake::SyncTick,
                 _ = housekeeping.tick() => Wake::Housekeeping,
             };
@@ -635,11 +699,12 @@ impl Kubelet {
             match wake {
                 Wake::Update(update) => self.handle_update(update),
                 Wake::Pleg(events) => self.handle_pleg(events),
-                Wake::Probe(uid) => {
+                Wake::Resync(uid) => {
                     if let Some(pod) = self.pod_manager.get(&uid) {
                         self.workers.update_pod(pod);
                     }
                 }
+                Wake::PodDirs(dirs) => self.remove_orphaned_pod_dirs(&sources_ready, dirs),
                 Wake::SyncTick => self.handle_due(),
                 Wake::Housekeeping => {
                     // Sources mark themselves ready after sending: take what
@@ -897,6 +962,39 @@ impl Kubelet {
                 pod: None,
             };
             self.workers.kill_pod(target, None);
+        }
+    }
+
+    /// Pod directories of pods no source wants, no worker holds and the
+    /// runtime does not run (left by a crash, or by a pod deleted while the
+    /// kubelet was down) go through a worker of their own: it tears down
+    /// their volumes and removes the directory, serialised with anything
+    /// else done for that UID.
+    fn remove_orphaned_pod_dirs(&self, sources_ready: &SourcesReady, dirs: Vec<PodUid>) {
+        if !sources_ready.all_ready() || !self.pleg.has_relisted() {
+            return;
+        }
+        let known = self.workers.known();
+        let running = self.pleg.pods();
+        for uid in dirs {
+            if self.pod_manager.desire(&uid) != Desire::Gone
+                || known.contains(&uid)
+                || running.contains_key(&uid)
+            {
+                continue;
+            }
+            tracing::info!(%uid, "removing an orphaned pod directory");
+            self.workers.kill_pod(
+                PodTarget {
+                    pod_ref: PodRef {
+                        uid,
+                        name: String::new(),
+                        namespace: String::new(),
+                    },
+                    pod: None,
+                },
+                None,
+            );
         }
     }
 

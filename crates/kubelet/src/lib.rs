@@ -22,5 +22,6 @@ pub mod status_manager;
 pub mod status_sync;
 pub mod sync;
 pub mod tasks;
+pub mod volumes;
 
 pub use kubelet::{Kubelet, KubeletError, KubeletOptions};

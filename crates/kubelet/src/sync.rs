@@ -4,7 +4,6 @@
 //! crash or a restart simply runs it again.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -27,6 +26,7 @@ use crate::pod_workers::{PodSyncer, PodTarget};
 use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::status_manager::StatusManager;
+use crate::volumes::VolumeManager;
 
 /// What the transaction scripts work with.
 #[derive(Clone)]
@@ -38,8 +38,8 @@ pub struct Syncer {
     pub reasons: Arc<Mutex<HashMap<PodUid, WaitingReasons>>>,
     /// The runtime's name from Version(), used in container IDs.
     pub runtime_name: Arc<RwLock<String>>,
-    /// `<root-dir>/pods`.
-    pub pods_dir: PathBuf,
+    /// The pods' volumes (and their directories under `<root-dir>/pods`).
+    pub volumes: VolumeManager,
     /// The node's addresses, reported as each pod's hostIPs.
     pub host_ips: Vec<String>,
     /// The prober: a worker per probe, results read by status and SyncPod.
@@ -95,16 +95,6 @@ impl Syncer {
             .and_then(|s| s.start_time.clone())
             .map(|t| t.0.as_second());
         past_active_deadline(pod, start, self.clock.now_nanos() / 1_000_000_000)
-    }
-
-    /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
-    fn pod_dir(&self, uid: &PodUid) -> Option<PathBuf> {
-        let ok = !uid.as_str().is_empty()
-            && uid
-                .as_str()
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        ok.then(|| self.pods_dir.join(uid.as_str()))
     }
 }
 
@@ -197,14 +187,11 @@ impl Syncer {
         {
             return Err(SyncError::NetworkNotReady(e));
         }
-        if let Some(dir) = self.pod_dir(&target.pod_ref.uid)
-            && let Err(e) = tokio::fs::create_dir_all(&dir).await
-        {
-            tracing::warn!(dir = %dir.display(), error = %e, "creating pod directory");
-        }
+        // The pod's directories and volumes, before any container.
+        let volumes = self.volumes.mount_pod(&pod).await?;
         let result = self
             .runtime
-            .sync_pod(&pod, &rt, &self.prober.results())
+            .sync_pod(&pod, &rt, &self.prober.results(), &volumes)
             .await?;
         self.reasons
             .lock()
@@ -268,17 +255,18 @@ impl Syncer {
             self.status
                 .set_pod_status(pod, self.api_status(pod, &rt, true));
         }
+        // Its containers are gone: its volumes go now (what upstream's
+        // SyncTerminatedPod waits for), and its objects are released.
+        self.volumes
+            .unmount_pod(&target.pod_ref.uid)
+            .await
+            .map_err(SyncError::VolumesTeardown)?;
         if why == Why::Removed {
             self.runtime.remove_pod(&target.pod_ref, &rt).await?;
-            if let Some(dir) = self.pod_dir(&target.pod_ref.uid) {
-                match tokio::fs::remove_dir_all(&dir).await {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        tracing::warn!(dir = %dir.display(), error = %e, "removing pod directory")
-                    }
-                }
-            }
+            self.volumes
+                .remove_pod_dir(&target.pod_ref.uid)
+                .await
+                .map_err(SyncError::VolumesTeardown)?;
             tracing::info!("pod removed from the runtime");
         }
         Ok(())

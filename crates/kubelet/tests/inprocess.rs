@@ -988,3 +988,200 @@ async fn a_dead_sandbox_is_removed_once_a_ready_one_runs() {
         .await;
     k.stop().await;
 }
+
+/// Mounts at or under `dir` in this mount namespace.
+fn mounts_under(dir: &std::path::Path) -> usize {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| std::path::Path::new(m).starts_with(dir))
+        .count()
+}
+
+fn is_root() -> bool {
+    let root = rustix::process::geteuid().is_root();
+    if !root {
+        eprintln!("skipped: mounting needs root");
+    }
+    root
+}
+
+const VOLUMES: &str = "  volumes:
+  - name: shared
+    emptyDir: {}
+  - name: info
+    downwardAPI:
+      items:
+      - path: labels
+        fieldRef: {fieldPath: metadata.labels}
+";
+
+fn with_mounts(p: &str, mounts: &[(&str, &str, &str)]) -> String {
+    // Every container mounts `shared` at /shared and `info` at /info; the
+    // named ones add theirs.
+    let mut out = String::new();
+    for line in p.lines() {
+        out.push_str(line);
+        out.push('\n');
+        if let Some(name) = line.strip_prefix("  - name: ") {
+            out.push_str("    volumeMounts:\n    - {name: shared, mountPath: /shared}\n    - {name: info, mountPath: /info}\n");
+            for (c, path, sub) in mounts {
+                if *c == name {
+                    out.push_str(&format!(
+                        "    - {{name: shared, mountPath: {path}, subPath: {sub}}}\n"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn volumes_are_mounted_before_the_containers_and_gone_after_the_pod() {
+    if !is_root() {
+        return;
+    }
+    let node = Node::new().await;
+    let p = with_mounts(
+        &pod("v", &[("a", "sleep 1000"), ("b", "sleep 1000")], VOLUMES),
+        &[("b", "/logs", "logs/b")],
+    );
+    node.write("v.yaml", &p);
+    let k = node.start();
+    node.fake
+        .wait_for("a and b run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("b").len() == 1
+        })
+        .await;
+    let pods = node.dir.path().join("root/pods");
+    let uid = node.fake.sandboxes()[0].labels[keys::POD_UID].clone();
+    let vols = pods.join(&uid).join("volumes");
+    let mounts = |c: &str| node.fake.mounts(&node.running(c)[0].id);
+    let host = |c: &str, path: &str| {
+        mounts(c)
+            .into_iter()
+            .find(|m| m.container_path == path)
+            .map(|m| (m.host_path, m.readonly))
+    };
+    // Both containers share one emptyDir; the downwardAPI volume is
+    // read-only, its file written.
+    let shared = vols.join("kubernetes.io~empty-dir/shared");
+    assert_eq!(
+        host("a", "/shared"),
+        Some((shared.display().to_string(), false))
+    );
+    assert_eq!(host("b", "/shared"), host("a", "/shared"));
+    let info = vols.join("kubernetes.io~downward-api/info");
+    assert_eq!(host("a", "/info"), Some((info.display().to_string(), true)));
+    assert_eq!(
+        std::fs::read_to_string(info.join("labels")).unwrap(),
+        "app=\"v\""
+    );
+    // b's subPath is a bind mount of a directory made inside the volume.
+    let (sub, _) = host("b", "/logs").unwrap();
+    assert!(
+        sub.starts_with(
+            &pods
+                .join(&uid)
+                .join("volume-subpaths/shared/b")
+                .display()
+                .to_string()
+        )
+    );
+    assert!(shared.join("logs/b").is_dir());
+    let before = mounts_under(&pods);
+    assert_eq!(before, 2, "the downwardAPI tmpfs and b's subPath");
+
+    // The kubelet stops (as a kill would leave it) and comes back: the same
+    // mounts, no second one. The file removed meanwhile tells when the new
+    // kubelet has set the volumes up again.
+    k.stop().await;
+    std::fs::remove_file(std::fs::canonicalize(info.join("labels")).unwrap()).unwrap();
+    let k = node.start();
+    eventually("the volumes set up again", || info.join("labels").exists()).await;
+    assert_eq!(mounts_under(&pods), before);
+
+    node.remove("v.yaml");
+    node.fake
+        .wait_for("nothing left", WAIT, |f| {
+            f.containers().is_empty() && f.sandboxes().is_empty()
+        })
+        .await;
+    eventually("the pod directory is gone", || !pods.join(&uid).exists()).await;
+    assert_eq!(mounts_under(&pods), 0);
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn an_orphaned_pod_directory_is_unmounted_and_removed() {
+    if !is_root() {
+        return;
+    }
+    let node = Node::new().await;
+    node.write(
+        "v.yaml",
+        &with_mounts(&pod("v", &[("a", "sleep 1000")], VOLUMES), &[]),
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let pods = node.dir.path().join("root/pods");
+    let uid = node.fake.sandboxes()[0].labels[keys::POD_UID].clone();
+    k.stop().await;
+    // Removed while the kubelet was down, and its containers gone too (a
+    // runtime wiped): only the directory and its mounts are left.
+    node.remove("v.yaml");
+    let cri = CriClient::connect_lazy(&node.fake.endpoint(), Duration::from_secs(5)).unwrap();
+    for s in node.fake.sandboxes() {
+        cri.stop_pod_sandbox(&s.id).await.unwrap();
+        cri.remove_pod_sandbox(&s.id).await.unwrap();
+    }
+    assert_eq!(mounts_under(&pods), 1);
+    let k = node.start();
+    eventually("the orphaned pod directory is gone", || {
+        !pods.join(&uid).exists()
+    })
+    .await;
+    assert_eq!(mounts_under(&pods), 0);
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn a_volume_rkubelet_cannot_mount_keeps_its_pod_waiting_and_no_other() {
+    let node = Node::new().await;
+    node.write(
+        "claim.yaml",
+        &pod(
+            "claim",
+            &[("c", "sleep 1000")],
+            "  volumes:\n  - name: data\n    persistentVolumeClaim: {claimName: data}\n",
+        ),
+    );
+    node.write("ok.yaml", &pod("ok", &[("a", "sleep 1000")], ""));
+    let k = node.start();
+    k.wait_phase("ok-node1", "Running").await;
+    k.wait_phase("claim-node1", "Pending").await;
+    let waiting = k
+        .kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some("claim-node1"))
+        .and_then(|p| {
+            p.status?
+                .container_statuses?
+                .first()?
+                .state
+                .clone()?
+                .waiting
+        })
+        .and_then(|w| w.reason);
+    assert_eq!(waiting.as_deref(), Some("ContainerCreating"));
+    assert!(
+        node.running("c").is_empty(),
+        "no container without its volume"
+    );
+    k.stop().await;
+}

@@ -320,7 +320,8 @@ fn linux_resources(
     })
 }
 
-/// CreateContainer's config for `pod.spec.containers[index]`.
+/// CreateContainer's config for `c`, with the mounts of its volumes
+/// (`mounts`) and of its termination message file.
 pub fn container_config(
     pod: &Pod,
     c: &Container,
@@ -328,6 +329,7 @@ pub fn container_config(
     image_ref: &str,
     node_memory: i64,
     termination_log: Option<&Path>,
+    mut mounts: Vec<cri::Mount>,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let (name, ns, uid) = name_ns_uid(pod);
     let mut envs = Vec::new();
@@ -393,18 +395,20 @@ pub fn container_config(
         labels,
         annotations,
         log_path: format!("{}/{}.log", c.name, restart_count),
-        mounts: termination_log
-            .map(|host| cri::Mount {
-                container_path: c
-                    .termination_message_path
-                    .clone()
-                    .filter(|p| !p.is_empty())
-                    .unwrap_or_else(|| "/dev/termination-log".into()),
-                host_path: host.display().to_string(),
-                ..Default::default()
-            })
-            .into_iter()
-            .collect(),
+        mounts: {
+            mounts.extend(termination_log.map(|host| {
+                cri::Mount {
+                    container_path: c
+                        .termination_message_path
+                        .clone()
+                        .filter(|p| !p.is_empty())
+                        .unwrap_or_else(|| "/dev/termination-log".into()),
+                    host_path: host.display().to_string(),
+                    ..Default::default()
+                }
+            }));
+            mounts
+        },
         stdin: c.stdin.unwrap_or(false),
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
@@ -592,6 +596,7 @@ mod tests {
             "sha256:abc",
             1 << 30,
             Some(Path::new("/pods/u/containers/a/1")),
+            Vec::new(),
         )
         .unwrap();
         assert_eq!(cfg.log_path, "c/3.log");
@@ -635,7 +640,7 @@ mod tests {
         p.spec.as_mut().unwrap().containers[0].env.as_mut().unwrap()[0].value_from =
             Some(Default::default());
         let c = p.spec.as_ref().unwrap().containers[0].clone();
-        let e = container_config(&p, &c, 0, "x", 1, None).unwrap_err();
+        let e = container_config(&p, &c, 0, "x", 1, None, Vec::new()).unwrap_err();
         assert_eq!(e.field, "env[0].valueFrom");
     }
 

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod hooks;
+pub mod mounts;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -31,9 +32,11 @@ use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
 use self::hooks::{Hook, run_hook};
+use self::mounts::container_mounts;
 use crate::clock::Clock;
 use crate::error::{StartError, StartFailure};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
+use crate::volumes::{PodVolumes, pod_dir};
 
 /// Upstream never kills with less than this grace period (seconds).
 pub const MIN_GRACE_PERIOD: i64 = 2;
@@ -57,10 +60,12 @@ pub struct SyncResult {
     pub started: usize,
 }
 
-/// The sandbox a pod's containers start in.
-struct Sandbox {
+/// The sandbox a pod's containers start in, and the pod's volumes they
+/// mount.
+struct Sandbox<'a> {
     id: String,
     config: cri::PodSandboxConfig,
+    volumes: &'a PodVolumes,
 }
 
 /// What the runtime manager needs to know of the node.
@@ -330,6 +335,7 @@ impl RuntimeManager {
         pod: &Pod,
         status: &PodStatus,
         probes: &(dyn ProbeView + Sync),
+        volumes: &PodVolumes,
     ) -> Result<SyncResult, CriError> {
         let actions: PodActions = compute_pod_actions(pod, status, probes);
         let grace = grace_period(Some(pod), status, None);
@@ -344,6 +350,7 @@ impl RuntimeManager {
         let sandbox = Sandbox {
             id,
             config: sandbox_config(pod, 0, &self.host.logs_root, &self.host.dns),
+            volumes,
         };
         for start in &actions.containers_to_start {
             let specs = if start.init {
@@ -451,15 +458,16 @@ impl RuntimeManager {
     }
 
     /// SyncPod's steps for one container: its crash-loop back-off, its
-    /// image, its config (with the termination message file and the log
-    /// directory), then create and start. Ok is the new container's ID.
+    /// image, its config (with its volumes' mounts, the termination message
+    /// file and the log directory), then create and start. Ok is the new
+    /// container's ID.
     async fn start_step(
         &self,
         pod: &Pod,
         c: &Container,
         start: &StartContainer,
         status: &PodStatus,
-        sandbox: &Sandbox,
+        sandbox: &Sandbox<'_>,
         about: &Involved,
     ) -> Result<String, StartError> {
         if let Some(left) = self.crash_backoff(pod, c, status) {
@@ -475,6 +483,10 @@ impl RuntimeManager {
         }
         let image_ref = self.ensure_image(c, about, &sandbox.config).await?;
         let termination_log = self.termination_log_file(pod, c).await?;
+        let pod_dir = pod_dir(&self.host.pods_dir, &PodUid::of(pod)).unwrap_or_default();
+        let mounts = container_mounts(pod, c, sandbox.volumes, &pod_dir)
+            .await
+            .map_err(StartError::Config)?;
         let cfg = container_config(
             pod,
             c,
@@ -482,6 +494,7 @@ impl RuntimeManager {
             &image_ref,
             self.host.node_memory,
             termination_log.as_deref(),
+            mounts,
         )
         .map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
@@ -596,16 +609,10 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
     ) -> Result<Option<PathBuf>, StartError> {
-        let uid = pod.metadata.uid.as_deref().unwrap_or("");
-        if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        let Some(pod_dir) = pod_dir(&self.host.pods_dir, &PodUid::of(pod)) else {
             return Ok(None);
-        }
-        let dir = self
-            .host
-            .pods_dir
-            .join(uid)
-            .join("containers")
-            .join(&c.name);
+        };
+        let dir = pod_dir.join("containers").join(&c.name);
         let path = dir.join(format!("{:08x}", self.clock.now_nanos() as u32));
         let made = async {
             tokio::fs::create_dir_all(&dir).await?;
@@ -1270,6 +1277,7 @@ mod tests {
                 &pod,
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
+                &Default::default(),
             )
             .await;
         assert!(synced.is_err());
@@ -1286,6 +1294,7 @@ mod tests {
                 &pod,
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
+                &Default::default(),
             )
             .await
             .unwrap();

@@ -1,0 +1,328 @@
+//! A container's mounts (upstream's makeMounts): each volumeMount of the
+//! container onto its volume's host path, subPaths prepared safely, with
+//! readOnly (forced for the volume types that are always read-only),
+//! mountPropagation and recursiveReadOnly as the CRI takes them. A mount
+//! that cannot be honoured is a config error naming the field, the
+//! container's CreateContainerConfigError.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
+use kubelet_core::expansion::expand;
+use kubelet_core::volume::{check_mounts, check_sub_path};
+
+use super::config::ConfigError;
+use crate::volumes::{PodVolumes, subpath};
+
+fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, String> {
+    match m.mount_propagation.as_deref() {
+        None | Some("None") => Ok(cri::MountPropagation::PropagationPrivate),
+        Some("HostToContainer") => Ok(cri::MountPropagation::PropagationHostToContainer),
+        Some("Bidirectional") => Ok(cri::MountPropagation::PropagationBidirectional),
+        Some(other) => Err(format!("invalid MountPropagation mode: {other:?}")),
+    }
+}
+
+/// Upstream's resolveRecursiveReadOnly; the runtimes here (containerd 1.6)
+/// do not say they support recursive read-only mounts, so `Enabled` is
+/// refused and `IfPossible` is a plain read-only mount.
+fn recursive_read_only(m: &VolumeMount) -> Result<bool, String> {
+    let mode = m.recursive_read_only.as_deref();
+    if matches!(mode, None | Some("Disabled")) {
+        return Ok(false);
+    }
+    if !m.read_only.unwrap_or(false) {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not read-only",
+            m.name
+        ));
+    }
+    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}",
+            m.name
+        ));
+    }
+    match mode {
+        Some("IfPossible") => Ok(false),
+        Some("Enabled") => Err(format!(
+            "volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
+            m.name
+        )),
+        Some(other) => Err(format!("unknown recursive read-only mode {other:?}")),
+        None => Ok(false),
+    }
+}
+
+/// The subPath of mount `m` (subPathExpr expanded from the container's
+/// env, upstream's ExpandContainerVolumeMounts).
+fn sub_path(c: &Container, m: &VolumeMount) -> Result<String, String> {
+    let expr = m.sub_path_expr.as_deref().unwrap_or("");
+    if expr.is_empty() {
+        return Ok(m.sub_path.clone().unwrap_or_default());
+    }
+    let env: HashMap<&str, &str> = c
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.as_str(), e.value.as_deref().unwrap_or("")))
+        .collect();
+    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let out = expand(expr, |k| match env.get(k).filter(|v| !v.is_empty()) {
+        Some(v) => Some((*v).to_owned()),
+        None => {
+            missing.borrow_mut().insert(k.to_owned());
+            Some(String::new())
+        }
+    });
+    let missing = missing.into_inner();
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        let names: Vec<String> = missing.into_iter().collect();
+        Err(format!("missing value for {}", names.join(", ")))
+    }
+}
+
+/// Container `c`'s CRI mounts. `pod_dir` is `<root>/pods/<uid>`, where
+/// subPath mounts are made.
+pub async fn container_mounts(
+    pod: &Pod,
+    c: &Container,
+    volumes: &PodVolumes,
+    pod_dir: &Path,
+) -> Result<Vec<cri::Mount>, ConfigError> {
+    let err = |field: String, message: String| ConfigError {
+        container: c.name.clone(),
+        field,
+        message,
+    };
+    check_mounts(pod, c).map_err(|(field, message)| err(field, message))?;
+    let mut out = Vec::new();
+    for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let field = |f: &str| format!("volumeMounts[{i}].{f}");
+        let Some(vol) = volumes.get(&m.name) else {
+            return Err(err(
+                field("name"),
+                format!(
+                    "cannot find volume {:?} to mount into container {:?}",
+                    m.name, c.name
+                ),
+            ));
+        };
+        let sub = sub_path(c, m).map_err(|e| err(field("subPathExpr"), e))?;
+        let host_path: PathBuf = if sub.is_empty() {
+            vol.host_path.clone()
+        } else {
+            check_sub_path(&sub).map_err(|e| err(field("subPath"), e))?;
+            let target = pod_dir
+                .join("volume-subpaths")
+                .join(&m.name)
+                .join(&c.name)
+                .join(i.to_string());
+            let source = vol.host_path.clone();
+            let prepared =
+                tokio::task::spawn_blocking(move || subpath::prepare(&source, &sub, &target))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+            prepared.map_err(|e| {
+                err(
+                    field("subPath"),
+                    format!(
+                        "failed to prepare subPath for volumeMount {:?} of container {:?}: {e}",
+                        m.name, c.name
+                    ),
+                )
+            })?
+        };
+        let propagation = propagation(m).map_err(|e| err(field("mountPropagation"), e))?;
+        let rro = recursive_read_only(m).map_err(|e| {
+            err(
+                field("recursiveReadOnly"),
+                format!("failed to resolve recursive read-only mode: {e}"),
+            )
+        })?;
+        out.push(cri::Mount {
+            container_path: m.mount_path.clone(),
+            host_path: host_path.display().to_string(),
+            readonly: m.read_only.unwrap_or(false) || vol.read_only,
+            propagation: propagation as i32,
+            recursive_read_only: rro,
+            ..Default::default()
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EnvVar, PodSpec, Volume};
+
+    use crate::volumes::MountedVolume;
+
+    fn pod(mounts: Vec<VolumeMount>) -> (Pod, PodVolumes) {
+        let c = Container {
+            name: "app".into(),
+            env: Some(vec![EnvVar {
+                name: "POD".into(),
+                value: Some("web-1".into()),
+                ..Default::default()
+            }]),
+            volume_mounts: Some(mounts),
+            ..Default::default()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![c],
+                volumes: Some(vec![
+                    Volume {
+                        name: "data".into(),
+                        ..Default::default()
+                    },
+                    Volume {
+                        name: "cfg".into(),
+                        ..Default::default()
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let volumes = PodVolumes::from([
+            (
+                "data".to_owned(),
+                MountedVolume {
+                    host_path: "/pods/u/volumes/kubernetes.io~empty-dir/data".into(),
+                    read_only: false,
+                },
+            ),
+            (
+                "cfg".to_owned(),
+                MountedVolume {
+                    host_path: "/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
+                    read_only: true,
+                },
+            ),
+        ]);
+        (pod, volumes)
+    }
+
+    fn mount(name: &str, path: &str) -> VolumeMount {
+        VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn mounts_carry_paths_modes_and_propagation() {
+        let mut ro = mount("data", "/ro");
+        ro.read_only = Some(true);
+        let mut prop = mount("data", "/prop");
+        prop.mount_propagation = Some("HostToContainer".into());
+        let (p, v) = pod(vec![
+            mount("data", "/d"),
+            mount("cfg", "/etc/cfg"),
+            ro,
+            prop,
+        ]);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"))
+            .await
+            .unwrap();
+        let summary: Vec<(&str, &str, bool, i32)> = got
+            .iter()
+            .map(|m| {
+                (
+                    m.container_path.as_str(),
+                    m.host_path.as_str(),
+                    m.readonly,
+                    m.propagation,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "/d",
+                    "/pods/u/volumes/kubernetes.io~empty-dir/data",
+                    false,
+                    0
+                ),
+                (
+                    "/etc/cfg",
+                    "/pods/u/volumes/kubernetes.io~configmap/cfg",
+                    true,
+                    0
+                ),
+                (
+                    "/ro",
+                    "/pods/u/volumes/kubernetes.io~empty-dir/data",
+                    true,
+                    0
+                ),
+                (
+                    "/prop",
+                    "/pods/u/volumes/kubernetes.io~empty-dir/data",
+                    false,
+                    1
+                ),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn mounts_that_cannot_be_honoured_are_config_errors() {
+        let mut rro = mount("data", "/r");
+        rro.read_only = Some(true);
+        rro.recursive_read_only = Some("Enabled".into());
+        let mut rro_rw = mount("data", "/r");
+        rro_rw.recursive_read_only = Some("IfPossible".into());
+        let mut expr = mount("data", "/x");
+        expr.sub_path_expr = Some("$(NOPE)/logs".into());
+        let cases = [
+            (
+                mount("nope", "/n"),
+                "volumeMounts[0].name",
+                "cannot find volume \"nope\"",
+            ),
+            (
+                rro,
+                "volumeMounts[0].recursiveReadOnly",
+                "not supported by the runtime",
+            ),
+            (
+                rro_rw,
+                "volumeMounts[0].recursiveReadOnly",
+                "it is not read-only",
+            ),
+            (
+                expr,
+                "volumeMounts[0].subPathExpr",
+                "missing value for NOPE",
+            ),
+        ];
+        for (m, field, message) in cases {
+            let (p, v) = pod(vec![m]);
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let e = container_mounts(&p, c, &v, Path::new("/pods/u"))
+                .await
+                .unwrap_err();
+            assert_eq!(e.field, field);
+            assert!(e.message.contains(message), "{}", e.message);
+        }
+        let m = VolumeMount {
+            sub_path_expr: Some("$(POD)".into()),
+            ..mount("data", "/x")
+        };
+        assert_eq!(
+            sub_path(&pod(vec![]).0.spec.unwrap().containers[0], &m).unwrap(),
+            "web-1"
+        );
+    }
+}

@@ -1,0 +1,613 @@
+//! The volume manager (upstream's volumemanager, driven per pod): SyncPod
+//! asks it to set up a pod's volumes before any container is created, and
+//! SyncTerminatedPod to tear them down before the pod is let go.
+//!
+//! - **Desired state** is the pod's spec, given on every sync; **actual
+//!   state** is the file system itself, read again on every step (a tmpfs is
+//!   found by its device, a projected volume by its `..data` link), so every
+//!   step is idempotent and a kubelet killed at any point finds its work
+//!   where it left it: nothing is mounted twice, nothing left behind.
+//! - Set-up re-projects configMap, secret, downwardAPI and projected volumes
+//!   on every sync (upstream's remount of atomically updated volumes), so
+//!   their files follow the objects and the pod.
+//! - The layout is upstream's: `<root>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>`,
+//!   the emptyDir ready marker under `<root>/pods/<uid>/plugins/`.
+//! - A volume that cannot be set up is a `FailedMount` Warning with
+//!   upstream's words (`MountVolume.SetUp failed for volume "x" : ...`); the
+//!   pod waits in ContainerCreating and is retried.
+//!
+//! Blocking file-system work runs on the blocking pool.
+
+pub mod atomic_writer;
+pub mod mount;
+pub mod objects;
+pub mod subpath;
+pub mod token;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kubelet_core::downward::Allocatable;
+use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
+use kubelet_core::types::PodUid;
+use kubelet_core::volume::{
+    self as vol, EMPTY_DIR, KeyedSource, Kind, Payload, config_map_payload, downward_payload,
+    memory_volume_size, secret_payload, volume_dir,
+};
+use tokio::sync::watch;
+
+use crate::events::{Involved, Recorder, WARNING};
+use objects::{GetError, ObjectStore};
+use token::{TokenManager, TokenSpec};
+
+/// Upstream's FailedMount event reason.
+pub const FAILED_MOUNT: &str = "FailedMount";
+
+/// Where a volume is on the host, for a container's mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountedVolume {
+    pub host_path: PathBuf,
+    /// The plugin mounts it read-only whatever the mount asks (configMap,
+    /// secret, downwardAPI, projected).
+    pub read_only: bool,
+}
+
+/// A pod's volumes, set up, by volume name.
+pub type PodVolumes = HashMap<String, MountedVolume>;
+
+/// Volumes that could not be set up; each was told in an event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VolumeError {
+    /// (volume, why), in the pod's order.
+    pub failed: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for VolumeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.failed.iter().map(|(n, _)| n.as_str()).collect();
+        let why: Vec<String> = self
+            .failed
+            .iter()
+            .map(|(n, m)| format!("{n:?}: {m}"))
+            .collect();
+        write!(
+            f,
+            "unmounted volumes=[{}]: {}",
+            names.join(" "),
+            why.join("; ")
+        )
+    }
+}
+
+impl std::error::Error for VolumeError {}
+
+/// What cluster mode adds: the objects volumes project, and tokens.
+#[derive(Clone)]
+pub struct ApiObjects {
+    pub config_maps: ObjectStore<ConfigMap>,
+    pub secrets: ObjectStore<Secret>,
+    pub tokens: TokenManager,
+}
+
+/// `<pods_dir>/<uid>`, when the UID is a safe path component.
+pub fn pod_dir(pods_dir: &Path, uid: &PodUid) -> Option<PathBuf> {
+    let ok = !uid.as_str().is_empty()
+        && uid
+            .as_str()
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    ok.then(|| pods_dir.join(uid.as_str()))
+}
+
+#[derive(Clone)]
+pub struct VolumeManager {
+    pods_dir: PathBuf,
+    /// What a limit not set reads as until the Node is seen.
+    fallback: Allocatable,
+    /// The Node (a watch), for its allocatable.
+    node: watch::Receiver<Option<Arc<Node>>>,
+    api: Option<ApiObjects>,
+    events: Recorder,
+}
+
+impl VolumeManager {
+    pub fn new(
+        pods_dir: PathBuf,
+        allocatable: Allocatable,
+        node: watch::Receiver<Option<Arc<Node>>>,
+        api: Option<ApiObjects>,
+        events: Recorder,
+    ) -> Self {
+        VolumeManager {
+            pods_dir,
+            fallback: allocatable,
+            node,
+            api,
+            events,
+        }
+    }
+
+    /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
+    pub fn pod_dir(&self, uid: &PodUid) -> Option<PathBuf> {
+        pod_dir(&self.pods_dir, uid)
+    }
+
+    /// The node's allocatable resources: the live Node's, else what the
+    /// kubelet found at start.
+    fn allocatable(&self) -> Allocatable {
+        let node = self.node.borrow();
+        let live = node
+            .as_ref()
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.allocatable.as_ref());
+        let Some(live) = live else {
+            return self.fallback;
+        };
+        let read = |k: &str, parse: fn(&Quantity) -> Result<i64, QuantityError>, or: i64| {
+            live.get(k).and_then(|q| parse(q).ok()).unwrap_or(or)
+        };
+        Allocatable {
+            cpu_millis: read("cpu", parse_cpu_millis, self.fallback.cpu_millis),
+            memory_bytes: read("memory", parse_bytes, self.fallback.memory_bytes),
+            ephemeral_storage_bytes: read(
+                "ephemeral-storage",
+                parse_bytes,
+                self.fallback.ephemeral_storage_bytes,
+            ),
+        }
+    }
+
+    /// Set up every volume of `pod` (idempotent): the pod directories, then
+    /// each volume; a volume that fails is told in a FailedMount event and
+    /// the others are still set up.
+    pub async fn mount_pod(&self, pod: &Pod) -> Result<PodVolumes, VolumeError> {
+        let uid = PodUid::of(pod);
+        let Some(pod_dir) = self.pod_dir(&uid) else {
+            return Err(VolumeError {
+                failed: vec![(
+                    String::new(),
+                    format!("pod UID {uid:?} is not a path component"),
+                )],
+            });
+        };
+        let volumes: Vec<Volume> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default();
+        self.register(pod, &volumes);
+        let dirs = pod_dir.clone();
+        let made = blocking(move || {
+            for d in [dirs.clone(), dirs.join("volumes"), dirs.join("plugins")] {
+                mount::ensure_dir(&d, 0o750)?;
+            }
+            Ok(())
+        })
+        .await;
+        if let Err(e) = made {
+            return Err(self.fail(
+                pod,
+                vec![(String::new(), format!("creating the pod directory: {e}"))],
+            ));
+        }
+        let mut out = PodVolumes::new();
+        let mut failed = Vec::new();
+        let mut seen = HashSet::new();
+        for v in &volumes {
+            if !seen.insert(v.name.as_str()) {
+                failed.push((v.name.clone(), "volume name is not unique".to_owned()));
+                continue;
+            }
+            match self.set_up(pod, &pod_dir, v).await {
+                Ok(m) => {
+                    out.insert(v.name.clone(), m);
+                }
+                Err(e) => failed.push((v.name.clone(), e)),
+            }
+        }
+        if failed.is_empty() {
+            Ok(out)
+        } else {
+            Err(self.fail(pod, failed))
+        }
+    }
+
+    fn fail(&self, pod: &Pod, failed: Vec<(String, String)>) -> VolumeError {
+        for (name, why) in &failed {
+            self.events.event(
+                &Involved::pod(pod, None),
+                WARNING,
+                FAILED_MOUNT,
+                format!("MountVolume.SetUp failed for volume {name:?} : {why}"),
+            );
+        }
+        VolumeError { failed }
+    }
+
+    /// Register the ConfigMaps and Secrets the pod's volumes reference.
+    fn register(&self, pod: &Pod, volumes: &[Volume]) {
+        let Some(api) = &self.api else { return };
+        let (mut cms, mut secrets) = (HashSet::new(), HashSet::new());
+        for v in volumes {
+            if let Some(c) = &v.config_map {
+                cms.insert(c.name.clone());
+            }
+            if let Some(s) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+                secrets.insert(s);
+            }
+            for src in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+                if let Some(c) = &src.config_map {
+                    cms.insert(c.name.clone());
+                }
+                if let Some(s) = &src.secret {
+                    secrets.insert(s.name.clone());
+                }
+            }
+        }
+        let uid = PodUid::of(pod);
+        let ns = namespace(pod);
+        api.config_maps.register(&uid, ns, &cms);
+        api.secrets.register(&uid, ns, &secrets);
+    }
+
+    async fn set_up(&self, pod: &Pod, pod_dir: &Path, v: &Volume) -> Result<MountedVolume, String> {
+        let kind = Kind::of(v);
+        let Some(plugin) = kind.plugin_dir() else {
+            return match kind {
+                Kind::HostPath => self.host_path(v).await,
+                Kind::Unsupported(t) => Err(format!(
+                    "no volume plugin matched: {t} volumes are not supported by rkubelet"
+                )),
+                _ => Err("no volume plugin matched".into()),
+            };
+        };
+        let dir = volume_dir(pod_dir, plugin, &v.name);
+        // The payload first: nothing is made for a volume whose data is
+        // missing.
+        let payload = match kind {
+            Kind::EmptyDir { .. } => None,
+            _ => Some(self.payload(pod, v).await?),
+        };
+        let tmpfs_size = kind.on_tmpfs().then(|| {
+            let limit = v
+                .empty_dir
+                .as_ref()
+                .and_then(|e| e.size_limit.as_ref())
+                .and_then(|q| parse_bytes(q).ok());
+            memory_volume_size(pod, limit, self.allocatable().memory_bytes)
+        });
+        let ready = matches!(kind, Kind::EmptyDir { .. })
+            .then(|| pod_dir.join("plugins").join(EMPTY_DIR).join(&v.name));
+        // emptyDir.mode (with its sticky bit), else upstream's 0777.
+        let mode = v
+            .empty_dir
+            .as_ref()
+            .and_then(|e| e.mode)
+            .map_or(0o777, |m| m as u32 & 0o1777);
+        let path = dir.clone();
+        blocking(move || {
+            mount::ensure_dir(&path, mode)?;
+            if let Some(size) = tmpfs_size {
+                mount::ensure_tmpfs(&path, size)?;
+                // The mount's root has the kernel's mode: as the dir's.
+                mount::ensure_dir(&path, mode)?;
+            }
+            if let Some(payload) = payload {
+                atomic_writer::write(&path, payload)?;
+            }
+            if let Some(ready) = ready {
+                std::fs::create_dir_all(&ready)?;
+                std::fs::write(ready.join("ready"), b"")?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| e.to_string())?;
+        Ok(MountedVolume {
+            host_path: dir,
+            read_only: !matches!(kind, Kind::EmptyDir { .. }),
+        })
+    }
+
+    /// A hostPath: the host's path, checked (or made) as its type says.
+    async fn host_path(&self, v: &Volume) -> Result<MountedVolume, String> {
+        let hp = v.host_path.clone().unwrap_or_default();
+        let path = PathBuf::from(&hp.path);
+        let kind = hp.type_.unwrap_or_default();
+        let checked = path.clone();
+        blocking(move || Ok(check_host_path(&checked, &kind)))
+            .await
+            .map_err(|e| e.to_string())??;
+        Ok(MountedVolume {
+            host_path: path,
+            read_only: false,
+        })
+    }
+
+    /// The files of a configMap, secret, downwardAPI or projected volume.
+    async fn payload(&self, pod: &Pod, v: &Volume) -> Result<Payload, String> {
+        if let Some(c) = &v.config_map {
+            let items = c.items.clone().unwrap_or_default();
+            let src = KeyedSource {
+                items: &items,
+                default_mode: c.default_mode.unwrap_or(0o644),
+                optional: c.optional.unwrap_or(false),
+            };
+            let cm = self.config_map(pod, &c.name, src.optional).await?;
+            return config_map_payload(&src, &cm);
+        }
+        if let Some(s) = &v.secret {
+            let items = s.items.clone().unwrap_or_default();
+            let src = KeyedSource {
+                items: &items,
+                default_mode: s.default_mode.unwrap_or(0o644),
+                optional: s.optional.unwrap_or(false),
+            };
+            let name = s.secret_name.clone().unwrap_or_default();
+            let secret = self.secret(pod, &name, src.optional).await?;
+            return secret_payload(&src, &secret);
+        }
+        if let Some(d) = &v.downward_api {
+            let items = d.items.clone().unwrap_or_default();
+            return downward_payload(
+                &items,
+                pod,
+                &self.allocatable(),
+                d.default_mode.unwrap_or(0o644),
+            );
+        }
+        let Some(p) = &v.projected else {
+            return Ok(Payload::new());
+        };
+        let mode = p.default_mode.unwrap_or(0o644);
+        let mut out = BTreeMap::new();
+        let mut errors = Vec::new();
+        for src in p.sources.iter().flatten() {
+            let part = if let Some(c) = &src.config_map {
+                let items = c.items.clone().unwrap_or_default();
+                let keyed = KeyedSource {
+                    items: &items,
+                    default_mode: mode,
+                    optional: c.optional.unwrap_or(false),
+                };
+                match self.config_map(pod, &c.name, keyed.optional).await {
+                    Ok(cm) => config_map_payload(&keyed, &cm),
+                    Err(e) => Err(e),
+                }
+            } else if let Some(s) = &src.secret {
+                let items = s.items.clone().unwrap_or_default();
+                let keyed = KeyedSource {
+                    items: &items,
+                    default_mode: mode,
+                    optional: s.optional.unwrap_or(false),
+                };
+                match self.secret(pod, &s.name, keyed.optional).await {
+                    Ok(secret) => secret_payload(&keyed, &secret),
+                    Err(e) => Err(e),
+                }
+            } else if let Some(d) = &src.downward_api {
+                let items = d.items.clone().unwrap_or_default();
+                downward_payload(&items, pod, &self.allocatable(), mode)
+            } else if let Some(t) = &src.service_account_token {
+                self.token(
+                    pod,
+                    t.audience.clone(),
+                    t.expiration_seconds.unwrap_or(3600),
+                )
+                .await
+                .map(|token| {
+                    Payload::from([(
+                        t.path.clone(),
+                        vol::FileProjection {
+                            data: token.into_bytes(),
+                            mode,
+                        },
+                    )])
+                })
+            } else if src.cluster_trust_bundle.is_some() {
+                Err("clusterTrustBundle projections are not supported by rkubelet".into())
+            } else if src.pod_certificate.is_some() {
+                Err("podCertificate projections are not supported by rkubelet".into())
+            } else {
+                Ok(Payload::new())
+            };
+            match part {
+                Ok(files) => out.extend(files),
+                Err(e) => errors.push(e),
+            }
+        }
+        match errors.len() {
+            0 => Ok(out),
+            1 => Err(errors.remove(0)),
+            _ => Err(format!("[{}]", errors.join(", "))),
+        }
+    }
+
+    async fn config_map(&self, pod: &Pod, name: &str, optional: bool) -> Result<ConfigMap, String> {
+        let Some(api) = &self.api else {
+            return absent_or(optional, "configmap", name);
+        };
+        match api.config_maps.get(namespace(pod), name).await {
+            Ok(cm) => Ok((*cm).clone()),
+            Err(GetError::NotFound(_)) if optional => Ok(ConfigMap::default()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn secret(&self, pod: &Pod, name: &str, optional: bool) -> Result<Secret, String> {
+        let Some(api) = &self.api else {
+            return absent_or(optional, "secret", name);
+        };
+        match api.secrets.get(namespace(pod), name).await {
+            Ok(s) => Ok((*s).clone()),
+            Err(GetError::NotFound(_)) if optional => Ok(Secret::default()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn token(
+        &self,
+        pod: &Pod,
+        audience: Option<String>,
+        expiration_seconds: i64,
+    ) -> Result<String, String> {
+        let Some(api) = &self.api else {
+            return Err("cannot get a service account token without an API server".into());
+        };
+        let spec = pod.spec.as_ref();
+        let account = spec
+            .and_then(|s| s.service_account_name.clone())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into());
+        api.tokens
+            .get(&TokenSpec {
+                namespace: namespace(pod).to_owned(),
+                service_account: account,
+                audience: audience.filter(|a| !a.is_empty()),
+                expiration_seconds,
+                pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                pod_uid: PodUid::of(pod),
+            })
+            .await
+    }
+
+    /// Tear down every volume of the pod `uid` (idempotent): mounts under
+    /// its directory first, then the volume directories; its objects and
+    /// tokens are released.
+    pub async fn unmount_pod(&self, uid: &PodUid) -> io::Result<()> {
+        if let Some(api) = &self.api {
+            api.config_maps.unregister(uid);
+            api.secrets.unregister(uid);
+            api.tokens.forget_pod(uid);
+        }
+        let Some(pod_dir) = self.pod_dir(uid) else {
+            return Ok(());
+        };
+        blocking(move || {
+            for sub in ["volume-subpaths", "volumes", "plugins"] {
+                mount::remove_tree(&pod_dir.join(sub))?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Remove the pod directory of `uid` (its volumes first).
+    pub async fn remove_pod_dir(&self, uid: &PodUid) -> io::Result<()> {
+        self.unmount_pod(uid).await?;
+        let Some(pod_dir) = self.pod_dir(uid) else {
+            return Ok(());
+        };
+        blocking(move || mount::remove_tree(&pod_dir)).await
+    }
+
+    /// The pod directories on disk (their UIDs), for housekeeping.
+    pub async fn pod_dirs(&self) -> io::Result<Vec<PodUid>> {
+        let dir = self.pods_dir.clone();
+        blocking(move || {
+            let entries = match std::fs::read_dir(&dir) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+                r => r?,
+            };
+            let mut out = Vec::new();
+            for e in entries {
+                let e = e?;
+                if e.file_type()?.is_dir()
+                    && let Some(name) = e.file_name().to_str()
+                {
+                    out.push(PodUid::from(name));
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn namespace(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// Without an API server, an object can only be absent.
+fn absent_or<K: Default>(optional: bool, kind: &str, name: &str) -> Result<K, String> {
+    if optional {
+        Ok(K::default())
+    } else {
+        Err(format!(
+            "{kind} {name:?}: a pod without an API server cannot reference one"
+        ))
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
+}
+
+/// Upstream's hostPath type check (checkTypeInternal), with its messages;
+/// DirectoryOrCreate and FileOrCreate make what is missing.
+pub fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let stat = || std::fs::metadata(path);
+    let exists = stat().is_ok();
+    let type_name = |m: &std::fs::Metadata| {
+        let t = m.file_type();
+        if t.is_dir() {
+            "Directory"
+        } else if t.is_file() {
+            "File"
+        } else if t.is_socket() {
+            "Socket"
+        } else if t.is_char_device() {
+            "CharDevice"
+        } else if t.is_block_device() {
+            "BlockDevice"
+        } else {
+            "unknown"
+        }
+    };
+    let matched = |expected: &str, want: &str| -> Result<(), String> {
+        let p = path.display();
+        match stat() {
+            Ok(m) if type_name(&m) == want => Ok(()),
+            Ok(m) => Err(format!(
+                "hostPath type check failed: {p} is not a {expected}, it's a {}",
+                type_name(&m)
+            )),
+            Err(e) => Err(format!(
+                "hostPath type check failed, {p} is not a {expected}, unable to determine its type: {e}"
+            )),
+        }
+    };
+    match kind {
+        "" => Ok(()),
+        "DirectoryOrCreate" if !exists => {
+            std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .map_err(|e| e.to_string())
+        }
+        "DirectoryOrCreate" | "Directory" => matched("directory", "Directory"),
+        "FileOrCreate" if !exists => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o644)
+            .open(path)
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        "FileOrCreate" | "File" => matched("file", "File"),
+        "Socket" => matched("socket file", "Socket"),
+        "CharDevice" => matched("character device", "CharDevice"),
+        "BlockDevice" => matched("block device", "BlockDevice"),
+        other => Err(format!("{other} is an invalid volume type")),
+    }
+}
+
+#[cfg(test)]
+mod tests;
