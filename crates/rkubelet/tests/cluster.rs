@@ -225,12 +225,12 @@ impl Api {
             .is_some_and(|t| not_before(&t, since))
     }
 
-    /// Delete the test's deployments (their pods go by cascade) and its
-    /// other pods, without waiting.
+    /// Delete the test's deployments (their pods go by cascade), its
+    /// ConfigMaps and Secrets and its other pods, without waiting.
     fn delete_labelled(&self) {
         let _ = self.run(&[
             "delete",
-            "deployments",
+            "deployments,configmaps,secrets",
             "-n",
             "default",
             "-l",
@@ -1881,6 +1881,205 @@ async fn m_os_admission_readiness_gates_termination_message_container_policy() {
             .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
     }
     k.finish(&uids).await;
+}
+
+/// `kubectl exec` in `pod` (container c) as admin: its stdout, when it
+/// succeeded.
+fn exec_out(api: &Api, pod: &str, script: &str) -> Option<String> {
+    let out = api.run(&[
+        "exec", pod, "-n", "default", "-c", "c", "--", "sh", "-c", script,
+    ]);
+    out.status.success().then(|| stdout(&out))
+}
+
+/// The API server's URL, from the admin kubeconfig.
+fn server_url(api: &Api) -> String {
+    let conf = std::fs::read_to_string(api.admin_conf()).unwrap();
+    conf.lines()
+        .find_map(|l| l.trim().strip_prefix("server:"))
+        .map(|s| s.trim().to_owned())
+        .expect("a server in admin.conf")
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn n_volumes_configmaps_secrets_tokens_and_safe_sub_paths() {
+    let mut k = Kubelet::new("volumes");
+    k.start_ready().await;
+    let labels = json!({TEST_LABEL: "1"});
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cl-cfg", "namespace": "default", "labels": labels},
+        "data": {"greeting": "hello"},
+    }));
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cl-sec", "namespace": "default", "labels": labels},
+        "stringData": {"password": "s3cret"},
+    }));
+    let mut c = sh_container("c", SLEEPER);
+    c["volumeMounts"] = json!([
+        {"name": "cfg", "mountPath": "/etc/cfg"},
+        {"name": "sec", "mountPath": "/etc/sec"},
+        {"name": "mem", "mountPath": "/mem"},
+    ]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [c],
+        "volumes": [
+            {"name": "cfg", "configMap": {"name": "cl-cfg"}},
+            {"name": "sec", "secret": {"secretName": "cl-sec", "defaultMode": 0o400}},
+            {"name": "mem", "emptyDir": {"medium": "Memory", "sizeLimit": "8Mi"}},
+        ],
+    });
+    k.api.create(&test_pod(&k.api, "cl-vol", spec));
+    // Waits for a ConfigMap that does not exist yet.
+    let mut w = sh_container("c", SLEEPER);
+    w["volumeMounts"] = json!([{"name": "later", "mountPath": "/later"}]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [w],
+        "volumes": [{"name": "later", "configMap": {"name": "cl-later"}}],
+    });
+    k.api.create(&test_pod(&k.api, "cl-wait", spec));
+    // Plants a symlink out of its emptyDir, then asks for it as a subPath.
+    let init = sh_container("plant", "ln -s /etc /work/escape");
+    let mut init = init;
+    init["volumeMounts"] = json!([{"name": "work", "mountPath": "/work"}]);
+    let mut e = sh_container("c", SLEEPER);
+    e["volumeMounts"] = json!([{"name": "work", "mountPath": "/host-etc", "subPath": "escape"}]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "initContainers": [init],
+        "containers": [e],
+        "volumes": [{"name": "work", "emptyDir": {}}],
+    });
+    k.api.create(&test_pod(&k.api, "cl-escape", spec));
+
+    let pod = eventually("the volume pod runs", START, async || {
+        k.api.pod("cl-vol").filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    let read = |path: &str| exec_out(&k.api, "cl-vol", &format!("cat {path}"));
+    assert_eq!(read("/etc/cfg/greeting").as_deref(), Some("hello"));
+    assert_eq!(read("/etc/sec/password").as_deref(), Some("s3cret"));
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(read(&format!("{sa}/namespace")).as_deref(), Some("default"));
+    let ca = read(&format!("{sa}/ca.crt")).unwrap_or_default();
+    assert!(ca.starts_with("-----BEGIN CERTIFICATE-----"), "{ca}");
+    let modes = exec_out(
+        &k.api,
+        "cl-vol",
+        "stat -L -c %a /etc/sec/password /etc/cfg/greeting",
+    );
+    assert_eq!(modes.as_deref(), Some("400\n644\n"));
+    let df = exec_out(&k.api, "cl-vol", "df -k /mem | tail -1").unwrap_or_default();
+    assert_eq!(
+        df.split_whitespace().nth(1),
+        Some("8192"),
+        "an 8Mi tmpfs: {df}"
+    );
+    // Volumes of these types are read-only in the container.
+    assert!(exec_out(&k.api, "cl-vol", "touch /etc/cfg/x").is_none());
+
+    // The pod's token is the pod's: the API server takes it as the pod's
+    // service account.
+    let token = read(&format!("{sa}/token")).unwrap_or_default();
+    assert!(!token.is_empty());
+    let creds = tempfile::tempdir().unwrap();
+    let conf = creds.path().join("sa.conf");
+    std::fs::write(creds.path().join("ca.crt"), &ca).unwrap();
+    std::fs::write(&conf, format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+         users:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\ncurrent-context: x\n",
+        server_url(&k.api),
+        creds.path().join("ca.crt").display(),
+    )).unwrap();
+    let who = k.api.run_as(&conf, &["auth", "whoami", "-o", "json"], None);
+    assert!(
+        who.status.success(),
+        "{}",
+        String::from_utf8_lossy(&who.stderr)
+    );
+    let who: Value = serde_json::from_slice(&who.stdout).unwrap();
+    assert_eq!(
+        who["status"]["userInfo"]["username"],
+        "system:serviceaccount:default:default"
+    );
+    assert_eq!(
+        who["status"]["userInfo"]["extra"]["authentication.kubernetes.io/pod-name"][0],
+        "cl-vol"
+    );
+
+    // A ConfigMap edit reaches the running pod.
+    k.api.ok(&[
+        "patch",
+        "configmap",
+        "cl-cfg",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"bye"}}"#,
+    ]);
+    eventually("the edit is in the pod", START, async || {
+        (read("/etc/cfg/greeting").as_deref() == Some("bye")).then_some(())
+    })
+    .await;
+
+    // The pod whose ConfigMap is missing waits, told why; then runs.
+    eventually("FailedMount for the missing ConfigMap", START, async || {
+        let sel = "involvedObject.name=cl-wait,reason=FailedMount";
+        let list = k.api.get(&["events", "-n", "default", "--field-selector", sel])?;
+        list["items"].as_array()?.iter().any(|e| {
+            e["message"]
+                == r#"MountVolume.SetUp failed for volume "later" : configmaps "cl-later" not found"#
+        })
+        .then_some(())
+    })
+    .await;
+    let waiting = k.api.pod("cl-wait").unwrap();
+    assert_eq!(waiting["status"]["phase"], "Pending");
+    assert_eq!(
+        container_status(&waiting, "c")["state"]["waiting"]["reason"],
+        "ContainerCreating"
+    );
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cl-later", "namespace": "default", "labels": labels},
+        "data": {"k": "v"},
+    }));
+    let pod = eventually(
+        "the waiting pod runs once its ConfigMap exists",
+        START,
+        async || k.api.pod("cl-wait").filter(running_with_ip),
+    )
+    .await;
+    uids.insert(uid(&pod).to_owned());
+
+    // The subPath that leads out of its volume is refused.
+    let pod = eventually("the escape is refused", START, async || {
+        k.api.pod("cl-escape").filter(|p| {
+            container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+    })
+    .await;
+    let message = container_status(&pod, "c")["state"]["waiting"]["message"].to_string();
+    assert!(message.contains("not within volume path"), "{message}");
+    uids.insert(uid(&pod).to_owned());
+    for name in ["cl-vol", "cl-wait", "cl-escape"] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    let root = k.dir.path().join("root");
+    k.finish(&uids).await;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let left: Vec<&str> = mounts
+        .lines()
+        .filter(|l| l.contains(&*root.to_string_lossy()))
+        .collect();
+    assert!(left.is_empty(), "mounts left behind: {left:?}");
 }
 
 #[tokio::test]
