@@ -154,6 +154,21 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
 /// Whether any container of the pod (init, regular or ephemeral) asks to
 /// be privileged: the sandbox must be too, or the runtime refuses them
 /// (upstream's HasPrivilegedContainer).
+/// The pod's fsGroup, then its supplementalGroups (upstream's
+/// determineEffectiveSecurityContext): what the volumes' group ownership
+/// is for.
+fn supplemental_groups(pod: &Pod) -> Vec<i64> {
+    let psc = spec(pod).security_context.as_ref();
+    psc.and_then(|p| p.fs_group)
+        .into_iter()
+        .chain(
+            psc.and_then(|p| p.supplemental_groups.clone())
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
+}
+
 fn has_privileged_container(pod: &Pod) -> bool {
     let s = spec(pod);
     let privileged =
@@ -231,9 +246,7 @@ pub fn sandbox_config(
                 run_as_group: psc
                     .and_then(|p| p.run_as_group)
                     .map(|value| cri::Int64Value { value }),
-                supplemental_groups: psc
-                    .and_then(|p| p.supplemental_groups.clone())
-                    .unwrap_or_default(),
+                supplemental_groups: supplemental_groups(pod),
                 privileged: has_privileged_container(pod),
                 ..Default::default()
             }),
@@ -428,6 +441,7 @@ pub fn container_config(
                 readonly_rootfs: sc
                     .and_then(|s| s.read_only_root_filesystem)
                     .unwrap_or(false),
+                supplemental_groups: supplemental_groups(pod),
                 no_new_privs: !sc
                     .and_then(|s| s.allow_privilege_escalation)
                     .unwrap_or(true),
@@ -441,7 +455,9 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{ContainerPort, EnvVar, PodSpec, ResourceRequirements};
+    use k8s_openapi::api::core::v1::{
+        ContainerPort, EnvVar, PodSecurityContext, PodSpec, ResourceRequirements,
+    };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -518,6 +534,23 @@ mod tests {
             .namespace_options
             .unwrap();
         assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
+    }
+
+    #[test]
+    fn fs_group_comes_first_in_the_supplemental_groups() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(5),
+            supplemental_groups: Some(vec![7, 8]),
+            ..Default::default()
+        });
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let cfg = container_config(&p, c, 0, "x", 1 << 30, None, Vec::new()).unwrap();
+        let sc = cfg.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.supplemental_groups, [5, 7, 8]);
+        let sb = sandbox_config(&p, 0, Path::new("/logs"), &ResolvConf::default());
+        let sc = sb.linux.unwrap().security_context.unwrap();
+        assert_eq!(sc.supplemental_groups, [5, 7, 8]);
     }
 
     #[test]

@@ -21,6 +21,7 @@
 pub mod atomic_writer;
 pub mod mount;
 pub mod objects;
+pub mod ownership;
 pub mod subpath;
 pub mod token;
 
@@ -288,16 +289,33 @@ impl VolumeManager {
             .as_ref()
             .and_then(|e| e.mode)
             .map_or(0o777, |m| m as u32 & 0o1777);
+        let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+        let fs_group = psc.and_then(|s| s.fs_group);
+        let on_root_mismatch =
+            psc.and_then(|s| s.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+        let read_only = !matches!(kind, Kind::EmptyDir { .. });
         let path = dir.clone();
         blocking(move || {
+            // An emptyDir set up before (its ready marker) is left as it is.
+            if let Some(ready) = &ready
+                && ready.join("ready").exists()
+                && (tmpfs_size.is_none() || mount::is_mount_point(&path)?)
+            {
+                return Ok(());
+            }
             mount::ensure_dir(&path, mode)?;
             if let Some(size) = tmpfs_size {
                 mount::ensure_tmpfs(&path, size)?;
                 // The mount's root has the kernel's mode: as the dir's.
                 mount::ensure_dir(&path, mode)?;
             }
-            if let Some(payload) = payload {
-                atomic_writer::write(&path, payload)?;
+            // fsGroup when the volume is new or its files changed.
+            let changed = match payload {
+                Some(payload) => atomic_writer::write(&path, payload)?,
+                None => true,
+            };
+            if let Some(gid) = fs_group.filter(|_| changed) {
+                ownership::apply(&path, gid, read_only, on_root_mismatch)?;
             }
             if let Some(ready) = ready {
                 std::fs::create_dir_all(&ready)?;
@@ -309,7 +327,7 @@ impl VolumeManager {
         .map_err(|e| e.to_string())?;
         Ok(MountedVolume {
             host_path: dir,
-            read_only: !matches!(kind, Kind::EmptyDir { .. }),
+            read_only,
         })
     }
 
@@ -393,6 +411,13 @@ impl VolumeManager {
                 let items = d.items.clone().unwrap_or_default();
                 downward_payload(&items, pod, &self.allocatable(), mode)
             } else if let Some(t) = &src.service_account_token {
+                // Only the owner reads a token when the volume's group is set.
+                let fs_group = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.security_context.as_ref())
+                    .and_then(|s| s.fs_group);
+                let token_mode = if fs_group.is_some() { 0o600 } else { mode };
                 self.token(
                     pod,
                     t.audience.clone(),
@@ -404,7 +429,7 @@ impl VolumeManager {
                         t.path.clone(),
                         vol::FileProjection {
                             data: token.into_bytes(),
-                            mode,
+                            mode: token_mode,
                         },
                     )])
                 })

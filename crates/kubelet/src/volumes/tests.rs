@@ -273,3 +273,52 @@ fn sub_paths_never_lead_out_of_their_volume() {
     assert_eq!(mounts_in(&targets), 0);
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside");
 }
+
+#[tokio::test]
+async fn fs_group_owns_new_volumes_once() {
+    if !root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (m, _events) = manager(tmp.path());
+    let mut p = pod(
+        "u-3",
+        vec![
+            volume("scratch", |_| {}),
+            volume("info", |v| {
+                v.downward_api = Some(DownwardAPIVolumeSource {
+                    items: Some(vec![DownwardAPIVolumeFile {
+                        path: "name".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.name".into(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }]),
+                    default_mode: Some(0o400),
+                    ..Default::default()
+                })
+            }),
+        ],
+    );
+    p.spec.as_mut().unwrap().security_context =
+        Some(k8s_openapi::api::core::v1::PodSecurityContext {
+            fs_group: Some(2345),
+            ..Default::default()
+        });
+    let got = m.mount_pod(&p).await.unwrap();
+    let scratch = std::fs::metadata(&got["scratch"].host_path).unwrap();
+    assert_eq!(scratch.gid(), 2345);
+    assert_eq!(scratch.mode() & 0o2070, 0o2070, "setgid and group rwx");
+    // A read-only volume's files get group read, not write.
+    let name = std::fs::metadata(got["info"].host_path.join("name")).unwrap();
+    assert_eq!((name.gid(), name.mode() & 0o777), (2345, 0o440));
+    // Set up again, an emptyDir's files (a container's) are left alone.
+    let later = got["scratch"].host_path.join("later");
+    std::fs::write(&later, "x").unwrap();
+    std::os::unix::fs::lchown(&later, None, Some(0)).unwrap();
+    m.mount_pod(&p).await.unwrap();
+    assert_eq!(std::fs::metadata(&later).unwrap().gid(), 0);
+    m.unmount_pod(&PodUid::from("u-3")).await.unwrap();
+}
