@@ -563,6 +563,21 @@ pub fn validate_pod(pod: &Pod) -> Result<(), FieldError> {
         ));
     }
 
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec.volumes.iter().flatten().enumerate() {
+        let at = format!("spec.volumes[{i}].name");
+        if v.name.is_empty() {
+            return Err(FieldError::new(at, "required"));
+        }
+        check_dns_label(&at, &v.name)?;
+        if !volumes.insert(v.name.as_str()) {
+            return Err(FieldError::new(
+                at,
+                format!("Duplicate value: {:?}", v.name),
+            ));
+        }
+    }
+
     let mut names = BTreeSet::new();
     let lists = [
         (
@@ -1267,6 +1282,21 @@ spec:
                 |v| v["spec"]["containers"] = json!([]),
                 "spec.containers",
                 "at least one container",
+            ),
+            (
+                "a volume name that is a path",
+                |v| v["spec"]["volumes"] = json!([{"name": "../../etc", "emptyDir": {}}]),
+                "spec.volumes[0].name",
+                "label",
+            ),
+            (
+                "duplicate volume name",
+                |v| {
+                    v["spec"]["volumes"] =
+                        json!([{"name": "a", "emptyDir": {}}, {"name": "a", "emptyDir": {}}])
+                },
+                "spec.volumes[1].name",
+                "Duplicate value: \"a\"",
             ),
             (
                 "bad container name",

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Volume};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_core::downward::Allocatable;
+use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 use kubelet_core::types::PodUid;
 use kubelet_core::volume::{
@@ -199,6 +200,16 @@ impl VolumeManager {
         let mut failed = Vec::new();
         let mut seen = HashSet::new();
         for v in &volumes {
+            // The name is a path component: a DNS label, once (what the API
+            // server checks; said again here, since it names directories).
+            let bad = is_dns1123_label(&v.name);
+            if !bad.is_empty() {
+                failed.push((
+                    v.name.clone(),
+                    format!("invalid volume name: {}", bad.join("; ")),
+                ));
+                continue;
+            }
             if !seen.insert(v.name.as_str()) {
                 failed.push((v.name.clone(), "volume name is not unique".to_owned()));
                 continue;

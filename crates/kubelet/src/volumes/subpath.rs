@@ -44,11 +44,17 @@ fn make_dirs(root: &OwnedFd, sub: &Path, mode: Mode) -> io::Result<()> {
         } else {
             open_beneath(root, &done, OFlags::PATH | OFlags::DIRECTORY)?
         };
-        match rustix::fs::mkdirat(&parent, name, mode) {
-            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+        let made = match rustix::fs::mkdirat(&parent, name, mode) {
+            Ok(()) => true,
+            Err(rustix::io::Errno::EXIST) => false,
             Err(e) => return Err(e.into()),
-        }
+        };
         done.push(name);
+        if made {
+            // mkdirat's mode went through the umask: the root's, exactly.
+            let dir = open_beneath(root, &done, OFlags::RDONLY | OFlags::DIRECTORY)?;
+            rustix::fs::fchmod(&dir, mode)?;
+        }
     }
     Ok(())
 }

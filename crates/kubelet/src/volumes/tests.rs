@@ -266,9 +266,18 @@ fn sub_paths_never_lead_out_of_their_volume() {
             "{bad}: {e}"
         );
     }
-    // A missing directory is made inside the volume.
+    // A missing directory is made inside the volume, with the volume's
+    // mode whatever the umask.
+    std::fs::set_permissions(&vol, std::os::unix::fs::PermissionsExt::from_mode(0o2777)).unwrap();
     let made = subpath::prepare(&vol, "new/dir", &targets.join("1")).unwrap();
     assert!(made.is_dir() && vol.join("new/dir").is_dir());
+    for d in ["new", "new/dir"] {
+        assert_eq!(
+            rustix::fs::stat(vol.join(d)).unwrap().st_mode & 0o7777,
+            0o2777,
+            "{d}"
+        );
+    }
     mount::unmount_all_under(&targets).unwrap();
     assert_eq!(mounts_in(&targets), 0);
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "outside");
