@@ -8,14 +8,14 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::Resource;
 use kube::api::{Api, PostParams};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
-use crate::watch::Watch;
 use crate::{ApiClient, ApiError};
 
 /// What is known of a watched object.
@@ -74,31 +74,9 @@ pub async fn watch_named<K>(
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut watch = Watch::new(api, config);
-    // A relist's object, published once the relist is done.
-    let mut listed = None;
-    while let Some(event) = watch.next(&cancel).await {
-        let more = match event {
-            Ok(Event::Init) => {
-                listed = None;
-                true
-            }
-            Ok(Event::InitApply(o)) => {
-                listed = Some(Arc::new(o));
-                true
-            }
-            Ok(Event::InitDone) => publish(listed.take()),
-            Ok(Event::Apply(o)) => publish(Some(Arc::new(o))),
-            Ok(Event::Delete(_)) => publish(None),
-            Err(e) => {
-                tracing::warn!(error = %e, %name, "watching an object");
-                true
-            }
-        };
-        if !more {
-            return;
-        }
-    }
+    let key = |o: &K| o.meta().name.clone().unwrap_or_default();
+    let one = |set: Vec<K>| std::future::ready(publish(set.into_iter().next().map(Arc::new)));
+    crate::watch::watch_set(api, config, name, key, one, &cancel).await;
 }
 
 /// A namespaced kind whose single objects the kubelet watches (ConfigMap,
@@ -134,6 +112,30 @@ pub async fn watch_object<K: Watched>(
         !done
     };
     watch_named(objects, name, publish, cancel).await;
+}
+
+/// Keep every ClusterTrustBundle (cluster-scoped; the kubelet reads them
+/// all, as upstream's informer does) in `tx` until `cancel` fires.
+pub async fn watch_trust_bundles(
+    api: &ApiClient,
+    tx: tokio::sync::watch::Sender<Latest<Vec<ClusterTrustBundle>>>,
+    cancel: CancellationToken,
+) {
+    let bundles = Api::<ClusterTrustBundle>::all(api.client().clone());
+    let key = |b: &ClusterTrustBundle| b.metadata.name.clone().unwrap_or_default();
+    let publish = |all| {
+        tx.send_replace(Latest::Present(Arc::new(all)));
+        std::future::ready(true)
+    };
+    crate::watch::watch_set(
+        bundles,
+        watcher::Config::default(),
+        "ClusterTrustBundles",
+        key,
+        publish,
+        &cancel,
+    )
+    .await;
 }
 
 /// A token for service account `namespace/name` bound to the pod

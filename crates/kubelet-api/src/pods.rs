@@ -2,19 +2,17 @@
 //! node's pods (the API pod source), status patches with a UID
 //! precondition, the final delete, and mirror pods for static pods.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 
 use kubelet_core::types::{SOURCE_API, SourceSnapshot, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ApiClient, ApiError};
-use crate::watch::Watch;
+use crate::watch::watch_set;
 
 fn pods_in(client: &kube::Client, namespace: &str) -> Api<Pod> {
     Api::namespaced(client.clone(), namespace)
@@ -36,44 +34,19 @@ pub async fn watch_node_pods(
     cancel: CancellationToken,
 ) {
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
-    let mut watch = Watch::new(Api::<Pod>::all(api.client().clone()), config);
-    let mut pods: BTreeMap<String, Pod> = BTreeMap::new();
-    let mut listing: Option<BTreeMap<String, Pod>> = None;
+    let pods = Api::<Pod>::all(api.client().clone());
     let key = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
-    while let Some(event) = watch.next(&cancel).await {
-        let changed = match event {
-            Ok(Event::Init) => {
-                listing = Some(BTreeMap::new());
-                false
-            }
-            Ok(Event::InitApply(p)) => {
-                if let Some(l) = listing.as_mut() {
-                    l.insert(key(&p), p);
-                }
-                false
-            }
-            Ok(Event::InitDone) => {
-                pods = listing.take().unwrap_or_default();
-                true
-            }
-            Ok(Event::Apply(p)) => {
-                pods.insert(key(&p), p);
-                true
-            }
-            Ok(Event::Delete(p)) => pods.remove(&key(&p)).is_some(),
-            Err(e) => {
-                tracing::warn!(error = %e, "watching this node's pods");
-                false
-            }
-        };
-        let snapshot = SourceSnapshot {
-            source: SOURCE_API,
-            pods: pods.values().cloned().collect(),
-        };
-        if changed && tx.send(snapshot).await.is_err() {
-            return;
+    let publish = |pods| {
+        let tx = tx.clone();
+        async move {
+            let snapshot = SourceSnapshot {
+                source: SOURCE_API,
+                pods,
+            };
+            tx.send(snapshot).await.is_ok()
         }
-    }
+    };
+    watch_set(pods, config, "this node's pods", key, publish, &cancel).await;
 }
 
 /// The pod as the API server has it now.

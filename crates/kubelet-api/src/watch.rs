@@ -7,6 +7,7 @@
 //! relist: kube's `StreamBackoff` resets on that too, which keeps a failing
 //! list at the first delay for as long as it fails.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -60,5 +61,55 @@ where
             Ok(Event::InitDone | Event::Apply(_) | Event::Delete(_)) => self.backoff.reset(),
         }
         Some(event)
+    }
+}
+
+/// Watch every object `api` lists under `config` and hand the whole set
+/// (in `key` order) to `publish` after each relist and each change; ends
+/// when `cancel` fires or `publish` returns false.
+pub(crate) async fn watch_set<K, F, Fut>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: &str,
+    key: impl Fn(&K) -> String,
+    mut publish: F,
+    cancel: &CancellationToken,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    F: FnMut(Vec<K>) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let mut watch = Watch::new(api, config);
+    let mut set: BTreeMap<String, K> = BTreeMap::new();
+    let mut listing: Option<BTreeMap<String, K>> = None;
+    while let Some(event) = watch.next(cancel).await {
+        let changed = match event {
+            Ok(Event::Init) => {
+                listing = Some(BTreeMap::new());
+                false
+            }
+            Ok(Event::InitApply(o)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(key(&o), o);
+                }
+                false
+            }
+            Ok(Event::InitDone) => {
+                set = listing.take().unwrap_or_default();
+                true
+            }
+            Ok(Event::Apply(o)) => {
+                set.insert(key(&o), o);
+                true
+            }
+            Ok(Event::Delete(o)) => set.remove(&key(&o)).is_some(),
+            Err(e) => {
+                tracing::warn!(error = %e, "watching {what}");
+                false
+            }
+        };
+        if changed && !publish(set.values().cloned().collect()).await {
+            return;
+        }
     }
 }

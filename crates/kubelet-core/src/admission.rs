@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::quantity::{parse_bytes, parse_cpu_millis};
 
@@ -111,9 +112,38 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
 }
 
 fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let value = labels.get(&req.key);
-    let values = req.values.as_deref().unwrap_or(&[]);
-    match req.operator.as_str() {
+    operator_matches(&req.key, &req.operator, req.values.as_deref(), labels)
+}
+
+/// Whether `labels` match a label selector (upstream's
+/// LabelSelectorAsSelector): None matches nothing, an empty one everything.
+pub fn label_selector_matches(
+    sel: Option<&LabelSelector>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let Some(sel) = sel else {
+        return false;
+    };
+    sel.match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && sel
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| operator_matches(&r.key, &r.operator, r.values.as_deref(), labels))
+}
+
+fn operator_matches(
+    key: &str,
+    operator: &str,
+    values: Option<&[String]>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    let value = labels.get(key);
+    let values = values.unwrap_or(&[]);
+    match operator {
         "In" => value.is_some_and(|v| values.contains(v)),
         "NotIn" => value.is_none_or(|v| !values.contains(v)),
         "Exists" => value.is_some(),
@@ -125,7 +155,7 @@ fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, 
             ) else {
                 return false;
             };
-            if req.operator == "Gt" {
+            if operator == "Gt" {
                 v > bound
             } else {
                 v < bound
@@ -571,5 +601,41 @@ mod tests {
             rejection.status_message(),
             "Pod was rejected: Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000"
         );
+    }
+
+    #[test]
+    fn label_selectors_match_as_upstream_reads_them() {
+        let labels = BTreeMap::from([("a".to_owned(), "1".to_owned())]);
+        let expr = |op: &str, values: &[&str]| LabelSelector {
+            match_expressions: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                    key: "a".into(),
+                    operator: op.into(),
+                    values: Some(values.iter().map(|v| v.to_string()).collect()),
+                },
+            ]),
+            ..Default::default()
+        };
+        let by_label = |k: &str, v: &str| LabelSelector {
+            match_labels: Some(BTreeMap::from([(k.to_owned(), v.to_owned())])),
+            ..Default::default()
+        };
+        let cases = [
+            (None, false),
+            (Some(LabelSelector::default()), true),
+            (Some(by_label("a", "1")), true),
+            (Some(by_label("a", "2")), false),
+            (Some(expr("In", &["1", "2"])), true),
+            (Some(expr("NotIn", &["1"])), false),
+            (Some(expr("Exists", &[])), true),
+            (Some(expr("DoesNotExist", &[])), false),
+        ];
+        for (i, (sel, want)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                label_selector_matches(sel.as_ref(), &labels),
+                want,
+                "case {i}"
+            );
+        }
     }
 }

@@ -290,6 +290,35 @@ pub fn downward_payload(
     }
 }
 
+/// A clusterTrustBundle projection's file (upstream's
+/// normalizeTrustAnchors): the certificates of `bundles` (PEM), each once,
+/// re-encoded as Go's pem package writes them, in an order that is stable
+/// for one `order` (the kubelet's, made at start) and differs between
+/// restarts, as upstream shuffles, so no client comes to depend on it.
+pub fn normalize_trust_anchors(
+    bundles: &[&str],
+    order: &impl std::hash::BuildHasher,
+) -> Result<Vec<u8>, String> {
+    let mut ders: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    for b in bundles {
+        let pems =
+            pem::parse_many(b).map_err(|e| format!("while normalizing trust anchors: {e}"))?;
+        for p in pems {
+            let der = p.into_contents();
+            ders.entry(order.hash_one(&der)).or_insert(der);
+        }
+    }
+    let config = pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF);
+    let mut out = String::new();
+    for der in ders.into_values() {
+        out.push_str(&pem::encode_config(
+            &pem::Pem::new("CERTIFICATE", der),
+            config,
+        ));
+    }
+    Ok(out.into_bytes())
+}
+
 /// The pod's memory limit as its cgroup gets it: the sum over its
 /// containers (or the largest init container, if more) when every one of
 /// them declares a limit; None otherwise.
@@ -461,6 +490,35 @@ mod tests {
         }
         assert!(Kind::Secret.on_tmpfs() && Kind::Projected.on_tmpfs());
         assert!(!Kind::ConfigMap.on_tmpfs() && !Kind::EmptyDir { memory: false }.on_tmpfs());
+    }
+
+    #[test]
+    fn trust_anchors_are_deduplicated_and_written_as_go_writes_them() {
+        let a = pem::encode(&pem::Pem::new("CERTIFICATE", vec![1u8; 100]));
+        let b = pem::encode_config(
+            &pem::Pem::new("CERTIFICATE", vec![2u8; 10]),
+            pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+        );
+        let order = std::collections::hash_map::RandomState::new();
+        let both = format!("{a}{b}");
+        let out = normalize_trust_anchors(&[&both, &a], &order).unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert_eq!(
+            text.matches("-----BEGIN CERTIFICATE-----\n").count(),
+            2,
+            "{text}"
+        );
+        assert!(!text.contains('\r') && text.ends_with("-----END CERTIFICATE-----\n"));
+        // 64 columns of base64, as Go's encoder.
+        assert!(text.lines().all(|l| l.len() <= 64), "{text}");
+        // Stable for one order.
+        assert_eq!(normalize_trust_anchors(&[&a, &both], &order).unwrap(), out);
+        // What is not PEM is skipped, as Go's pem.Decode skips it.
+        assert!(
+            normalize_trust_anchors(&["-----BEGIN CERTIFICATE-----\n!!"], &order)
+                .unwrap()
+                .is_empty()
+        );
     }
 
     #[test]

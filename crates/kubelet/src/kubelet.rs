@@ -47,6 +47,7 @@ use crate::sync::Syncer;
 use crate::tasks::Tasks;
 use crate::volumes::objects::ObjectStore;
 use crate::volumes::token::TokenManager;
+use crate::volumes::trust::TrustBundles;
 use crate::volumes::{ApiObjects, VolumeManager};
 use kubelet_core::downward::Allocatable;
 use kubelet_server::NodeView;
@@ -245,6 +246,7 @@ impl Kubelet {
             ),
             secrets: ObjectStore::new(api.clone(), tasks.clone(), "secret", probe_tx.clone()),
             tokens: TokenManager::new(api.clone(), opts.clock),
+            trust: TrustBundles::new(api.clone(), tasks.clone()),
         });
         let volumes = VolumeManager::new(
             opts.root_dir.join("pods"),

@@ -24,13 +24,16 @@ pub mod objects;
 pub mod ownership;
 pub mod subpath;
 pub mod token;
+pub mod trust;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, Volume};
+use k8s_openapi::api::core::v1::{
+    ClusterTrustBundleProjection, ConfigMap, Node, Pod, Secret, Volume,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_core::downward::Allocatable;
 use kubelet_core::manifest::is_dns1123_label;
@@ -93,6 +96,7 @@ pub struct ApiObjects {
     pub config_maps: ObjectStore<ConfigMap>,
     pub secrets: ObjectStore<Secret>,
     pub tokens: TokenManager,
+    pub trust: trust::TrustBundles,
 }
 
 /// `<pods_dir>/<uid>`, when the UID is a safe path component.
@@ -422,30 +426,17 @@ impl VolumeManager {
                 let items = d.items.clone().unwrap_or_default();
                 downward_payload(&items, pod, &self.allocatable(), mode)
             } else if let Some(t) = &src.service_account_token {
-                // Only the owner reads a token when the volume's group is set.
-                let fs_group = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.security_context.as_ref())
-                    .and_then(|s| s.fs_group);
-                let token_mode = if fs_group.is_some() { 0o600 } else { mode };
                 self.token(
                     pod,
                     t.audience.clone(),
                     t.expiration_seconds.unwrap_or(3600),
                 )
                 .await
-                .map(|token| {
-                    Payload::from([(
-                        t.path.clone(),
-                        vol::FileProjection {
-                            data: token.into_bytes(),
-                            mode: token_mode,
-                        },
-                    )])
-                })
-            } else if src.cluster_trust_bundle.is_some() {
-                Err("clusterTrustBundle projections are not supported by rkubelet".into())
+                .map(|token| file(&t.path, token.into_bytes(), owner_only(pod, mode)))
+            } else if let Some(b) = &src.cluster_trust_bundle {
+                self.trust_anchors(b)
+                    .await
+                    .map(|pem| file(&b.path, pem, owner_only(pod, mode)))
             } else if src.pod_certificate.is_some() {
                 Err("podCertificate projections are not supported by rkubelet".into())
             } else {
@@ -460,6 +451,24 @@ impl VolumeManager {
             0 => Ok(out),
             1 => Err(errors.remove(0)),
             _ => Err(format!("[{}]", errors.join(", "))),
+        }
+    }
+
+    /// A clusterTrustBundle projection's certificates, by name or by signer.
+    async fn trust_anchors(&self, b: &ClusterTrustBundleProjection) -> Result<Vec<u8>, String> {
+        let Some(api) = &self.api else {
+            return Err("cannot get ClusterTrustBundles without an API server".into());
+        };
+        let optional = b.optional.unwrap_or(false);
+        match (&b.name, &b.signer_name) {
+            (Some(name), _) => api.trust.anchors(trust::By::Name(name), optional).await,
+            (None, Some(signer)) => {
+                let by = trust::By::Signer(signer, b.label_selector.as_ref());
+                api.trust.anchors(by, optional).await
+            }
+            (None, None) => Err(
+                "ClusterTrustBundle projection requires either name or signerName to be set".into(),
+            ),
         }
     }
 
@@ -562,6 +571,22 @@ impl VolumeManager {
         })
         .await
     }
+}
+
+/// One projected file.
+fn file(path: &str, data: Vec<u8>, mode: i32) -> Payload {
+    Payload::from([(path.to_owned(), vol::FileProjection { data, mode })])
+}
+
+/// A token's or trust bundle's mode: only the owner reads it once the
+/// volume's group is set (upstream's projected plugin).
+fn owner_only(pod: &Pod, mode: i32) -> i32 {
+    let fs_group = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group);
+    if fs_group.is_some() { 0o600 } else { mode }
 }
 
 fn namespace(pod: &Pod) -> &str {
