@@ -299,11 +299,8 @@ impl VolumeManager {
         let ready = matches!(kind, Kind::EmptyDir { .. })
             .then(|| pod_dir.join("plugins").join(EMPTY_DIR).join(&v.name));
         // emptyDir.mode (with its sticky bit), else upstream's 0777.
-        let mode = v
-            .empty_dir
-            .as_ref()
-            .and_then(|e| e.mode)
-            .map_or(0o777, |m| m as u32 & 0o1777);
+        let asked = v.empty_dir.as_ref().and_then(|e| e.mode);
+        let mode = asked.map_or(0o777, |m| m as u32 & 0o1777);
         let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
         let fs_group = psc.and_then(|s| s.fs_group);
         let on_root_mismatch =
@@ -321,8 +318,12 @@ impl VolumeManager {
             mount::ensure_dir(&path, mode)?;
             if let Some(size) = tmpfs_size {
                 mount::ensure_tmpfs(&path, size)?;
-                // The mount's root has the kernel's mode: as the dir's.
-                mount::ensure_dir(&path, mode)?;
+                // A tmpfs root keeps the kernel's 1777, as upstream leaves
+                // it (the e2e suite checks for the sticky bit), unless a
+                // mode was asked for.
+                if asked.is_some() {
+                    mount::ensure_dir(&path, mode)?;
+                }
             }
             // fsGroup when the volume is new or its files changed.
             let changed = match payload {

@@ -137,6 +137,8 @@ async fn volumes_are_set_up_once_and_torn_down_without_a_trace() {
     let mode = |p: &Path| rustix::fs::stat(p).unwrap().st_mode & 0o7777;
     assert_eq!(mode(&got["mem"].host_path), 0o1770);
     assert_eq!(mode(&got["scratch"].host_path), 0o777);
+    // A tmpfs no mode was asked for keeps the kernel's 1777, as upstream's.
+    assert_eq!(mode(&got["info"].host_path), 0o1777);
 
     // Again (a resync, or a restart after a kill -9): nothing more.
     m.mount_pod(&p).await.unwrap();
