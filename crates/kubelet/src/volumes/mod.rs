@@ -365,9 +365,9 @@ impl VolumeManager {
     /// The files of a configMap, secret, downwardAPI or projected volume.
     async fn payload(&self, pod: &Pod, v: &Volume) -> Result<Payload, String> {
         if let Some(c) = &v.config_map {
-            let items = c.items.clone().unwrap_or_default();
+            let items = c.items.as_deref().unwrap_or(&[]);
             let src = KeyedSource {
-                items: &items,
+                items,
                 default_mode: c.default_mode.unwrap_or(0o644),
                 optional: c.optional.unwrap_or(false),
             };
@@ -375,9 +375,9 @@ impl VolumeManager {
             return config_map_payload(&src, &cm);
         }
         if let Some(s) = &v.secret {
-            let items = s.items.clone().unwrap_or_default();
+            let items = s.items.as_deref().unwrap_or(&[]);
             let src = KeyedSource {
-                items: &items,
+                items,
                 default_mode: s.default_mode.unwrap_or(0o644),
                 optional: s.optional.unwrap_or(false),
             };
@@ -386,9 +386,9 @@ impl VolumeManager {
             return secret_payload(&src, &secret);
         }
         if let Some(d) = &v.downward_api {
-            let items = d.items.clone().unwrap_or_default();
+            let items = d.items.as_deref().unwrap_or(&[]);
             return downward_payload(
-                &items,
+                items,
                 pod,
                 &self.allocatable(),
                 d.default_mode.unwrap_or(0o644),
@@ -402,30 +402,28 @@ impl VolumeManager {
         let mut errors = Vec::new();
         for src in p.sources.iter().flatten() {
             let part = if let Some(c) = &src.config_map {
-                let items = c.items.clone().unwrap_or_default();
+                let items = c.items.as_deref().unwrap_or(&[]);
                 let keyed = KeyedSource {
-                    items: &items,
+                    items,
                     default_mode: mode,
                     optional: c.optional.unwrap_or(false),
                 };
-                match self.config_map(pod, &c.name, keyed.optional).await {
-                    Ok(cm) => config_map_payload(&keyed, &cm),
-                    Err(e) => Err(e),
-                }
+                self.config_map(pod, &c.name, keyed.optional)
+                    .await
+                    .and_then(|cm| config_map_payload(&keyed, &cm))
             } else if let Some(s) = &src.secret {
-                let items = s.items.clone().unwrap_or_default();
+                let items = s.items.as_deref().unwrap_or(&[]);
                 let keyed = KeyedSource {
-                    items: &items,
+                    items,
                     default_mode: mode,
                     optional: s.optional.unwrap_or(false),
                 };
-                match self.secret(pod, &s.name, keyed.optional).await {
-                    Ok(secret) => secret_payload(&keyed, &secret),
-                    Err(e) => Err(e),
-                }
+                self.secret(pod, &s.name, keyed.optional)
+                    .await
+                    .and_then(|secret| secret_payload(&keyed, &secret))
             } else if let Some(d) = &src.downward_api {
-                let items = d.items.clone().unwrap_or_default();
-                downward_payload(&items, pod, &self.allocatable(), mode)
+                let items = d.items.as_deref().unwrap_or(&[]);
+                downward_payload(items, pod, &self.allocatable(), mode)
             } else if let Some(t) = &src.service_account_token {
                 self.token(
                     pod,
