@@ -810,9 +810,11 @@ async fn init_containers_and_sidecars_start_and_stop_in_order() {
     k.stop().await;
 }
 
-#[tokio::test]
+/// On paused time: the hook is cut when the 2 s grace period ends, not before
+/// and not much later.
+#[tokio::test(start_paused = true)]
 async fn a_slow_pre_stop_hook_is_cut_at_the_grace_period() {
-    let node = Node::new().await;
+    let node = Node::with_clock(Clock::following_tokio()).await;
     let body = pod(
         "slow",
         &[("a", "sleep 1000")],
@@ -830,15 +832,17 @@ async fn a_slow_pre_stop_hook_is_cut_at_the_grace_period() {
         .await;
     let took = removed.elapsed();
     assert!(
-        took >= Duration::from_secs(2),
-        "the preStop hook ran for the grace period before the stop ({took:?})"
+        took >= Duration::from_secs(2) && took < Duration::from_secs(3),
+        "the preStop hook ran for the 2 s grace period, then the stop ({took:?})"
     );
     k.stop().await;
 }
 
-#[tokio::test]
+/// On paused time: with `periodSeconds: 1` and `failureThreshold: 2`, the
+/// restart comes about two periods after the probe starts failing.
+#[tokio::test(start_paused = true)]
 async fn a_failing_liveness_probe_restarts_exactly_that_container() {
-    let node = Node::new().await;
+    let node = Node::with_clock(Clock::following_tokio()).await;
     let body = pod("live", &[("a", "sleep 1000")], "")
         + "    livenessProbe:\n      exec:\n        command: [\"cat\", \"/healthy\"]\n      periodSeconds: 1\n      failureThreshold: 2\n"
         + &format!("  - name: b\n    image: {IMAGE}\n");
@@ -860,6 +864,7 @@ async fn a_failing_liveness_probe_restarts_exactly_that_container() {
         .await;
     node.fake
         .set_exec_result_for("a", 1, b"", b"cat: /healthy: No such file");
+    let failing = tokio::time::Instant::now();
     node.fake
         .wait_for("a restarted after its liveness probe failed", WAIT, |_| {
             node.running("a")
@@ -867,6 +872,11 @@ async fn a_failing_liveness_probe_restarts_exactly_that_container() {
                 .is_some_and(|c| restart_count(c) == "1")
         })
         .await;
+    let took = failing.elapsed();
+    assert!(
+        took >= Duration::from_secs(1) && took < Duration::from_secs(4),
+        "two failures 1 s apart, then the restart ({took:?})"
+    );
     assert_eq!(
         node.running("b").first().map(|c| c.id.clone()),
         Some(b_id),
