@@ -8,7 +8,6 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::Resource;
 use kube::api::{Api, PostParams};
@@ -114,23 +113,34 @@ pub async fn watch_object<K: Watched>(
     watch_named(objects, name, publish, cancel).await;
 }
 
-/// Keep every ClusterTrustBundle (cluster-scoped; the kubelet reads them
-/// all, as upstream's informer does) in `tx` until `cancel` fires.
-pub async fn watch_trust_bundles(
+/// Keep every object of a kind in `tx` (all namespaces, as upstream's
+/// informers list them: ClusterTrustBundles, Services) until `cancel`
+/// fires; `what` names the kind in logs.
+pub async fn watch_all<K>(
     api: &ApiClient,
-    tx: tokio::sync::watch::Sender<Latest<Vec<ClusterTrustBundle>>>,
+    what: &'static str,
+    tx: tokio::sync::watch::Sender<Latest<Vec<K>>>,
     cancel: CancellationToken,
-) {
-    let bundles = Api::<ClusterTrustBundle>::all(api.client().clone());
-    let key = |b: &ClusterTrustBundle| b.metadata.name.clone().unwrap_or_default();
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let objects = Api::<K>::all(api.client().clone());
+    let key = |o: &K| {
+        let m = o.meta();
+        format!(
+            "{}/{}",
+            m.namespace.as_deref().unwrap_or(""),
+            m.name.as_deref().unwrap_or("")
+        )
+    };
     let publish = |all| {
         tx.send_replace(Latest::Present(Arc::new(all)));
         std::future::ready(true)
     };
     crate::watch::watch_set(
-        bundles,
+        objects,
         watcher::Config::default(),
-        "ClusterTrustBundles",
+        what,
         key,
         publish,
         &cancel,

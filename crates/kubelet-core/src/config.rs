@@ -60,6 +60,9 @@ pub const DECODED_FIELDS: &[&str] = &[
     "authorization",
     "enableDebuggingHandlers",
     "streamingConnectionIdleTimeout",
+    "clusterDNS",
+    "clusterDomain",
+    "resolvConf",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -77,8 +80,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "preloadedImagesVerificationAllowlist",
     "enableContentionProfiling",
     "oomScoreAdj",
-    "clusterDomain",
-    "clusterDNS",
     "nodeLeaseDurationSeconds",
     "imageMinimumGCAge",
     "imageMaximumGCAge",
@@ -101,7 +102,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "hairpinMode",
     "podCIDR",
     "podPidsLimit",
-    "resolvConf",
     "runOnce",
     "cpuCFSQuota",
     "cpuCFSQuotaPeriod",
@@ -410,6 +410,16 @@ pub struct KubeletConfiguration {
     pub streaming_connection_idle_timeout: Duration,
     /// `tracing`: where spans go over OTLP; none: not exported.
     pub tracing: Option<TracingConfiguration>,
+    /// `clusterDNS`: the nameservers of ClusterFirst pods (IP addresses).
+    /// None: such pods fall back to the Default policy, with an event.
+    pub cluster_dns: Vec<String>,
+    /// `clusterDomain`: the cluster's DNS domain, searched by ClusterFirst
+    /// pods and in their FQDNs. None by default.
+    pub cluster_domain: String,
+    /// `resolvConf`: the node's resolver file, the base of pods' resolv.conf.
+    /// Default /etc/resolv.conf; empty: none (pods of the Default policy
+    /// get the node's loopback).
+    pub resolv_conf: String,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -465,6 +475,9 @@ impl Default for KubeletConfiguration {
             enable_debugging_handlers: true,
             streaming_connection_idle_timeout: Duration::from_secs(4 * 3600),
             tracing: None,
+            cluster_dns: Vec::new(),
+            cluster_domain: String::new(),
+            resolv_conf: "/etc/resolv.conf".to_owned(),
         }
     }
 }
@@ -715,6 +728,27 @@ fn decode_cipher_suites(field: &str, v: &Value) -> Result<Vec<String>, ConfigErr
         .collect()
 }
 
+/// A list of IP addresses (`clusterDNS`); an entry that is not one is
+/// refused (upstream logs and skips it).
+fn decode_ips(field: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => return Err(wrong_type(field, "a list of IP addresses", other)),
+    };
+    items
+        .iter()
+        .map(|item| {
+            let ip = item
+                .as_str()
+                .ok_or_else(|| wrong_type(field, "a list of IP addresses", item))?;
+            ip.parse::<std::net::IpAddr>()
+                .map(|ip| ip.to_string())
+                .map_err(|_| invalid_value(field, format!("{ip:?} is not an IP address")))
+        })
+        .collect()
+}
+
 /// Calls `each(qualified name, key, value)` for every key of the mapping
 /// `field` (null: none); keys are reported as `field.key`.
 fn for_each_key(
@@ -951,6 +985,17 @@ pub fn parse_kubelet_config_reporting(
             "tracing" => cfg.tracing = decode_tracing(field, v)?,
             "streamingConnectionIdleTimeout" => {
                 set_nonzero_duration(&mut cfg.streaming_connection_idle_timeout, field, v)?
+            }
+            "clusterDNS" => cfg.cluster_dns = decode_ips(field, v)?,
+            "clusterDomain" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.cluster_domain = s;
+                }
+            }
+            "resolvConf" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.resolv_conf = s;
+                }
             }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
@@ -1221,6 +1266,16 @@ mod tests {
             }),
             ("registerNode: false", |c| !c.register_node),
             ("maxPods: null", |c| c.max_pods == 110),
+            ("clusterDNS: [10.96.0.10, 'fd00::a']", |c| {
+                c.cluster_dns == ["10.96.0.10", "fd00::a"]
+            }),
+            ("clusterDomain: cluster.local", |c| {
+                c.cluster_domain == "cluster.local"
+            }),
+            ("resolvConf: ''", |c| c.resolv_conf.is_empty()),
+            ("resolvConf: /run/resolv.conf", |c| {
+                c.resolv_conf == "/run/resolv.conf"
+            }),
         ];
         for (body, check) in cases {
             let (cfg, ignored) = parse_body(body).unwrap_or_else(|e| panic!("{body}: {e}"));
@@ -1326,20 +1381,11 @@ mod tests {
 
     #[test]
     fn ignored_upstream_fields_are_accepted_and_listed() {
-        let body = "clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\n\
-                    enableServer: true\n\
+        let body = "podCIDR: 10.1.0.0/24\nenableServer: true\n\
                     featureGates:\n  Foo: true\nmaxPods: 20\n";
         let (cfg, ignored) = parse_body(body).unwrap();
         assert_eq!(cfg.max_pods, 20);
-        assert_eq!(
-            ignored,
-            vec![
-                "clusterDNS",
-                "clusterDomain",
-                "enableServer",
-                "featureGates"
-            ]
-        );
+        assert_eq!(ignored, vec!["enableServer", "featureGates", "podCIDR"]);
         assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
         assert!(ignored_fields_present("not: [a config").is_empty());
     }
@@ -1595,6 +1641,14 @@ mod tests {
     fn server_field_errors_name_the_field() {
         let cases: &[(&str, &[&str])] = &[
             ("port: 70000", &["port", "70000"]),
+            (
+                "clusterDNS: [10.96.0.300]",
+                &["clusterDNS", "\"10.96.0.300\" is not an IP address"],
+            ),
+            (
+                "clusterDNS: 10.96.0.10",
+                &["clusterDNS", "a list of IP addresses"],
+            ),
             ("port: \"10250\"", &["port", "integer"]),
             ("tlsCertFile: [a]", &["tlsCertFile", "string"]),
             (

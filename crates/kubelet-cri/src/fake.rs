@@ -245,14 +245,16 @@ impl FakeRuntime {
             .collect()
     }
 
-    /// The mounts a container was created with (none for an unknown ID).
-    pub fn mounts(&self, container_id: &str) -> Vec<cri::Mount> {
+    /// The config a container was created with (None for an unknown ID).
+    pub fn container_config(&self, container_id: &str) -> Option<cri::ContainerConfig> {
         let state = self.backend.lock();
-        state
-            .containers
-            .get(container_id)
-            .map(|c| c.config.mounts.clone())
-            .unwrap_or_default()
+        state.containers.get(container_id).map(|c| c.config.clone())
+    }
+
+    /// The config a sandbox was created with (None for an unknown ID).
+    pub fn sandbox_config(&self, sandbox_id: &str) -> Option<cri::PodSandboxConfig> {
+        let state = self.backend.lock();
+        state.sandboxes.get(sandbox_id).map(|s| s.config.clone())
     }
 
     /// How many times `method` (the RPC name) was called, failed calls included.

@@ -11,6 +11,7 @@ use kubelet_cri::client::CriError;
 
 use crate::kuberuntime::config::ConfigError;
 use crate::volumes::VolumeError;
+use kubelet_core::env::EnvError;
 
 /// When a failed step is worth trying again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -55,6 +56,11 @@ pub enum StartError {
     /// not be made from the pod (a spec the runtime cannot be given).
     #[error("{0}")]
     Config(#[source] ConfigError),
+    /// Upstream's CreateContainerConfigError for the environment: a
+    /// ConfigMap, Secret or key it names is missing, a field it reads is
+    /// unknown, or the Services are not listed yet.
+    #[error("{0}")]
+    Env(#[source] EnvError),
     /// The host file the termination message is mounted from.
     #[error("termination message file {path}: {source}")]
     TerminationLog {
@@ -79,7 +85,7 @@ impl StartError {
         match self {
             StartError::CrashLoopBackOff { .. } => "CrashLoopBackOff",
             StartError::Image { reason, .. } => reason,
-            StartError::Config(_) | StartError::TerminationLog { .. } => {
+            StartError::Config(_) | StartError::Env(_) | StartError::TerminationLog { .. } => {
                 "CreateContainerConfigError"
             }
             StartError::Create(_) => "CreateContainerError",
@@ -96,6 +102,8 @@ impl StartError {
                 ..
             }
             | StartError::Config(_) => Retry::Resync,
+            // A missing object wakes the pod when it appears.
+            StartError::Env(e) if !e.transient => Retry::Resync,
             _ => Retry::Backoff,
         }
     }
@@ -146,6 +154,11 @@ pub enum SyncError {
     /// Its volumes could not be torn down: the pod is not let go.
     #[error("tearing down volumes: {0}")]
     VolumesTeardown(#[source] std::io::Error),
+    /// The sandbox's config could not be made (upstream's
+    /// GeneratePodSandboxConfig failure: the pod's hostname, the node's
+    /// resolvConf).
+    #[error("failed to generate sandbox config: {0}")]
+    SandboxConfig(String),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,

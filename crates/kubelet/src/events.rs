@@ -93,6 +93,11 @@ impl Recorder {
         )
     }
 
+    /// The node the events come from.
+    pub fn node_name(&self) -> &str {
+        &self.node
+    }
+
     pub fn event(&self, about: &Involved, kind: &str, reason: &str, message: impl Into<String>) {
         let message = message.into();
         tracing::debug!(object = ?about.0.name, %reason, %message, "event");

@@ -9,12 +9,14 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kubelet_api::ApiClient;
 use kubelet_api::node::watch_node;
+use kubelet_api::objects::{Latest, watch_all};
 use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::dns::DnsSettings;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
@@ -32,11 +34,11 @@ use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
-use crate::kuberuntime::config::{ResolvConf, parse_resolv_conf};
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
-use crate::nodestatus::{NodeRegistration, NodeStatusController};
+use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
 use crate::pleg::Pleg;
 use crate::pod_workers::{Desire, PodTarget, PodWorkers};
+use crate::podenv::PodEnv;
 use crate::podmanager::PodManager;
 use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
@@ -112,8 +114,6 @@ pub struct KubeletOptions {
     /// The node's CPUs (capacity in node status, admission until the Node
     /// is seen).
     pub node_cpu_cores: i64,
-    /// The host's resolver, for pods using the Default DNS policy.
-    pub host_dns: ResolvConf,
     /// How the node registers, when an API server is configured.
     pub registration: Option<NodeRegistration>,
     /// The metrics registry every part records into (`/metrics`).
@@ -132,8 +132,6 @@ impl KubeletOptions {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
             .map(|kb| kb * 1024)
             .unwrap_or(1 << 30);
-        let host_dns =
-            parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
         let node_cpu_cores = std::thread::available_parallelism()
             .map(|n| n.get() as i64)
             .unwrap_or(1);
@@ -144,7 +142,6 @@ impl KubeletOptions {
             node_name,
             node_memory,
             node_cpu_cores,
-            host_dns,
             registration: None,
             clock: Clock::System,
         }
@@ -185,6 +182,9 @@ pub struct Kubelet {
     /// The Node as the API server has it (a watch), once seen: admission
     /// checks against it.
     node: watch::Sender<Option<Arc<Node>>>,
+    /// Every Service (a watch, in cluster mode): containers' service
+    /// variables.
+    services: watch::Sender<Latest<Vec<Service>>>,
     /// `<runtime>://<version>` for node status.
     runtime_version: Arc<RwLock<String>>,
     /// Pods admission refused: never started, reported Failed.
@@ -213,30 +213,10 @@ impl Kubelet {
         };
         // Every CRI call is counted and timed (kubelet_runtime_operations_*).
         let cri = cri.with_observer(Arc::new(CriMetrics(opts.metrics.clone())));
-        let runtime = RuntimeManager::new(
-            cri,
-            Host {
-                logs_root: opts.config.pod_logs_dir.clone(),
-                pods_dir: opts.root_dir.join("pods"),
-                dns: opts.host_dns.clone(),
-                node_memory: opts.node_memory,
-            },
-            events.clone(),
-            opts.metrics.clone(),
-            opts.clock,
-        );
         let tasks = Tasks::new(cancel);
-        let status = StatusManager::new(opts.clock);
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
-        let prober = ProbeManager::new(
-            runtime.cri().clone(),
-            status.clone(),
-            events.clone(),
-            tasks.clone(),
-            probe_tx.clone(),
-            opts.clock,
-        );
         let node = watch::Sender::new(None);
+        let services = watch::Sender::new(Latest::Pending);
         let api_objects = api.as_ref().map(|api| ApiObjects {
             config_maps: ObjectStore::new(
                 api.clone(),
@@ -248,14 +228,58 @@ impl Kubelet {
             tokens: TokenManager::new(api.clone(), opts.clock),
             trust: TrustBundles::new(api.clone(), tasks.clone()),
         });
-        let volumes = VolumeManager::new(
-            opts.root_dir.join("pods"),
+        let allocatable = NodeAllocatable::new(
             Allocatable {
                 cpu_millis: opts.node_cpu_cores * 1000,
                 memory_bytes: opts.node_memory,
                 ephemeral_storage_bytes: 0,
             },
             node.subscribe(),
+        );
+        let host_ips = match &opts.registration {
+            Some(r) => r.node_ips.clone(),
+            None => vec![detect_node_ip()],
+        };
+        let env = PodEnv::new(
+            api_objects
+                .as_ref()
+                .map(|a| (a.config_maps.clone(), a.secrets.clone())),
+            api.as_ref().map(|_| services.subscribe()),
+            allocatable.clone(),
+            host_ips.clone(),
+        );
+        let cfg = &opts.config;
+        let runtime = RuntimeManager::new(
+            cri,
+            Host {
+                logs_root: cfg.pod_logs_dir.clone(),
+                pods_dir: opts.root_dir.join("pods"),
+                dns: DnsSettings {
+                    cluster_dns: cfg.cluster_dns.clone(),
+                    cluster_domain: cfg.cluster_domain.clone(),
+                    has_resolv_conf: !cfg.resolv_conf.is_empty(),
+                    node_ips: host_ips.clone(),
+                },
+                resolv_conf: cfg.resolv_conf.clone(),
+                node_memory: opts.node_memory,
+            },
+            env,
+            events.clone(),
+            opts.metrics.clone(),
+            opts.clock,
+        );
+        let status = StatusManager::new(opts.clock);
+        let prober = ProbeManager::new(
+            runtime.cri().clone(),
+            status.clone(),
+            events.clone(),
+            tasks.clone(),
+            probe_tx.clone(),
+            opts.clock,
+        );
+        let volumes = VolumeManager::new(
+            opts.root_dir.join("pods"),
+            allocatable,
             api_objects,
             events.clone(),
         );
@@ -295,6 +319,7 @@ impl Kubelet {
             api,
             node_uid: Arc::default(),
             node,
+            services,
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
             events,
@@ -492,6 +517,11 @@ impl Kubelet {
         self.tasks
             .spawn(tracing::info_span!("node_watch"), move |token| {
                 watch_node(api_node, name, tx, token)
+            });
+        let (api_services, tx) = (api.clone(), self.services.clone());
+        self.tasks
+            .spawn(tracing::info_span!("service_watch"), move |token| async move {
+                watch_all::<Service>(&api_services, "Services", tx, token).await
             });
         let status_sync = StatusSync {
             api: api.clone(),

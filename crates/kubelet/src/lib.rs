@@ -14,6 +14,7 @@ pub mod kuberuntime;
 pub mod nodestatus;
 pub mod pleg;
 pub mod pod_workers;
+pub mod podenv;
 pub mod podmanager;
 pub mod prober;
 pub mod runtime_state;

@@ -8,14 +8,18 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerImage, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_api::ApiClient;
 use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
 use kubelet_core::backoff::Backoff;
+use kubelet_core::downward::Allocatable;
 use kubelet_core::nodestatus::{
     NodeFacts, Readiness, architecture, initial_node, node_status, ready_status, status_changed,
 };
+use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 use kubelet_cri::client::CriClient;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -72,6 +76,44 @@ fn os_image() -> String {
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim_matches('"').to_owned())
         .unwrap_or_else(|| "Linux".into())
+}
+
+/// The node's allocatable resources as the downward API reads them (what
+/// a limit not set reads as): the live Node's, else what the kubelet
+/// found at start.
+#[derive(Clone)]
+pub struct NodeAllocatable {
+    fallback: Allocatable,
+    node: watch::Receiver<Option<Arc<Node>>>,
+}
+
+impl NodeAllocatable {
+    pub fn new(fallback: Allocatable, node: watch::Receiver<Option<Arc<Node>>>) -> Self {
+        NodeAllocatable { fallback, node }
+    }
+
+    pub fn get(&self) -> Allocatable {
+        let node = self.node.borrow();
+        let live = node
+            .as_ref()
+            .and_then(|n| n.status.as_ref())
+            .and_then(|s| s.allocatable.as_ref());
+        let Some(live) = live else {
+            return self.fallback;
+        };
+        let read = |k: &str, parse: fn(&Quantity) -> Result<i64, QuantityError>, or: i64| {
+            live.get(k).and_then(|q| parse(q).ok()).unwrap_or(or)
+        };
+        Allocatable {
+            cpu_millis: read("cpu", parse_cpu_millis, self.fallback.cpu_millis),
+            memory_bytes: read("memory", parse_bytes, self.fallback.memory_bytes),
+            ephemeral_storage_bytes: read(
+                "ephemeral-storage",
+                parse_bytes,
+                self.fallback.ephemeral_storage_bytes,
+            ),
+        }
+    }
 }
 
 /// The node's IP when none is given: the source address the kernel would

@@ -52,6 +52,11 @@ impl Node {
         .await
         .unwrap();
         fake.add_image(IMAGE);
+        std::fs::write(
+            dir.path().join("resolv.conf"),
+            "nameserver 10.0.0.2\nsearch corp.example\noptions timeout:2\n",
+        )
+        .unwrap();
         Node { dir, fake, clock }
     }
 
@@ -78,6 +83,9 @@ impl Node {
             runtime_request_timeout: Duration::from_secs(5),
             healthz_port: 0,
             port: 0,
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: self.dir.path().join("resolv.conf").display().to_string(),
             ..Default::default()
         };
         let mut opts =
@@ -1068,7 +1076,12 @@ async fn volumes_are_mounted_before_the_containers_and_gone_after_the_pod() {
     let pods = node.dir.path().join("root/pods");
     let uid = node.fake.sandboxes()[0].labels[keys::POD_UID].clone();
     let vols = pods.join(&uid).join("volumes");
-    let mounts = |c: &str| node.fake.mounts(&node.running(c)[0].id);
+    let mounts = |c: &str| {
+        node.fake
+            .container_config(&node.running(c)[0].id)
+            .map(|cfg| cfg.mounts)
+            .unwrap_or_default()
+    };
     let host = |c: &str, path: &str| {
         mounts(c)
             .into_iter()
@@ -1193,5 +1206,115 @@ async fn a_volume_rkubelet_cannot_mount_keeps_its_pod_waiting_and_no_other() {
         node.running("c").is_empty(),
         "no container without its volume"
     );
+    k.stop().await;
+}
+
+/// What a container is given at start, as upstream's kubelet gives it: its
+/// environment (downward API, resources, `$(VAR)` in env and command), the
+/// managed /etc/hosts, and the resolver and hostname of its sandbox. A
+/// container whose env names an object it cannot have waits with
+/// CreateContainerConfigError; its sibling runs.
+#[tokio::test]
+async fn a_container_is_given_its_env_hosts_file_and_resolver() {
+    let node = Node::new().await;
+    let spec = "  hostname: h1\n  subdomain: sub\n  hostAliases:\n  - ip: 123.45.67.89\n    hostnames: [foo, bar]\n";
+    let body = pod(
+        "see",
+        &[("a", "echo $(GREETING)"), ("b", "sleep 1000")],
+        spec,
+    );
+    let body = body.replacen(
+        "  - name: b\n",
+        "    resources:\n      limits: {memory: 64Mi}\n    env:\n    - name: NAME\n      valueFrom: {fieldRef: {fieldPath: metadata.name}}\n    - name: POD_IP\n      valueFrom: {fieldRef: {fieldPath: status.podIP}}\n    - name: HOST_IP\n      valueFrom: {fieldRef: {fieldPath: status.hostIP}}\n    - name: MEM\n      valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}\n    - name: GREETING\n      value: hi $(NAME)\n  - name: b\n",
+        1,
+    ) + "    env:\n    - name: K\n      valueFrom: {configMapKeyRef: {name: cm, key: k}}\n";
+    node.write("see.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let cfg = node
+        .fake
+        .container_config(&node.running("a")[0].id)
+        .unwrap();
+    let env: Vec<(&str, &str)> = cfg
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .collect();
+    let pod_ip = env.iter().find(|(k, _)| *k == "POD_IP").unwrap().1;
+    let status_ip = || {
+        k.kubelet
+            .pods_with_status()
+            .into_iter()
+            .find_map(|p| p.status?.pod_ip)
+    };
+    eventually("the status has the pod's IP", || status_ip().is_some()).await;
+    assert!(!pod_ip.is_empty() && Some(pod_ip) == status_ip().as_deref());
+    let host_ip = kubelet::nodestatus::detect_node_ip();
+    assert_eq!(
+        env,
+        [
+            ("NAME", "see-node1"),
+            ("POD_IP", pod_ip),
+            ("HOST_IP", host_ip.as_str()),
+            ("MEM", "64"),
+            ("GREETING", "hi see-node1"),
+        ]
+    );
+    assert_eq!(cfg.command, ["sh", "-c", "echo hi see-node1"]);
+    let hosts = cfg
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/etc/hosts")
+        .expect("/etc/hosts mounted");
+    let uid = node.fake.sandboxes()[0].labels[keys::POD_UID].clone();
+    let file = node
+        .dir
+        .path()
+        .join("root/pods")
+        .join(&uid)
+        .join("etc-hosts");
+    assert_eq!(hosts.host_path, file.display().to_string());
+    let content = std::fs::read_to_string(&file).unwrap();
+    assert!(content.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+    assert!(
+        content.ends_with(&format!(
+            "{pod_ip}\th1.sub.default.svc.cluster.local\th1\n\n# Entries added by HostAliases.\n123.45.67.89\tfoo\tbar\n"
+        )),
+        "{content}"
+    );
+    let sandbox = node.fake.sandboxes()[0].id.clone();
+    let sb = node.fake.sandbox_config(&sandbox).unwrap();
+    assert_eq!(sb.hostname, "h1");
+    let dns = sb.dns_config.unwrap();
+    assert_eq!(dns.servers, ["10.96.0.10"]);
+    assert_eq!(
+        dns.searches,
+        [
+            "default.svc.cluster.local",
+            "svc.cluster.local",
+            "cluster.local",
+            "corp.example"
+        ]
+    );
+    assert_eq!(dns.options, ["ndots:5"]);
+    // b names a ConfigMap a kubelet without an API server cannot read.
+    let waiting_b = || {
+        k.kubelet.pods_with_status().into_iter().find_map(|p| {
+            let s = p.status?.container_statuses?;
+            let w = s.iter().find(|c| c.name == "b")?.state.clone()?.waiting?;
+            Some((w.reason?, w.message.unwrap_or_default()))
+        })
+    };
+    eventually("b waits", || {
+        waiting_b().is_some_and(|(r, _)| r == "CreateContainerConfigError")
+    })
+    .await;
+    assert_eq!(
+        waiting_b().unwrap().1,
+        "couldn't get configMap default/cm, no kubeClient defined"
+    );
+    assert!(node.running("b").is_empty());
     k.stop().await;
 }

@@ -163,6 +163,25 @@ pub struct Flags {
     /// Serve exec, attach, port-forward, container logs and running pods on the kubelet API.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub enable_debugging_handlers: Option<bool>,
+
+    /// Nameservers of ClusterFirst pods, comma-separated IP addresses.
+    #[arg(long, value_name = "IP[,IP]", value_delimiter = ',', value_parser = parse_ip)]
+    pub cluster_dns: Vec<String>,
+
+    /// The cluster's DNS domain, searched by ClusterFirst pods.
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+
+    /// The node's resolver file, the base of pods' resolv.conf ("" for none).
+    #[arg(long, value_name = "FILE")]
+    pub resolv_conf: Option<String>,
+}
+
+/// One address of --cluster-dns.
+fn parse_ip(s: &str) -> Result<String, String> {
+    s.parse::<std::net::IpAddr>()
+        .map(|ip| ip.to_string())
+        .map_err(|_| format!("{s:?} is not an IP address"))
 }
 
 /// One name of --tls-cipher-suites.
@@ -317,6 +336,15 @@ impl Flags {
         if let Some(register) = self.register_node {
             config.register_node = register;
         }
+        if !self.cluster_dns.is_empty() {
+            config.cluster_dns = self.cluster_dns.clone();
+        }
+        if let Some(d) = &self.cluster_domain {
+            config.cluster_domain = d.clone();
+        }
+        if let Some(f) = &self.resolv_conf {
+            config.resolv_conf = f.clone();
+        }
         self.apply_server_overrides(config);
     }
 
@@ -399,6 +427,7 @@ address: 127.0.0.1
 maxPods: 50
 cgroupDriver: systemd
 clusterDomain: cluster.local
+hairpinMode: none
 ";
 
     fn config_file(content: &str) -> tempfile::NamedTempFile {
@@ -425,6 +454,7 @@ clusterDomain: cluster.local
             address: "127.0.0.1".into(),
             max_pods: 50,
             cgroup_driver: CgroupDriver::Systemd,
+            cluster_domain: "cluster.local".into(),
             ..KubeletConfiguration::default()
         }
     }
@@ -495,7 +525,7 @@ clusterDomain: cluster.local
         let f = config_file(FILE);
         let s = settings(&["--config", f.path().to_str().unwrap()]).unwrap();
         assert_eq!(s.config, file_config());
-        assert_eq!(s.ignored_fields, vec!["clusterDomain"]);
+        assert_eq!(s.ignored_fields, vec!["hairpinMode"]);
     }
 
     #[test]
@@ -522,6 +552,9 @@ clusterDomain: cluster.local
             "--address=::",
             "--max-pods=7",
             "--cgroup-driver=cgroupfs",
+            "--cluster-dns=10.96.0.10,fd00::a",
+            "--cluster-domain=k8s.test",
+            "--resolv-conf=",
         ])
         .unwrap();
         assert_eq!(
@@ -538,12 +571,15 @@ clusterDomain: cluster.local
                 address: "::".into(),
                 max_pods: 7,
                 cgroup_driver: CgroupDriver::Cgroupfs,
+                cluster_dns: vec!["10.96.0.10".into(), "fd00::a".into()],
+                cluster_domain: "k8s.test".into(),
+                resolv_conf: String::new(),
                 ..KubeletConfiguration::default()
             }
         );
         assert_eq!(s.root_dir, PathBuf::from("/tmp/kubelet"));
         assert_eq!(s.node_name, "worker-1");
-        assert_eq!(s.ignored_fields, vec!["clusterDomain"]);
+        assert_eq!(s.ignored_fields, vec!["hairpinMode"]);
     }
 
     #[test]

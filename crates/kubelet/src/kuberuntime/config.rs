@@ -9,6 +9,8 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
 use kubelet_core::actions::container_hash;
+use kubelet_core::dns::ResolvConf;
+use kubelet_core::env::expand_command_and_args;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
 use kubelet_core::status::qos_class;
 use kubelet_core::types::keys;
@@ -26,31 +28,6 @@ pub fn pod_log_dir(logs_root: &Path, namespace: &str, name: &str, uid: &str) -> 
     };
     (safe(namespace) && safe(name) && safe(uid))
         .then(|| logs_root.join(format!("{namespace}_{name}_{uid}")))
-}
-
-/// A resolver configuration, as in resolv.conf.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ResolvConf {
-    pub servers: Vec<String>,
-    pub searches: Vec<String>,
-    pub options: Vec<String>,
-}
-
-/// Parse resolv.conf (nameserver, search/domain, options lines).
-pub fn parse_resolv_conf(text: &str) -> ResolvConf {
-    let mut rc = ResolvConf::default();
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => rc.servers.extend(words.next().map(str::to_owned)),
-            Some("search") | Some("domain") => {
-                rc.searches = words.map(str::to_owned).collect();
-            }
-            Some("options") => rc.options.extend(words.map(str::to_owned)),
-            _ => {}
-        }
-    }
-    rc
 }
 
 fn spec(pod: &Pod) -> &k8s_openapi::api::core::v1::PodSpec {
@@ -87,36 +64,6 @@ fn pod_labels(pod: &Pod) -> HashMap<String, String> {
     labels.insert(keys::POD_NAMESPACE.into(), ns.into());
     labels.insert(keys::POD_UID.into(), uid.into());
     labels
-}
-
-/// The pod's DNS settings (dnsPolicy, dnsConfig) against the host's resolver.
-/// Without cluster DNS configured, ClusterFirst falls back to Default as
-/// upstream does.
-fn dns_config(pod: &Pod, host: &ResolvConf) -> cri::DnsConfig {
-    let spec = spec(pod);
-    let mut rc = match spec.dns_policy.as_deref() {
-        Some("None") => ResolvConf::default(),
-        _ => host.clone(),
-    };
-    if let Some(extra) = &spec.dns_config {
-        rc.servers
-            .extend(extra.nameservers.iter().flatten().cloned());
-        rc.searches.extend(extra.searches.iter().flatten().cloned());
-        for o in extra.options.iter().flatten() {
-            let name = o.name.clone().unwrap_or_default();
-            rc.options
-                .retain(|x| x.split(':').next() != Some(name.as_str()));
-            rc.options.push(match &o.value {
-                Some(v) => format!("{name}:{v}"),
-                None => name,
-            });
-        }
-    }
-    cri::DnsConfig {
-        servers: rc.servers,
-        searches: rc.searches,
-        options: rc.options,
-    }
 }
 
 fn protocol(p: Option<&str>) -> i32 {
@@ -184,25 +131,18 @@ fn has_privileged_container(pod: &Pod) -> bool {
             .any(|c| privileged(c.security_context.as_ref()))
 }
 
-/// RunPodSandbox's config for `pod` (attempt = how many sandboxes came before).
+/// RunPodSandbox's config for `pod` (attempt = how many sandboxes came
+/// before), with its resolver and kernel hostname (empty on the host
+/// network).
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     logs_root: &Path,
-    host_dns: &ResolvConf,
+    dns: ResolvConf,
+    hostname: String,
 ) -> cri::PodSandboxConfig {
     let (name, ns, uid) = name_ns_uid(pod);
     let s = spec(pod);
-    let hostname = if host_network(pod) {
-        String::new()
-    } else {
-        let h = s.hostname.as_deref().unwrap_or(name);
-        h.chars()
-            .take(63)
-            .collect::<String>()
-            .trim_end_matches(['-', '.'])
-            .to_owned()
-    };
     let port_mappings = s
         .containers
         .iter()
@@ -227,7 +167,11 @@ pub fn sandbox_config(
         log_directory: pod_log_dir(logs_root, ns, name, uid)
             .map(|p| p.display().to_string())
             .unwrap_or_default(),
-        dns_config: Some(dns_config(pod, host_dns)),
+        dns_config: Some(cri::DnsConfig {
+            servers: dns.servers,
+            searches: dns.searches,
+            options: dns.options,
+        }),
         port_mappings,
         labels: pod_labels(pod),
         annotations: pod
@@ -333,32 +277,41 @@ fn linux_resources(
     })
 }
 
-/// CreateContainer's config for `c`, with the mounts of its volumes
-/// (`mounts`) and of its termination message file.
+/// What a container's config is made from besides its spec.
+pub struct ContainerInputs<'a> {
+    pub restart_count: i32,
+    /// The image as the runtime resolved it.
+    pub image_ref: &'a str,
+    /// The host file of the termination message.
+    pub termination_log: Option<&'a Path>,
+    /// Its volumes' mounts, /etc/hosts included.
+    pub mounts: Vec<cri::Mount>,
+    /// Its environment, resolved ([`crate::podenv::PodEnv`]).
+    pub env: Vec<(String, String)>,
+}
+
+/// CreateContainer's config for `c`: its environment, command and args
+/// with `$(VAR)` expanded from it, the mounts of its volumes and of its
+/// termination message file.
 pub fn container_config(
     pod: &Pod,
     c: &Container,
-    restart_count: i32,
-    image_ref: &str,
+    inputs: ContainerInputs<'_>,
     node_memory: i64,
-    termination_log: Option<&Path>,
-    mut mounts: Vec<cri::Mount>,
 ) -> Result<cri::ContainerConfig, ConfigError> {
+    let ContainerInputs {
+        restart_count,
+        image_ref,
+        termination_log,
+        mut mounts,
+        env,
+    } = inputs;
     let (name, ns, uid) = name_ns_uid(pod);
-    let mut envs = Vec::new();
-    for (i, e) in c.env.iter().flatten().enumerate() {
-        if e.value_from.is_some() {
-            return Err(ConfigError {
-                container: c.name.clone(),
-                field: format!("env[{i}].valueFrom"),
-                message: "not supported yet: only literal values".into(),
-            });
-        }
-        envs.push(cri::KeyValue {
-            key: e.name.clone(),
-            value: e.value.clone().unwrap_or_default(),
-        });
-    }
+    let (command, args) = expand_command_and_args(c, &env);
+    let envs = env
+        .into_iter()
+        .map(|(key, value)| cri::KeyValue { key, value })
+        .collect();
     let labels = HashMap::from([
         (keys::POD_NAME.to_owned(), name.to_owned()),
         (keys::POD_NAMESPACE.to_owned(), ns.to_owned()),
@@ -401,8 +354,8 @@ pub fn container_config(
             user_specified_image: c.image.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        command: c.command.clone().unwrap_or_default(),
-        args: c.args.clone().unwrap_or_default(),
+        command,
+        args,
         working_dir: c.working_dir.clone().unwrap_or_default(),
         envs,
         labels,
@@ -507,8 +460,18 @@ mod tests {
 
     #[test]
     fn sandbox() {
-        let host = parse_resolv_conf("nameserver 1.1.1.1\nsearch a.b c\noptions ndots:2\n");
-        let cfg = sandbox_config(&pod(), 2, Path::new("/var/log/pods"), &host);
+        let host = ResolvConf {
+            servers: vec!["1.1.1.1".into()],
+            searches: vec!["a.b".into(), "c".into()],
+            options: vec!["ndots:2".into()],
+        };
+        let cfg = sandbox_config(
+            &pod(),
+            2,
+            Path::new("/var/log/pods"),
+            host,
+            "web-node1".into(),
+        );
         let md = cfg.metadata.as_ref().unwrap();
         assert_eq!(
             (md.name.as_str(), md.uid.as_str(), md.attempt),
@@ -545,10 +508,16 @@ mod tests {
             ..Default::default()
         });
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let cfg = container_config(&p, c, 0, "x", 1 << 30, None, Vec::new()).unwrap();
+        let cfg = container_config(&p, c, inputs(Vec::new()), 1 << 30).unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
-        let sb = sandbox_config(&p, 0, Path::new("/logs"), &ResolvConf::default());
+        let sb = sandbox_config(
+            &p,
+            0,
+            Path::new("/logs"),
+            ResolvConf::default(),
+            String::new(),
+        );
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
     }
@@ -596,7 +565,7 @@ mod tests {
         for (what, edit, want) in cases {
             let mut p = pod();
             edit(&mut p);
-            let cfg = sandbox_config(&p, 0, Path::new("/l"), &ResolvConf::default());
+            let cfg = sandbox_config(&p, 0, Path::new("/l"), ResolvConf::default(), String::new());
             let sc = cfg.linux.unwrap().security_context.unwrap();
             assert_eq!(sc.privileged, want, "{what}");
         }
@@ -606,7 +575,7 @@ mod tests {
     fn host_network_sandbox() {
         let mut p = pod();
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let cfg = sandbox_config(&p, 0, Path::new("/l"), &ResolvConf::default());
+        let cfg = sandbox_config(&p, 0, Path::new("/l"), ResolvConf::default(), String::new());
         let ns = cfg
             .linux
             .unwrap()
@@ -625,11 +594,14 @@ mod tests {
         let cfg = container_config(
             &p,
             c,
-            3,
-            "sha256:abc",
+            ContainerInputs {
+                restart_count: 3,
+                image_ref: "sha256:abc",
+                termination_log: Some(Path::new("/pods/u/containers/a/1")),
+                mounts: Vec::new(),
+                env: vec![("A".into(), "1".into())],
+            },
             1 << 30,
-            Some(Path::new("/pods/u/containers/a/1")),
-            Vec::new(),
         )
         .unwrap();
         assert_eq!(cfg.log_path, "c/3.log");
@@ -668,13 +640,26 @@ mod tests {
     }
 
     #[test]
-    fn value_from_names_the_field() {
+    fn command_and_args_expand_from_the_environment() {
         let mut p = pod();
-        p.spec.as_mut().unwrap().containers[0].env.as_mut().unwrap()[0].value_from =
-            Some(Default::default());
-        let c = p.spec.as_ref().unwrap().containers[0].clone();
-        let e = container_config(&p, &c, 0, "x", 1, None, Vec::new()).unwrap_err();
-        assert_eq!(e.field, "env[0].valueFrom");
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.command = Some(vec!["echo".into(), "$(A)-$(B)".into()]);
+        c.args = Some(vec!["$$(A)".into()]);
+        let c = c.clone();
+        let cfg = container_config(&p, &c, inputs(vec![("A".into(), "1".into())]), 1).unwrap();
+        assert_eq!(cfg.command, ["echo", "1-$(B)"]);
+        assert_eq!(cfg.args, ["$(A)"]);
+        assert_eq!(cfg.envs.len(), 1);
+    }
+
+    fn inputs(env: Vec<(String, String)>) -> ContainerInputs<'static> {
+        ContainerInputs {
+            restart_count: 0,
+            image_ref: "x",
+            termination_log: None,
+            mounts: Vec::new(),
+            env,
+        }
     }
 
     #[test]

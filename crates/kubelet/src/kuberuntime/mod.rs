@@ -8,6 +8,7 @@ pub mod hooks;
 pub mod mounts;
 
 use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,6 +21,10 @@ use kubelet_core::actions::{
     regular_containers,
 };
 use kubelet_core::crashloop::{self, CrashLoopBackoff};
+use kubelet_core::dns::{
+    DnsSettings, ResolvConf, hostname_and_domain, kernel_hostname, managed_hosts, node_hosts,
+    parse_resolv_conf, pod_dns,
+};
 use kubelet_core::duration::format_go_duration;
 use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::metrics::KubeletMetrics;
@@ -30,12 +35,15 @@ use kubelet_core::runtime::{
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
-use self::config::{ResolvConf, container_config, pod_log_dir, sandbox_config};
+use self::config::{
+    ConfigError, ContainerInputs, container_config, host_network, pod_log_dir, sandbox_config,
+};
 use self::hooks::{Hook, run_hook};
-use self::mounts::container_mounts;
+use self::mounts::{ETC_HOSTS, container_mounts};
 use crate::clock::Clock;
-use crate::error::{StartError, StartFailure};
+use crate::error::{StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
+use crate::podenv::PodEnv;
 use crate::volumes::{PodVolumes, pod_dir};
 
 /// Upstream never kills with less than this grace period (seconds).
@@ -60,12 +68,20 @@ pub struct SyncResult {
     pub started: usize,
 }
 
-/// The sandbox a pod's containers start in, and the pod's volumes they
-/// mount.
+/// The sandbox a pod's containers start in: its config, the pod's IPs and
+/// name in it, and the pod's volumes they mount.
 struct Sandbox<'a> {
     id: String,
     config: cri::PodSandboxConfig,
+    ips: Vec<String>,
+    name: PodName,
     volumes: &'a PodVolumes,
+}
+
+/// The pod's hostname and domain (upstream's GeneratePodHostNameAndDomain).
+struct PodName {
+    hostname: String,
+    domain: String,
 }
 
 /// What the runtime manager needs to know of the node.
@@ -75,8 +91,11 @@ pub struct Host {
     pub logs_root: PathBuf,
     /// `<root-dir>/pods`: per-pod files (termination message files).
     pub pods_dir: PathBuf,
-    /// The host's resolver, for pods using the Default DNS policy.
-    pub dns: ResolvConf,
+    /// The node's DNS settings (clusterDNS, clusterDomain).
+    pub dns: DnsSettings,
+    /// resolvConf: the node's resolver file, read for each sandbox config
+    /// as upstream does (empty: none).
+    pub resolv_conf: String,
     /// The node's memory in bytes (oom_score_adj of Burstable pods).
     pub node_memory: i64,
 }
@@ -85,6 +104,8 @@ pub struct Host {
 pub struct RuntimeManager {
     cri: CriClient,
     host: Host,
+    /// What containers' environments are made from.
+    env: PodEnv,
     crashloop: Arc<Mutex<CrashLoopBackoff>>,
     events: Recorder,
     metrics: KubeletMetrics,
@@ -149,6 +170,7 @@ impl RuntimeManager {
     pub fn new(
         cri: CriClient,
         host: Host,
+        env: PodEnv,
         events: Recorder,
         metrics: KubeletMetrics,
         clock: Clock,
@@ -156,6 +178,7 @@ impl RuntimeManager {
         RuntimeManager {
             cri,
             host,
+            env,
             crashloop: Arc::default(),
             events,
             metrics,
@@ -188,15 +211,7 @@ impl RuntimeManager {
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
             };
-            let net = st.network.as_ref();
-            let ips = net
-                .map(|n| {
-                    std::iter::once(n.ip.clone())
-                        .chain(n.additional_ips.iter().map(|i| i.ip.clone()))
-                        .filter(|ip| !ip.is_empty())
-                        .collect()
-                })
-                .unwrap_or_default();
+            let ips = sandbox_ips(&st);
             let host_network = st
                 .linux
                 .as_ref()
@@ -336,21 +351,13 @@ impl RuntimeManager {
         status: &PodStatus,
         probes: &(dyn ProbeView + Sync),
         volumes: &PodVolumes,
-    ) -> Result<SyncResult, CriError> {
+    ) -> Result<SyncResult, SyncError> {
         let actions: PodActions = compute_pod_actions(pod, status, probes);
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult::default();
-        let Some(id) = self.sandbox_step(pod, status, &actions).await? else {
+        let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
             return Ok(result);
-        };
-        if actions.containers_to_start.is_empty() {
-            return Ok(result);
-        }
-        let sandbox = Sandbox {
-            id,
-            config: sandbox_config(pod, 0, &self.host.logs_root, &self.host.dns),
-            volumes,
         };
         for start in &actions.containers_to_start {
             let specs = if start.init {
@@ -419,42 +426,179 @@ impl RuntimeManager {
 
     /// SyncPod's sandbox step: a new sandbox when compute-pod-actions asks
     /// for one, else the ready one (its dead predecessors removed); None when
-    /// there is none to start containers in.
-    async fn sandbox_step(
+    /// there is none, or no container to start in it. The pod's IPs are the
+    /// new sandbox's (read after its creation, as upstream), else those of
+    /// the runtime's status; on the host network, the node's.
+    async fn sandbox_step<'a>(
         &self,
         pod: &Pod,
         status: &PodStatus,
         actions: &PodActions,
-    ) -> Result<Option<String>, CriError> {
-        match (actions.create_sandbox, &actions.sandbox_id) {
-            (Some(attempt), _) => self.create_sandbox(pod, attempt).await.map(Some),
+        volumes: &'a PodVolumes,
+    ) -> Result<Option<Sandbox<'a>>, SyncError> {
+        let (id, config, name, mut ips) = match (actions.create_sandbox, &actions.sandbox_id) {
+            (Some(attempt), _) => {
+                let (config, name) = self.sandbox_config(pod, attempt).await.inspect_err(|e| {
+                    self.events.event(
+                        &Involved::pod(pod, None),
+                        WARNING,
+                        "FailedCreatePodSandBox",
+                        format!("Failed to create pod sandbox: {e}"),
+                    );
+                })?;
+                let id = self.create_sandbox(pod, &config).await?;
+                let ips = match self.cri.pod_sandbox_status(&id).await {
+                    Ok(st) => sandbox_ips(&st),
+                    Err(e) => {
+                        self.events.event(
+                            &Involved::pod(pod, None),
+                            WARNING,
+                            "FailedPodSandBoxStatus",
+                            format!("Unable to get pod sandbox status: {}", e.grpc_text()),
+                        );
+                        return Err(e.into());
+                    }
+                };
+                (id, config, name, ips)
+            }
             (None, Some(id)) => {
                 self.remove_dead_sandboxes(status, id).await?;
-                Ok(Some(id.clone()))
+                if actions.containers_to_start.is_empty() {
+                    return Ok(None);
+                }
+                let (config, name) = self.sandbox_config(pod, 0).await?;
+                (id.clone(), config, name, status.ips().to_vec())
             }
-            (None, None) => Ok(None),
+            (None, None) => return Ok(None),
+        };
+        if actions.containers_to_start.is_empty() {
+            return Ok(None);
         }
+        if host_network(pod) {
+            ips = self.env.host_ips().to_vec();
+        }
+        Ok(Some(Sandbox {
+            id,
+            config,
+            ips,
+            name,
+            volumes,
+        }))
     }
 
-    async fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<String, CriError> {
-        let cfg = sandbox_config(pod, attempt, &self.host.logs_root, &self.host.dns);
+    /// The sandbox's config (upstream's generatePodSandboxConfig): the
+    /// pod's resolver from the node's resolvConf, read now (the events it
+    /// asks for sent), and its kernel hostname.
+    async fn sandbox_config(
+        &self,
+        pod: &Pod,
+        attempt: u32,
+    ) -> Result<(cri::PodSandboxConfig, PodName), SyncError> {
+        let fail = |m: String| SyncError::SandboxConfig(m);
+        let (hostname, domain) =
+            hostname_and_domain(pod, &self.host.dns.cluster_domain).map_err(fail)?;
+        let kernel_name = if host_network(pod) {
+            String::new()
+        } else {
+            let fqdn = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.set_hostname_as_fqdn)
+                .unwrap_or(false);
+            kernel_hostname(&hostname, &domain, fqdn).map_err(fail)?
+        };
+        let host = if self.host.resolv_conf.is_empty() {
+            ResolvConf::default()
+        } else {
+            let text = tokio::fs::read_to_string(&self.host.resolv_conf)
+                .await
+                .map_err(|e| fail(format!("open {}: {e}", self.host.resolv_conf)))?;
+            parse_resolv_conf(&text).map_err(|e| {
+                fail(format!(
+                    "Encountered error while parsing resolv conf file. Error: {e}"
+                ))
+            })?
+        };
+        let (dns, events) = pod_dns(pod, &host, &self.host.dns);
+        for e in events {
+            let about = if e.node {
+                let node = self.events.node_name().to_owned();
+                Involved::node(&node, Some(node.clone()))
+            } else {
+                Involved::pod(pod, None)
+            };
+            self.events.event(&about, WARNING, e.reason, e.message);
+        }
+        let config = sandbox_config(pod, attempt, &self.host.logs_root, dns, kernel_name);
+        Ok((config, PodName { hostname, domain }))
+    }
+
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        cfg: &cri::PodSandboxConfig,
+    ) -> Result<String, CriError> {
         if !cfg.log_directory.is_empty()
             && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
         {
             // The runtime says so too, when it cannot write the logs.
             tracing::warn!(dir = %cfg.log_directory, error = %e, "creating the pod's log directory");
         }
+        let attempt = cfg.metadata.as_ref().map_or(0, |m| m.attempt);
         tracing::info!(attempt, "creating pod sandbox");
         self.metrics.started_pods.inc(&[]);
-        self.cri.run_pod_sandbox(cfg).await.inspect_err(|e| {
-            self.metrics.started_pods_errors.inc(&[]);
-            self.events.event(
-                &Involved::pod(pod, None),
-                WARNING,
-                "FailedCreatePodSandBox",
-                format!("Failed to create pod sandbox: {}", e.grpc_text()),
-            );
-        })
+        self.cri
+            .run_pod_sandbox(cfg.clone())
+            .await
+            .inspect_err(|e| {
+                self.metrics.started_pods_errors.inc(&[]);
+                self.events.event(
+                    &Involved::pod(pod, None),
+                    WARNING,
+                    "FailedCreatePodSandBox",
+                    format!("Failed to create pod sandbox: {}", e.grpc_text()),
+                );
+            })
+    }
+
+    /// The pod's managed /etc/hosts (upstream's ensureHostsFile), written
+    /// for each container start as upstream does: None when it is not
+    /// mounted (a pod on the pod network without an IP yet).
+    async fn hosts_file(
+        &self,
+        pod: &Pod,
+        sandbox: &Sandbox<'_>,
+    ) -> Result<Option<PathBuf>, String> {
+        let host_net = host_network(pod);
+        if sandbox.ips.is_empty() && !host_net {
+            return Ok(None);
+        }
+        let Some(dir) = pod_dir(&self.host.pods_dir, &PodUid::of(pod)) else {
+            return Ok(None);
+        };
+        let aliases = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_aliases.clone())
+            .unwrap_or_default();
+        let content = if host_net {
+            let node = tokio::fs::read_to_string(ETC_HOSTS)
+                .await
+                .map_err(|e| format!("open {ETC_HOSTS}: {e}"))?;
+            node_hosts(&node, &aliases)
+        } else {
+            let n = &sandbox.name;
+            managed_hosts(&sandbox.ips, &n.hostname, &n.domain, &aliases)
+        };
+        let path = dir.join("etc-hosts");
+        let write = async {
+            tokio::fs::write(&path, content).await?;
+            tokio::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).await
+        };
+        write
+            .await
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        Ok(Some(path))
     }
 
     /// SyncPod's steps for one container: its crash-loop back-off, its
@@ -483,20 +627,31 @@ impl RuntimeManager {
         }
         let image_ref = self.ensure_image(c, about, &sandbox.config).await?;
         let termination_log = self.termination_log_file(pod, c).await?;
+        let env = self
+            .env
+            .container_env(pod, c, &sandbox.ips)
+            .await
+            .map_err(StartError::Env)?;
+        let hosts = self.hosts_file(pod, sandbox).await.map_err(|message| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "hostAliases".into(),
+                message,
+            })
+        })?;
         let pod_dir = pod_dir(&self.host.pods_dir, &PodUid::of(pod)).unwrap_or_default();
-        let mounts = container_mounts(pod, c, sandbox.volumes, &pod_dir)
+        let mounts = container_mounts(pod, c, sandbox.volumes, &pod_dir, &env, hosts.as_deref())
             .await
             .map_err(StartError::Config)?;
-        let cfg = container_config(
-            pod,
-            c,
-            start.restart_count,
-            &image_ref,
-            self.host.node_memory,
-            termination_log.as_deref(),
+        let inputs = ContainerInputs {
+            restart_count: start.restart_count,
+            image_ref: &image_ref,
+            termination_log: termination_log.as_deref(),
             mounts,
-        )
-        .map_err(StartError::Config)?;
+            env,
+        };
+        let cfg =
+            container_config(pod, c, inputs, self.host.node_memory).map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
             &self.host.logs_root,
             pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -972,6 +1127,19 @@ struct Kill<'a> {
 }
 
 /// The spec of a pod's container (regular or init) by name.
+/// A sandbox's IPs, as its status gives them.
+fn sandbox_ips(st: &cri::PodSandboxStatus) -> Vec<String> {
+    st.network
+        .as_ref()
+        .map(|n| {
+            std::iter::once(n.ip.clone())
+                .chain(n.additional_ips.iter().map(|i| i.ip.clone()))
+                .filter(|ip| !ip.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn container_spec<'a>(pod: &'a Pod, name: &str) -> Option<&'a Container> {
     regular_containers(pod)
         .iter()
@@ -1077,6 +1245,24 @@ pub fn grace_period(pod: Option<&Pod>, status: &PodStatus, explicit: Option<i64>
 mod tests {
     use super::*;
 
+    fn test_host(dir: &std::path::Path) -> Host {
+        Host {
+            logs_root: dir.join("logs"),
+            pods_dir: dir.join("pods"),
+            dns: DnsSettings::default(),
+            resolv_conf: String::new(),
+            node_memory: 1 << 30,
+        }
+    }
+
+    fn test_env() -> PodEnv {
+        let allocatable = crate::nodestatus::NodeAllocatable::new(
+            Default::default(),
+            tokio::sync::watch::channel(None).1,
+        );
+        PodEnv::new(None, None, allocatable, vec!["192.0.2.10".into()])
+    }
+
     #[test]
     fn default_pull_policy() {
         for (image, want) in [
@@ -1167,12 +1353,8 @@ mod tests {
         let logs = dir.path().join("logs");
         let rm = RuntimeManager::new(
             cri.clone(),
-            Host {
-                logs_root: logs.clone(),
-                pods_dir: dir.path().join("pods"),
-                dns: ResolvConf::default(),
-                node_memory: 1 << 30,
-            },
+            test_host(dir.path()),
+            test_env(),
             Recorder::log_only("n".into()),
             KubeletMetrics::new("n"),
             Clock::System,
@@ -1245,12 +1427,8 @@ mod tests {
         let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
         let rm = RuntimeManager::new(
             cri,
-            Host {
-                logs_root: dir.path().join("logs"),
-                pods_dir: dir.path().join("pods"),
-                dns: ResolvConf::default(),
-                node_memory: 1 << 30,
-            },
+            test_host(dir.path()),
+            test_env(),
             events,
             KubeletMetrics::new("n"),
             Clock::System,

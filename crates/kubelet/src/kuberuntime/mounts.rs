@@ -57,18 +57,13 @@ fn recursive_read_only(m: &VolumeMount) -> Result<bool, String> {
 }
 
 /// The subPath of mount `m` (subPathExpr expanded from the container's
-/// env, upstream's ExpandContainerVolumeMounts).
-fn sub_path(c: &Container, m: &VolumeMount) -> Result<String, String> {
+/// environment, upstream's ExpandContainerVolumeMounts: a reference to a
+/// variable unset or empty is an error).
+fn sub_path(env: &HashMap<&str, &str>, m: &VolumeMount) -> Result<String, String> {
     let expr = m.sub_path_expr.as_deref().unwrap_or("");
     if expr.is_empty() {
         return Ok(m.sub_path.clone().unwrap_or_default());
     }
-    let env: HashMap<&str, &str> = c
-        .env
-        .iter()
-        .flatten()
-        .map(|e| (e.name.as_str(), e.value.as_deref().unwrap_or("")))
-        .collect();
     let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
     let out = expand(expr, |k| match env.get(k).filter(|v| !v.is_empty()) {
         Some(v) => Some((*v).to_owned()),
@@ -86,14 +81,22 @@ fn sub_path(c: &Container, m: &VolumeMount) -> Result<String, String> {
     }
 }
 
+/// Where the kubelet-managed hosts file is mounted.
+pub const ETC_HOSTS: &str = "/etc/hosts";
+
 /// Container `c`'s CRI mounts. `pod_dir` is `<root>/pods/<uid>`, where
-/// subPath mounts are made.
+/// subPath mounts are made; `env` is the container's environment
+/// (subPathExpr); `hosts`, the pod's managed hosts file, is mounted at
+/// /etc/hosts unless the container mounts something there itself.
 pub async fn container_mounts(
     pod: &Pod,
     c: &Container,
     volumes: &PodVolumes,
     pod_dir: &Path,
+    env: &[(String, String)],
+    hosts: Option<&Path>,
 ) -> Result<Vec<cri::Mount>, ConfigError> {
+    let env: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let err = |field: String, message: String| ConfigError {
         container: c.name.clone(),
         field,
@@ -112,7 +115,7 @@ pub async fn container_mounts(
                 ),
             ));
         };
-        let sub = sub_path(c, m).map_err(|e| err(field("subPathExpr"), e))?;
+        let sub = sub_path(&env, m).map_err(|e| err(field("subPathExpr"), e))?;
         let host_path: PathBuf = if sub.is_empty() {
             vol.host_path.clone()
         } else {
@@ -150,6 +153,19 @@ pub async fn container_mounts(
             readonly: m.read_only.unwrap_or(false) || vol.read_only,
             propagation: propagation as i32,
             recursive_read_only: rro,
+            ..Default::default()
+        });
+    }
+    let own_hosts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path == ETC_HOSTS);
+    if let Some(hosts) = hosts.filter(|_| !own_hosts) {
+        out.push(cri::Mount {
+            container_path: ETC_HOSTS.to_owned(),
+            host_path: hosts.display().to_string(),
+            selinux_relabel: true,
             ..Default::default()
         });
     }
@@ -231,7 +247,7 @@ mod tests {
             prop,
         ]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"))
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None)
             .await
             .unwrap();
         let summary: Vec<(&str, &str, bool, i32)> = got
@@ -310,7 +326,7 @@ mod tests {
         for (m, field, message) in cases {
             let (p, v) = pod(vec![m]);
             let c = &p.spec.as_ref().unwrap().containers[0];
-            let e = container_mounts(&p, c, &v, Path::new("/pods/u"))
+            let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None)
                 .await
                 .unwrap_err();
             assert_eq!(e.field, field);
@@ -320,9 +336,41 @@ mod tests {
             sub_path_expr: Some("$(POD)".into()),
             ..mount("data", "/x")
         };
+        let env = HashMap::from([("POD", "web-1"), ("EMPTY", "")]);
+        assert_eq!(sub_path(&env, &m).unwrap(), "web-1");
+        let m = VolumeMount {
+            sub_path_expr: Some("$(EMPTY)/$(POD)".into()),
+            ..mount("data", "/x")
+        };
+        assert_eq!(sub_path(&env, &m).unwrap_err(), "missing value for EMPTY");
+    }
+
+    #[tokio::test]
+    async fn the_hosts_file_is_mounted_unless_the_container_mounts_etc_hosts() {
+        let hosts = Path::new("/pods/u/etc-hosts");
+        let (p, v) = pod(vec![mount("data", "/d")]);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts))
+            .await
+            .unwrap();
+        let last = got.last().unwrap();
         assert_eq!(
-            sub_path(&pod(vec![]).0.spec.unwrap().containers[0], &m).unwrap(),
-            "web-1"
+            (
+                last.container_path.as_str(),
+                last.host_path.as_str(),
+                last.readonly
+            ),
+            (ETC_HOSTS, "/pods/u/etc-hosts", false)
+        );
+        let (p, v) = pod(vec![mount("data", ETC_HOSTS)]);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].host_path,
+            "/pods/u/volumes/kubernetes.io~empty-dir/data"
         );
     }
 }

@@ -29,23 +29,18 @@ pub mod trust;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    ClusterTrustBundleProjection, ConfigMap, Node, Pod, Secret, Volume,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use kubelet_core::downward::Allocatable;
+use k8s_openapi::api::core::v1::{ClusterTrustBundleProjection, ConfigMap, Pod, Secret, Volume};
 use kubelet_core::manifest::is_dns1123_label;
-use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
+use kubelet_core::quantity::parse_bytes;
 use kubelet_core::types::PodUid;
 use kubelet_core::volume::{
     self as vol, EMPTY_DIR, KeyedSource, Kind, Payload, config_map_payload, downward_payload,
     memory_volume_size, secret_payload, volume_dir,
 };
-use tokio::sync::watch;
 
 use crate::events::{Involved, Recorder, WARNING};
+use crate::nodestatus::NodeAllocatable;
 use objects::{GetError, ObjectStore};
 use token::{TokenManager, TokenSpec};
 
@@ -112,10 +107,8 @@ pub fn pod_dir(pods_dir: &Path, uid: &PodUid) -> Option<PathBuf> {
 #[derive(Clone)]
 pub struct VolumeManager {
     pods_dir: PathBuf,
-    /// What a limit not set reads as until the Node is seen.
-    fallback: Allocatable,
-    /// The Node (a watch), for its allocatable.
-    node: watch::Receiver<Option<Arc<Node>>>,
+    /// What a limit not set reads as.
+    allocatable: NodeAllocatable,
     api: Option<ApiObjects>,
     events: Recorder,
 }
@@ -123,15 +116,13 @@ pub struct VolumeManager {
 impl VolumeManager {
     pub fn new(
         pods_dir: PathBuf,
-        allocatable: Allocatable,
-        node: watch::Receiver<Option<Arc<Node>>>,
+        allocatable: NodeAllocatable,
         api: Option<ApiObjects>,
         events: Recorder,
     ) -> Self {
         VolumeManager {
             pods_dir,
-            fallback: allocatable,
-            node,
+            allocatable,
             api,
             events,
         }
@@ -140,31 +131,6 @@ impl VolumeManager {
     /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
     pub fn pod_dir(&self, uid: &PodUid) -> Option<PathBuf> {
         pod_dir(&self.pods_dir, uid)
-    }
-
-    /// The node's allocatable resources: the live Node's, else what the
-    /// kubelet found at start.
-    fn allocatable(&self) -> Allocatable {
-        let node = self.node.borrow();
-        let live = node
-            .as_ref()
-            .and_then(|n| n.status.as_ref())
-            .and_then(|s| s.allocatable.as_ref());
-        let Some(live) = live else {
-            return self.fallback;
-        };
-        let read = |k: &str, parse: fn(&Quantity) -> Result<i64, QuantityError>, or: i64| {
-            live.get(k).and_then(|q| parse(q).ok()).unwrap_or(or)
-        };
-        Allocatable {
-            cpu_millis: read("cpu", parse_cpu_millis, self.fallback.cpu_millis),
-            memory_bytes: read("memory", parse_bytes, self.fallback.memory_bytes),
-            ephemeral_storage_bytes: read(
-                "ephemeral-storage",
-                parse_bytes,
-                self.fallback.ephemeral_storage_bytes,
-            ),
-        }
     }
 
     /// Set up every volume of `pod` (idempotent): the pod directories, then
@@ -244,10 +210,16 @@ impl VolumeManager {
         VolumeError { failed }
     }
 
-    /// Register the ConfigMaps and Secrets the pod's volumes reference.
+    /// Register the ConfigMaps and Secrets the pod references: its volumes'
+    /// and its containers' env (read when they start, by
+    /// [`crate::podenv::PodEnv`]), as upstream's managers register both.
     fn register(&self, pod: &Pod, volumes: &[Volume]) {
         let Some(api) = &self.api else { return };
-        let (mut cms, mut secrets) = (HashSet::new(), HashSet::new());
+        let (env_cms, env_secrets) = kubelet_core::env::pod_references(pod);
+        let (mut cms, mut secrets): (HashSet<String>, HashSet<String>) = (
+            env_cms.into_iter().collect(),
+            env_secrets.into_iter().collect(),
+        );
         for v in volumes {
             if let Some(c) = &v.config_map {
                 cms.insert(c.name.clone());
@@ -294,7 +266,7 @@ impl VolumeManager {
                 .as_ref()
                 .and_then(|e| e.size_limit.as_ref())
                 .and_then(|q| parse_bytes(q).ok());
-            memory_volume_size(pod, limit, self.allocatable().memory_bytes)
+            memory_volume_size(pod, limit, self.allocatable.get().memory_bytes)
         });
         let ready = matches!(kind, Kind::EmptyDir { .. })
             .then(|| pod_dir.join("plugins").join(EMPTY_DIR).join(&v.name));
@@ -390,7 +362,7 @@ impl VolumeManager {
             return downward_payload(
                 items,
                 pod,
-                &self.allocatable(),
+                &self.allocatable.get(),
                 d.default_mode.unwrap_or(0o644),
             );
         }
@@ -423,7 +395,7 @@ impl VolumeManager {
                     .and_then(|secret| secret_payload(&keyed, &secret))
             } else if let Some(d) = &src.downward_api {
                 let items = d.items.as_deref().unwrap_or(&[]);
-                downward_payload(items, pod, &self.allocatable(), mode)
+                downward_payload(items, pod, &self.allocatable.get(), mode)
             } else if let Some(t) = &src.service_account_token {
                 self.token(
                     pod,

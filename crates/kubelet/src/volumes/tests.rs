@@ -12,6 +12,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 use crate::clock::Clock;
+use crate::nodestatus::NodeAllocatable;
+use kubelet_core::downward::Allocatable;
+use tokio::sync::watch;
 
 fn root() -> bool {
     let root = rustix::process::geteuid().is_root();
@@ -30,12 +33,14 @@ fn manager(
     let (events, rx) = Recorder::with_queue("node".into(), Clock::System);
     let m = VolumeManager::new(
         dir.join("pods"),
-        Allocatable {
-            cpu_millis: 2000,
-            memory_bytes: 1 << 30,
-            ephemeral_storage_bytes: 0,
-        },
-        watch::channel(None).1,
+        NodeAllocatable::new(
+            Allocatable {
+                cpu_millis: 2000,
+                memory_bytes: 1 << 30,
+                ephemeral_storage_bytes: 0,
+            },
+            watch::channel(None).1,
+        ),
         None,
         events,
     );

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kubelet_api::ApiClient;
-use kubelet_api::objects::{Latest, watch_trust_bundles};
+use kubelet_api::objects::{Latest, watch_all};
 use kubelet_core::admission::label_selector_matches;
 use kubelet_core::volume::normalize_trust_anchors;
 use tokio::sync::watch;
@@ -51,7 +51,10 @@ impl TrustBundles {
                     let api = self.api.clone();
                     self.tasks.spawn(
                         tracing::info_span!("trust_bundle_watch"),
-                        move |token| async move { watch_trust_bundles(&api, tx, token).await },
+                        move |token| async move {
+                            watch_all::<ClusterTrustBundle>(&api, "ClusterTrustBundles", tx, token)
+                                .await
+                        },
                     );
                     rx
                 })

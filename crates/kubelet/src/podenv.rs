@@ -1,0 +1,144 @@
+//! What a container's environment is made from, read at each start
+//! (upstream's makeEnvironmentVariables): the ConfigMaps and Secrets its
+//! env names (the volume manager's stores, where SyncPod's volume step
+//! registered the pod's references), the Services (one watch of them all,
+//! as upstream's informer), the node's allocatable and IPs. The
+//! composition itself is `kubelet_core::env`'s.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
+use kubelet_api::objects::{Latest, Watched};
+use kubelet_core::env::{self, EnvError, EnvSources, Fetched};
+use kubelet_core::types::{SOURCE_API, keys};
+use tokio::sync::watch;
+
+use crate::nodestatus::NodeAllocatable;
+use crate::volumes::objects::{GetError, ObjectStore};
+
+/// The Services, from their watch (cluster mode).
+pub type Services = watch::Receiver<Latest<Vec<Service>>>;
+
+#[derive(Clone)]
+pub struct PodEnv {
+    /// The ConfigMap and Secret stores (cluster mode).
+    objects: Option<(ObjectStore<ConfigMap>, ObjectStore<Secret>)>,
+    services: Option<Services>,
+    allocatable: NodeAllocatable,
+    /// The node's IPs (status.hostIP(s), and a hostNetwork pod's IPs).
+    host_ips: Vec<String>,
+}
+
+fn from_api(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::CONFIG_SOURCE))
+        .is_some_and(|s| s == SOURCE_API)
+}
+
+async fn fetch<K: Watched>(
+    store: Option<&ObjectStore<K>>,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Fetched<K> {
+    let Some(store) = store else {
+        return Fetched::NotFound(format!(
+            "couldn't get {kind} {namespace}/{name}, no kubeClient defined"
+        ));
+    };
+    match store.get(namespace, name).await {
+        Ok(o) => Fetched::Found(o),
+        Err(GetError::NotFound(m)) => Fetched::NotFound(m),
+        Err(GetError::Other(m)) => Fetched::Failed(m),
+    }
+}
+
+impl PodEnv {
+    pub fn new(
+        objects: Option<(ObjectStore<ConfigMap>, ObjectStore<Secret>)>,
+        services: Option<Services>,
+        allocatable: NodeAllocatable,
+        host_ips: Vec<String>,
+    ) -> Self {
+        PodEnv {
+            objects,
+            services,
+            allocatable,
+            host_ips,
+        }
+    }
+
+    /// The node's IPs.
+    pub fn host_ips(&self) -> &[String] {
+        &self.host_ips
+    }
+
+    /// The service variables the pod sees. A pod from the API waits for
+    /// the first list of Services (upstream's serviceHasSynced), so that
+    /// KUBERNETES_SERVICE_HOST is never missed after a restart.
+    fn service_env(&self, pod: &Pod) -> Result<BTreeMap<String, String>, EnvError> {
+        let Some(services) = &self.services else {
+            return Ok(BTreeMap::new());
+        };
+        let all = match &*services.borrow() {
+            Latest::Present(all) => all.clone(),
+            _ if from_api(pod) => {
+                return Err(EnvError {
+                    message:
+                        "services have not yet been read at least once, cannot construct envvars"
+                            .into(),
+                    transient: true,
+                });
+            }
+            _ => Arc::default(),
+        };
+        let links = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.enable_service_links)
+            .unwrap_or(true);
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        Ok(env::service_env(all.iter(), ns, links))
+    }
+
+    /// Container `c`'s environment, `pod_ips` being the pod's.
+    pub async fn container_env(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Vec<(String, String)>, EnvError> {
+        let services = self.service_env(pod)?;
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let (cm_names, secret_names) = env::references(c);
+        let (cm_store, secret_store) = match &self.objects {
+            Some((c, s)) => (Some(c), Some(s)),
+            None => (None, None),
+        };
+        let mut config_maps = HashMap::new();
+        for name in cm_names {
+            let got = fetch(cm_store, "configMap", ns, &name).await;
+            config_maps.insert(name, got);
+        }
+        let mut secrets = HashMap::new();
+        for name in secret_names {
+            let got = fetch(secret_store, "secret", ns, &name).await;
+            secrets.insert(name, got);
+        }
+        env::container_env(
+            pod,
+            c,
+            &EnvSources {
+                pod_ips,
+                host_ips: &self.host_ips,
+                services: &services,
+                allocatable: self.allocatable.get(),
+                config_maps: &config_maps,
+                secrets: &secrets,
+            },
+        )
+    }
+}
