@@ -226,11 +226,11 @@ impl Api {
     }
 
     /// Delete the test's deployments (their pods go by cascade), its
-    /// ConfigMaps and Secrets and its other pods, without waiting.
+    /// ConfigMaps, Secrets and Services and its other pods, without waiting.
     fn delete_labelled(&self) {
         let _ = self.run(&[
             "delete",
-            "deployments,configmaps,secrets",
+            "deployments,configmaps,secrets,services",
             "-n",
             "default",
             "-l",
@@ -363,7 +363,7 @@ impl Kubelet {
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
-             streamingConnectionIdleTimeout: 10s\n\
+             streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
              authentication:\n  x509:\n    clientCAFile: {}\n",
             dir.path().join("logs").display(),
             api.dir.join("pki/ca.crt").display()
@@ -2080,6 +2080,157 @@ async fn n_volumes_configmaps_secrets_tokens_and_safe_sub_paths() {
         .filter(|l| l.contains(&*root.to_string_lossy()))
         .collect();
     assert!(left.is_empty(), "mounts left behind: {left:?}");
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn o_env_hosts_file_and_resolver_as_upstream_gives_them() {
+    let mut k = Kubelet::new("env");
+    k.start_ready().await;
+    let labels = json!({TEST_LABEL: "1"});
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cl-env-cm", "namespace": "default", "labels": labels},
+        "data": {"mode": "fast", "level": "3"},
+    }));
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "cl-env-sec", "namespace": "default", "labels": labels},
+        "stringData": {"pw": "s3cret"},
+    }));
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "cl-env-svc", "namespace": "default", "labels": labels},
+        "spec": {"ports": [{"name": "http", "port": 8080}], "selector": {"app": "none"}},
+    }));
+    let svc_ip = k
+        .api
+        .get(&["service", "cl-env-svc", "-n", "default"])
+        .and_then(|s| s["spec"]["clusterIP"].as_str().map(str::to_owned))
+        .expect("the Service has a cluster IP");
+    let field = |path: &str| json!({"fieldRef": {"fieldPath": path}});
+    let mut c = sh_container("c", SLEEPER);
+    c["resources"] = json!({"limits": {"memory": "64Mi"}});
+    c["envFrom"] = json!([{"configMapRef": {"name": "cl-env-cm"}, "prefix": "CM_"}]);
+    c["env"] = json!([
+        {"name": "NAME", "valueFrom": field("metadata.name")},
+        {"name": "NODE", "valueFrom": field("spec.nodeName")},
+        {"name": "POD_IP", "valueFrom": field("status.podIP")},
+        {"name": "HOST_IP", "valueFrom": field("status.hostIP")},
+        {"name": "SA", "valueFrom": field("spec.serviceAccountName")},
+        {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cl-env-cm", "key": "mode"}}},
+        {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "cl-env-sec", "key": "pw"}}},
+        {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "cl-env-none", "key": "k", "optional": true}}},
+        {"name": "COMBO", "value": "$(NAME)-$(MODE)-$$(MODE)"},
+    ]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "hostname": "h1",
+        "subdomain": "sub",
+        "hostAliases": [{"ip": "123.45.67.89", "hostnames": ["foo", "bar"]}],
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": ["192.0.2.53"], "searches": ["a.example"],
+                      "options": [{"name": "ndots", "value": "2"}]},
+        "containers": [c],
+    });
+    k.api.create(&test_pod(&k.api, "cl-env", spec));
+    // Waits for a ConfigMap that does not exist yet, told why.
+    let mut w = sh_container("c", SLEEPER);
+    w["env"] = json!([{"name": "K", "valueFrom": {"configMapKeyRef": {"name": "cl-env-later", "key": "k"}}}]);
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [w]});
+    k.api.create(&test_pod(&k.api, "cl-env-wait", spec));
+
+    let pod = eventually("the env pod runs", START, async || {
+        k.api.pod("cl-env").filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    let pod_ip = pod["status"]["podIP"].as_str().unwrap().to_owned();
+    let host_ip = pod["status"]["hostIP"].as_str().unwrap().to_owned();
+    let env = exec_out(&k.api, "cl-env", "env").unwrap_or_default();
+    let env: BTreeMap<&str, &str> = env.lines().filter_map(|l| l.split_once('=')).collect();
+    let node = k.api.node.clone();
+    let want = [
+        ("NAME", "cl-env"),
+        ("NODE", node.as_str()),
+        ("POD_IP", pod_ip.as_str()),
+        ("HOST_IP", host_ip.as_str()),
+        ("SA", "default"),
+        ("MEM", "64"),
+        ("MODE", "fast"),
+        ("PW", "s3cret"),
+        ("COMBO", "cl-env-fast-$(MODE)"),
+        ("CM_mode", "fast"),
+        ("CM_level", "3"),
+        ("CL_ENV_SVC_SERVICE_HOST", svc_ip.as_str()),
+        ("CL_ENV_SVC_SERVICE_PORT", "8080"),
+        ("CL_ENV_SVC_SERVICE_PORT_HTTP", "8080"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ];
+    for (k_, v) in want {
+        assert_eq!(env.get(k_).copied(), Some(v), "{k_} in {env:?}");
+    }
+    let link = format!("tcp://{svc_ip}:8080");
+    assert_eq!(
+        env.get("CL_ENV_SVC_PORT_8080_TCP").copied(),
+        Some(link.as_str())
+    );
+    assert!(env.contains_key("KUBERNETES_SERVICE_HOST"), "{env:?}");
+    assert!(
+        !env.contains_key("OPT"),
+        "an optional absent key is not set"
+    );
+    let hosts = exec_out(&k.api, "cl-env", "cat /etc/hosts").unwrap_or_default();
+    assert_eq!(
+        hosts,
+        format!(
+            "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+             fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n\
+             {pod_ip}\th1.sub.default.svc.cluster.local\th1\n\n# Entries added by HostAliases.\n123.45.67.89\tfoo\tbar\n"
+        )
+    );
+    let resolv = exec_out(&k.api, "cl-env", "cat /etc/resolv.conf").unwrap_or_default();
+    assert_eq!(
+        resolv,
+        "search a.example\nnameserver 192.0.2.53\noptions ndots:2\n"
+    );
+    assert_eq!(
+        exec_out(&k.api, "cl-env", "hostname").as_deref(),
+        Some("h1\n")
+    );
+
+    let waiting = eventually("the waiting pod says why", START, async || {
+        k.api.pod("cl-env-wait").filter(|p| {
+            container_status(p, "c")["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+        })
+    })
+    .await;
+    assert_eq!(
+        container_status(&waiting, "c")["state"]["waiting"]["message"],
+        r#"configmaps "cl-env-later" not found"#
+    );
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cl-env-later", "namespace": "default", "labels": labels},
+        "data": {"k": "v"},
+    }));
+    let pod = eventually(
+        "the waiting pod runs once its ConfigMap exists",
+        START,
+        async || k.api.pod("cl-env-wait").filter(running_with_ip),
+    )
+    .await;
+    uids.insert(uid(&pod).to_owned());
+    assert_eq!(
+        exec_out(&k.api, "cl-env-wait", "echo $K").as_deref(),
+        Some("v\n")
+    );
+    for name in ["cl-env", "cl-env-wait"] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    k.finish(&uids).await;
 }
 
 #[tokio::test]
