@@ -9,6 +9,7 @@
 //!                            [--serial N] [--bursts 20,100] [--steady SECS]
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
 //!                            [--probes N] [--scrape[=false] | --no-scrape]
+//!                            [--view[=false] | --no-view]
 //!                            [--only rkubelet|upstream] [--work DIR]
 //!
 //! `DIR` is what `hack/cluster.sh up NODE` made: admin.conf,
@@ -31,14 +32,18 @@
 //!      (one keep-alive connection per path, as Prometheus and
 //!      metrics-server keep theirs): their latency p50/p99, body sizes,
 //!      the kubelet's RSS and CPU; delete them and wait until they are gone;
-//!   5. with `--probes N`, N pods with exec and httpGet probes every second:
+//!   5. with `--view` (the default), the pod view: one pod that uses every
+//!      kind of env reference, hostAliases, a hostname and a dnsConfig
+//!      prints its env, /etc/hosts, resolv.conf and hostname; the table's
+//!      end lists what differs between the kubelets (the pod's IP aside);
+//!   6. with `--probes N`, N pods with exec and httpGet probes every second:
 //!      a steady window (RSS, CPU, API requests; RSS per probe against the
 //!      steady window of as many pods unprobed; the probes run and failed,
 //!      from the kubelet's /metrics/probes, and the window's event writes
 //!      per failed probe), and the API requests of the whole phase from the
 //!      burst on (the window alone hides the burst's failures, and events
 //!      that the spam filter, having spent a pod's tokens then, drops later);
-//!   6. delete its pods, stop it, delete the Node and its Lease, and remove
+//!   7. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
@@ -56,13 +61,15 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubelet_cri::client::CriClient;
 
 use crate::kubelet::Kubelet;
+use crate::podview;
 use crate::procfs::{self, mib};
 use crate::scrape::{self, Endpoint};
 
@@ -84,7 +91,8 @@ const RKUBELET_PORT: u16 = 10250;
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
     [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] \
-    [--scrape[=false] | --no-scrape] [--only rkubelet|upstream] [--work DIR]";
+    [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] [--only rkubelet|upstream] \
+    [--work DIR]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Which {
@@ -127,6 +135,8 @@ struct Args {
     /// Scrape /metrics and /stats/summary every second with the largest
     /// burst's pods running.
     scrape: bool,
+    /// The pod view (what a pod sees of itself under each kubelet).
+    view: bool,
     only: Option<Which>,
     work: Option<PathBuf>,
 }
@@ -155,6 +165,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut timeout = Duration::from_secs(180);
     let mut probes = 100;
     let mut scrape = true;
+    let mut view = true;
     let mut only = None;
     let mut work = None;
     let secs = |v: String, name: &str| -> anyhow::Result<Duration> {
@@ -202,6 +213,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--probes" => probes = value("--probes")?.parse().context("--probes")?,
             "--scrape" => scrape = bool_flag("--scrape", inline.as_deref())?,
             "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
+            "--view" => view = bool_flag("--view", inline.as_deref())?,
+            "--no-view" => view = !bool_flag("--no-view", inline.as_deref())?,
             "--only" => {
                 only = Some(match value("--only")?.as_str() {
                     "rkubelet" => Which::Rkubelet,
@@ -235,6 +248,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         timeout,
         probes,
         scrape,
+        view,
         only,
         work,
     })
@@ -298,6 +312,8 @@ struct KResults {
     probe_phase: Option<BTreeMap<String, usize>>,
     bursts: Vec<Burst>,
     windows: Vec<Window>,
+    /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
+    view: Option<String>,
     hwm_kib: Option<u64>,
     failed: Option<String>,
     notes: Vec<String>,
@@ -422,6 +438,9 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
     .await?;
     // Start fresh: no bench pods, no Node, nothing in the runtime.
     ctx.reset(None).await?;
+    if ctx.args.view {
+        ctx.view_objects(true).await?;
+    }
     ctx.notes.lock().unwrap_or_else(|e| e.into_inner()).clear();
 
     let order: Vec<Which> = [Which::Rkubelet, Which::Upstream]
@@ -441,6 +460,11 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         }
     }
     watch_task.abort();
+    if ctx.args.view
+        && let Err(e) = ctx.view_objects(false).await
+    {
+        eprintln!("rkubelet-bench: deleting the view's objects: {e:#}");
+    }
     print_table(&ctx.args, &all);
     Ok(all.iter().all(|(_, r)| r.failed.is_none()))
 }
@@ -517,11 +541,13 @@ async fn wait_until(
 
 /// The group of the probe phase's pods.
 const PROBE_GROUP: &str = "probe";
+/// The group of the view pod.
+const VIEW_GROUP: &str = "view";
 
 fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
     // The shell traps SIGTERM so a delete does not wait out the grace period.
     // No service account token and no service links: nothing but the
-    // container itself (rkubelet has no volumes yet).
+    // container itself.
     let v = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -561,6 +587,30 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
 }
 
 impl Ctx {
+    /// Create (or delete) the ConfigMap, Secret and Service the view pod reads.
+    async fn view_objects(&self, create: bool) -> anyhow::Result<()> {
+        let c = self.client.clone();
+        let cms: Api<ConfigMap> = Api::namespaced(c.clone(), NAMESPACE);
+        let secrets: Api<Secret> = Api::namespaced(c.clone(), NAMESPACE);
+        let services: Api<Service> = Api::namespaced(c, NAMESPACE);
+        let dp = DeleteParams::default();
+        // Whatever a run before left, then (when creating) anew.
+        let gone = |r: Result<_, kube::Error>| match r {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()),
+        };
+        gone(cms.delete(podview::CONFIG_MAP, &dp).await.map(|_| ()))?;
+        gone(secrets.delete(podview::SECRET, &dp).await.map(|_| ()))?;
+        gone(services.delete(podview::SERVICE, &dp).await.map(|_| ()))?;
+        if create {
+            let pp = PostParams::default();
+            cms.create(&pp, &podview::config_map(LABEL)?).await?;
+            secrets.create(&pp, &podview::secret(LABEL)?).await?;
+            services.create(&pp, &podview::service(LABEL)?).await?;
+        }
+        Ok(())
+    }
+
     fn binary(&self, which: Which) -> &Path {
         match which {
             Which::Rkubelet => &self.args.rkubelet,
@@ -960,6 +1010,9 @@ impl Ctx {
         tokio::time::sleep(self.args.settle).await;
         r.windows
             .push(self.window(k, 0, false, self.args.rest, &mut []).await?);
+        if self.args.view {
+            r.view = Some(self.pod_view(k).await?);
+        }
 
         if self.args.serial > 0 {
             r.warmup = Some(
@@ -1038,6 +1091,47 @@ impl Ctx {
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         Ok(())
+    }
+
+    /// Run the view pod to its end; its log, the pod's IP put as `<pod-ip>`.
+    async fn pod_view(&self, k: &mut Kubelet) -> anyhow::Result<String> {
+        let name = format!("{POD_PREFIX}{VIEW_GROUP}-0");
+        let meta = serde_json::json!({
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": { LABEL: "1", "rkubelet-bench/group": VIEW_GROUP },
+        });
+        let pod = podview::pod(meta, &self.args.node, IMAGE)?;
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .context("creating the view pod")?;
+        let start = Instant::now();
+        let ip = loop {
+            let p = self
+                .pods()
+                .get(&name)
+                .await
+                .context("getting the view pod")?;
+            let status = p.status.unwrap_or_default();
+            match status.phase.as_deref() {
+                Some("Succeeded") => break status.pod_ip.unwrap_or_default(),
+                Some("Failed") => bail!("the view pod failed: {:?}", status.container_statuses),
+                _ => {}
+            }
+            if start.elapsed() > self.args.timeout {
+                k.check_alive()?;
+                bail!("the view pod did not finish within {:?}", self.args.timeout);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let log = self
+            .pods()
+            .logs(&name, &LogParams::default())
+            .await
+            .context("reading the view pod's log")?;
+        self.delete_group(VIEW_GROUP, k, self.args.timeout).await?;
+        Ok(podview::normalize(&log, &ip))
     }
 
     async fn bench(&self, which: Which, dir: &Path) -> KResults {
@@ -1579,6 +1673,24 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         );
     }
     println!();
+    if let (Some(a), Some(b)) = (
+        rk.and_then(|r| r.view.as_deref()),
+        up.and_then(|r| r.view.as_deref()),
+    ) {
+        let diff = podview::differences(b, a);
+        if diff.is_empty() {
+            println!(
+                "pod view (env, /etc/hosts, resolv.conf, hostname): identical under both ({} lines)",
+                a.lines().count()
+            );
+        } else {
+            println!("pod view: - upstream only, + rkubelet only:");
+            for l in diff {
+                println!("  {l}");
+            }
+        }
+        println!();
+    }
     for (which, r) in all {
         println!("{}:", which.name());
         for w in &r.windows {

@@ -15,6 +15,7 @@
 
 mod cluster;
 mod kubelet;
+mod podview;
 mod procfs;
 mod scrape;
 
