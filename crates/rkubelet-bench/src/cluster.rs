@@ -63,7 +63,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubelet_cri::client::CriClient;
@@ -974,6 +974,7 @@ impl Ctx {
         &self,
         which: Which,
         k: &mut Kubelet,
+        dir: &Path,
         port: u16,
         r: &mut KResults,
     ) -> anyhow::Result<()> {
@@ -1011,7 +1012,7 @@ impl Ctx {
         r.windows
             .push(self.window(k, 0, false, self.args.rest, &mut []).await?);
         if self.args.view {
-            r.view = Some(self.pod_view(k).await?);
+            r.view = Some(self.pod_view(k, dir).await?);
         }
 
         if self.args.serial > 0 {
@@ -1093,8 +1094,9 @@ impl Ctx {
         Ok(())
     }
 
-    /// Run the view pod to its end; its log, the pod's IP put as `<pod-ip>`.
-    async fn pod_view(&self, k: &mut Kubelet) -> anyhow::Result<String> {
+    /// Run the view pod to its end; its log (read from the kubelet's
+    /// podLogsDir under `dir`), the pod's IP put as `<pod-ip>`.
+    async fn pod_view(&self, k: &mut Kubelet, dir: &Path) -> anyhow::Result<String> {
         let name = format!("{POD_PREFIX}{VIEW_GROUP}-0");
         let meta = serde_json::json!({
             "name": name,
@@ -1107,7 +1109,7 @@ impl Ctx {
             .await
             .context("creating the view pod")?;
         let start = Instant::now();
-        let ip = loop {
+        let (uid, ip) = loop {
             let p = self
                 .pods()
                 .get(&name)
@@ -1115,7 +1117,12 @@ impl Ctx {
                 .context("getting the view pod")?;
             let status = p.status.unwrap_or_default();
             match status.phase.as_deref() {
-                Some("Succeeded") => break status.pod_ip.unwrap_or_default(),
+                Some("Succeeded") => {
+                    break (
+                        p.metadata.uid.unwrap_or_default(),
+                        status.pod_ip.unwrap_or_default(),
+                    );
+                }
                 Some("Failed") => bail!("the view pod failed: {:?}", status.container_statuses),
                 _ => {}
             }
@@ -1125,11 +1132,11 @@ impl Ctx {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
-        let log = self
-            .pods()
-            .logs(&name, &LogParams::default())
-            .await
-            .context("reading the view pod's log")?;
+        let log = dir
+            .join("pod-logs")
+            .join(format!("{NAMESPACE}_{name}_{uid}"))
+            .join("main/0.log");
+        let log = podview::read_cri_log(&log)?;
         self.delete_group(VIEW_GROUP, k, self.args.timeout).await?;
         Ok(podview::normalize(&log, &ip))
     }
@@ -1151,7 +1158,7 @@ impl Ctx {
         };
         println!("    pid {}, log {}", k.pid(), k.log_path.display());
         let outcome = tokio::select! {
-            o = self.phases(which, &mut k, port, &mut r) => o,
+            o = self.phases(which, &mut k, dir, port, &mut r) => o,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         };
         if let Err(e) = outcome {

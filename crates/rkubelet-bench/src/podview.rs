@@ -8,6 +8,7 @@
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use kubelet_core::crilog::{Assembler, Stream, parse_line};
 use serde_json::json;
 
 /// The objects the pod reads (created once, before the first kubelet).
@@ -103,6 +104,29 @@ pub fn pod(meta: serde_json::Value, node: &str, image: &str) -> anyhow::Result<P
     .context("building the view pod")
 }
 
+/// The stdout of a CRI log file (as containerd writes it under podLogsDir
+/// for either kubelet: the API server's log proxy would need the kubelet's
+/// port reachable at the Node's address, which the bench's upstream kubelet
+/// does not listen on).
+pub fn read_cri_log(path: &std::path::Path) -> anyhow::Result<String> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = Assembler::default();
+    let mut out = String::new();
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        let Ok(entry) = parse_line(line) else {
+            continue;
+        };
+        if entry.stream != Stream::Stdout {
+            continue;
+        }
+        if let Some(l) = lines.push(&entry) {
+            out.push_str(&String::from_utf8_lossy(&l.content));
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
 /// The pod's log with its IP put as `<pod-ip>`.
 pub fn normalize(log: &str, pod_ip: &str) -> String {
     if pod_ip.is_empty() {
@@ -136,6 +160,18 @@ mod tests {
         let rk = "POD_IP=<pod-ip>\nA=2\n<pod-ip>\th1\n";
         assert_eq!(differences(&up, rk), ["- A=1", "+ A=2"]);
         assert!(differences(rk, rk).is_empty());
+    }
+
+    #[test]
+    fn cri_logs_are_read_as_their_stdout() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("0.log");
+        std::fs::write(
+            &f,
+            "2026-12-01T00:00:00.1Z stdout P A=\n2026-12-01T00:00:00.2Z stderr F oops\n2026-12-01T00:00:00.3Z stdout F 1\n2026-12-01T00:00:00.4Z stdout F B=2\n",
+        )
+        .unwrap();
+        assert_eq!(read_cri_log(&f).unwrap(), "A=1\nB=2\n");
     }
 
     #[test]
