@@ -469,6 +469,14 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
     Ok(all.iter().all(|(_, r)| r.failed.is_none()))
 }
 
+/// A delete's result, an object already gone counting as done.
+fn ok_if_gone<T>(r: Result<T, kube::Error>) -> Result<(), kube::Error> {
+    match r {
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
 async fn admin_client(path: &Path) -> anyhow::Result<kube::Client> {
     let kc = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("reading {}", path.display()))?;
@@ -595,13 +603,9 @@ impl Ctx {
         let services: Api<Service> = Api::namespaced(c, NAMESPACE);
         let dp = DeleteParams::default();
         // Whatever a run before left, then (when creating) anew.
-        let gone = |r: Result<_, kube::Error>| match r {
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            other => other.map(|_| ()),
-        };
-        gone(cms.delete(podview::CONFIG_MAP, &dp).await.map(|_| ()))?;
-        gone(secrets.delete(podview::SECRET, &dp).await.map(|_| ()))?;
-        gone(services.delete(podview::SERVICE, &dp).await.map(|_| ()))?;
+        ok_if_gone(cms.delete(podview::CONFIG_MAP, &dp).await)?;
+        ok_if_gone(secrets.delete(podview::SECRET, &dp).await)?;
+        ok_if_gone(services.delete(podview::SERVICE, &dp).await)?;
         if create {
             let pp = PostParams::default();
             cms.create(&pp, &podview::config_map(LABEL)?).await?;
@@ -1279,10 +1283,13 @@ impl Ctx {
         }
         let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
         if leases.get_opt(&self.args.node).await?.is_some() {
-            leases
-                .delete(&self.args.node, &DeleteParams::default())
-                .await
-                .context("deleting the node's Lease")?;
+            // The garbage collector may take it first (its owner is the Node).
+            ok_if_gone(
+                leases
+                    .delete(&self.args.node, &DeleteParams::default())
+                    .await,
+            )
+            .context("deleting the node's Lease")?;
         }
         wait_until(
             "the bench's pods to be gone",
@@ -1685,11 +1692,17 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         up.and_then(|r| r.view.as_deref()),
     ) {
         let diff = podview::differences(b, a);
-        if diff.is_empty() {
+        if a == b {
             println!(
-                "pod view (env, /etc/hosts, resolv.conf, hostname): identical under both ({} lines)",
+                "pod view (env | sort, /etc/hosts, /etc/resolv.conf, hostname): identical under \
+                 both, {} lines:",
                 a.lines().count()
             );
+            for l in a.lines() {
+                println!("  {l}");
+            }
+        } else if diff.is_empty() {
+            println!("pod view: the same lines under both, in another order");
         } else {
             println!("pod view: - upstream only, + rkubelet only:");
             for l in diff {
