@@ -127,12 +127,29 @@ pub fn read_cri_log(path: &std::path::Path) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// The pod's log with its IP put as `<pod-ip>`.
+/// The pod's log with its IP put as `<pod-ip>`, and the words of
+/// resolv.conf's `options` line sorted: upstream merges dnsConfig's options
+/// through a Go map, so their order changes from one run to the next.
 pub fn normalize(log: &str, pod_ip: &str) -> String {
-    if pod_ip.is_empty() {
-        return log.to_owned();
+    let log = if pod_ip.is_empty() {
+        log.to_owned()
+    } else {
+        log.replace(pod_ip, "<pod-ip>")
+    };
+    let mut out = String::with_capacity(log.len());
+    for line in log.lines() {
+        match line.strip_prefix("options ") {
+            Some(rest) => {
+                let mut words: Vec<&str> = rest.split_whitespace().collect();
+                words.sort_unstable();
+                out.push_str("options ");
+                out.push_str(&words.join(" "));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
     }
-    log.replace(pod_ip, "<pod-ip>")
+    out
 }
 
 /// The lines of `a` not in `b` (`-`) and of `b` not in `a` (`+`), in order.
@@ -155,9 +172,15 @@ mod tests {
 
     #[test]
     fn the_pod_ip_is_normalized_and_differences_are_listed() {
-        let up = normalize("POD_IP=10.0.0.5\nA=1\n10.0.0.5\th1\n", "10.0.0.5");
-        assert_eq!(up, "POD_IP=<pod-ip>\nA=1\n<pod-ip>\th1\n");
-        let rk = "POD_IP=<pod-ip>\nA=2\n<pod-ip>\th1\n";
+        let up = normalize(
+            "POD_IP=10.0.0.5\nA=1\n10.0.0.5\th1\noptions ndots:2 edns0\n",
+            "10.0.0.5",
+        );
+        assert_eq!(
+            up,
+            "POD_IP=<pod-ip>\nA=1\n<pod-ip>\th1\noptions edns0 ndots:2\n"
+        );
+        let rk = "POD_IP=<pod-ip>\nA=2\n<pod-ip>\th1\noptions edns0 ndots:2\n";
         assert_eq!(differences(&up, rk), ["- A=1", "+ A=2"]);
         assert!(differences(rk, rk).is_empty());
     }
