@@ -27,6 +27,7 @@ pub mod podconfig;
 pub mod probe;
 pub mod quantity;
 pub mod runtime;
+pub mod security;
 pub mod stats;
 pub mod status;
 pub mod timefmt;

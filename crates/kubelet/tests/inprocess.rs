@@ -1318,3 +1318,42 @@ async fn a_container_is_given_its_env_hosts_file_and_resolver() {
     assert!(node.running("b").is_empty());
     k.stop().await;
 }
+
+/// runAsNonRoot is verified against the image's user (the fake's images
+/// name none: root), as upstream's kubelet does: the container that asks
+/// for it without a runAsUser waits in CreateContainerConfigError, told
+/// why; its sibling with a non-root runAsUser runs.
+#[tokio::test]
+async fn run_as_non_root_refuses_an_image_that_runs_as_root() {
+    let node = Node::new().await;
+    let body = pod("nr", &[("a", "sleep 1000"), ("b", "sleep 1000")], "").replacen(
+        "  - name: b\n",
+        "    securityContext: {runAsNonRoot: true}\n  - name: b\n",
+        1,
+    ) + "    securityContext: {runAsNonRoot: true, runAsUser: 1000}\n";
+    node.write("nr.yaml", &body);
+    let k = node.start();
+    node.fake
+        .wait_for("b runs", WAIT, |_| node.running("b").len() == 1)
+        .await;
+    let waiting_a = || {
+        k.kubelet.pods_with_status().into_iter().find_map(|p| {
+            let s = p.status?.container_statuses?;
+            let w = s.iter().find(|c| c.name == "a")?.state.clone()?.waiting?;
+            Some((w.reason?, w.message.unwrap_or_default()))
+        })
+    };
+    eventually("a waits", || {
+        waiting_a().is_some_and(|(r, _)| r == "CreateContainerConfigError")
+    })
+    .await;
+    let (_, message) = waiting_a().unwrap();
+    assert!(
+        message.contains(
+            "container has runAsNonRoot and image will run as root (pod: \"nr-node1_default("
+        ),
+        "{message}"
+    );
+    assert!(node.running("a").is_empty());
+    k.stop().await;
+}

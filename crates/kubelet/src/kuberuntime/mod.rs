@@ -32,6 +32,7 @@ use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
 };
+use kubelet_core::security::verify_run_as_non_root;
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
@@ -561,6 +562,44 @@ impl RuntimeManager {
             })
     }
 
+    /// runAsNonRoot against the user the image runs as (ImageStatus, read
+    /// only when the container asks to run as non-root).
+    async fn verify_non_root(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        image: &str,
+    ) -> Result<(), StartError> {
+        let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+        let non_root = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_non_root)
+            .or_else(|| psc.and_then(|p| p.run_as_non_root))
+            .unwrap_or(false);
+        if !non_root {
+            return Ok(());
+        }
+        let img = self
+            .cri
+            .image_status(image)
+            .await
+            .map_err(|e| StartError::Image {
+                reason: "ErrImageInspect",
+                message: e.message.clone(),
+                source: Some(e),
+            })?;
+        let uid = img.as_ref().and_then(|i| i.uid.as_ref()).map(|u| u.value);
+        let user = img.as_ref().map(|i| i.username.as_str()).unwrap_or("");
+        verify_run_as_non_root(pod, c, uid, user).map_err(|message| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "securityContext.runAsNonRoot".into(),
+                message,
+            })
+        })
+    }
+
     /// The pod's managed /etc/hosts (upstream's ensureHostsFile), written
     /// for each container start as upstream does: None when it is not
     /// mounted (a pod on the pod network without an IP yet).
@@ -626,6 +665,7 @@ impl RuntimeManager {
             return Err(StartError::CrashLoopBackOff { left, message });
         }
         let image_ref = self.ensure_image(c, about, &sandbox.config).await?;
+        self.verify_non_root(pod, c, &image_ref).await?;
         let termination_log = self.termination_log_file(pod, c).await?;
         let env = self
             .env
