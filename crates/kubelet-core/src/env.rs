@@ -672,6 +672,30 @@ mod tests {
     }
 
     #[test]
+    fn expansion_is_one_pass_in_order_so_cycles_stay_literal() {
+        let c = Container {
+            name: "c".into(),
+            env: Some(vec![
+                lit("A", "$(B)"),
+                lit("B", "$(A)"),
+                lit("C", "$(C)x"),
+                lit("D", "$(A)$(B)"),
+            ]),
+            ..Default::default()
+        };
+        let env = World::new().env(c).unwrap();
+        assert_eq!(
+            &env[..4],
+            vars(&[
+                ("A", "$(B)"),
+                ("B", "$(B)"),
+                ("C", "$(C)x"),
+                ("D", "$(B)$(B)")
+            ])
+        );
+    }
+
+    #[test]
     fn bad_references_say_what_upstream_says() {
         let w = World::new();
         let one = |src: EnvVarSource| Container {
