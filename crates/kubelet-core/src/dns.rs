@@ -249,14 +249,19 @@ fn fit_limits(rc: &mut ResolvConf, events: &mut Vec<DnsEvent>) {
 pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, String), String> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let spec = pod.spec.as_ref();
-    if let Some(h) = spec.and_then(|s| s.hostname_override.as_deref()) {
-        let errs = is_dns1123_subdomain(h);
-        if !errs.is_empty() {
-            return Err(format!(
-                "pod HostnameOverride {h:?} is not a valid DNS subdomain: {}",
+    // Upstream's message for a value its validator refuses.
+    let valid = |field: &str, what: &str, value: &str, errs: Vec<String>| {
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "pod {field} {value:?} is not a valid DNS {what}: {}",
                 errs.join(";")
-            ));
+            ))
         }
+    };
+    if let Some(h) = spec.and_then(|s| s.hostname_override.as_deref()) {
+        valid("HostnameOverride", "subdomain", h, is_dns1123_subdomain(h))?;
         return Ok((truncate_hostname(name, h)?, String::new()));
     }
     let mut hostname = name;
@@ -264,13 +269,7 @@ pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, S
         .and_then(|s| s.hostname.as_deref())
         .filter(|h| !h.is_empty())
     {
-        let errs = is_dns1123_label(h);
-        if !errs.is_empty() {
-            return Err(format!(
-                "pod Hostname {h:?} is not a valid DNS label: {}",
-                errs.join(";")
-            ));
-        }
+        valid("Hostname", "label", h, is_dns1123_label(h))?;
         hostname = h;
     }
     let hostname = truncate_hostname(name, hostname)?;
@@ -279,13 +278,7 @@ pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, S
         .and_then(|s| s.subdomain.as_deref())
         .filter(|s| !s.is_empty())
     {
-        let errs = is_dns1123_label(sub);
-        if !errs.is_empty() {
-            return Err(format!(
-                "pod Subdomain {sub:?} is not a valid DNS label: {}",
-                errs.join(";")
-            ));
-        }
+        valid("Subdomain", "label", sub, is_dns1123_label(sub))?;
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         domain = format!("{sub}.{ns}.svc.{cluster_domain}");
     }

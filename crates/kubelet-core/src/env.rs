@@ -8,7 +8,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, EnvVarSource, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, EnvFromSource, EnvVar, EnvVarSource, Pod, Secret, Service,
+};
 
 use crate::downward::{Allocatable, container_resource_value, field_value, resource_value};
 use crate::expansion::expand;
@@ -60,8 +62,18 @@ impl EnvError {
 
 /// The ConfigMaps and Secrets `c`'s env and envFrom name.
 pub fn references(c: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
-    let (mut cms, mut secrets) = (BTreeSet::new(), BTreeSet::new());
-    for f in c.env_from.iter().flatten() {
+    let mut refs = Default::default();
+    add_references(&mut refs, c.env.as_deref(), c.env_from.as_deref());
+    refs
+}
+
+/// Add the ConfigMaps and Secrets an env and envFrom name to `refs`.
+fn add_references(
+    (cms, secrets): &mut (BTreeSet<String>, BTreeSet<String>),
+    env: Option<&[EnvVar]>,
+    env_from: Option<&[EnvFromSource]>,
+) {
+    for f in env_from.into_iter().flatten() {
         if let Some(r) = &f.config_map_ref {
             cms.insert(r.name.clone());
         }
@@ -69,7 +81,11 @@ pub fn references(c: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
             secrets.insert(r.name.clone());
         }
     }
-    for src in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
+    for src in env
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.value_from.as_ref())
+    {
         if let Some(r) = &src.config_map_key_ref {
             cms.insert(r.name.clone());
         }
@@ -77,37 +93,26 @@ pub fn references(c: &Container) -> (BTreeSet<String>, BTreeSet<String>) {
             secrets.insert(r.name.clone());
         }
     }
-    (cms, secrets)
 }
 
 /// [`references`] of every container of the pod (init, regular, ephemeral).
 pub fn pod_references(pod: &Pod) -> (BTreeSet<String>, BTreeSet<String>) {
-    let (mut cms, mut secrets) = (BTreeSet::new(), BTreeSet::new());
+    let mut refs = Default::default();
     let Some(spec) = pod.spec.as_ref() else {
-        return (cms, secrets);
+        return refs;
     };
-    let ephemeral = spec
-        .ephemeral_containers
-        .iter()
-        .flatten()
-        .map(|e| Container {
-            env: e.env.clone(),
-            env_from: e.env_from.clone(),
-            ..Default::default()
-        });
     for c in spec
         .init_containers
         .iter()
         .flatten()
         .chain(&spec.containers)
-        .cloned()
-        .chain(ephemeral)
     {
-        let (c, s) = references(&c);
-        cms.extend(c);
-        secrets.extend(s);
+        add_references(&mut refs, c.env.as_deref(), c.env_from.as_deref());
     }
-    (cms, secrets)
+    for e in spec.ephemeral_containers.iter().flatten() {
+        add_references(&mut refs, e.env.as_deref(), e.env_from.as_deref());
+    }
+    refs
 }
 
 /// Upstream's getServiceEnvVarMap over FromServices: the variables of the
@@ -410,8 +415,8 @@ mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, ObjectFieldSelector,
-        PodSpec, ResourceFieldSelector, ResourceRequirements, SecretEnvSource, SecretKeySelector,
+        ConfigMapEnvSource, ConfigMapKeySelector, ObjectFieldSelector, PodSpec,
+        ResourceFieldSelector, ResourceRequirements, SecretEnvSource, SecretKeySelector,
         ServicePort, ServiceSpec,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

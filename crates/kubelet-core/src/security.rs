@@ -6,6 +6,16 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::dns::format_pod;
 
+/// Whether `c` runs with runAsNonRoot (its own setting, else the pod's).
+pub fn wants_non_root(pod: &Pod, c: &Container) -> bool {
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    c.security_context
+        .as_ref()
+        .and_then(|s| s.run_as_non_root)
+        .or_else(|| psc.and_then(|p| p.run_as_non_root))
+        .unwrap_or(false)
+}
+
 /// Upstream's verifyRunAsNonRoot. With runAsNonRoot (the container's, else
 /// the pod's), an explicit runAsUser 0 is refused; without a runAsUser,
 /// the image's user must be numeric and not 0 (`image_uid` and
@@ -17,15 +27,11 @@ pub fn verify_run_as_non_root(
     image_uid: Option<i64>,
     image_user: &str,
 ) -> Result<(), String> {
-    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let sc = c.security_context.as_ref();
-    let non_root = sc
-        .and_then(|s| s.run_as_non_root)
-        .or_else(|| psc.and_then(|p| p.run_as_non_root))
-        .unwrap_or(false);
-    if !non_root {
+    if !wants_non_root(pod, c) {
         return Ok(());
     }
+    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let sc = c.security_context.as_ref();
     let (pod_name, name) = (format_pod(pod), &c.name);
     let run_as = sc
         .and_then(|s| s.run_as_user)

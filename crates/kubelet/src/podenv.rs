@@ -11,10 +11,10 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kubelet_api::objects::{Latest, Watched};
 use kubelet_core::env::{self, EnvError, EnvSources, Fetched};
-use kubelet_core::types::{SOURCE_API, keys};
 use tokio::sync::watch;
 
 use crate::nodestatus::NodeAllocatable;
+use crate::status_sync::is_static_pod;
 use crate::volumes::objects::{GetError, ObjectStore};
 
 /// The Services, from their watch (cluster mode).
@@ -28,14 +28,6 @@ pub struct PodEnv {
     allocatable: NodeAllocatable,
     /// The node's IPs (status.hostIP(s), and a hostNetwork pod's IPs).
     host_ips: Vec<String>,
-}
-
-fn from_api(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::CONFIG_SOURCE))
-        .is_some_and(|s| s == SOURCE_API)
 }
 
 async fn fetch<K: Watched>(
@@ -85,7 +77,7 @@ impl PodEnv {
         };
         let all = match &*services.borrow() {
             Latest::Present(all) => all.clone(),
-            _ if from_api(pod) => {
+            _ if !is_static_pod(pod) => {
                 return Err(EnvError {
                     message:
                         "services have not yet been read at least once, cannot construct envvars"

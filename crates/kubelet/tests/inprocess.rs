@@ -138,6 +138,20 @@ impl Running {
             .and_then(|s| s.phase)
     }
 
+    /// The waiting reason and message of the named container, if it waits.
+    fn waiting(&self, container: &str) -> Option<(String, String)> {
+        self.kubelet.pods_with_status().into_iter().find_map(|p| {
+            let s = p.status?.container_statuses?;
+            let w = s
+                .iter()
+                .find(|c| c.name == container)?
+                .state
+                .clone()?
+                .waiting?;
+            Some((w.reason?, w.message.unwrap_or_default()))
+        })
+    }
+
     async fn wait_phase(&self, name: &str, want: &str) {
         eventually(&format!("pod {name} reaches {want}"), || {
             self.phase(name).as_deref() == Some(want)
@@ -1300,19 +1314,13 @@ async fn a_container_is_given_its_env_hosts_file_and_resolver() {
     );
     assert_eq!(dns.options, ["ndots:5"]);
     // b names a ConfigMap a kubelet without an API server cannot read.
-    let waiting_b = || {
-        k.kubelet.pods_with_status().into_iter().find_map(|p| {
-            let s = p.status?.container_statuses?;
-            let w = s.iter().find(|c| c.name == "b")?.state.clone()?.waiting?;
-            Some((w.reason?, w.message.unwrap_or_default()))
-        })
-    };
     eventually("b waits", || {
-        waiting_b().is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        k.waiting("b")
+            .is_some_and(|(r, _)| r == "CreateContainerConfigError")
     })
     .await;
     assert_eq!(
-        waiting_b().unwrap().1,
+        k.waiting("b").unwrap().1,
         "couldn't get configMap default/cm, no kubeClient defined"
     );
     assert!(node.running("b").is_empty());
@@ -1336,18 +1344,12 @@ async fn run_as_non_root_refuses_an_image_that_runs_as_root() {
     node.fake
         .wait_for("b runs", WAIT, |_| node.running("b").len() == 1)
         .await;
-    let waiting_a = || {
-        k.kubelet.pods_with_status().into_iter().find_map(|p| {
-            let s = p.status?.container_statuses?;
-            let w = s.iter().find(|c| c.name == "a")?.state.clone()?.waiting?;
-            Some((w.reason?, w.message.unwrap_or_default()))
-        })
-    };
     eventually("a waits", || {
-        waiting_a().is_some_and(|(r, _)| r == "CreateContainerConfigError")
+        k.waiting("a")
+            .is_some_and(|(r, _)| r == "CreateContainerConfigError")
     })
     .await;
-    let (_, message) = waiting_a().unwrap();
+    let (_, message) = k.waiting("a").unwrap();
     assert!(
         message.contains(
             "container has runAsNonRoot and image will run as root (pod: \"nr-node1_default("

@@ -32,7 +32,7 @@ use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
 };
-use kubelet_core::security::verify_run_as_non_root;
+use kubelet_core::security::{verify_run_as_non_root, wants_non_root};
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
@@ -40,7 +40,7 @@ use self::config::{
     ConfigError, ContainerInputs, container_config, host_network, pod_log_dir, sandbox_config,
 };
 use self::hooks::{Hook, run_hook};
-use self::mounts::{ETC_HOSTS, container_mounts};
+use self::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
 use crate::clock::Clock;
 use crate::error::{StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
@@ -511,7 +511,7 @@ impl RuntimeManager {
         let host = if self.host.resolv_conf.is_empty() {
             ResolvConf::default()
         } else {
-            let text = tokio::fs::read_to_string(&self.host.resolv_conf)
+            let text = read_resolv_conf(&self.host.resolv_conf)
                 .await
                 .map_err(|e| fail(format!("open {}: {e}", self.host.resolv_conf)))?;
             parse_resolv_conf(&text).map_err(|e| {
@@ -570,14 +570,7 @@ impl RuntimeManager {
         c: &Container,
         image: &str,
     ) -> Result<(), StartError> {
-        let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-        let non_root = c
-            .security_context
-            .as_ref()
-            .and_then(|s| s.run_as_non_root)
-            .or_else(|| psc.and_then(|p| p.run_as_non_root))
-            .unwrap_or(false);
-        if !non_root {
+        if !wants_non_root(pod, c) {
             return Ok(());
         }
         let img = self
@@ -606,10 +599,11 @@ impl RuntimeManager {
     async fn hosts_file(
         &self,
         pod: &Pod,
+        c: &Container,
         sandbox: &Sandbox<'_>,
     ) -> Result<Option<PathBuf>, String> {
         let host_net = host_network(pod);
-        if sandbox.ips.is_empty() && !host_net {
+        if (sandbox.ips.is_empty() && !host_net) || mounts_etc_hosts(c) {
             return Ok(None);
         }
         let Some(dir) = pod_dir(&self.host.pods_dir, &PodUid::of(pod)) else {
@@ -672,7 +666,7 @@ impl RuntimeManager {
             .container_env(pod, c, &sandbox.ips)
             .await
             .map_err(StartError::Env)?;
-        let hosts = self.hosts_file(pod, sandbox).await.map_err(|message| {
+        let hosts = self.hosts_file(pod, c, sandbox).await.map_err(|message| {
             StartError::Config(ConfigError {
                 container: c.name.clone(),
                 field: "hostAliases".into(),
@@ -1167,6 +1161,25 @@ struct Kill<'a> {
 }
 
 /// The spec of a pod's container (regular or init) by name.
+/// Upstream's maxResolvConfLength: the most of resolvConf that is read.
+const MAX_RESOLV_CONF: u64 = 10 << 20;
+
+/// The node's resolvConf; a file of [`MAX_RESOLV_CONF`] or more is an
+/// error, as upstream's ReadAtMost makes it.
+async fn read_resolv_conf(path: &str) -> std::io::Result<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    tokio::fs::File::open(path)
+        .await?
+        .take(MAX_RESOLV_CONF)
+        .read_to_end(&mut buf)
+        .await?;
+    if buf.len() as u64 >= MAX_RESOLV_CONF {
+        return Err(std::io::Error::other("the read limit is reached"));
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
 /// A sandbox's IPs, as its status gives them.
 fn sandbox_ips(st: &cri::PodSandboxStatus) -> Vec<String> {
     st.network

@@ -84,6 +84,15 @@ fn sub_path(env: &HashMap<&str, &str>, m: &VolumeMount) -> Result<String, String
 /// Where the kubelet-managed hosts file is mounted.
 pub const ETC_HOSTS: &str = "/etc/hosts";
 
+/// Whether the container mounts a volume of its own at /etc/hosts (then
+/// the kubelet's hosts file is neither written nor mounted for it).
+pub fn mounts_etc_hosts(c: &Container) -> bool {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path == ETC_HOSTS)
+}
+
 /// Container `c`'s CRI mounts. `pod_dir` is `<root>/pods/<uid>`, where
 /// subPath mounts are made; `env` is the container's environment
 /// (subPathExpr); `hosts`, the pod's managed hosts file, is mounted at
@@ -156,12 +165,7 @@ pub async fn container_mounts(
             ..Default::default()
         });
     }
-    let own_hosts = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .any(|m| m.mount_path == ETC_HOSTS);
-    if let Some(hosts) = hosts.filter(|_| !own_hosts) {
+    if let Some(hosts) = hosts.filter(|_| !mounts_etc_hosts(c)) {
         out.push(cri::Mount {
             container_path: ETC_HOSTS.to_owned(),
             host_path: hosts.display().to_string(),
