@@ -21,6 +21,9 @@ pub struct NodeInfo {
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: i64,
     pub max_pods: u32,
+    /// The runtime supports supplementalGroupsPolicy (the Node's
+    /// `status.features`; containerd 1.6 does not say so).
+    pub supplemental_groups_policy: bool,
 }
 
 impl NodeInfo {
@@ -51,6 +54,12 @@ impl NodeInfo {
             max_pods: quantity("pods")
                 .and_then(|q| q.0.parse().ok())
                 .unwrap_or(known.max_pods),
+            supplemental_groups_policy: node
+                .status
+                .as_ref()
+                .and_then(|s| s.features.as_ref())
+                .and_then(|f| f.supplemental_groups_policy)
+                .unwrap_or(known.supplemental_groups_policy),
         }
     }
 }
@@ -249,6 +258,18 @@ fn admit_os(pod: &Pod) -> Result<(), Rejection> {
 /// terminal on this node).
 pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejection> {
     admit_os(pod)?;
+    let strict = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.supplemental_groups_policy.as_deref())
+        == Some("Strict");
+    if strict && !node.supplemental_groups_policy {
+        return reject(
+            "SupplementalGroupsPolicyNotSupported",
+            "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
+        );
+    }
     let spec_node = pod
         .spec
         .as_ref()
@@ -342,6 +363,7 @@ mod tests {
             allocatable_cpu_millis: 2000,
             allocatable_memory_bytes: 1 << 30,
             max_pods: 3,
+            supplemental_groups_policy: false,
         }
     }
 
@@ -487,6 +509,28 @@ mod tests {
                 Some("OutOfcpu"),
             ),
             ("memory", pod("", "2Gi"), vec![], Some("OutOfmemory")),
+            (
+                "strict supplemental groups on a runtime without them",
+                with(small.clone(), |s| {
+                    s.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                        supplemental_groups_policy: Some("Strict".into()),
+                        ..Default::default()
+                    })
+                }),
+                vec![],
+                Some("SupplementalGroupsPolicyNotSupported"),
+            ),
+            (
+                "merged supplemental groups",
+                with(small.clone(), |s| {
+                    s.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+                        supplemental_groups_policy: Some("Merge".into()),
+                        ..Default::default()
+                    })
+                }),
+                vec![],
+                None,
+            ),
             (
                 "pods",
                 small.clone(),

@@ -63,6 +63,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "clusterDNS",
     "clusterDomain",
     "resolvConf",
+    "seccompDefault",
+    "allowedUnsafeSysctls",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -138,7 +140,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "systemReservedCgroup",
     "kubeReservedCgroup",
     "enforceNodeAllocatable",
-    "allowedUnsafeSysctls",
     "volumePluginDir",
     "providerID",
     "kernelMemcgNotification",
@@ -152,7 +153,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "reservedMemory",
     "enableProfilingHandler",
     "enableDebugFlagsHandler",
-    "seccompDefault",
     "memoryThrottlingFactor",
     "registerWithTaints",
     "localStorageCapacityIsolation",
@@ -420,6 +420,12 @@ pub struct KubeletConfiguration {
     /// Default /etc/resolv.conf; empty: none (pods of the Default policy
     /// get the node's loopback).
     pub resolv_conf: String,
+    /// `seccompDefault`: containers that name no seccomp profile run with
+    /// the runtime's default one (else Unconfined). Default false.
+    pub seccomp_default: bool,
+    /// `allowedUnsafeSysctls`: sysctls (or `prefix*` patterns) pods may set
+    /// besides the safe ones; each must be known to be namespaced.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -478,6 +484,8 @@ impl Default for KubeletConfiguration {
             cluster_dns: Vec::new(),
             cluster_domain: String::new(),
             resolv_conf: "/etc/resolv.conf".to_owned(),
+            seccomp_default: false,
+            allowed_unsafe_sysctls: Vec::new(),
         }
     }
 }
@@ -532,6 +540,8 @@ impl KubeletConfiguration {
             },
             "enableDebuggingHandlers": self.enable_debugging_handlers,
             "streamingConnectionIdleTimeout": d(self.streaming_connection_idle_timeout),
+            "seccompDefault": self.seccomp_default,
+            "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -724,6 +734,30 @@ fn decode_cipher_suites(field: &str, v: &Value) -> Result<Vec<String>, ConfigErr
                     ),
                 ))
             }
+        })
+        .collect()
+}
+
+/// `allowedUnsafeSysctls`: names or `prefix*` patterns (checked by
+/// [`KubeletConfiguration::validate`], flags included).
+fn decode_sysctl_patterns(field: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
+    let items = match v {
+        Value::Null => return Ok(Vec::new()),
+        Value::Array(items) => items,
+        other => {
+            return Err(wrong_type(
+                field,
+                "a list of sysctl names or patterns",
+                other,
+            ));
+        }
+    };
+    items
+        .iter()
+        .map(|item| {
+            item.as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| wrong_type(field, "a list of sysctl names or patterns", item))
         })
         .collect()
 }
@@ -997,6 +1031,14 @@ pub fn parse_kubelet_config_reporting(
                     cfg.resolv_conf = s;
                 }
             }
+            "seccompDefault" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.seccomp_default = b;
+                }
+            }
+            "allowedUnsafeSysctls" => {
+                cfg.allowed_unsafe_sysctls = decode_sysctl_patterns(field, v)?
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -1054,6 +1096,12 @@ impl KubeletConfiguration {
                     format!("must be greater than 0, got {}", format_go_duration(d)),
                 ));
             }
+        }
+        if let Err(e) = crate::sysctl::Allowlist::new("", &self.allowed_unsafe_sysctls) {
+            return Err(invalid(
+                "allowedUnsafeSysctls (--allowed-unsafe-sysctls)",
+                e,
+            ));
         }
         if self.max_pods == 0 {
             return Err(invalid(
@@ -1276,6 +1324,11 @@ mod tests {
             ("resolvConf: /run/resolv.conf", |c| {
                 c.resolv_conf == "/run/resolv.conf"
             }),
+            ("seccompDefault: true", |c| c.seccomp_default),
+            (
+                "allowedUnsafeSysctls: ['kernel.msg*', net.core.somaxconn]",
+                |c| c.allowed_unsafe_sysctls == ["kernel.msg*", "net.core.somaxconn"],
+            ),
         ];
         for (body, check) in cases {
             let (cfg, ignored) = parse_body(body).unwrap_or_else(|e| panic!("{body}: {e}"));
@@ -1484,6 +1537,10 @@ mod tests {
             (|c| c.pod_logs_dir = "logs".into(), "podLogsDir"),
             (|c| c.address = "not-an-ip".into(), "address"),
             (
+                |c| c.allowed_unsafe_sysctls = vec!["vm.swappiness".into()],
+                "allowedUnsafeSysctls",
+            ),
+            (
                 |c| c.healthz_bind_address = String::new(),
                 "healthzBindAddress",
             ),
@@ -1649,6 +1706,11 @@ mod tests {
                 "clusterDNS: 10.96.0.10",
                 &["clusterDNS", "a list of IP addresses"],
             ),
+            (
+                "allowedUnsafeSysctls: vm.swappiness",
+                &["allowedUnsafeSysctls", "a list of sysctl"],
+            ),
+            ("seccompDefault: 3", &["seccompDefault", "boolean"]),
             ("port: \"10250\"", &["port", "integer"]),
             ("tlsCertFile: [a]", &["tlsCertFile", "string"]),
             (

@@ -30,6 +30,7 @@ pub mod runtime;
 pub mod security;
 pub mod stats;
 pub mod status;
+pub mod sysctl;
 pub mod timefmt;
 pub mod types;
 pub mod volume;

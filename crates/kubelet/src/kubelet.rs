@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -20,7 +20,9 @@ use kubelet_core::dns::DnsSettings;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::security::{apparmor_admission, thermal_throttle_paths};
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile, qos_class};
+use kubelet_core::sysctl::Allowlist;
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
@@ -34,6 +36,7 @@ use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
+use crate::kuberuntime::config::SecurityDefaults;
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
 use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
 use crate::pleg::Pleg;
@@ -160,6 +163,29 @@ pub enum KubeletError {
     },
 }
 
+/// Upstream's (runc's) apparmor.IsEnabled: the kernel's security file
+/// system has it and its module says it is enabled.
+fn apparmor_on_host() -> Result<(), &'static str> {
+    let enabled = Path::new("/sys/kernel/security/apparmor").exists()
+        && std::fs::read("/sys/module/apparmor/parameters/enabled")
+            .is_ok_and(|b| b.starts_with(b"Y"));
+    if enabled {
+        Ok(())
+    } else {
+        Err("AppArmor is not enabled on the host")
+    }
+}
+
+/// The per-CPU thermal_throttle directories of this host, masked in
+/// containers as upstream does.
+fn host_masked_paths() -> Vec<String> {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    thermal_throttle_paths(&possible)
+        .into_iter()
+        .filter(|p| Path::new(p).exists())
+        .collect()
+}
+
 /// The running kubelet. Cheap handles to its three owners of state are
 /// public so tests and the local server can read them.
 pub struct Kubelet {
@@ -189,6 +215,10 @@ pub struct Kubelet {
     runtime_version: Arc<RwLock<String>>,
     /// Pods admission refused: never started, reported Failed.
     rejected: Mutex<std::collections::HashSet<PodUid>>,
+    /// The sysctls pods may set (the safe ones and allowedUnsafeSysctls).
+    sysctls: Allowlist,
+    /// Whether this host can enforce AppArmor profiles, and if not why.
+    apparmor: Result<(), &'static str>,
     events: Recorder,
     /// Taken by the event writer task when the API server is configured.
     events_rx: Mutex<Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>>,
@@ -249,6 +279,12 @@ impl Kubelet {
             host_ips.clone(),
         );
         let cfg = &opts.config;
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let sysctls = Allowlist::new(&release, &cfg.allowed_unsafe_sysctls).unwrap_or_else(|e| {
+            // The configuration's validation refuses this before we get here.
+            tracing::error!(error = %e, "allowedUnsafeSysctls; only the safe sysctls are allowed");
+            Allowlist::new(&release, &[]).unwrap_or_default()
+        });
         let runtime = RuntimeManager::new(
             cri,
             Host {
@@ -262,6 +298,11 @@ impl Kubelet {
                 },
                 resolv_conf: cfg.resolv_conf.clone(),
                 node_memory: opts.node_memory,
+                security: SecurityDefaults {
+                    seccomp_root: opts.root_dir.join("seccomp"),
+                    seccomp_default: cfg.seccomp_default,
+                    extra_masked_paths: host_masked_paths(),
+                },
             },
             env,
             events.clone(),
@@ -322,6 +363,8 @@ impl Kubelet {
             services,
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
+            sysctls,
+            apparmor: apparmor_on_host(),
             events,
             events_rx: Mutex::new(events_rx),
             probe_rx: Mutex::new(Some(probe_rx)),
@@ -836,8 +879,18 @@ impl Kubelet {
         }
     }
 
-    /// Admission of an API pod against this node and the pods active on it.
+    /// Admission of an API pod, in upstream's order: its sysctls, then
+    /// against this node and the pods active on it, then AppArmor.
     fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        self.sysctls.admit(pod)?;
+        self.admit_to_node(pod)?;
+        apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
+            reason: "AppArmor".into(),
+            message,
+        })
+    }
+
+    fn admit_to_node(&self, pod: &Pod) -> Result<(), Rejection> {
         let Some(reg) = &self.opts.registration else {
             return Ok(());
         };
@@ -853,6 +906,7 @@ impl Kubelet {
             allocatable_cpu_millis: self.opts.node_cpu_cores * 1000,
             allocatable_memory_bytes: self.opts.node_memory - EVICTION_MEMORY_BYTES,
             max_pods: self.opts.config.max_pods,
+            supplemental_groups_policy: false,
         };
         // The Node as the API has it, with what others added since.
         let node = match self.node.borrow().as_deref() {

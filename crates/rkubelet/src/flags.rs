@@ -175,6 +175,14 @@ pub struct Flags {
     /// The node's resolver file, the base of pods' resolv.conf ("" for none).
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<String>,
+
+    /// Run containers that name no seccomp profile with the runtime's default one.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub seccomp_default: Option<bool>,
+
+    /// Unsafe sysctls (or prefix* patterns) pods may set, comma-separated.
+    #[arg(long, value_name = "SYSCTL[,SYSCTL]", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// One address of --cluster-dns.
@@ -344,6 +352,12 @@ impl Flags {
         }
         if let Some(f) = &self.resolv_conf {
             config.resolv_conf = f.clone();
+        }
+        if let Some(b) = self.seccomp_default {
+            config.seccomp_default = b;
+        }
+        if !self.allowed_unsafe_sysctls.is_empty() {
+            config.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.clone();
         }
         self.apply_server_overrides(config);
     }

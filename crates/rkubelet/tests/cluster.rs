@@ -2233,6 +2233,117 @@ async fn o_env_hosts_file_and_resolver_as_upstream_gives_them() {
     k.finish(&uids).await;
 }
 
+/// The security context as upstream sends it: inside the container,
+/// /proc/self/status shows the capabilities asked for, seccomp filtering
+/// and no_new_privs; the user, the read-only root and upstream's masked
+/// paths hold (this kernel has no /proc/kcore); an unsafe sysctl is refused at admission.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn p_security_context_capabilities_seccomp_and_sysctls() {
+    let mut k = Kubelet::new("security");
+    k.start_ready().await;
+    let mut restricted = sh_container("c", SLEEPER);
+    restricted["securityContext"] = json!({
+        "runAsUser": 1000,
+        "runAsNonRoot": true,
+        "allowPrivilegeEscalation": false,
+        "readOnlyRootFilesystem": true,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    });
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [restricted]});
+    k.api.create(&test_pod(&k.api, "cl-sec-restricted", spec));
+    let mut caps = sh_container("c", SLEEPER);
+    caps["securityContext"] = json!({
+        "capabilities": {"drop": ["ALL"], "add": ["CAP_NET_ADMIN", "chown"]},
+    });
+    let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [caps]});
+    k.api.create(&test_pod(&k.api, "cl-sec-caps", spec));
+    let mut sysctl = json!({"containers": [sh_container("c", SLEEPER)]});
+    sysctl["securityContext"] = json!({"sysctls": [{"name": "kernel.msgmax", "value": "8192"}]});
+    k.api.create(&test_pod(&k.api, "cl-sec-sysctl", sysctl));
+
+    let mut uids = HashSet::new();
+    for name in ["cl-sec-restricted", "cl-sec-caps"] {
+        let pod = eventually("the security pods run", START, async || {
+            k.api.pod(name).filter(running_with_ip)
+        })
+        .await;
+        uids.insert(uid(&pod).to_owned());
+    }
+    let status = |pod: &str| {
+        let out = exec_out(&k.api, pod, "cat /proc/self/status").unwrap_or_default();
+        out.lines()
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.to_owned(), v.trim().to_owned()))
+            .collect::<BTreeMap<String, String>>()
+    };
+    let s = status("cl-sec-restricted");
+    assert_eq!(
+        s.get("CapEff").map(String::as_str),
+        Some("0000000000000000"),
+        "{s:?}"
+    );
+    assert_eq!(s.get("Seccomp").map(String::as_str), Some("2"), "{s:?}");
+    assert_eq!(s.get("NoNewPrivs").map(String::as_str), Some("1"), "{s:?}");
+    assert_eq!(
+        exec_out(&k.api, "cl-sec-restricted", "id -u").as_deref(),
+        Some("1000\n")
+    );
+    assert_eq!(
+        exec_out(
+            &k.api,
+            "cl-sec-restricted",
+            "touch /written 2>/dev/null && echo writable || echo read-only"
+        )
+        .as_deref(),
+        Some("read-only\n")
+    );
+    assert_eq!(
+        exec_out(
+            &k.api,
+            "cl-sec-restricted",
+            "wc -c < /proc/interrupts; ls /sys/firmware | wc -l"
+        )
+        .as_deref(),
+        Some("0\n0\n"),
+        "upstream's masked paths (/proc/interrupts is not among containerd's own)"
+    );
+    let s = status("cl-sec-caps");
+    // CAP_CHOWN (bit 0) and CAP_NET_ADMIN (bit 12), nothing else.
+    assert_eq!(
+        s.get("CapEff").map(String::as_str),
+        Some("0000000000001001"),
+        "{s:?}"
+    );
+    assert_eq!(
+        s.get("Seccomp").map(String::as_str),
+        Some("0"),
+        "no profile asked: unconfined"
+    );
+
+    let pod = eventually("the unsafe sysctl pod is rejected", START, async || {
+        k.api
+            .pod("cl-sec-sysctl")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        pod["status"]["reason"], "SysctlForbidden",
+        "{}",
+        pod["status"]
+    );
+    assert_eq!(
+        pod["status"]["message"],
+        r#"Pod was rejected: forbidden sysctl: "kernel.msgmax" not allowlisted"#
+    );
+    for name in ["cl-sec-restricted", "cl-sec-caps", "cl-sec-sysctl"] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    k.finish(&uids).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {

@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, Pod, SecurityContext};
+use k8s_openapi::api::core::v1::{Container, Pod, SELinuxOptions, SecurityContext};
 use kubelet_core::actions::container_hash;
 use kubelet_core::dns::ResolvConf;
 use kubelet_core::env::expand_command_and_args;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
+use kubelet_core::security::{self, Profile};
 use kubelet_core::status::qos_class;
 use kubelet_core::types::keys;
 
@@ -191,7 +192,14 @@ pub fn sandbox_config(
                     .and_then(|p| p.run_as_group)
                     .map(|value| cri::Int64Value { value }),
                 supplemental_groups: supplemental_groups(pod),
+                // Validated with the containers' (container_config).
+                supplemental_groups_policy: security::supplemental_groups_policy(pod)
+                    .unwrap_or_default(),
                 privileged: has_privileged_container(pod),
+                selinux_options: psc.and_then(|p| p.se_linux_options.as_ref()).map(selinux),
+                // Upstream's: the pause process always runs with the
+                // runtime's default profile, whatever the pod asks.
+                seccomp: Some(cri_profile(Profile::RuntimeDefault)),
                 ..Default::default()
             }),
             sysctls: psc
@@ -277,6 +285,101 @@ fn linux_resources(
     })
 }
 
+/// What the node decides for every container's security context.
+#[derive(Clone, Debug, Default)]
+pub struct SecurityDefaults {
+    /// `<root-dir>/seccomp`: where Localhost seccomp profiles are.
+    pub seccomp_root: PathBuf,
+    /// `seccompDefault`: RuntimeDefault for containers that name no profile.
+    pub seccomp_default: bool,
+    /// Host paths masked besides upstream's defaults (the thermal_throttle
+    /// directories that exist).
+    pub extra_masked_paths: Vec<String>,
+}
+
+fn cri_profile(p: Profile) -> cri::SecurityProfile {
+    use cri::security_profile::ProfileType;
+    let (kind, localhost_ref) = match p {
+        Profile::RuntimeDefault => (ProfileType::RuntimeDefault, String::new()),
+        Profile::Unconfined => (ProfileType::Unconfined, String::new()),
+        Profile::Localhost(r) => (ProfileType::Localhost, r),
+    };
+    cri::SecurityProfile {
+        profile_type: kind as i32,
+        localhost_ref,
+    }
+}
+
+fn selinux(o: &SELinuxOptions) -> cri::SeLinuxOption {
+    cri::SeLinuxOption {
+        user: o.user.clone().unwrap_or_default(),
+        role: o.role.clone().unwrap_or_default(),
+        r#type: o.type_.clone().unwrap_or_default(),
+        level: o.level.clone().unwrap_or_default(),
+    }
+}
+
+/// The container's security context as upstream's
+/// determineEffectiveSecurityContext sends it: the effective context (the
+/// container's fields over the pod's), capabilities, no_new_privs, the
+/// masked and read-only paths of its procMount, its seccomp and AppArmor
+/// profiles, the pod's groups and their policy. A profile or policy that
+/// cannot be given is refused, naming the field.
+fn container_security(
+    pod: &Pod,
+    c: &Container,
+    defaults: &SecurityDefaults,
+) -> Result<cri::LinuxContainerSecurityContext, ConfigError> {
+    let err = |field: &str, message: String| ConfigError {
+        container: c.name.clone(),
+        field: field.into(),
+        message,
+    };
+    let eff = security::effective(pod, c);
+    let seccomp = security::seccomp_profile(
+        pod,
+        Some(c),
+        &defaults.seccomp_root,
+        defaults.seccomp_default,
+    )
+    .map_err(|e| err(&e.field, e.message))?;
+    let apparmor = security::apparmor_profile(pod, c)
+        .map_err(|m| err("securityContext.appArmorProfile", m))?;
+    let policy = security::supplemental_groups_policy(pod)
+        .map_err(|m| err("spec.securityContext.supplementalGroupsPolicy", m))?;
+    let (masked_paths, readonly_paths) =
+        security::proc_paths(eff.proc_mount.as_deref(), &defaults.extra_masked_paths);
+    let (apparmor, apparmor_profile) = match apparmor {
+        Some((p, deprecated)) => (Some(cri_profile(p)), deprecated),
+        None => (None, String::new()),
+    };
+    // Upstream sends the deprecated string form too, for runtimes that
+    // read only it.
+    #[allow(deprecated)]
+    Ok(cri::LinuxContainerSecurityContext {
+        capabilities: security::capabilities(&eff).map(|(add, drop)| cri::Capability {
+            add_capabilities: add,
+            drop_capabilities: drop,
+            ..Default::default()
+        }),
+        namespace_options: Some(namespace_options(pod)),
+        privileged: eff.privileged.unwrap_or(false),
+        selinux_options: eff.se_linux_options.as_ref().map(selinux),
+        run_as_user: eff.run_as_user.map(|value| cri::Int64Value { value }),
+        run_as_group: eff.run_as_group.map(|value| cri::Int64Value { value }),
+        readonly_rootfs: eff.read_only_root_filesystem.unwrap_or(false),
+        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups_policy: policy,
+        no_new_privs: security::no_new_privs(&eff),
+        masked_paths,
+        readonly_paths,
+        seccomp: Some(cri_profile(seccomp)),
+        apparmor,
+        apparmor_profile,
+        ..Default::default()
+    })
+}
+
 /// What a container's config is made from besides its spec.
 pub struct ContainerInputs<'a> {
     pub restart_count: i32,
@@ -297,6 +400,7 @@ pub fn container_config(
     pod: &Pod,
     c: &Container,
     inputs: ContainerInputs<'_>,
+    security: &SecurityDefaults,
     node_memory: i64,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let ContainerInputs {
@@ -342,8 +446,6 @@ pub fn container_config(
             serde_json::to_string(ports).unwrap_or_default(),
         );
     }
-    let sc = c.security_context.as_ref();
-    let psc = spec(pod).security_context.as_ref();
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -380,26 +482,7 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(pod, c, node_memory)?),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
-                run_as_user: sc
-                    .and_then(|s| s.run_as_user)
-                    .or_else(|| psc.and_then(|p| p.run_as_user))
-                    .map(|value| cri::Int64Value { value }),
-                run_as_group: sc
-                    .and_then(|s| s.run_as_group)
-                    .or_else(|| psc.and_then(|p| p.run_as_group))
-                    .map(|value| cri::Int64Value { value }),
-                readonly_rootfs: sc
-                    .and_then(|s| s.read_only_root_filesystem)
-                    .unwrap_or(false),
-                supplemental_groups: supplemental_groups(pod),
-                no_new_privs: !sc
-                    .and_then(|s| s.allow_privilege_escalation)
-                    .unwrap_or(true),
-                ..Default::default()
-            }),
+            security_context: Some(container_security(pod, c, security)?),
         }),
         ..Default::default()
     })
@@ -508,7 +591,14 @@ mod tests {
             ..Default::default()
         });
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let cfg = container_config(&p, c, inputs(Vec::new()), 1 << 30).unwrap();
+        let cfg = container_config(
+            &p,
+            c,
+            inputs(Vec::new()),
+            &SecurityDefaults::default(),
+            1 << 30,
+        )
+        .unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
         let sb = sandbox_config(
@@ -520,6 +610,80 @@ mod tests {
         );
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
+    }
+
+    #[test]
+    fn the_security_context_reaches_the_runtime() {
+        use cri::security_profile::ProfileType;
+        use k8s_openapi::api::core::v1::{Capabilities, SeccompProfile};
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        spec.security_context = Some(PodSecurityContext {
+            run_as_user: Some(1000),
+            run_as_group: Some(3000),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        });
+        spec.containers[0].security_context = Some(SecurityContext {
+            run_as_user: Some(2000),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["CAP_NET_BIND_SERVICE".into()]),
+                drop: Some(vec!["ALL".into()]),
+            }),
+            allow_privilege_escalation: Some(false),
+            ..Default::default()
+        });
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let defaults = SecurityDefaults {
+            seccomp_root: "/var/lib/kubelet/seccomp".into(),
+            seccomp_default: false,
+            extra_masked_paths: vec!["/sys/devices/system/cpu/cpu0/thermal_throttle".into()],
+        };
+        let cfg = container_config(&p, &c, inputs(Vec::new()), &defaults, 1 << 30).unwrap();
+        let sc = cfg.linux.unwrap().security_context.unwrap();
+        let caps = sc.capabilities.unwrap();
+        assert_eq!(caps.add_capabilities, ["NET_BIND_SERVICE"]);
+        assert_eq!(caps.drop_capabilities, ["ALL"]);
+        assert_eq!(sc.run_as_user.map(|u| u.value), Some(2000));
+        assert_eq!(sc.run_as_group.map(|g| g.value), Some(3000));
+        assert!(sc.no_new_privs);
+        assert_eq!(
+            sc.seccomp.map(|s| s.profile_type),
+            Some(ProfileType::RuntimeDefault as i32)
+        );
+        assert!(sc.masked_paths.iter().any(|m| m == "/proc/kcore"));
+        assert_eq!(
+            sc.masked_paths.last().map(String::as_str),
+            Some("/sys/devices/system/cpu/cpu0/thermal_throttle")
+        );
+        assert!(sc.readonly_paths.iter().any(|m| m == "/proc/sys"));
+        assert!(sc.apparmor.is_none());
+
+        // An empty Localhost profile is refused, naming the field.
+        let mut c = c;
+        c.security_context.as_mut().unwrap().seccomp_profile = Some(SeccompProfile {
+            type_: "Localhost".into(),
+            localhost_profile: Some(String::new()),
+        });
+        let e = container_config(&p, &c, inputs(Vec::new()), &defaults, 1 << 30).unwrap_err();
+        assert_eq!(e.field, "securityContext.seccompProfile.localhostProfile");
+
+        // The sandbox runs RuntimeDefault whatever the pod asks.
+        let sb = sandbox_config(
+            &p,
+            0,
+            Path::new("/logs"),
+            ResolvConf::default(),
+            String::new(),
+        );
+        let sc = sb.linux.unwrap().security_context.unwrap();
+        assert_eq!(
+            sc.seccomp.map(|s| s.profile_type),
+            Some(ProfileType::RuntimeDefault as i32)
+        );
     }
 
     #[test]
@@ -601,6 +765,7 @@ mod tests {
                 mounts: Vec::new(),
                 env: vec![("A".into(), "1".into())],
             },
+            &SecurityDefaults::default(),
             1 << 30,
         )
         .unwrap();
@@ -646,7 +811,14 @@ mod tests {
         c.command = Some(vec!["echo".into(), "$(A)-$(B)".into()]);
         c.args = Some(vec!["$$(A)".into()]);
         let c = c.clone();
-        let cfg = container_config(&p, &c, inputs(vec![("A".into(), "1".into())]), 1).unwrap();
+        let cfg = container_config(
+            &p,
+            &c,
+            inputs(vec![("A".into(), "1".into())]),
+            &SecurityDefaults::default(),
+            1,
+        )
+        .unwrap();
         assert_eq!(cfg.command, ["echo", "1-$(B)"]);
         assert_eq!(cfg.args, ["$(A)"]);
         assert_eq!(cfg.envs.len(), 1);

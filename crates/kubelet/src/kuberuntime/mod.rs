@@ -37,7 +37,8 @@ use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{
-    ConfigError, ContainerInputs, container_config, host_network, pod_log_dir, sandbox_config,
+    ConfigError, ContainerInputs, SecurityDefaults, container_config, host_network, pod_log_dir,
+    sandbox_config,
 };
 use self::hooks::{Hook, run_hook};
 use self::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
@@ -99,6 +100,8 @@ pub struct Host {
     pub resolv_conf: String,
     /// The node's memory in bytes (oom_score_adj of Burstable pods).
     pub node_memory: i64,
+    /// seccompDefault, the Localhost profiles' root, the host's masked paths.
+    pub security: SecurityDefaults,
 }
 
 #[derive(Clone)]
@@ -684,8 +687,8 @@ impl RuntimeManager {
             mounts,
             env,
         };
-        let cfg =
-            container_config(pod, c, inputs, self.host.node_memory).map_err(StartError::Config)?;
+        let cfg = container_config(pod, c, inputs, &self.host.security, self.host.node_memory)
+            .map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
             &self.host.logs_root,
             pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -1305,6 +1308,7 @@ mod tests {
             dns: DnsSettings::default(),
             resolv_conf: String::new(),
             node_memory: 1 << 30,
+            security: SecurityDefaults::default(),
         }
     }
 
