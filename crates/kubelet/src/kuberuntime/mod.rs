@@ -499,6 +499,14 @@ impl RuntimeManager {
         attempt: u32,
     ) -> Result<(cri::PodSandboxConfig, PodName), SyncError> {
         let fail = |m: String| SyncError::SandboxConfig(m);
+        // containerd 1.6 has no user namespaces: refused as upstream's
+        // userns manager refuses them on such a runtime.
+        if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
+            return Err(fail(
+                "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+                    .into(),
+            ));
+        }
         let (hostname, domain) =
             hostname_and_domain(pod, &self.host.dns.cluster_domain).map_err(fail)?;
         let kernel_name = if host_network(pod) {
@@ -1537,6 +1545,26 @@ mod tests {
         assert_eq!(
             messages("Failed"),
             ["Error: injected error for CreateContainer"]
+        );
+
+        // A user namespace the runtime cannot give is refused by name.
+        let mut userns = pod.clone();
+        userns.metadata.uid = Some("u2".into());
+        userns.spec.as_mut().unwrap().host_users = Some(false);
+        let synced = rm
+            .sync_pod(
+                &userns,
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+                &Default::default(),
+            )
+            .await;
+        assert!(synced.is_err());
+        assert_eq!(
+            messages("FailedCreatePodSandBox"),
+            [
+                "Failed to create pod sandbox: failed to generate sandbox config: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+            ]
         );
     }
 }
