@@ -81,10 +81,8 @@ pub fn effective(pod: &Pod, c: &Container) -> SecurityContext {
     eff
 }
 
-/// A capability name as the runtime wants it: upper case, without the
-/// `CAP_` prefix (containerd adds it; `ALL` stays `ALL`). Upstream passes
-/// the names through, so `CAP_NET_ADMIN` fails in containerd as
-/// `CAP_CAP_NET_ADMIN`; both spellings work here.
+/// A capability name to drop as the runtime wants it: upper case, without
+/// the `CAP_` prefix (containerd adds it; `ALL` stays `ALL`).
 pub fn capability_name(name: &str) -> String {
     let upper = name.trim().to_ascii_uppercase();
     match upper.strip_prefix("CAP_") {
@@ -94,17 +92,23 @@ pub fn capability_name(name: &str) -> String {
 }
 
 /// The capabilities to add and to drop (upstream's
-/// convertToRuntimeCapabilities), names normalized by [`capability_name`];
-/// None when the effective context names none.
+/// convertToRuntimeCapabilities); None when the effective context names
+/// none. Names to add go as written, as upstream sends them (containerd
+/// prefixes `CAP_`, so `CAP_SYS_ADMIN` grants nothing): normalizing them
+/// would let `CAP_SYS_ADMIN` or `CAP_ALL` past admission policies written
+/// for `SYS_ADMIN` and `ALL`. Names to drop are normalized by
+/// [`capability_name`], so `drop: [CAP_NET_RAW]` drops NET_RAW where
+/// upstream would silently keep it: dropping more never confines less.
 pub fn capabilities(sc: &SecurityContext) -> Option<(Vec<String>, Vec<String>)> {
     let caps = sc.capabilities.as_ref()?;
-    let names = |v: &Option<Vec<String>>| {
-        v.iter()
-            .flatten()
-            .map(|n| capability_name(n))
-            .collect::<Vec<_>>()
-    };
-    Some((names(&caps.add), names(&caps.drop)))
+    let add = caps.add.iter().flatten().cloned().collect();
+    let drop = caps
+        .drop
+        .iter()
+        .flatten()
+        .map(|n| capability_name(n))
+        .collect();
+    Some((add, drop))
 }
 
 /// Upstream's AddNoNewPrivileges: only an explicit
@@ -321,8 +325,25 @@ fn all_containers(pod: &Pod) -> impl Iterator<Item = Container> + '_ {
 /// there); a Localhost profile needs a name. The message the pod is
 /// rejected with (reason `AppArmor`).
 pub fn apparmor_admission(pod: &Pod, host: Result<(), &str>) -> Result<(), String> {
-    let required = all_containers(pod)
-        .any(|c| apparmor_field(pod, &c).is_some_and(|p| p.type_ != "Unconfined"));
+    // Upstream rechecks only pods not yet running.
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase.is_some_and(|p| p != "Pending") {
+        return Ok(());
+    }
+    // Upstream's isRequired: a pod-level or container-level profile other
+    // than Unconfined, or an annotation other than `unconfined`, whatever
+    // the containers' own fields then say.
+    let confined =
+        |p: &Option<AppArmorProfile>| p.as_ref().is_some_and(|p| p.type_ != "Unconfined");
+    let required = pod_sc(pod).is_some_and(|p| confined(&p.app_armor_profile))
+        || all_containers(pod)
+            .any(|c| confined(&c.security_context.and_then(|s| s.app_armor_profile)))
+        || pod
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .any(|(k, v)| k.starts_with(APPARMOR_ANNOTATION_PREFIX) && v != "unconfined");
     if !required {
         return Ok(());
     }
@@ -491,7 +512,7 @@ mod tests {
     }
 
     #[test]
-    fn capability_names_are_given_as_the_runtime_wants_them() {
+    fn capability_names_to_drop_are_normalized_those_to_add_are_not() {
         for (name, want) in [
             ("NET_ADMIN", "NET_ADMIN"),
             ("CAP_NET_ADMIN", "NET_ADMIN"),
@@ -505,14 +526,17 @@ mod tests {
         }
         let sc = SecurityContext {
             capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
-                add: Some(vec!["CAP_CHOWN".into()]),
-                drop: Some(vec!["all".into()]),
+                add: Some(vec!["CAP_ALL".into(), "chown".into()]),
+                drop: Some(vec!["all".into(), "CAP_NET_RAW".into()]),
             }),
             ..Default::default()
         };
         assert_eq!(
             capabilities(&sc),
-            Some((vec!["CHOWN".into()], vec!["ALL".into()]))
+            Some((
+                vec!["CAP_ALL".into(), "chown".into()],
+                vec!["ALL".into(), "NET_RAW".into()]
+            ))
         );
         assert_eq!(capabilities(&SecurityContext::default()), None);
     }
@@ -740,6 +764,26 @@ mod tests {
             Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into())
         );
         assert_eq!(apparmor_admission(&p, Ok(())), Ok(()));
+        // A running pod is not rechecked.
+        let mut running = p.clone();
+        running.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Running".into()),
+            ..Default::default()
+        });
+        assert_eq!(apparmor_admission(&running, no_host), Ok(()));
+        // A pod-level profile requires AppArmor even where every container
+        // overrides it, as upstream's isRequired.
+        let (p, _) = pod(
+            Some(PodSecurityContext {
+                app_armor_profile: apparmor("RuntimeDefault", None),
+                ..Default::default()
+            }),
+            Some(SecurityContext {
+                app_armor_profile: apparmor("Unconfined", None),
+                ..Default::default()
+            }),
+        );
+        assert!(apparmor_admission(&p, no_host).is_err());
         let (p, _) = pod(
             None,
             Some(SecurityContext {

@@ -158,12 +158,12 @@ impl Allowlist {
         let mut list = Allowlist::default();
         let safe = SAFE_SYSCTLS
             .iter()
-            .filter(|(_, since)| kernel.is_none_or(|k| k >= *since))
+            .filter(|(_, since)| *since == (0, 0) || kernel.is_some_and(|k| k >= *since))
             .map(|(name, _)| (*name).to_owned());
         for pattern in safe.chain(unsafe_allowed.iter().cloned()) {
             if !is_valid_pattern(&pattern) {
                 return Err(format!(
-                    "sysctl {pattern:?} must have at most {MAX_LENGTH} characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?(\\*)?"
+                    "sysctl {pattern:?} must have at most {MAX_LENGTH} characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
                 ));
             }
             let (ns, name, prefixed) = namespace_of(&pattern);
@@ -239,8 +239,8 @@ impl Allowlist {
 }
 
 /// (major, minor) of a kernel release string; None when it does not parse
-/// (then every safe sysctl is allowed, as upstream does when it cannot
-/// read the version).
+/// (then, as upstream, only the safe sysctls namespaced on every kernel are
+/// allowed).
 fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.trim().split(['.', '-']);
     let major = parts.next()?.parse().ok()?;
@@ -324,6 +324,7 @@ mod tests {
         ];
         let list = Allowlist::new("6.1.0-18-amd64", &unsafe_allowed).unwrap();
         let old = Allowlist::new("4.4.0", &[]).unwrap();
+        let unknown = Allowlist::new("", &[]).unwrap();
         type Case<'a> = (&'a Allowlist, &'a [&'a str], bool, bool, Option<&'a str>);
         let cases: &[Case] = &[
             (&list, &[], false, false, None),
@@ -375,6 +376,15 @@ mod tests {
                 false,
                 false,
                 None,
+            ),
+            // An unknown kernel: only what every kernel namespaces.
+            (&unknown, &["net.ipv4.tcp_syncookies"], false, false, None),
+            (
+                &unknown,
+                &["net.ipv4.ip_local_reserved_ports"],
+                false,
+                false,
+                Some("forbidden sysctl: \"net.ipv4.ip_local_reserved_ports\" not allowlisted"),
             ),
             (&list, &["kernel.domainname"], true, true, None),
             // The pod shares the host's user namespace (hostUsers unset).

@@ -156,8 +156,9 @@ pub enum SyncError {
     VolumesTeardown(#[source] std::io::Error),
     /// The sandbox's config could not be made (upstream's
     /// GeneratePodSandboxConfig failure: the pod's hostname, the node's
-    /// resolvConf).
-    #[error("failed to generate sandbox config: {0}")]
+    /// resolvConf, a user namespace); upstream's FailedCreatePodSandBox
+    /// event gives the message as is.
+    #[error("{0}")]
     SandboxConfig(String),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]

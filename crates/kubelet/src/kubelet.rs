@@ -179,7 +179,14 @@ fn apparmor_on_host() -> Result<(), &'static str> {
 /// The per-CPU thermal_throttle directories of this host, masked in
 /// containers as upstream does.
 fn host_masked_paths() -> Vec<String> {
-    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap_or_default();
+    // Upstream falls back to the CPUs it runs on when `possible` cannot be read.
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")
+        .ok()
+        .filter(|p| !p.trim().is_empty())
+        .unwrap_or_else(|| {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            format!("0-{}", n - 1)
+        });
     thermal_throttle_paths(&possible)
         .into_iter()
         .filter(|p| Path::new(p).exists())

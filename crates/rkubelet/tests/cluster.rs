@@ -2255,7 +2255,7 @@ async fn p_security_context_capabilities_seccomp_and_sysctls() {
     k.api.create(&test_pod(&k.api, "cl-sec-restricted", spec));
     let mut caps = sh_container("c", SLEEPER);
     caps["securityContext"] = json!({
-        "capabilities": {"drop": ["ALL"], "add": ["CAP_NET_ADMIN", "chown"]},
+        "capabilities": {"drop": ["CAP_ALL"], "add": ["NET_ADMIN", "chown"]},
     });
     let spec = json!({"terminationGracePeriodSeconds": 2, "containers": [caps]});
     k.api.create(&test_pod(&k.api, "cl-sec-caps", spec));

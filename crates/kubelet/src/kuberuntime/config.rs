@@ -630,8 +630,8 @@ mod tests {
         spec.containers[0].security_context = Some(SecurityContext {
             run_as_user: Some(2000),
             capabilities: Some(Capabilities {
-                add: Some(vec!["CAP_NET_BIND_SERVICE".into()]),
-                drop: Some(vec!["ALL".into()]),
+                add: Some(vec!["NET_BIND_SERVICE".into()]),
+                drop: Some(vec!["CAP_ALL".into()]),
             }),
             allow_privilege_escalation: Some(false),
             ..Default::default()

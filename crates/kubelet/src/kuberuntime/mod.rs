@@ -1563,7 +1563,7 @@ mod tests {
         assert_eq!(
             messages("FailedCreatePodSandBox"),
             [
-                "Failed to create pod sandbox: failed to generate sandbox config: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+                "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
             ]
         );
     }
