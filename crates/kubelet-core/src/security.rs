@@ -394,16 +394,12 @@ pub fn verify_run_as_non_root(
     image_uid: Option<i64>,
     image_user: &str,
 ) -> Result<(), String> {
-    if !wants_non_root(pod, c) {
+    let eff = effective(pod, c);
+    if eff.run_as_non_root != Some(true) {
         return Ok(());
     }
-    let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
-    let sc = c.security_context.as_ref();
     let (pod_name, name) = (format_pod(pod), &c.name);
-    let run_as = sc
-        .and_then(|s| s.run_as_user)
-        .or_else(|| psc.and_then(|p| p.run_as_user));
-    if let Some(uid) = run_as {
+    if let Some(uid) = eff.run_as_user {
         if uid == 0 {
             return Err(format!(
                 "container's runAsUser breaks non-root policy (pod: {pod_name:?}, container: {name})"
