@@ -227,6 +227,9 @@ edit_toml() {
 write_config() {
   local cri='plugins."io.containerd.grpc.v1.cri"'
   local runc="$cri.containerd.runtimes.runc"
+  # a second runtime handler, runc under the name upstream's e2e suite
+  # gives its preconfigured RuntimeClass handler: RuntimeClasses resolve to it
+  local handler="$cri.containerd.runtimes.test-handler"
   local settings="$CONFIG.settings" tmp="$CONFIG.tmp"
   TEMP_FILES+=("$settings" "$tmp" "$tmp.default")
   {
@@ -254,7 +257,10 @@ write_config() {
       "$cri.containerd" default_runtime_name '"runc"' \
       "$runc" runtime_type '"io.containerd.runc.v2"' \
       "$runc.options" SystemdCgroup false \
-      "$runc.options" Root "\"$DIR/runc\""
+      "$runc.options" Root "\"$DIR/runc\"" \
+      "$handler" runtime_type '"io.containerd.runc.v2"' \
+      "$handler.options" SystemdCgroup false \
+      "$handler.options" Root "\"$DIR/runc\""
   } >"$settings"
 
   containerd config default >"$tmp.default" 2>/dev/null ||

@@ -8,7 +8,7 @@
 //! order, keep running, and gate later init containers on their startup
 //! probe. Regular containers start once initialization is done.
 
-use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerRestartRule, EphemeralContainer, Pod};
 
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
@@ -43,11 +43,20 @@ pub struct KillContainer {
     pub grace: Option<i64>,
 }
 
+/// Which of the pod spec's container lists a container is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    Regular,
+    Ephemeral,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StartContainer {
-    /// Index into `spec.initContainers` when `init`, else `spec.containers`.
+    /// Index into the spec's list of this kind: `initContainers`,
+    /// `containers` or `ephemeralContainers`.
     pub index: usize,
-    pub init: bool,
+    pub kind: ContainerKind,
     /// The restart count the new container carries.
     pub restart_count: i32,
 }
@@ -90,6 +99,80 @@ pub fn regular_containers(pod: &Pod) -> &[Container] {
         .as_ref()
         .map(|s| s.containers.as_slice())
         .unwrap_or(&[])
+}
+
+/// The pod's ephemeral containers (`kubectl debug`), each as the
+/// container it runs as (upstream converts EphemeralContainerCommon the
+/// same way), with the container whose namespaces it targets. Every field
+/// is named, so a field the API adds to one and not the other does not
+/// compile rather than being dropped.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<(Container, Option<String>)> {
+    let listed = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[]);
+    listed
+        .iter()
+        .map(|e| {
+            let EphemeralContainer {
+                args,
+                command,
+                env,
+                env_from,
+                image,
+                image_pull_policy,
+                lifecycle,
+                liveness_probe,
+                name,
+                ports,
+                readiness_probe,
+                resize_policy,
+                resources,
+                restart_policy,
+                restart_policy_rules,
+                security_context,
+                startup_probe,
+                stdin,
+                stdin_once,
+                target_container_name,
+                termination_message_path,
+                termination_message_policy,
+                tty,
+                volume_devices,
+                volume_mounts,
+                working_dir,
+            } = e.clone();
+            let c = Container {
+                args,
+                command,
+                env,
+                env_from,
+                image,
+                image_pull_policy,
+                lifecycle,
+                liveness_probe,
+                name,
+                ports,
+                readiness_probe,
+                resize_policy,
+                resources,
+                restart_policy,
+                restart_policy_rules,
+                security_context,
+                startup_probe,
+                stdin,
+                stdin_once,
+                termination_message_path,
+                termination_message_policy,
+                tty,
+                volume_devices,
+                volume_mounts,
+                working_dir,
+            };
+            (c, target_container_name)
+        })
+        .collect()
 }
 
 /// Whether a restart policy (a container's or the pod's) runs a container
@@ -239,13 +322,13 @@ pub fn is_initialized(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> 
 }
 
 impl PodActions {
-    fn start(&mut self, index: usize, init: bool, last: Option<&ContainerStatus>) {
+    fn start(&mut self, index: usize, kind: ContainerKind, last: Option<&ContainerStatus>) {
         if let Some(c) = last.filter(|c| c.state == ContainerState::Created) {
             self.containers_to_remove.push(c.id.clone());
         }
         self.containers_to_start.push(StartContainer {
             index,
-            init,
+            kind,
             restart_count: next_restart_count(last),
         });
     }
@@ -274,7 +357,7 @@ impl PodActions {
                     self.kill(c, format!("{why}, will be restarted"), grace);
                     self.containers_to_start.push(StartContainer {
                         index,
-                        init: true,
+                        kind: ContainerKind::Init,
                         restart_count: c.restart_count + 1,
                     });
                     return false;
@@ -282,7 +365,7 @@ impl PodActions {
                 sidecar_started(spec, c, probes)
             }
             _ => {
-                self.start(index, true, last);
+                self.start(index, ContainerKind::Init, last);
                 false
             }
         }
@@ -321,7 +404,7 @@ impl PodActions {
                     state: ContainerState::Created,
                     ..
                 }) => {
-                    self.start(index, true, last);
+                    self.start(index, ContainerKind::Init, last);
                     return false;
                 }
                 Some(c) if c.state == ContainerState::Running => {
@@ -345,7 +428,7 @@ impl PodActions {
                         self.containers_to_remove.clear();
                         return false;
                     }
-                    self.start(index, true, last);
+                    self.start(index, ContainerKind::Init, last);
                     return false;
                 }
             }
@@ -382,7 +465,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
             // A new sandbox runs initialization again, from the first.
             actions.containers_to_start.push(StartContainer {
                 index: 0,
-                init: true,
+                kind: ContainerKind::Init,
                 restart_count: next_restart_count(status.container(&inits[0].name)),
             });
             return actions;
@@ -400,7 +483,7 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
             })
             .map(|(index, c)| StartContainer {
                 index,
-                init: false,
+                kind: ContainerKind::Regular,
                 restart_count: next_restart_count(status.container(&c.name)),
             })
             .collect();
@@ -416,6 +499,20 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
         actions.sandbox_id = None;
         return actions;
     }
+    // Ephemeral containers start once, even while the pod initializes, and
+    // ahead of the init containers (so a failing init container can be
+    // debugged); never again once the runtime has a record of them.
+    let ephemeral: Vec<StartContainer> = ephemeral_containers(pod)
+        .iter()
+        .enumerate()
+        .filter(|(_, (c, _))| status.container(&c.name).is_none())
+        .map(|(index, _)| StartContainer {
+            index,
+            kind: ContainerKind::Ephemeral,
+            restart_count: 0,
+        })
+        .collect();
+    actions.containers_to_start.splice(0..0, ephemeral);
     if !initialized {
         return actions;
     }
@@ -436,21 +533,27 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
                     actions.kill(c, format!("{why}, will be restarted"), grace);
                     actions.containers_to_start.push(StartContainer {
                         index,
-                        init: false,
+                        kind: ContainerKind::Regular,
                         restart_count: c.restart_count + 1,
                     });
                 } else {
                     actions.kill(c, why, grace);
                 }
             }
-            _ if should_start(container, pod, last) => actions.start(index, false, last),
+            _ if should_start(container, pod, last) => {
+                actions.start(index, ContainerKind::Regular, last)
+            }
             _ => {}
         }
     }
     // Containers the spec no longer names are stopped too.
+    let ephemeral = ephemeral_containers(pod);
     for c in status.running_containers() {
         let named = |s: &Container| s.name == c.name;
-        if !containers.iter().any(named) && !inits.iter().any(named) {
+        if !containers.iter().any(named)
+            && !inits.iter().any(named)
+            && !ephemeral.iter().any(|(s, _)| named(s))
+        {
             actions.kill(
                 c,
                 format!("Container {} is not in the pod spec", c.name),
@@ -458,7 +561,12 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
             );
         }
     }
-    if keep == 0 && !actions.containers_to_start.iter().any(|s| !s.init) {
+    if keep == 0
+        && !actions
+            .containers_to_start
+            .iter()
+            .any(|s| s.kind == ContainerKind::Regular)
+    {
         // No regular container runs or will: stop the pod, sidecars too.
         actions.kill_pod = true;
         actions.sandbox_id = None;
@@ -546,9 +654,96 @@ mod tests {
     fn start(index: usize, restart_count: i32) -> StartContainer {
         StartContainer {
             index,
-            init: false,
+            kind: ContainerKind::Regular,
             restart_count,
         }
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_and_are_never_restarted() {
+        use ContainerState::*;
+        use SandboxState::*;
+        use k8s_openapi::api::core::v1::EphemeralContainer;
+        let mut debugged = pod("Always", &["a"]);
+        debugged.spec.as_mut().unwrap().ephemeral_containers = Some(vec![EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox:1".into()),
+            target_container_name: Some("a".into()),
+            ..Default::default()
+        }]);
+        let (as_container, target) = ephemeral_containers(&debugged).remove(0);
+        assert_eq!(
+            (as_container.name.as_str(), target.as_deref()),
+            ("debugger", Some("a"))
+        );
+        let eph = StartContainer {
+            index: 0,
+            kind: ContainerKind::Ephemeral,
+            restart_count: 0,
+        };
+        let running_a = ctr(&debugged, "a", Running, 0, 0);
+        let cases = [
+            (
+                "a new pod: the sandbox and its containers first",
+                status(vec![], vec![]),
+                vec![start(0, 0)],
+                false,
+            ),
+            (
+                "added to a running pod: started",
+                status(vec![sandbox(Ready, 0)], vec![running_a.clone()]),
+                vec![eph.clone()],
+                false,
+            ),
+            (
+                "running: kept, not stopped as a container the spec does not name",
+                status(
+                    vec![sandbox(Ready, 0)],
+                    vec![running_a.clone(), ctr(&debugged, "debugger", Running, 0, 0)],
+                ),
+                vec![],
+                false,
+            ),
+            (
+                "exited: never restarted",
+                status(
+                    vec![sandbox(Ready, 0)],
+                    vec![running_a.clone(), ctr(&debugged, "debugger", Exited, 1, 0)],
+                ),
+                vec![],
+                false,
+            ),
+        ];
+        for (what, st, want, kill_pod) in cases {
+            let got = compute_pod_actions(&debugged, &st, &NoProbes);
+            assert_eq!(got.containers_to_start, want, "{what}");
+            assert!(got.containers_to_kill.is_empty(), "{what}: {got:?}");
+            assert_eq!(got.kill_pod, kill_pod, "{what}");
+        }
+
+        // While an init container still runs, ahead of the next one.
+        let mut initializing = debugged.clone();
+        initializing.spec.as_mut().unwrap().init_containers = Some(vec![Container {
+            name: "i0".into(),
+            image: Some("busybox:1".into()),
+            ..Default::default()
+        }]);
+        let got = compute_pod_actions(
+            &initializing,
+            &status(vec![sandbox(Ready, 0)], vec![]),
+            &NoProbes,
+        );
+        assert_eq!(
+            got.containers_to_start,
+            vec![
+                eph,
+                StartContainer {
+                    index: 0,
+                    kind: ContainerKind::Init,
+                    restart_count: 0,
+                }
+            ]
+        );
     }
 
     #[test]
@@ -810,7 +1005,7 @@ mod tests {
     fn init_start(index: usize, restart_count: i32) -> StartContainer {
         StartContainer {
             index,
-            init: true,
+            kind: ContainerKind::Init,
             restart_count,
         }
     }

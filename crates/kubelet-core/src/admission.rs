@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::quantity::{parse_bytes, parse_cpu_millis};
@@ -87,18 +88,19 @@ fn reject(reason: &str, message: String) -> Result<(), Rejection> {
 }
 
 /// The pod's cpu (millicores) and memory (bytes) requests, as the scheduler
-/// counts them: the sum over containers, or the largest init container if
-/// that is more.
+/// counts them (component-helpers' PodRequests): the sum over containers
+/// and sidecars (restartable init containers), or the largest init
+/// container if that is more (each with the sidecars started before it),
+/// plus the pod's `overhead` (set from its RuntimeClass).
 pub fn pod_requests(pod: &Pod) -> (i64, i64) {
     let Some(spec) = &pod.spec else {
         return (0, 0);
     };
-    let one = |c: &k8s_openapi::api::core::v1::Container| {
-        let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-        let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let cpu_mem = |list: Option<&BTreeMap<String, Quantity>>,
+                   fallback: Option<&BTreeMap<String, Quantity>>| {
         let get = |k: &str| {
-            req.and_then(|m| m.get(k))
-                .or_else(|| lim.and_then(|m| m.get(k)))
+            list.and_then(|m| m.get(k))
+                .or_else(|| fallback.and_then(|m| m.get(k)))
         };
         (
             get("cpu")
@@ -107,17 +109,29 @@ pub fn pod_requests(pod: &Pod) -> (i64, i64) {
             get("memory").and_then(|q| parse_bytes(q).ok()).unwrap_or(0),
         )
     };
-    let (mut cpu, mut mem) = spec
-        .containers
-        .iter()
-        .map(one)
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    let one = |c: &k8s_openapi::api::core::v1::Container| {
+        let r = c.resources.as_ref();
+        cpu_mem(
+            r.and_then(|r| r.requests.as_ref()),
+            r.and_then(|r| r.limits.as_ref()),
+        )
+    };
+    let add = |a: (i64, i64), b: (i64, i64)| (a.0 + b.0, a.1 + b.1);
+    let max = |a: (i64, i64), b: (i64, i64)| (a.0.max(b.0), a.1.max(b.1));
+    let mut reqs = spec.containers.iter().map(one).fold((0, 0), add);
+    let (mut sidecars, mut inits) = ((0, 0), (0, 0));
     for init in spec.init_containers.iter().flatten() {
-        let (c, m) = one(init);
-        cpu = cpu.max(c);
-        mem = mem.max(m);
+        let r = one(init);
+        let this = if init.restart_policy.as_deref() == Some("Always") {
+            reqs = add(reqs, r);
+            sidecars = add(sidecars, r);
+            sidecars
+        } else {
+            add(r, sidecars)
+        };
+        inits = max(inits, this);
     }
-    (cpu, mem)
+    add(max(reqs, inits), cpu_mem(spec.overhead.as_ref(), None))
 }
 
 fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
@@ -348,7 +362,6 @@ mod tests {
         Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodOS, PodSpec,
         ResourceRequirements,
     };
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn node() -> NodeInfo {
         NodeInfo {
@@ -364,6 +377,75 @@ mod tests {
             allocatable_memory_bytes: 1 << 30,
             max_pods: 3,
             supplemental_groups_policy: false,
+        }
+    }
+
+    #[test]
+    fn pod_requests_count_sidecars_init_containers_and_overhead() {
+        let c = |name: &str, cpu: &str, sidecar: bool| Container {
+            name: name.into(),
+            restart_policy: sidecar.then(|| "Always".into()),
+            ..pod(cpu, "").spec.unwrap().containers.remove(0)
+        };
+        let spec = |containers, inits, overhead: Option<&str>| Pod {
+            spec: Some(PodSpec {
+                containers,
+                init_containers: Some(inits),
+                overhead: overhead.map(|o| BTreeMap::from([("cpu".into(), Quantity(o.into()))])),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                "containers sum",
+                spec(
+                    vec![c("a", "100m", false), c("b", "200m", false)],
+                    vec![],
+                    None,
+                ),
+                300,
+            ),
+            (
+                "a bigger init container wins",
+                spec(
+                    vec![c("a", "100m", false)],
+                    vec![c("i", "500m", false)],
+                    None,
+                ),
+                500,
+            ),
+            (
+                "sidecars add to the containers",
+                spec(vec![c("a", "100m", false)], vec![c("s", "50m", true)], None),
+                150,
+            ),
+            (
+                "an init container after a sidecar runs beside it",
+                spec(
+                    vec![c("a", "100m", false)],
+                    vec![c("s", "50m", true), c("i", "400m", false)],
+                    None,
+                ),
+                450,
+            ),
+            (
+                "an init container before the sidecar runs alone",
+                spec(
+                    vec![c("a", "100m", false)],
+                    vec![c("i", "400m", false), c("s", "50m", true)],
+                    None,
+                ),
+                400,
+            ),
+            (
+                "overhead is added",
+                spec(vec![c("a", "100m", false)], vec![], Some("250m")),
+                350,
+            ),
+        ];
+        for (what, p, cpu) in cases {
+            assert_eq!(pod_requests(&p).0, cpu, "{what}");
         }
     }
 

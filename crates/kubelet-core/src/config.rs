@@ -65,6 +65,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "resolvConf",
     "seccompDefault",
     "allowedUnsafeSysctls",
+    "serializeImagePulls",
+    "maxParallelImagePulls",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -110,8 +112,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "nodeStatusMaxImages",
     "maxOpenFiles",
     "contentType",
-    "serializeImagePulls",
-    "maxParallelImagePulls",
     "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
@@ -426,6 +426,13 @@ pub struct KubeletConfiguration {
     /// `allowedUnsafeSysctls`: sysctls (or `prefix*` patterns) pods may set
     /// besides the safe ones; each must be known to be namespaced.
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// `serializeImagePulls`: one image pull at a time. Unset in a file:
+    /// true unless maxParallelImagePulls allows more than one (upstream's
+    /// defaulting).
+    pub serialize_image_pulls: bool,
+    /// `maxParallelImagePulls`: at most this many pulls at once when they
+    /// are not serialized (unset: no limit).
+    pub max_parallel_image_pulls: Option<i64>,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -486,6 +493,8 @@ impl Default for KubeletConfiguration {
             resolv_conf: "/etc/resolv.conf".to_owned(),
             seccomp_default: false,
             allowed_unsafe_sysctls: Vec::new(),
+            serialize_image_pulls: true,
+            max_parallel_image_pulls: None,
         }
     }
 }
@@ -542,6 +551,8 @@ impl KubeletConfiguration {
             "streamingConnectionIdleTimeout": d(self.streaming_connection_idle_timeout),
             "seccompDefault": self.seccomp_default,
             "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
+            "serializeImagePulls": self.serialize_image_pulls,
+            "maxParallelImagePulls": self.max_parallel_image_pulls,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -916,6 +927,7 @@ pub fn parse_kubelet_config_reporting(
 
     let mut cfg = KubeletConfiguration::default();
     let mut ignored = Vec::new();
+    let mut serialize = None;
     for (key, v) in &map {
         let field = key.as_str();
         match field {
@@ -1039,10 +1051,24 @@ pub fn parse_kubelet_config_reporting(
             "allowedUnsafeSysctls" => {
                 cfg.allowed_unsafe_sysctls = decode_sysctl_patterns(field, v)?
             }
+            "serializeImagePulls" => serialize = decode_bool(field, v)?,
+            "maxParallelImagePulls" => {
+                cfg.max_parallel_image_pulls = match v {
+                    Value::Null => None,
+                    Value::Number(n) => Some(
+                        n.as_i64()
+                            .filter(|n| i32::try_from(*n).is_ok())
+                            .ok_or_else(|| wrong_type(field, "a 32-bit integer", v))?,
+                    ),
+                    other => return Err(wrong_type(field, "a 32-bit integer", other)),
+                }
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
     }
+    cfg.serialize_image_pulls =
+        serialize.unwrap_or(cfg.max_parallel_image_pulls.is_none_or(|n| n < 2));
     ignored.sort();
     Ok((cfg, ignored))
 }
@@ -1063,6 +1089,16 @@ pub fn ignored_fields_present(content: &str) -> Vec<String> {
 }
 
 impl KubeletConfiguration {
+    /// How many image pulls may run at once; None for no limit.
+    pub fn image_pull_limit(&self) -> Option<usize> {
+        if self.serialize_image_pulls {
+            return Some(1);
+        }
+        self.max_parallel_image_pulls
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| *n >= 1)
+    }
+
     /// Checks the values that upstream's validation would reject (and that
     /// rkubelet cannot run with).
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -1070,6 +1106,21 @@ impl KubeletConfiguration {
             field: field.to_owned(),
             message,
         };
+        match self.max_parallel_image_pulls {
+            Some(n) if n < 1 => {
+                return Err(invalid(
+                    "maxParallelImagePulls",
+                    format!("{n} must be a positive number"),
+                ));
+            }
+            Some(n) if n > 1 && self.serialize_image_pulls => {
+                return Err(invalid(
+                    "maxParallelImagePulls",
+                    "cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".into(),
+                ));
+            }
+            _ => {}
+        }
         let positive = [
             ("syncFrequency (--sync-frequency)", self.sync_frequency),
             (
@@ -1544,6 +1595,14 @@ mod tests {
                 |c| c.healthz_bind_address = String::new(),
                 "healthzBindAddress",
             ),
+            (
+                |c| c.max_parallel_image_pulls = Some(0),
+                "maxParallelImagePulls 0 must be a positive number",
+            ),
+            (
+                |c| c.max_parallel_image_pulls = Some(3),
+                "maxParallelImagePulls cannot be larger than 1",
+            ),
         ];
         for (mutate, field) in cases {
             let mut cfg = KubeletConfiguration::default();
@@ -1558,6 +1617,36 @@ mod tests {
             ..KubeletConfiguration::default()
         };
         ok.validate().unwrap();
+    }
+
+    #[test]
+    fn image_pulls_are_serialized_unless_parallel_pulls_are_asked_for() {
+        let limit = |fields: &str| {
+            let doc = format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{fields}"
+            );
+            let c = parse_kubelet_config(&doc).unwrap();
+            c.validate().map(|()| c.image_pull_limit()).ok()
+        };
+        let cases = [
+            ("", Some(Some(1))),
+            ("maxParallelImagePulls: 1", Some(Some(1))),
+            ("maxParallelImagePulls: 4", Some(Some(4))),
+            ("serializeImagePulls: false", Some(None)),
+            (
+                "serializeImagePulls: false\nmaxParallelImagePulls: 2",
+                Some(Some(2)),
+            ),
+            (
+                "serializeImagePulls: true\nmaxParallelImagePulls: 1",
+                Some(Some(1)),
+            ),
+            ("serializeImagePulls: true\nmaxParallelImagePulls: 2", None),
+            ("maxParallelImagePulls: -1", None),
+        ];
+        for (fields, want) in cases {
+            assert_eq!(limit(fields), want, "{fields}");
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::actions::{
-    container_should_restart, init_containers, is_initialized, is_sidecar, regular_containers,
+    container_should_restart, ephemeral_containers, init_containers, is_initialized, is_sidecar,
+    regular_containers,
 };
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
@@ -436,6 +437,16 @@ pub fn generate_api_pod_status(
         .iter()
         .map(|c| container_status(c, true, &cx))
         .collect();
+    // Ephemeral containers are reported as regular ones, but no prober
+    // reads them: never ready, started unset (as upstream's).
+    let ephemeral_statuses: Vec<ApiContainerStatus> = ephemeral_containers(pod)
+        .iter()
+        .map(|(c, _)| ApiContainerStatus {
+            ready: false,
+            started: None,
+            ..container_status(c, false, &cx)
+        })
+        .collect();
     let phase = pod_phase(pod, &init_statuses, &statuses, pod_is_terminal);
 
     let host_network = pod
@@ -540,6 +551,8 @@ pub fn generate_api_pod_status(
         qos_class: Some(qos_class(pod).into()),
         container_statuses: Some(statuses),
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
+        ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
+            .then_some(ephemeral_statuses),
         ..Default::default()
     }
 }
@@ -1126,6 +1139,61 @@ mod tests {
         assert!(!needs_readiness_reconcile(&no_gates), "no gates");
     }
 
+    /// The status of `p` with these containers in the runtime, nothing
+    /// probed or waiting.
+    fn api_status(p: &Pod, containers: Vec<ContainerStatus>) -> ApiPodStatus {
+        generate_api_pod_status(
+            p,
+            &rt(containers),
+            &WaitingReasons::new(),
+            "containerd",
+            &NoProbes,
+            false,
+        )
+    }
+
+    #[test]
+    fn ephemeral_container_statuses_leave_phase_and_readiness_alone() {
+        use ContainerState::*;
+        let mut p = pod("Always", &["a"]);
+        p.spec.as_mut().unwrap().ephemeral_containers =
+            Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+                name: "debugger".into(),
+                image: Some("busybox:1".into()),
+                ..Default::default()
+            }]);
+        let status_of = |containers: Vec<ContainerStatus>| api_status(&p, containers);
+        let s = status_of(vec![ctr("a", Running, 0, 0)]);
+        let e = &s.ephemeral_container_statuses.as_ref().unwrap()[0];
+        let w = e.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("ContainerCreating"));
+        assert_eq!(
+            cond(&s, "Ready").status,
+            "True",
+            "not counted for readiness"
+        );
+
+        let s = status_of(vec![
+            ctr("a", Running, 0, 0),
+            ctr("debugger", Running, 0, 0),
+        ]);
+        let e = &s.ephemeral_container_statuses.as_ref().unwrap()[0];
+        assert!(e.state.as_ref().unwrap().running.is_some());
+        assert_eq!((e.ready, e.started), (false, None), "no prober reads it");
+        assert_eq!(s.phase.as_deref(), Some(PHASE_RUNNING));
+
+        let s = status_of(vec![ctr("a", Running, 0, 0), ctr("debugger", Exited, 1, 0)]);
+        let e = &s.ephemeral_container_statuses.as_ref().unwrap()[0];
+        assert!(e.state.as_ref().unwrap().terminated.is_some());
+        assert_eq!(
+            s.phase.as_deref(),
+            Some(PHASE_RUNNING),
+            "its exit ends nothing"
+        );
+        let plain = api_status(&pod("Always", &["a"]), vec![]);
+        assert_eq!(plain.ephemeral_container_statuses, None);
+    }
+
     #[test]
     fn init_container_statuses_and_phases() {
         use ContainerState::*;
@@ -1141,16 +1209,7 @@ mod tests {
                 ..Default::default()
             },
         ]);
-        let status_of = |containers: Vec<ContainerStatus>| {
-            generate_api_pod_status(
-                &p,
-                &rt(containers),
-                &WaitingReasons::new(),
-                "containerd",
-                &NoProbes,
-                false,
-            )
-        };
+        let status_of = |containers: Vec<ContainerStatus>| api_status(&p, containers);
         let s = status_of(vec![ctr("i0", Running, 0, 0)]);
         assert_eq!(s.phase.as_deref(), Some(PHASE_PENDING));
         assert_eq!(cond(&s, "Initialized").status, "False");

@@ -236,7 +236,13 @@ impl CriClient {
         Ok(out)
     }
 
-    pub async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
+    /// Run a sandbox with the runtime handler of the pod's RuntimeClass
+    /// (empty: the runtime's default).
+    pub async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: String,
+    ) -> Result<String, CriError> {
         let mut c = self.runtime.clone();
         let resp = self
             .call(
@@ -244,7 +250,7 @@ impl CriClient {
                 self.timeout,
                 c.run_pod_sandbox(cri::RunPodSandboxRequest {
                     config: Some(config),
-                    runtime_handler: String::new(),
+                    runtime_handler,
                 }),
             )
             .await?;

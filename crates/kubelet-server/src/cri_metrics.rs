@@ -138,7 +138,11 @@ mod tests {
         fake.inject_error("ContainerStatus", tonic::Code::NotFound, 1);
         assert!(cri.container_status("nope").await.is_err());
         fake.inject_error("RunPodSandbox", tonic::Code::Unavailable, 1);
-        assert!(cri.run_pod_sandbox(Default::default()).await.is_err());
+        assert!(
+            cri.run_pod_sandbox(Default::default(), String::new())
+                .await
+                .is_err()
+        );
 
         let ops = &metrics.runtime_operations;
         let errors = &metrics.runtime_operations_errors;

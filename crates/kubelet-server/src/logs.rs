@@ -713,7 +713,10 @@ not a CRI line
             log_directory: pod_dir.to_string_lossy().into_owned(),
             ..Default::default()
         };
-        let sandbox = cri.run_pod_sandbox(sandbox_config.clone()).await.unwrap();
+        let sandbox = cri
+            .run_pod_sandbox(sandbox_config.clone(), String::new())
+            .await
+            .unwrap();
         let create = async |name: &str, attempt: u32| {
             let config = cri::ContainerConfig {
                 metadata: Some(cri::ContainerMetadata {

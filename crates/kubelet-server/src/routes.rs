@@ -499,7 +499,10 @@ mod tests {
             ]),
             ..Default::default()
         };
-        let web = cri.run_pod_sandbox(sandbox("web", "uid-1")).await.unwrap();
+        let web = cri
+            .run_pod_sandbox(sandbox("web", "uid-1"), String::new())
+            .await
+            .unwrap();
         let running = cri
             .create_container(
                 &web,
@@ -518,7 +521,10 @@ mod tests {
         .await
         .unwrap();
         // A stopped pod: not listed.
-        let gone = cri.run_pod_sandbox(sandbox("gone", "uid-2")).await.unwrap();
+        let gone = cri
+            .run_pod_sandbox(sandbox("gone", "uid-2"), String::new())
+            .await
+            .unwrap();
         cri.stop_pod_sandbox(&gone).await.unwrap();
 
         let view = Problems(Vec::new(), Some(cri));

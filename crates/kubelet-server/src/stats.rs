@@ -816,7 +816,10 @@ mod tests {
             .unwrap();
         fake.add_image("busybox");
         let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
-        let sandbox = cri.run_pod_sandbox(sandbox_config()).await.unwrap();
+        let sandbox = cri
+            .run_pod_sandbox(sandbox_config(), String::new())
+            .await
+            .unwrap();
         let app = start_container(&cri, &sandbox, "app").await;
         let init = start_container(&cri, &sandbox, "init").await;
         assert!(fake.exit_container(&init, 0));

@@ -43,6 +43,11 @@ pub enum StartError {
     /// back-off has `left` to run.
     #[error("{message}")]
     CrashLoopBackOff { left: Duration, message: String },
+    /// Upstream's ErrImagePullBackOff: the image's last pull for this pod
+    /// failed and its back-off has `left` to run; the message carries that
+    /// pull's error.
+    #[error("{message}")]
+    ImagePullBackOff { left: Duration, message: String },
     /// The image could not be had; `reason` is upstream's (ErrImagePull,
     /// ErrImageNeverPull, InvalidImageName, ErrImageInspect).
     #[error("{message}")]
@@ -84,6 +89,7 @@ impl StartError {
     pub fn reason(&self) -> &'static str {
         match self {
             StartError::CrashLoopBackOff { .. } => "CrashLoopBackOff",
+            StartError::ImagePullBackOff { .. } => "ImagePullBackOff",
             StartError::Image { reason, .. } => reason,
             StartError::Config(_) | StartError::Env(_) | StartError::TerminationLog { .. } => {
                 "CreateContainerConfigError"
@@ -96,7 +102,8 @@ impl StartError {
 
     pub fn retry(&self) -> Retry {
         match self {
-            StartError::CrashLoopBackOff { left, .. } => Retry::After(*left),
+            StartError::CrashLoopBackOff { left, .. }
+            | StartError::ImagePullBackOff { left, .. } => Retry::After(*left),
             StartError::Image {
                 reason: "InvalidImageName",
                 ..
@@ -250,6 +257,13 @@ mod tests {
                 Some(Retry::Backoff),
             ),
             (failed(vec![loop_of(20)]), Some(Retry::After(secs(20)))),
+            (
+                failed(vec![StartError::ImagePullBackOff {
+                    left: secs(7),
+                    message: String::new(),
+                }]),
+                Some(Retry::After(secs(7))),
+            ),
             (
                 failed(vec![loop_of(20), loop_of(5)]),
                 Some(Retry::After(secs(5))),

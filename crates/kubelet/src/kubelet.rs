@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::node::v1::RuntimeClass;
 use kubelet_api::ApiClient;
 use kubelet_api::node::watch_node;
 use kubelet_api::objects::{Latest, watch_all};
@@ -45,6 +46,7 @@ use crate::podenv::PodEnv;
 use crate::podmanager::PodManager;
 use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
+use crate::runtimeclass::RuntimeClasses;
 use crate::server::{self, Health};
 use crate::status_manager::StatusManager;
 use crate::status_sync::StatusSync;
@@ -218,6 +220,9 @@ pub struct Kubelet {
     /// Every Service (a watch, in cluster mode): containers' service
     /// variables.
     services: watch::Sender<Latest<Vec<Service>>>,
+    /// Every RuntimeClass (a watch, in cluster mode): pods' sandbox
+    /// runtime handlers.
+    runtime_classes: watch::Sender<Latest<Vec<RuntimeClass>>>,
     /// `<runtime>://<version>` for node status.
     runtime_version: Arc<RwLock<String>>,
     /// Pods admission refused: never started, reported Failed.
@@ -254,6 +259,7 @@ impl Kubelet {
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
         let node = watch::Sender::new(None);
         let services = watch::Sender::new(Latest::Pending);
+        let runtime_classes = watch::Sender::new(Latest::Pending);
         let api_objects = api.as_ref().map(|api| ApiObjects {
             config_maps: ObjectStore::new(
                 api.clone(),
@@ -309,6 +315,11 @@ impl Kubelet {
                     seccomp_root: opts.root_dir.join("seccomp"),
                     seccomp_default: cfg.seccomp_default,
                     extra_masked_paths: host_masked_paths(),
+                },
+                image_pull_limit: cfg.image_pull_limit(),
+                runtime_classes: match &api {
+                    Some(_) => RuntimeClasses::watched(runtime_classes.subscribe()),
+                    None => RuntimeClasses::default(),
                 },
             },
             env,
@@ -368,6 +379,7 @@ impl Kubelet {
             node_uid: Arc::default(),
             node,
             services,
+            runtime_classes,
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
             sysctls,
@@ -573,6 +585,13 @@ impl Kubelet {
             .spawn(tracing::info_span!("service_watch"), move |token| async move {
                 watch_all::<Service>(&api_services, "Services", tx, token).await
             });
+        let (api_classes, tx) = (api.clone(), self.runtime_classes.clone());
+        self.tasks.spawn(
+            tracing::info_span!("runtime_class_watch"),
+            move |token| async move {
+                watch_all::<RuntimeClass>(&api_classes, "RuntimeClasses", tx, token).await
+            },
+        );
         let status_sync = StatusSync {
             api: api.clone(),
             pod_manager: self.pod_manager.clone(),

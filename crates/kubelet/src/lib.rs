@@ -18,6 +18,7 @@ pub mod podenv;
 pub mod podmanager;
 pub mod prober;
 pub mod runtime_state;
+pub mod runtimeclass;
 pub mod server;
 pub mod status_manager;
 pub mod status_sync;

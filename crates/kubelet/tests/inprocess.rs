@@ -752,6 +752,61 @@ async fn a_crash_loop_restart_comes_when_its_back_off_ends() {
     k.stop().await;
 }
 
+/// On paused time: a pull that fails is not tried again for that pod
+/// before its back-off (10 s, then 20 s) has passed; the container waits in
+/// ImagePullBackOff with the failed pull's error, and starts once the image
+/// can be pulled.
+#[tokio::test(start_paused = true)]
+async fn a_failed_pull_backs_off_10s_then_20s() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    let missing = "registry.test/missing:1";
+    node.write(
+        "pull.yaml",
+        &pod("pull", &[("c", "sleep 1000")], "").replace(IMAGE, missing),
+    );
+    let k = node.start();
+    let pulls = || node.fake.calls("PullImage");
+    node.fake
+        .wait_for("the first pull", WAIT, |_| pulls() == 1)
+        .await;
+    let first = tokio::time::Instant::now();
+    eventually("ImagePullBackOff", || {
+        k.waiting("c").is_some_and(|(r, _)| r == "ImagePullBackOff")
+    })
+    .await;
+    let (_, message) = k.waiting("c").unwrap();
+    assert!(
+        message.starts_with(&format!(
+            "Back-off pulling image {missing:?}: ErrImagePull: rpc error: code = NotFound desc = failed to pull and unpack image"
+        )),
+        "{message}"
+    );
+    node.fake
+        .wait_for("the second pull", Duration::from_secs(60), |_| pulls() == 2)
+        .await;
+    let second = tokio::time::Instant::now();
+    let waited = second - first;
+    assert!(
+        waited >= Duration::from_secs(10) && waited < Duration::from_secs(12),
+        "pulled again {waited:?} after the first failure, for a 10 s back-off"
+    );
+    node.fake.make_pullable(missing);
+    node.fake
+        .wait_for(
+            "the third pull, which succeeds",
+            Duration::from_secs(60),
+            |_| node.running("c").len() == 1,
+        )
+        .await;
+    let waited = second.elapsed();
+    assert!(
+        waited >= Duration::from_secs(20) && waited < Duration::from_secs(22),
+        "pulled again {waited:?} after the second failure, for a 20 s back-off"
+    );
+    assert_eq!(pulls(), 3);
+    k.stop().await;
+}
+
 /// When the fake runtime finished the named container (its newest instance).
 async fn finished_at(node: &Node, name: &str) -> i64 {
     let cri = CriClient::connect_lazy(&node.fake.endpoint(), Duration::from_secs(5)).unwrap();
@@ -992,12 +1047,15 @@ async fn a_dead_sandbox_is_removed_once_a_ready_one_runs() {
     metadata.attempt += 1;
     let cri = CriClient::connect_lazy(&node.fake.endpoint(), Duration::from_secs(5)).unwrap();
     let dead = cri
-        .run_pod_sandbox(cri::PodSandboxConfig {
-            metadata: Some(metadata),
-            labels: first.labels.clone(),
-            annotations: first.annotations.clone(),
-            ..Default::default()
-        })
+        .run_pod_sandbox(
+            cri::PodSandboxConfig {
+                metadata: Some(metadata),
+                labels: first.labels.clone(),
+                annotations: first.annotations.clone(),
+                ..Default::default()
+            },
+            String::new(),
+        )
         .await
         .unwrap();
     cri.stop_pod_sandbox(&dead).await.unwrap();

@@ -741,7 +741,11 @@ impl Ctx {
                 ..Default::default()
             };
             let start = Instant::now();
-            let id = match self.cri.run_pod_sandbox(sandbox.clone()).await {
+            let id = match self
+                .cri
+                .run_pod_sandbox(sandbox.clone(), String::new())
+                .await
+            {
                 Ok(id) => id,
                 Err(e) => {
                     failed = Some(e);

@@ -183,6 +183,10 @@ pub struct Flags {
     /// Unsafe sysctls (or prefix* patterns) pods may set, comma-separated.
     #[arg(long, value_name = "SYSCTL[,SYSCTL]", value_delimiter = ',')]
     pub allowed_unsafe_sysctls: Vec<String>,
+
+    /// Pull images one at a time.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub serialize_image_pulls: Option<bool>,
 }
 
 /// One address of --cluster-dns.
@@ -358,6 +362,9 @@ impl Flags {
         }
         if !self.allowed_unsafe_sysctls.is_empty() {
             config.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.clone();
+        }
+        if let Some(b) = self.serialize_image_pulls {
+            config.serialize_image_pulls = b;
         }
         self.apply_server_overrides(config);
     }

@@ -328,6 +328,7 @@ fn selinux(o: &SELinuxOptions) -> cri::SeLinuxOption {
 fn container_security(
     pod: &Pod,
     c: &Container,
+    target_id: Option<&str>,
     defaults: &SecurityDefaults,
 ) -> Result<cri::LinuxContainerSecurityContext, ConfigError> {
     let err = |field: &str, message: String| ConfigError {
@@ -362,7 +363,14 @@ fn container_security(
             drop_capabilities: drop,
             ..Default::default()
         }),
-        namespace_options: Some(namespace_options(pod)),
+        namespace_options: Some({
+            let mut ns = namespace_options(pod);
+            if let Some(id) = target_id {
+                ns.pid = cri::NamespaceMode::Target as i32;
+                ns.target_id = id.into();
+            }
+            ns
+        }),
         privileged: eff.privileged.unwrap_or(false),
         selinux_options: eff.se_linux_options.as_ref().map(selinux),
         run_as_user: eff.run_as_user.map(|value| cri::Int64Value { value }),
@@ -383,6 +391,9 @@ fn container_security(
 /// What a container's config is made from besides its spec.
 pub struct ContainerInputs<'a> {
     pub restart_count: i32,
+    /// The running container whose process namespace an ephemeral
+    /// container joins (its targetContainerName).
+    pub target_id: Option<&'a str>,
     /// The image as the runtime resolved it.
     pub image_ref: &'a str,
     /// The host file of the termination message.
@@ -405,6 +416,7 @@ pub fn container_config(
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let ContainerInputs {
         restart_count,
+        target_id,
         image_ref,
         termination_log,
         mut mounts,
@@ -482,7 +494,7 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(pod, c, node_memory)?),
-            security_context: Some(container_security(pod, c, security)?),
+            security_context: Some(container_security(pod, c, target_id, security)?),
         }),
         ..Default::default()
     })
@@ -760,6 +772,7 @@ mod tests {
             c,
             ContainerInputs {
                 restart_count: 3,
+                target_id: None,
                 image_ref: "sha256:abc",
                 termination_log: Some(Path::new("/pods/u/containers/a/1")),
                 mounts: Vec::new(),
@@ -827,11 +840,41 @@ mod tests {
     fn inputs(env: Vec<(String, String)>) -> ContainerInputs<'static> {
         ContainerInputs {
             restart_count: 0,
+            target_id: None,
             image_ref: "x",
             termination_log: None,
             mounts: Vec::new(),
             env,
         }
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_process_namespace() {
+        let p = pod();
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let pid_ns = |target_id| {
+            let inputs = ContainerInputs {
+                target_id,
+                ..inputs(Vec::new())
+            };
+            let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), 1).unwrap();
+            let ns = cfg
+                .linux
+                .unwrap()
+                .security_context
+                .unwrap()
+                .namespace_options
+                .unwrap();
+            (ns.pid, ns.target_id)
+        };
+        assert_eq!(
+            pid_ns(Some("c1")),
+            (cri::NamespaceMode::Target as i32, "c1".to_owned())
+        );
+        assert_eq!(
+            pid_ns(None),
+            (cri::NamespaceMode::Container as i32, String::new())
+        );
     }
 
     #[test]

@@ -17,15 +17,15 @@ use futures::future::join_all;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_core::actions::{
-    PodActions, StartContainer, compute_pod_actions, container_hash, init_containers, is_sidecar,
-    regular_containers,
+    ContainerKind, PodActions, StartContainer, compute_pod_actions, container_hash,
+    ephemeral_containers, init_containers, is_sidecar, regular_containers,
 };
-use kubelet_core::crashloop::{self, CrashLoopBackoff};
 use kubelet_core::dns::{
     DnsSettings, ResolvConf, hostname_and_domain, kernel_hostname, managed_hosts, node_hosts,
     parse_resolv_conf, pod_dns,
 };
 use kubelet_core::duration::format_go_duration;
+use kubelet_core::flowcontrol::{self, KeyedBackoff, PullBackoff};
 use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::runtime::{
@@ -46,6 +46,7 @@ use crate::clock::Clock;
 use crate::error::{StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use crate::podenv::PodEnv;
+use crate::runtimeclass::RuntimeClasses;
 use crate::volumes::{PodVolumes, pod_dir};
 
 /// Upstream never kills with less than this grace period (seconds).
@@ -102,6 +103,11 @@ pub struct Host {
     pub node_memory: i64,
     /// seccompDefault, the Localhost profiles' root, the host's masked paths.
     pub security: SecurityDefaults,
+    /// The RuntimeClasses pods' sandboxes are run with.
+    pub runtime_classes: RuntimeClasses,
+    /// How many image pulls may run at once (serializeImagePulls: one;
+    /// maxParallelImagePulls); None: no limit.
+    pub image_pull_limit: Option<usize>,
 }
 
 #[derive(Clone)]
@@ -110,7 +116,11 @@ pub struct RuntimeManager {
     host: Host,
     /// What containers' environments are made from.
     env: PodEnv,
-    crashloop: Arc<Mutex<CrashLoopBackoff>>,
+    crashloop: Arc<Mutex<KeyedBackoff>>,
+    /// ImagePullBackOff, per pod and image.
+    pull_backoff: Arc<Mutex<PullBackoff>>,
+    /// A permit per pull that may run now (none: no limit).
+    pull_slots: Option<Arc<tokio::sync::Semaphore>>,
     events: Recorder,
     metrics: KubeletMetrics,
     /// The wall clock crash-loop back-offs are counted on (against the
@@ -179,11 +189,16 @@ impl RuntimeManager {
         metrics: KubeletMetrics,
         clock: Clock,
     ) -> Self {
+        let pull_slots = host
+            .image_pull_limit
+            .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
         RuntimeManager {
             cri,
             host,
             env,
             crashloop: Arc::default(),
+            pull_backoff: Arc::default(),
+            pull_slots,
             events,
             metrics,
             clock,
@@ -363,18 +378,23 @@ impl RuntimeManager {
         let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
             return Ok(result);
         };
+        let ephemeral = ephemeral_containers(pod);
         for start in &actions.containers_to_start {
-            let specs = if start.init {
-                init_containers(pod)
-            } else {
-                regular_containers(pod)
+            let spec = match start.kind {
+                ContainerKind::Init => init_containers(pod).get(start.index).map(|c| (c, None)),
+                ContainerKind::Regular => {
+                    regular_containers(pod).get(start.index).map(|c| (c, None))
+                }
+                ContainerKind::Ephemeral => ephemeral
+                    .get(start.index)
+                    .map(|(c, target)| (c, target.as_deref())),
             };
-            let Some(c) = specs.get(start.index) else {
+            let Some((c, target)) = spec else {
                 continue;
             };
             let about = Involved::pod(pod, Some(&c.name));
             let started = match self
-                .start_step(pod, c, start, status, &sandbox, &about)
+                .start_step(pod, c, target, start, status, &sandbox, &about)
                 .await
             {
                 Ok(id) => {
@@ -442,7 +462,18 @@ impl RuntimeManager {
     ) -> Result<Option<Sandbox<'a>>, SyncError> {
         let (id, config, name, mut ips) = match (actions.create_sandbox, &actions.sandbox_id) {
             (Some(attempt), _) => {
-                let (config, name) = self.sandbox_config(pod, attempt).await.inspect_err(|e| {
+                let runtime_class = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.runtime_class_name.as_deref());
+                let made = match self.host.runtime_classes.handler(runtime_class) {
+                    Ok(handler) => self
+                        .sandbox_config(pod, attempt)
+                        .await
+                        .map(|(config, name)| (handler, config, name)),
+                    Err(e) => Err(SyncError::SandboxConfig(e)),
+                };
+                let (handler, config, name) = made.inspect_err(|e| {
                     self.events.event(
                         &Involved::pod(pod, None),
                         WARNING,
@@ -450,7 +481,7 @@ impl RuntimeManager {
                         format!("Failed to create pod sandbox: {e}"),
                     );
                 })?;
-                let id = self.create_sandbox(pod, &config).await?;
+                let id = self.create_sandbox(pod, &config, handler).await?;
                 let ips = match self.cri.pod_sandbox_status(&id).await {
                     Ok(st) => sandbox_ips(&st),
                     Err(e) => {
@@ -549,6 +580,7 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         cfg: &cri::PodSandboxConfig,
+        runtime_handler: String,
     ) -> Result<String, CriError> {
         if !cfg.log_directory.is_empty()
             && let Err(e) = tokio::fs::create_dir_all(&cfg.log_directory).await
@@ -557,10 +589,10 @@ impl RuntimeManager {
             tracing::warn!(dir = %cfg.log_directory, error = %e, "creating the pod's log directory");
         }
         let attempt = cfg.metadata.as_ref().map_or(0, |m| m.attempt);
-        tracing::info!(attempt, "creating pod sandbox");
+        tracing::info!(attempt, %runtime_handler, "creating pod sandbox");
         self.metrics.started_pods.inc(&[]);
         self.cri
-            .run_pod_sandbox(cfg.clone())
+            .run_pod_sandbox(cfg.clone(), runtime_handler)
             .await
             .inspect_err(|e| {
                 self.metrics.started_pods_errors.inc(&[]);
@@ -649,10 +681,12 @@ impl RuntimeManager {
     /// image, its config (with its volumes' mounts, the termination message
     /// file and the log directory), then create and start. Ok is the new
     /// container's ID.
+    #[allow(clippy::too_many_arguments)]
     async fn start_step(
         &self,
         pod: &Pod,
         c: &Container,
+        target: Option<&str>,
         start: &StartContainer,
         status: &PodStatus,
         sandbox: &Sandbox<'_>,
@@ -669,7 +703,25 @@ impl RuntimeManager {
             );
             return Err(StartError::CrashLoopBackOff { left, message });
         }
-        let image_ref = self.ensure_image(c, about, &sandbox.config).await?;
+        // An ephemeral container joins its target's process namespace
+        // (upstream's getTargetID): the target must be running.
+        let target_id = match target.filter(|t| !t.is_empty()) {
+            None => None,
+            Some(t) => Some(
+                status
+                    .container(t)
+                    .filter(|s| s.state == ContainerState::Running)
+                    .map(|s| s.id.as_str())
+                    .ok_or_else(|| {
+                        StartError::Config(ConfigError {
+                            container: c.name.clone(),
+                            field: "targetContainerName".into(),
+                            message: format!("unable to find target container {t}"),
+                        })
+                    })?,
+            ),
+        };
+        let image_ref = self.ensure_image(pod, c, about, &sandbox.config).await?;
         self.verify_non_root(pod, c, &image_ref).await?;
         let termination_log = self.termination_log_file(pod, c).await?;
         let env = self
@@ -690,6 +742,7 @@ impl RuntimeManager {
             .map_err(StartError::Config)?;
         let inputs = ContainerInputs {
             restart_count: start.restart_count,
+            target_id,
             image_ref: &image_ref,
             termination_log: termination_log.as_deref(),
             mounts,
@@ -707,10 +760,10 @@ impl RuntimeManager {
             // The runtime refuses the container if it cannot log, and says why.
             tracing::warn!(container = %c.name, error = %e, "creating the container's log directory");
         }
-        let kind = if start.init {
-            "init_container"
-        } else {
-            "container"
+        let kind = match start.kind {
+            ContainerKind::Init => "init_container",
+            ContainerKind::Regular => "container",
+            ContainerKind::Ephemeral => "ephemeral_container",
         };
         self.metrics.started_containers.inc(&[kind]);
         let counted = |e: CriError| {
@@ -795,6 +848,7 @@ impl RuntimeManager {
             // Upstream's startContainer: `Error: <why>`; an image failure's
             // why is its reason (the image's own event says more).
             StartError::Image { reason, .. } => format!("Error: {reason}"),
+            StartError::ImagePullBackOff { .. } => format!("Error: {}", error.reason()),
             other => format!("Error: {other}"),
         };
         self.events.event(about, WARNING, "Failed", message);
@@ -835,7 +889,7 @@ impl RuntimeManager {
         let last = status
             .container(&c.name)
             .filter(|l| l.state == ContainerState::Exited)?;
-        let key = crashloop::key(
+        let key = flowcontrol::key(
             pod.metadata.uid.as_deref().unwrap_or(""),
             &c.name,
             &container_hash(c),
@@ -849,10 +903,13 @@ impl RuntimeManager {
             .map(|(b, _)| b)
     }
 
-    /// SyncPod's image step: pull as imagePullPolicy says; Ok is the image
-    /// reference to create the container from.
+    /// SyncPod's image step (upstream's EnsureImageExists): pull as
+    /// imagePullPolicy says, not while the image's last pull for this pod
+    /// is in back-off; Ok is the image reference to create the container
+    /// from.
     async fn ensure_image(
         &self,
+        pod: &Pod,
         c: &Container,
         about: &Involved,
         sandbox_config: &cri::PodSandboxConfig,
@@ -892,39 +949,90 @@ impl RuntimeManager {
                 Err(failed("ErrImageNeverPull", message, None))
             }
             _ => {
-                tracing::info!(%image, "pulling image");
-                self.events
-                    .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
-                let started = tokio::time::Instant::now();
-                match self
-                    .cri
-                    .pull_image(image, Some(sandbox_config.clone()))
-                    .await
-                {
-                    Ok(image_ref) => {
-                        self.events.event(
-                            about,
-                            NORMAL,
-                            "Pulled",
-                            format!(
-                                "Successfully pulled image {image:?} in {}",
-                                format_go_duration(started.elapsed())
-                            ),
-                        );
-                        Ok(image_ref)
-                    }
-                    Err(e) => {
-                        self.events.event(
-                            about,
-                            WARNING,
-                            "Failed",
-                            format!("Failed to pull image {image:?}: {}", e.message),
-                        );
-                        Err(failed("ErrImagePull", e.message.clone(), Some(e)))
-                    }
+                let uid = pod.metadata.uid.as_deref().unwrap_or("");
+                let in_backoff = self
+                    .pull_backoff
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .check(uid, image, self.clock.now_nanos());
+                if let Err((left, message)) = in_backoff {
+                    self.events.event(
+                        about,
+                        NORMAL,
+                        "BackOff",
+                        format!("Back-off pulling image {image:?}"),
+                    );
+                    return Err(StartError::ImagePullBackOff { left, message });
                 }
+                self.pull(image, about, sandbox_config)
+                    .await
+                    .inspect_err(|e| {
+                        let (reason, message) = (e.reason(), e.to_string());
+                        let mut backoff =
+                            self.pull_backoff.lock().unwrap_or_else(|e| e.into_inner());
+                        backoff.failed(uid, image, self.clock.now_nanos(), reason, &message);
+                    })
             }
         }
+    }
+
+    /// Pull `image` for a container (upstream's pullImage), with its
+    /// events: Pulling, then Pulled with the time it took and the image's
+    /// size, or Failed with the runtime's error.
+    async fn pull(
+        &self,
+        image: &str,
+        about: &Involved,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, StartError> {
+        tracing::info!(%image, "pulling image");
+        self.events
+            .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
+        let asked = tokio::time::Instant::now();
+        // The semaphore is never closed; a pull without a permit is not
+        // possible, so waiting is the only outcome.
+        let _permit = match &self.pull_slots {
+            Some(slots) => slots.acquire().await.ok(),
+            None => None,
+        };
+        let started = tokio::time::Instant::now();
+        let pulled = self
+            .cri
+            .pull_image(image, Some(sandbox_config.clone()))
+            .await;
+        let image_ref = match pulled {
+            Ok(image_ref) => image_ref,
+            Err(e) => {
+                let message = e.grpc_text();
+                self.events.event(
+                    about,
+                    WARNING,
+                    "Failed",
+                    format!("Failed to pull image {image:?}: {message}"),
+                );
+                return Err(StartError::Image {
+                    reason: "ErrImagePull",
+                    message,
+                    source: Some(e),
+                });
+            }
+        };
+        let ms = |d: Duration| format_go_duration(Duration::from_millis(d.as_millis() as u64));
+        let (took, waited) = (ms(started.elapsed()), ms(asked.elapsed()));
+        // The size as the runtime has it now (upstream reads it the same way).
+        let size = match self.cri.image_status(&image_ref).await {
+            Ok(Some(img)) => img.size,
+            _ => 0,
+        };
+        self.events.event(
+            about,
+            NORMAL,
+            "Pulled",
+            format!(
+                "Successfully pulled image {image:?} in {took} ({waited} including waiting). Image size: {size} bytes."
+            ),
+        );
+        Ok(image_ref)
     }
 
     /// Stop containers of a pod (upstream's killContainersWithSyncResult):
@@ -1317,6 +1425,8 @@ mod tests {
             resolv_conf: String::new(),
             node_memory: 1 << 30,
             security: SecurityDefaults::default(),
+            runtime_classes: RuntimeClasses::default(),
+            image_pull_limit: None,
         }
     }
 
@@ -1436,7 +1546,10 @@ mod tests {
             labels: labels.clone(),
             ..Default::default()
         };
-        let sb = cri.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let sb = cri
+            .run_pod_sandbox(sandbox.clone(), String::new())
+            .await
+            .unwrap();
         let mut ids = Vec::new();
         for attempt in 0..3 {
             let cfg = cri::ContainerConfig {

@@ -83,7 +83,11 @@ impl Harness {
             }),
             ..Default::default()
         };
-        let sandbox_id = self.cri.run_pod_sandbox(sandbox.clone()).await.unwrap();
+        let sandbox_id = self
+            .cri
+            .run_pod_sandbox(sandbox.clone(), String::new())
+            .await
+            .unwrap();
         let config = cri::ContainerConfig {
             metadata: Some(cri::ContainerMetadata {
                 name: name.into(),
