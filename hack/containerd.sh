@@ -21,11 +21,18 @@
 # time need different values for both (hack/test.sh uses its own). `stop`
 # takes the bridge name from DIR's conflist. The pod sandbox image is
 # ${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10} (hack/conformance.sh sets the
-# e2e suite's pause:3.10.2).
+# e2e suite's pause:3.10.2). With RKUBELET_REGISTRY_MIRROR=HOST:PORT (the
+# loopback registry of hack/registry.sh), images of that registry are pulled
+# from it over plain HTTP.
 set -euo pipefail
 
 PROG=${0##*/}
 SANDBOX_IMAGE=${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10}
+REGISTRY_MIRROR=${RKUBELET_REGISTRY_MIRROR:-}
+[[ -z "$REGISTRY_MIRROR" || "$REGISTRY_MIRROR" =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || {
+  echo "${0##*/}: error: RKUBELET_REGISTRY_MIRROR '$REGISTRY_MIRROR' must be HOST:PORT" >&2
+  exit 1
+}
 CNI_BIN_DIR=/usr/lib/cni
 BRIDGE=${RKUBELET_CNI_BRIDGE:-rkbr0}
 [[ "$BRIDGE" =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || {
@@ -261,6 +268,10 @@ write_config() {
       "$handler" runtime_type '"io.containerd.runc.v2"' \
       "$handler.options" SystemdCgroup false \
       "$handler.options" Root "\"$DIR/runc\""
+    if [[ -n "$REGISTRY_MIRROR" ]]; then
+      printf '%s\t%s\t%s\n' "$cri.registry.mirrors.\"$REGISTRY_MIRROR\"" endpoint \
+        "[\"http://$REGISTRY_MIRROR\"]"
+    fi
   } >"$settings"
 
   containerd config default >"$tmp.default" 2>/dev/null ||

@@ -3,6 +3,8 @@
 # CRI namespace (k8s.io). No registry is involved.
 #
 #   hack/images.sh [SOCKET]
+#   hack/images.sh --print-tarball    build the cache if needed and print the
+#                                     OCI layout tarball's path (no import)
 #
 # SOCKET defaults to ${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}/containerd.sock
 # (the private containerd of hack/containerd.sh).
@@ -42,7 +44,7 @@ die() { echo "$PROG: error: $*" >&2; exit 1; }
 . "$REPO_ROOT/hack/lib/oci.sh"
 
 usage() {
-  echo "usage: $PROG [SOCKET]" >&2
+  echo "usage: $PROG [SOCKET] | --print-tarball" >&2
   echo "  SOCKET defaults to \${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}/containerd.sock" >&2
   exit 2
 }
@@ -94,6 +96,11 @@ build_cache() {
 
 main() {
   (($# <= 1)) || usage
+  local print_only=""
+  if [[ "${1:-}" == --print-tarball ]]; then
+    print_only=1
+    shift
+  fi
   [[ "${1:-}" != -* ]] || usage
   local socket=${1:-${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}/containerd.sock}
   socket=${socket#unix://}
@@ -107,7 +114,8 @@ main() {
     die "package busybox-static is not installed (run hack/install-deps.sh)"
   local busybox=/bin/busybox
   [[ -x "$busybox" ]] || die "$busybox not found (busybox-static installed?)"
-  [[ -S "$socket" ]] || die "no containerd socket at $socket (start one with hack/containerd.sh start)"
+  [[ -n "$print_only" || -S "$socket" ]] ||
+    die "no containerd socket at $socket (start one with hack/containerd.sh start)"
 
   local arch cache key dir
   arch=$(oci_arch)
@@ -116,6 +124,10 @@ main() {
   dir="$cache/images/$key"
   if [[ ! -f "$dir/images.tar" || ! -f "$dir/refs" ]]; then
     build_cache "$dir" "$busybox"
+  fi
+  if [[ -n "$print_only" ]]; then
+    echo "$dir/images.tar"
+    return
   fi
 
   oci_import "$socket" "$dir"

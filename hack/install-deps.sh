@@ -27,6 +27,9 @@ PACKAGES=(
   libc-bin
   netcat-openbsd
   python3
+  docker-registry
+  skopeo
+  apache2-utils
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }

@@ -12,7 +12,9 @@
 #      developer's cluster on 6443/2379 is untouched) and the cluster tests
 #      against it and the same containerd (cargo test -p rkubelet --test
 #      cluster -- --ignored), which read RKUBELET_CLUSTER_DIR,
-#      RKUBELET_CLUSTER_NODE, RKUBELET_KUBECTL and RKUBELET_E2E_ENDPOINT
+#      RKUBELET_CLUSTER_NODE, RKUBELET_KUBECTL, RKUBELET_E2E_ENDPOINT and
+#      RKUBELET_TEST_REGISTRY (a private registry on loopback,
+#      hack/registry.sh, that this containerd pulls from over HTTP)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own whose node
@@ -50,8 +52,14 @@ CLUSTER_APISERVER_PORT=16443
 CLUSTER_ETCD_PORT=12379
 CLUSTER_METRICS_SERVER_PORT=14443
 CLUSTER_NODE=rk-e2e-node
+REGISTRY_ADDR=127.0.0.1:15000
+REGISTRY_DIR=""
 cleanup() {
   local rc=$?
+  if [[ -n "$REGISTRY_DIR" ]]; then
+    "$REPO_ROOT/hack/registry.sh" stop "$REGISTRY_DIR" ||
+      echo "test.sh: warning: stopping the registry failed" >&2
+  fi
   if [[ -n "$CLUSTER_DIR" ]]; then
     CLEAN=1 RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
       RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
@@ -87,10 +95,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 stage "cargo test"
 cargo test --workspace
 
-stage "start a private containerd"
+stage "start a private registry and containerd"
 TMP_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rkubelet-test.XXXXXX")
+REGISTRY_DIR="$TMP_DIR/registry"
+hack/registry.sh start "$REGISTRY_DIR" "$REGISTRY_ADDR"
 RUNTIME_DIR="$TMP_DIR/runtime"
-hack/containerd.sh start "$RUNTIME_DIR" >/dev/null
+RKUBELET_REGISTRY_MIRROR=$REGISTRY_ADDR hack/containerd.sh start "$RUNTIME_DIR" >/dev/null
 echo "containerd on unix://$RUNTIME_DIR/containerd.sock"
 
 stage "import test images"
@@ -120,6 +130,7 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \
   RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
+  RKUBELET_TEST_REGISTRY=$REGISTRY_ADDR \
   cargo test -p rkubelet --test cluster -- --ignored --test-threads=1
 
 stage "conformance subset (hack/conformance/ci-subset.txt)"

@@ -8,6 +8,7 @@ pub mod actions;
 pub mod admission;
 pub mod backoff;
 pub mod config;
+pub mod credentials;
 pub mod crilog;
 pub mod dns;
 pub mod downward;

@@ -440,9 +440,11 @@ impl CriClient {
 
     /// Pull an image, returning its reference. Pulls are slow by nature:
     /// the deadline is ten times runtimeRequestTimeout.
+    /// Pull `image`, with the registry's credentials when given.
     pub async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> Result<String, CriError> {
         let mut c = self.images.clone();
@@ -452,7 +454,7 @@ impl CriClient {
                 self.timeout * 10,
                 c.pull_image(cri::PullImageRequest {
                     image: Some(image_spec(image)),
-                    auth: None,
+                    auth,
                     sandbox_config,
                 }),
             )

@@ -3,7 +3,8 @@
 //! env names (the volume manager's stores, where SyncPod's volume step
 //! registered the pod's references), the Services (one watch of them all,
 //! as upstream's informer), the node's allocatable and IPs. The
-//! composition itself is `kubelet_core::env`'s.
+//! composition itself is `kubelet_core::env`'s. The image step reads the
+//! pod's imagePullSecrets from the same Secret store.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -94,6 +95,32 @@ impl PodEnv {
             .unwrap_or(true);
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         Ok(env::service_env(all.iter(), ns, links))
+    }
+
+    /// The pod's imagePullSecrets that can be read, and the names of those
+    /// that cannot (upstream's getPullSecretsForPod; empty names skipped).
+    pub async fn pull_secrets(&self, pod: &Pod) -> (Vec<Arc<Secret>>, Vec<String>) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let names = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_deref())
+            .unwrap_or(&[])
+            .iter()
+            .map(|r| r.name.as_str())
+            .filter(|n| !n.is_empty());
+        let store = self.objects.as_ref().map(|(_, s)| s);
+        let (mut found, mut missing) = (Vec::new(), Vec::new());
+        for name in names {
+            match fetch(store, "secret", ns, name).await {
+                Fetched::Found(s) => found.push(s),
+                Fetched::NotFound(why) | Fetched::Failed(why) => {
+                    tracing::info!(secret = %name, %why, "unable to retrieve pull secret, the image pull may not succeed");
+                    missing.push(name.to_owned());
+                }
+            }
+        }
+        (found, missing)
     }
 
     /// Container `c`'s environment, `pod_ips` being the pod's.

@@ -2490,6 +2490,127 @@ async fn q_runtime_classes_and_kubectl_debug() {
 
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn r_private_images_pull_only_with_their_pull_secret() {
+    // hack/registry.sh's loopback registry, which wants its user for every
+    // repository; containerd reaches it over plain HTTP.
+    let registry = env("RKUBELET_TEST_REGISTRY");
+    let image = format!("{registry}/private/busybox:1");
+    let mut k = Kubelet::new("pull");
+    k.start_ready().await;
+    let _ = k.api.run(&[
+        "delete",
+        "secret",
+        "cl-regcred",
+        "-n",
+        "default",
+        "--ignore-not-found",
+    ]);
+    k.api.ok(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "cl-regcred",
+        "-n",
+        "default",
+        "--docker-server",
+        &registry,
+        "--docker-username",
+        "rkubelet-puller",
+        "--docker-password",
+        "registry.sh-pw",
+    ]);
+    k.api.ok(&[
+        "label",
+        "secret",
+        "cl-regcred",
+        "-n",
+        "default",
+        &format!("{TEST_LABEL}=1"),
+    ]);
+    let spec = |secrets: &[&str]| {
+        let refs: Vec<Value> = secrets.iter().map(|s| json!({"name": s})).collect();
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "imagePullSecrets": refs,
+            "containers": [{
+                "name": "c",
+                "image": image,
+                "imagePullPolicy": "Always",
+                "command": ["sh", "-c", SLEEPER],
+            }],
+        })
+    };
+    k.api
+        .create(&test_pod(&k.api, "cl-pull-ok", spec(&["cl-regcred"])));
+    k.api.create(&test_pod(&k.api, "cl-pull-none", spec(&[])));
+    k.api
+        .create(&test_pod(&k.api, "cl-pull-missing", spec(&["cl-nope"])));
+
+    let pod = eventually("the pod with the pull secret runs", START, async || {
+        k.api.pod("cl-pull-ok").filter(running_with_ip)
+    })
+    .await;
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    let pulled = eventually("Pulled", START, async || {
+        pod_event(&k.api, "cl-pull-ok", "Pulled")
+    })
+    .await;
+    assert!(
+        pulled.starts_with(&format!("Successfully pulled image {image:?} in "))
+            && pulled.contains(" including waiting). Image size: "),
+        "{pulled}"
+    );
+    // Without credentials the registry refuses: ErrImagePull, then
+    // ImagePullBackOff carrying that error.
+    let waiting = eventually("ImagePullBackOff without the secret", START, async || {
+        let pod = k.api.pod("cl-pull-none")?;
+        let w = &container_status(&pod, "c")["state"]["waiting"];
+        (w["reason"] == "ImagePullBackOff").then(|| w["message"].as_str().unwrap_or("").to_owned())
+    })
+    .await;
+    assert!(
+        waiting.starts_with(&format!(
+            "Back-off pulling image {image:?}: ErrImagePull: rpc error: "
+        )) && waiting.contains("401 Unauthorized"),
+        "{waiting}"
+    );
+    let missing = eventually("FailedToRetrieveImagePullSecret", START, async || {
+        pod_event(&k.api, "cl-pull-missing", "FailedToRetrieveImagePullSecret")
+    })
+    .await;
+    assert_eq!(
+        missing,
+        "Unable to retrieve some image pull secrets (cl-nope); attempting to pull the image may not succeed."
+    );
+    // imagePullPolicy Always pulls again though the image is present now.
+    let before = pod_event(&k.api, "cl-pull-ok", "Pulling");
+    assert!(before.is_some());
+    k.api
+        .create(&test_pod(&k.api, "cl-pull-again", spec(&["cl-regcred"])));
+    let again = eventually("the second pod runs", START, async || {
+        k.api.pod("cl-pull-again").filter(running_with_ip)
+    })
+    .await;
+    assert!(
+        pod_event(&k.api, "cl-pull-again", "Pulling").is_some(),
+        "pulled again under Always"
+    );
+    let mut uids = uids;
+    uids.insert(uid(&again).to_owned());
+    for name in [
+        "cl-pull-ok",
+        "cl-pull-none",
+        "cl-pull-missing",
+        "cl-pull-again",
+    ] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
     let app = "cl-outage";
     let mut k = Kubelet::new("outage");

@@ -20,6 +20,7 @@ use kubelet_core::actions::{
     ContainerKind, PodActions, StartContainer, compute_pod_actions, container_hash,
     ephemeral_containers, init_containers, is_sidecar, regular_containers,
 };
+use kubelet_core::credentials::Keyring;
 use kubelet_core::dns::{
     DnsSettings, ResolvConf, hostname_and_domain, kernel_hostname, managed_hosts, node_hosts,
     parse_resolv_conf, pod_dns,
@@ -964,7 +965,7 @@ impl RuntimeManager {
                     );
                     return Err(StartError::ImagePullBackOff { left, message });
                 }
-                self.pull(image, about, sandbox_config)
+                self.pull(pod, image, about, sandbox_config)
                     .await
                     .inspect_err(|e| {
                         let (reason, message) = (e.reason(), e.to_string());
@@ -976,16 +977,42 @@ impl RuntimeManager {
         }
     }
 
-    /// Pull `image` for a container (upstream's pullImage), with its
-    /// events: Pulling, then Pulled with the time it took and the image's
-    /// size, or Failed with the runtime's error.
+    /// Pull `image` for a container (upstream's pullImage), with the
+    /// credentials the pod's imagePullSecrets hold for its registry, each
+    /// tried in turn (none: without), and its events: Pulling, then Pulled
+    /// with the time it took and the image's size, or Failed with the
+    /// runtime's error (and FailedToRetrieveImagePullSecret when some
+    /// secrets could not be read).
     async fn pull(
         &self,
+        pod: &Pod,
         image: &str,
         about: &Involved,
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<String, StartError> {
-        tracing::info!(%image, "pulling image");
+        let (secrets, missing) = self.env.pull_secrets(pod).await;
+        let keyring =
+            Keyring::from_secrets(secrets.iter().map(|s| s.as_ref())).map_err(|message| {
+                StartError::Image {
+                    reason: "ErrImagePull",
+                    message,
+                    source: None,
+                }
+            })?;
+        let auths: Vec<Option<cri::AuthConfig>> = match keyring.lookup(image) {
+            creds if creds.is_empty() => vec![None],
+            creds => creds
+                .into_iter()
+                .map(|c| {
+                    Some(cri::AuthConfig {
+                        username: c.username,
+                        password: c.password,
+                        ..Default::default()
+                    })
+                })
+                .collect(),
+        };
+        tracing::info!(%image, credentials = auths.iter().flatten().count(), "pulling image");
         self.events
             .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
         let asked = tokio::time::Instant::now();
@@ -996,26 +1023,50 @@ impl RuntimeManager {
             None => None,
         };
         let started = tokio::time::Instant::now();
-        let pulled = self
-            .cri
-            .pull_image(image, Some(sandbox_config.clone()))
-            .await;
-        let image_ref = match pulled {
-            Ok(image_ref) => image_ref,
-            Err(e) => {
-                let message = e.grpc_text();
-                self.events.event(
-                    about,
-                    WARNING,
-                    "Failed",
-                    format!("Failed to pull image {image:?}: {message}"),
-                );
-                return Err(StartError::Image {
-                    reason: "ErrImagePull",
-                    message,
-                    source: Some(e),
-                });
+        let mut errors = Vec::new();
+        let mut pulled = None;
+        for auth in auths {
+            match self
+                .cri
+                .pull_image(image, auth, Some(sandbox_config.clone()))
+                .await
+            {
+                Ok(image_ref) => {
+                    pulled = Some(image_ref);
+                    break;
+                }
+                Err(e) => errors.push(e),
             }
+        }
+        let Some(image_ref) = pulled else {
+            // Upstream's aggregate: one error as is, several in brackets.
+            let texts: Vec<String> = errors.iter().map(CriError::grpc_text).collect();
+            let message = match texts.as_slice() {
+                [one] => one.clone(),
+                many => format!("[{}]", many.join(", ")),
+            };
+            self.events.event(
+                about,
+                WARNING,
+                "Failed",
+                format!("Failed to pull image {image:?}: {message}"),
+            );
+            if !missing.is_empty() {
+                self.events.event(
+                    &Involved::pod(pod, None),
+                    WARNING,
+                    "FailedToRetrieveImagePullSecret",
+                    format!(
+                        "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                        missing.join(", ")
+                    ),
+                );
+            }
+            return Err(StartError::Image {
+                reason: "ErrImagePull",
+                message,
+                source: errors.pop(),
+            });
         };
         let ms = |d: Duration| format_go_duration(Duration::from_millis(d.as_millis() as u64));
         let (took, waited) = (ms(started.elapsed()), ms(asked.elapsed()));

@@ -236,6 +236,17 @@ impl VolumeManager {
                 }
             }
         }
+        // And the pull secrets, which the image step reads.
+        let pull = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref());
+        secrets.extend(
+            pull.into_iter()
+                .flatten()
+                .filter(|r| !r.name.is_empty())
+                .map(|r| r.name.clone()),
+        );
         let uid = PodUid::of(pod);
         let ns = namespace(pod);
         api.config_maps.register(&uid, ns, &cms);

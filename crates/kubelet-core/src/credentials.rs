@@ -1,0 +1,357 @@
+//! Registry credentials from a pod's `imagePullSecrets` (upstream's
+//! credentialprovider keyring and its secrets package): the
+//! `kubernetes.io/dockerconfigjson` and legacy `kubernetes.io/dockercfg`
+//! Secrets read into a keyring, and the credentials for an image looked up
+//! as upstream matches them (hosts with `*` globs per dot-separated part,
+//! the port exactly, the path as a prefix; the more specific key first;
+//! docker.io images also take the `index.docker.io` credentials). Pure.
+
+use std::collections::{BTreeMap, HashMap};
+
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use serde::Deserialize;
+
+/// A Secret's type and the key it keeps its config under.
+const DOCKER_CONFIG_JSON: (&str, &str) = ("kubernetes.io/dockerconfigjson", ".dockerconfigjson");
+const DOCKERCFG: (&str, &str) = ("kubernetes.io/dockercfg", ".dockercfg");
+
+/// The host docker.io images' credentials are also kept under.
+const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
+
+/// One set of credentials for a registry (CRI's AuthConfig carries them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credential {
+    pub username: String,
+    pub password: String,
+}
+
+/// A docker config's entry for one registry: `auth` (base64 of
+/// `user:password`) wins over `username` and `password`, as upstream's.
+#[derive(Deserialize)]
+struct Entry {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    auth: String,
+}
+
+#[derive(Deserialize)]
+struct ConfigJson {
+    #[serde(default)]
+    auths: BTreeMap<String, Entry>,
+}
+
+fn decode_auth(field: &str) -> Result<Credential, String> {
+    let engine = if field.trim().ends_with('=') {
+        &base64::engine::general_purpose::STANDARD
+    } else {
+        &base64::engine::general_purpose::STANDARD_NO_PAD
+    };
+    let decoded = engine.decode(field).map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&decoded);
+    let (username, password) = text
+        .split_once(':')
+        .ok_or("must be formatted as base64(username:password)")?;
+    Ok(Credential {
+        username: username.to_owned(),
+        password: password.to_owned(),
+    })
+}
+
+/// The registries' credentials of a pod's pull secrets.
+#[derive(Clone, Debug, Default)]
+pub struct Keyring {
+    /// Keys (`host[:port][/path]`), reverse-sorted so that the more
+    /// specific path of a host is tried first.
+    index: Vec<String>,
+    creds: HashMap<String, Vec<Credential>>,
+}
+
+impl Keyring {
+    /// The keyring of `secrets`: those of another type, or without their
+    /// key, are skipped as upstream's; Err names a secret whose config does
+    /// not parse.
+    pub fn from_secrets<'a>(
+        secrets: impl IntoIterator<Item = &'a Secret>,
+    ) -> Result<Keyring, String> {
+        let mut ring = Keyring::default();
+        for secret in secrets {
+            let name = secret.metadata.name.as_deref().unwrap_or("");
+            let kind = secret.type_.as_deref().unwrap_or("");
+            let config = |key: &str| {
+                secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(key))
+                    .map(|b| b.0.as_slice())
+                    .filter(|b| !b.is_empty())
+            };
+            let bad = |e: serde_json::Error| format!("image pull secret {name:?}: {e}");
+            let entries: BTreeMap<String, Entry> = if kind == DOCKER_CONFIG_JSON.0 {
+                let Some(b) = config(DOCKER_CONFIG_JSON.1) else {
+                    continue;
+                };
+                serde_json::from_slice::<ConfigJson>(b).map_err(bad)?.auths
+            } else if kind == DOCKERCFG.0 {
+                let Some(b) = config(DOCKERCFG.1) else {
+                    continue;
+                };
+                serde_json::from_slice(b).map_err(bad)?
+            } else {
+                continue;
+            };
+            for (location, entry) in entries {
+                let cred = if entry.auth.is_empty() {
+                    Credential {
+                        username: entry.username,
+                        password: entry.password,
+                    }
+                } else {
+                    decode_auth(&entry.auth)
+                        .map_err(|e| format!("image pull secret {name:?}: {location}: auth {e}"))?
+                };
+                ring.add(&location, cred);
+            }
+        }
+        ring.index.sort_unstable_by(|a, b| b.cmp(a));
+        ring.index.dedup();
+        Ok(ring)
+    }
+
+    /// Keep `cred` under `location` as upstream's BasicDockerKeyring.Add
+    /// keys it: no scheme, `/v1/` and `/v2/` meaning the host itself.
+    fn add(&mut self, location: &str, cred: Credential) {
+        let rest = location
+            .strip_prefix("https://")
+            .or_else(|| location.strip_prefix("http://"))
+            .unwrap_or(location);
+        let (host, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, ""),
+        };
+        let path = path
+            .strip_prefix("/v2")
+            .or_else(|| path.strip_prefix("/v1"))
+            .filter(|p| p.starts_with('/'))
+            .unwrap_or(path);
+        let key = if path.is_empty() || path == "/" {
+            host.to_owned()
+        } else {
+            format!("{host}{path}")
+        };
+        self.index.push(key.clone());
+        self.creds.entry(key).or_default().push(cred);
+    }
+
+    /// The credentials to try, in order, for pulling `image` (none: pull
+    /// without).
+    pub fn lookup(&self, image: &str) -> Vec<Credential> {
+        let repo = repository(image);
+        let found: Vec<Credential> = self
+            .index
+            .iter()
+            .filter(|k| urls_match(k, &repo))
+            .flat_map(|k| self.creds[k.as_str()].iter().cloned())
+            .collect();
+        if found.is_empty() && is_default_registry(&repo) {
+            return self
+                .creds
+                .get(DEFAULT_REGISTRY_HOST)
+                .cloned()
+                .unwrap_or_default();
+        }
+        found
+    }
+}
+
+/// The repository an image reference pulls from, as the docker reference
+/// normalizes it: no tag or digest, `docker.io` (and `library/`) when no
+/// registry is named.
+fn repository(image: &str) -> String {
+    let name = image.split_once('@').map_or(image, |(n, _)| n);
+    let name = match name.rfind(':') {
+        Some(i) if !name[i..].contains('/') => &name[..i],
+        _ => name,
+    };
+    match name.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            let first = if first == "index.docker.io" {
+                "docker.io"
+            } else {
+                first
+            };
+            format!("{first}/{rest}")
+        }
+        Some(_) => format!("docker.io/{name}"),
+        None => format!("docker.io/library/{name}"),
+    }
+}
+
+/// Whether `repo` is on the default registry (upstream's
+/// isDefaultRegistryMatch).
+fn is_default_registry(repo: &str) -> bool {
+    let first = repo.split('/').next().unwrap_or("");
+    !first.is_empty()
+        && (!repo.contains('/')
+            || first == "docker.io"
+            || first == DEFAULT_REGISTRY_HOST
+            || !first.contains(['.', ':']))
+}
+
+/// `host` split into its dot-separated parts and its port.
+fn host_parts(host: &str) -> (Vec<&str>, &str) {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((n, p)) if !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) => (n, p),
+        _ => (host, ""),
+    };
+    (name.split('.').collect(), port)
+}
+
+/// Whether the key `glob` matches `target` (both `host[:port][/path]`), as
+/// upstream's URLsMatch: same port, as many host parts each matching its
+/// glob, the key's path a prefix of the target's.
+fn urls_match(glob: &str, target: &str) -> bool {
+    let split = |s: &str| -> (String, String) {
+        match s.find('/') {
+            Some(i) => (s[..i].to_owned(), s[i..].to_owned()),
+            None => (s.to_owned(), String::new()),
+        }
+    };
+    let ((glob_host, glob_path), (target_host, target_path)) = (split(glob), split(target));
+    let (glob_parts, glob_port) = host_parts(&glob_host);
+    let (target_parts, target_port) = host_parts(&target_host);
+    glob_port == target_port
+        && glob_parts.len() == target_parts.len()
+        && target_path.starts_with(&glob_path)
+        && glob_parts
+            .iter()
+            .zip(&target_parts)
+            .all(|(g, t)| glob::Pattern::new(g).is_ok_and(|p| p.matches(t)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cred(user: &str) -> Credential {
+        Credential {
+            username: user.into(),
+            password: format!("{user}-pw"),
+        }
+    }
+
+    fn secret(name: &str, kind: &str, key: &str, config: &[u8]) -> Secret {
+        Secret {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            type_: Some(kind.into()),
+            data: Some(BTreeMap::from([(
+                key.to_owned(),
+                k8s_openapi::ByteString(config.to_vec()),
+            )])),
+            ..Default::default()
+        }
+    }
+
+    fn json_secret(name: &str, auths: &str) -> Secret {
+        let config = format!(r#"{{"auths": {auths}}}"#);
+        secret(
+            name,
+            DOCKER_CONFIG_JSON.0,
+            DOCKER_CONFIG_JSON.1,
+            config.as_bytes(),
+        )
+    }
+
+    #[test]
+    fn repositories_normalize_as_docker_references() {
+        for (image, want) in [
+            ("busybox", "docker.io/library/busybox"),
+            ("busybox:1.37", "docker.io/library/busybox"),
+            ("me/app:v1", "docker.io/me/app"),
+            ("index.docker.io/me/app", "docker.io/me/app"),
+            (
+                "registry.test:5000/team/app:2",
+                "registry.test:5000/team/app",
+            ),
+            ("localhost/app@sha256:abc", "localhost/app"),
+            ("quay.io/coreos/etcd", "quay.io/coreos/etcd"),
+        ] {
+            assert_eq!(repository(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn credentials_match_as_upstreams_keyring() {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let secrets = [
+            json_secret(
+                "specific",
+                &format!(
+                    r#"{{"https://quay.io/coreos": {{"auth": "{}"}}, "*.registry.test:5000": {{"username": "glob", "password": "glob-pw"}}}}"#,
+                    b64("coreos:coreos-pw")
+                ),
+            ),
+            json_secret(
+                "broad",
+                r#"{"quay.io": {"username": "quay", "password": "quay-pw"}, "https://index.docker.io/v1/": {"username": "hub", "password": "hub-pw"}}"#,
+            ),
+            secret(
+                "legacy",
+                DOCKERCFG.0,
+                DOCKERCFG.1,
+                br#"{"legacy.test": {"username": "old", "password": "old-pw"}}"#,
+            ),
+        ];
+        let ring = Keyring::from_secrets(&secrets).unwrap();
+        let cases: &[(&str, &[&str])] = &[
+            ("quay.io/coreos/etcd:v3", &["coreos", "quay"]),
+            ("quay.io/other/app", &["quay"]),
+            ("a.registry.test:5000/app", &["glob"]),
+            ("a.registry.test/app", &[]),
+            ("a.b.registry.test:5000/app", &[]),
+            ("busybox", &["hub"]),
+            ("me/app", &["hub"]),
+            ("legacy.test/app", &["old"]),
+            ("elsewhere.test/app", &[]),
+        ];
+        for (image, users) in cases {
+            let want: Vec<Credential> = users.iter().map(|u| cred(u)).collect();
+            assert_eq!(ring.lookup(image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn secrets_of_other_types_are_skipped_and_bad_ones_named() {
+        let auths = r#"{"r.test": {"username": "u", "password": "p"}}"#;
+        let mut opaque = json_secret("opaque", auths);
+        opaque.type_ = Some("Opaque".into());
+        assert!(
+            Keyring::from_secrets([&opaque])
+                .unwrap()
+                .lookup("r.test/app")
+                .is_empty()
+        );
+        let bad = secret(
+            "bad",
+            DOCKER_CONFIG_JSON.0,
+            DOCKER_CONFIG_JSON.1,
+            b"{not json",
+        );
+        let err = Keyring::from_secrets([&bad]).unwrap_err();
+        assert!(err.starts_with("image pull secret \"bad\": "), "{err}");
+        let no_colon = json_secret("nc", r#"{"r.test": {"auth": "dXNlcg=="}}"#);
+        let err = Keyring::from_secrets([&no_colon]).unwrap_err();
+        assert!(
+            err.ends_with("must be formatted as base64(username:password)"),
+            "{err}"
+        );
+    }
+}
