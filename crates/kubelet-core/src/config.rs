@@ -67,6 +67,10 @@ pub const DECODED_FIELDS: &[&str] = &[
     "allowedUnsafeSysctls",
     "serializeImagePulls",
     "maxParallelImagePulls",
+    "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent",
+    "imageMinimumGCAge",
+    "imageMaximumGCAge",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -85,10 +89,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "enableContentionProfiling",
     "oomScoreAdj",
     "nodeLeaseDurationSeconds",
-    "imageMinimumGCAge",
-    "imageMaximumGCAge",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
     "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
@@ -433,6 +433,17 @@ pub struct KubeletConfiguration {
     /// `maxParallelImagePulls`: at most this many pulls at once when they
     /// are not serialized (unset: no limit).
     pub max_parallel_image_pulls: Option<i64>,
+    /// `imageGCHighThresholdPercent`: image GC runs once the image file
+    /// system is this full (100: never for space). Default 85.
+    pub image_gc_high_threshold_percent: i64,
+    /// `imageGCLowThresholdPercent`: ... and frees down to this. Default 80.
+    pub image_gc_low_threshold_percent: i64,
+    /// `imageMinimumGCAge`: an image seen for less is never removed.
+    /// Default 2m.
+    pub image_minimum_gc_age: Duration,
+    /// `imageMaximumGCAge`: an image unused for longer is removed whatever
+    /// the space (0: never). Default 0.
+    pub image_maximum_gc_age: Duration,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -495,6 +506,10 @@ impl Default for KubeletConfiguration {
             allowed_unsafe_sysctls: Vec::new(),
             serialize_image_pulls: true,
             max_parallel_image_pulls: None,
+            image_gc_high_threshold_percent: 85,
+            image_gc_low_threshold_percent: 80,
+            image_minimum_gc_age: Duration::from_secs(120),
+            image_maximum_gc_age: Duration::ZERO,
         }
     }
 }
@@ -553,6 +568,10 @@ impl KubeletConfiguration {
             "allowedUnsafeSysctls": self.allowed_unsafe_sysctls,
             "serializeImagePulls": self.serialize_image_pulls,
             "maxParallelImagePulls": self.max_parallel_image_pulls,
+            "imageGCHighThresholdPercent": self.image_gc_high_threshold_percent,
+            "imageGCLowThresholdPercent": self.image_gc_low_threshold_percent,
+            "imageMinimumGCAge": d(self.image_minimum_gc_age),
+            "imageMaximumGCAge": d(self.image_maximum_gc_age),
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -667,6 +686,20 @@ fn decode_uint<T: TryFrom<u64>>(
             .map(Some)
             .ok_or_else(|| wrong_type(field, expected, v)),
         other => Err(wrong_type(field, expected, other)),
+    }
+}
+
+/// A signed 32-bit integer field (its range is validated later, with
+/// upstream's message); `None` when null.
+fn decode_int32(field: &str, v: &Value) -> Result<Option<i64>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_i64()
+            .filter(|n| i32::try_from(*n).is_ok())
+            .map(Some)
+            .ok_or_else(|| wrong_type(field, "a 32-bit integer", v)),
+        other => Err(wrong_type(field, "a 32-bit integer", other)),
     }
 }
 
@@ -1052,17 +1085,27 @@ pub fn parse_kubelet_config_reporting(
                 cfg.allowed_unsafe_sysctls = decode_sysctl_patterns(field, v)?
             }
             "serializeImagePulls" => serialize = decode_bool(field, v)?,
-            "maxParallelImagePulls" => {
-                cfg.max_parallel_image_pulls = match v {
-                    Value::Null => None,
-                    Value::Number(n) => Some(
-                        n.as_i64()
-                            .filter(|n| i32::try_from(*n).is_ok())
-                            .ok_or_else(|| wrong_type(field, "a 32-bit integer", v))?,
-                    ),
-                    other => return Err(wrong_type(field, "a 32-bit integer", other)),
+            "imageGCHighThresholdPercent" => {
+                if let Some(n) = decode_int32(field, v)? {
+                    cfg.image_gc_high_threshold_percent = n;
                 }
             }
+            "imageGCLowThresholdPercent" => {
+                if let Some(n) = decode_int32(field, v)? {
+                    cfg.image_gc_low_threshold_percent = n;
+                }
+            }
+            "imageMinimumGCAge" => {
+                if let Some(d) = decode_duration(field, v)? {
+                    cfg.image_minimum_gc_age = d;
+                }
+            }
+            "imageMaximumGCAge" => {
+                if let Some(d) = decode_duration(field, v)? {
+                    cfg.image_maximum_gc_age = d;
+                }
+            }
+            "maxParallelImagePulls" => cfg.max_parallel_image_pulls = decode_int32(field, v)?,
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -1106,6 +1149,43 @@ impl KubeletConfiguration {
             field: field.to_owned(),
             message,
         };
+        let (high, low) = (
+            self.image_gc_high_threshold_percent,
+            self.image_gc_low_threshold_percent,
+        );
+        for (field, n) in [
+            (
+                "imageGCHighThresholdPercent (--image-gc-high-threshold)",
+                high,
+            ),
+            ("imageGCLowThresholdPercent (--image-gc-low-threshold)", low),
+        ] {
+            if !(0..=100).contains(&n) {
+                return Err(invalid(
+                    field,
+                    format!("{n} must be between 0 and 100, inclusive"),
+                ));
+            }
+        }
+        if low >= high {
+            return Err(invalid(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold)",
+                format!(
+                    "{low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+                ),
+            ));
+        }
+        let (min_age, max_age) = (self.image_minimum_gc_age, self.image_maximum_gc_age);
+        if !max_age.is_zero() && max_age <= min_age {
+            return Err(invalid(
+                "imageMaximumGCAge",
+                format!(
+                    "{} must be greater than imageMinimumGCAge {}",
+                    format_go_duration(max_age),
+                    format_go_duration(min_age)
+                ),
+            ));
+        }
         match self.max_parallel_image_pulls {
             Some(n) if n < 1 => {
                 return Err(invalid(
@@ -1594,6 +1674,18 @@ mod tests {
             (
                 |c| c.healthz_bind_address = String::new(),
                 "healthzBindAddress",
+            ),
+            (
+                |c| c.image_gc_high_threshold_percent = 101,
+                "imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100",
+            ),
+            (
+                |c| c.image_gc_low_threshold_percent = 85,
+                "imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85",
+            ),
+            (
+                |c| c.image_maximum_gc_age = Duration::from_secs(60),
+                "imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
             ),
             (
                 |c| c.max_parallel_image_pulls = Some(0),

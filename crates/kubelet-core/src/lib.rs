@@ -4,6 +4,10 @@
 //! state machine, compute-pod-actions, PLEG diffing, status synthesis and
 //! backoff. The `kubelet` crate drives these against the world.
 
+// configz's serde_json::json! object has more fields than the default
+// macro recursion limit allows.
+#![recursion_limit = "256"]
+
 pub mod actions;
 pub mod admission;
 pub mod backoff;
@@ -19,6 +23,7 @@ pub mod expansion;
 pub mod final_status;
 pub mod flowcontrol;
 pub mod gc;
+pub mod imagegc;
 pub mod lifecycle;
 pub mod manifest;
 pub mod metrics;

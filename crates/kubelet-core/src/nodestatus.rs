@@ -263,6 +263,45 @@ pub fn ready_status(status: &NodeStatus) -> Option<&str> {
         .map(|c| c.status.as_str())
 }
 
+/// Upstream's nodeStatusMaxImages default: the largest 50 images.
+pub const NODE_STATUS_MAX_IMAGES: usize = 50;
+/// Upstream's MaxNamesPerImageInNodeStatus.
+pub const MAX_NAMES_PER_IMAGE: usize = 5;
+
+/// An image the runtime holds, as the node status reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeImage {
+    pub repo_tags: Vec<String>,
+    pub repo_digests: Vec<String>,
+    pub size: i64,
+}
+
+/// The node's `status.images` (upstream's Images setter over the image
+/// manager's list): the largest images first, at most
+/// [`NODE_STATUS_MAX_IMAGES`], each named by its digests then its tags, at
+/// most [`MAX_NAMES_PER_IMAGE`] names.
+pub fn node_images(mut images: Vec<RuntimeImage>) -> Vec<ContainerImage> {
+    images.sort_by(|a, b| {
+        b.size
+            .cmp(&a.size)
+            .then_with(|| a.repo_digests.cmp(&b.repo_digests))
+    });
+    images
+        .into_iter()
+        .take(NODE_STATUS_MAX_IMAGES)
+        .map(|i| ContainerImage {
+            names: Some(
+                i.repo_digests
+                    .into_iter()
+                    .chain(i.repo_tags)
+                    .take(MAX_NAMES_PER_IMAGE)
+                    .collect(),
+            ),
+            size_bytes: Some(i.size),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +326,28 @@ mod tests {
 
     fn at(s: i64) -> Time {
         Time(Timestamp::from_second(s).unwrap())
+    }
+
+    #[test]
+    fn images_largest_first_digests_then_tags_capped() {
+        let img = |n: usize, size: i64| RuntimeImage {
+            repo_tags: (0..n).map(|t| format!("r.test/i{size}:{t}")).collect(),
+            repo_digests: vec![format!("r.test/i{size}@sha256:{size}")],
+            size,
+        };
+        let got = node_images((1..=60).map(|s| img(2, s)).chain([img(9, 1000)]).collect());
+        assert_eq!(got.len(), NODE_STATUS_MAX_IMAGES);
+        assert_eq!(got[0].size_bytes, Some(1000));
+        let names = got[0].names.as_ref().unwrap();
+        assert_eq!(names.len(), MAX_NAMES_PER_IMAGE);
+        assert_eq!(names[0], "r.test/i1000@sha256:1000", "digests first");
+        assert_eq!(names[1], "r.test/i1000:0");
+        assert_eq!(got[1].size_bytes, Some(60));
+        assert_eq!(
+            got.last().unwrap().size_bytes,
+            Some(12),
+            "the smallest left out"
+        );
     }
 
     #[test]

@@ -236,6 +236,24 @@ impl CriClient {
         Ok(out)
     }
 
+    /// The sandbox image the runtime is configured with (containerd's
+    /// verbose Status gives its config), which image garbage collection
+    /// never removes; None when the runtime does not say.
+    pub async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "Status",
+                self.timeout,
+                c.status(cri::StatusRequest { verbose: true }),
+            )
+            .await?;
+        let config = resp.info.get("config").map(String::as_str).unwrap_or("");
+        Ok(serde_json::from_str::<serde_json::Value>(config)
+            .ok()
+            .and_then(|v| v["sandboxImage"].as_str().map(str::to_owned)))
+    }
+
     /// Run a sandbox with the runtime handler of the pod's RuntimeClass
     /// (empty: the runtime's default).
     pub async fn run_pod_sandbox(
@@ -440,6 +458,20 @@ impl CriClient {
 
     /// Pull an image, returning its reference. Pulls are slow by nature:
     /// the deadline is ten times runtimeRequestTimeout.
+    /// Remove the image with this ID (NotFound: already gone).
+    pub async fn remove_image(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.images.clone();
+        self.call(
+            "RemoveImage",
+            self.timeout,
+            c.remove_image(cri::RemoveImageRequest {
+                image: Some(image_spec(id)),
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Pull `image`, with the registry's credentials when given.
     pub async fn pull_image(
         &self,

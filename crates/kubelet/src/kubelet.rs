@@ -18,6 +18,7 @@ use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::dns::DnsSettings;
+use kubelet_core::imagegc::Policy;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
@@ -37,6 +38,7 @@ use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
+use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
 use crate::kuberuntime::config::SecurityDefaults;
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
 use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
@@ -195,6 +197,27 @@ fn host_masked_paths() -> Vec<String> {
         .collect()
 }
 
+/// Image garbage collection every IMAGE_GC_PERIOD while the runtime is
+/// healthy (upstream's first run also waits a period).
+async fn image_gc(gc: Arc<ImageGcManager>, state: RuntimeState, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval_at(Instant::now() + IMAGE_GC_PERIOD, IMAGE_GC_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if !state.runtime_errors().is_empty() {
+            continue;
+        }
+        match gc.collect().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "garbage collected images"),
+            Err(e) => tracing::warn!(error = %e, "image garbage collection"),
+        }
+    }
+}
+
 /// The running kubelet. Cheap handles to its three owners of state are
 /// public so tests and the local server can read them.
 pub struct Kubelet {
@@ -231,6 +254,9 @@ pub struct Kubelet {
     sysctls: Allowlist,
     /// Whether this host can enforce AppArmor profiles, and if not why.
     apparmor: Result<(), &'static str>,
+    /// Image garbage collection; None when the configuration turns it off
+    /// (imageGCHighThresholdPercent 100 and no imageMaximumGCAge).
+    image_gc: Option<Arc<ImageGcManager>>,
     events: Recorder,
     /// Taken by the event writer task when the API server is configured.
     events_rx: Mutex<Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>>,
@@ -327,6 +353,22 @@ impl Kubelet {
             opts.metrics.clone(),
             opts.clock,
         );
+        let image_gc = (cfg.image_gc_high_threshold_percent < 100
+            || !cfg.image_maximum_gc_age.is_zero())
+        .then(|| {
+            let policy = Policy {
+                high_threshold_percent: cfg.image_gc_high_threshold_percent as u8,
+                low_threshold_percent: cfg.image_gc_low_threshold_percent as u8,
+                min_age: cfg.image_minimum_gc_age,
+                max_age: cfg.image_maximum_gc_age,
+            };
+            Arc::new(ImageGcManager::new(
+                runtime.cri().clone(),
+                policy,
+                events.clone(),
+                opts.clock,
+            ))
+        });
         let status = StatusManager::new(opts.clock);
         let prober = ProbeManager::new(
             runtime.cri().clone(),
@@ -384,6 +426,7 @@ impl Kubelet {
             rejected: Mutex::default(),
             sysctls,
             apparmor: apparmor_on_host(),
+            image_gc,
             events,
             events_rx: Mutex::new(events_rx),
             probe_rx: Mutex::new(Some(probe_rx)),
@@ -698,6 +741,13 @@ impl Kubelet {
             .spawn(tracing::info_span!("container_gc"), move |token| {
                 me.container_gc(token)
             });
+        if let Some(gc) = self.image_gc.clone() {
+            let state = self.runtime_state.clone();
+            self.tasks
+                .spawn(tracing::info_span!("image_gc"), move |token| {
+                    image_gc(gc, state, token)
+                });
+        }
     }
 
     /// Container garbage collection every CONTAINER_GC_PERIOD while the

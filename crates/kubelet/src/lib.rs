@@ -9,6 +9,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod nodestatus;

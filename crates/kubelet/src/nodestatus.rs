@@ -8,14 +8,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ContainerImage, Node, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kubelet_api::ApiClient;
 use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::downward::Allocatable;
 use kubelet_core::nodestatus::{
-    NodeFacts, Readiness, architecture, initial_node, node_status, ready_status, status_changed,
+    NodeFacts, Readiness, RuntimeImage, architecture, initial_node, node_images, node_status,
+    ready_status, status_changed,
 };
 use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 use kubelet_cri::client::CriClient;
@@ -155,13 +156,16 @@ impl HostInfo {
 impl NodeStatusController {
     async fn facts(&self, host: &HostInfo) -> NodeFacts {
         let images = match self.cri.list_images().await {
-            Ok(images) => images
-                .into_iter()
-                .map(|i| ContainerImage {
-                    names: Some(i.repo_tags.into_iter().chain(i.repo_digests).collect()),
-                    size_bytes: Some(i.size as i64),
-                })
-                .collect(),
+            Ok(images) => node_images(
+                images
+                    .into_iter()
+                    .map(|i| RuntimeImage {
+                        repo_tags: i.repo_tags,
+                        repo_digests: i.repo_digests,
+                        size: i64::try_from(i.size).unwrap_or(i64::MAX),
+                    })
+                    .collect(),
+            ),
             Err(e) => {
                 tracing::debug!(error = %e, "listing images for node status");
                 Vec::new()

@@ -1,0 +1,193 @@
+//! The image garbage collector (upstream's image GC manager, started with
+//! the container GC once the runtime is up): every [`IMAGE_GC_PERIOD`] it
+//! reads the runtime's images, the images its containers use and the
+//! image file system's size and free space, and removes what
+//! `kubelet_core::imagegc` decides. The sandbox image the runtime is
+//! configured with counts as pinned (containerd 1.6 does not pin it).
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use kubelet_core::imagegc::{ImageGc, Listed, Policy};
+use kubelet_cri::client::{CriClient, CriError};
+
+use crate::clock::Clock;
+use crate::events::{Involved, Recorder, WARNING};
+
+/// Upstream's ImageGCPeriod.
+pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
+
+pub struct ImageGcManager {
+    cri: CriClient,
+    policy: Policy,
+    gc: Mutex<ImageGc>,
+    events: Recorder,
+    clock: Clock,
+}
+
+impl ImageGcManager {
+    pub fn new(cri: CriClient, policy: Policy, events: Recorder, clock: Clock) -> Self {
+        ImageGcManager {
+            cri,
+            policy,
+            gc: Mutex::default(),
+            events,
+            clock,
+        }
+    }
+
+    /// One collection; Ok is how many images were removed.
+    pub async fn collect(&self) -> Result<usize, CriError> {
+        let sandbox_image = self.cri.sandbox_image().await?;
+        let images: Vec<Listed> = self
+            .cri
+            .list_images()
+            .await?
+            .into_iter()
+            .map(|i| Listed {
+                pinned: i.pinned
+                    || sandbox_image
+                        .as_ref()
+                        .is_some_and(|s| i.repo_tags.contains(s)),
+                id: i.id,
+                size: i.size,
+            })
+            .collect();
+        let in_use: HashSet<String> = self
+            .cri
+            .list_containers(None)
+            .await?
+            .into_iter()
+            .flat_map(|c| [c.image_ref, c.image_id])
+            .filter(|id| !id.is_empty())
+            .collect();
+        let fs = self.cri.image_fs_info().await?;
+        let mountpoint = fs
+            .image_filesystems
+            .first()
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|id| id.mountpoint.clone());
+        let (capacity, available) = match mountpoint {
+            Some(m) => tokio::task::spawn_blocking(move || {
+                rustix::fs::statvfs(Path::new(&m))
+                    .map(|s| (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
+                    .unwrap_or((0, 0))
+            })
+            .await
+            .unwrap_or((0, 0)),
+            None => (0, 0),
+        };
+        let now = self.clock.now_nanos();
+        let plan = {
+            let mut gc = self.gc.lock().unwrap_or_else(|e| e.into_inner());
+            gc.detect(&images, &in_use, now);
+            gc.plan(&self.policy, capacity, available.min(capacity), now)
+        };
+        let mut removed = 0;
+        for (id, reason) in &plan.remove {
+            tracing::info!(image = %id, ?reason, "removing image");
+            match self.cri.remove_image(id).await {
+                Ok(()) => {
+                    self.gc
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .removed(id);
+                    removed += 1;
+                }
+                Err(e) => tracing::warn!(image = %id, error = %e, "removing image"),
+            }
+        }
+        if let Some(message) = plan.shortfall() {
+            let node = self.events.node_name().to_owned();
+            self.events.event(
+                &Involved::node(&node, Some(node.clone())),
+                WARNING,
+                "FreeDiskSpaceFailed",
+                message,
+            );
+        }
+        Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_cri::v1 as cri;
+    use kubelet_cri::fake::FakeRuntime;
+
+    /// On paused time, against the fake runtime: an image no container
+    /// uses goes once imageMaximumGCAge has passed; the one a container
+    /// uses stays.
+    #[tokio::test(start_paused = true)]
+    async fn unused_images_go_after_the_maximum_age_and_used_ones_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image("used:1");
+        fake.add_image("unused:1");
+        let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
+        let sandbox = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "p".into(),
+                uid: "u1".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        };
+        let sb = cri
+            .run_pod_sandbox(sandbox.clone(), String::new())
+            .await
+            .unwrap();
+        let cfg = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: "a".into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: "used:1".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        cri.create_container(&sb, cfg, sandbox).await.unwrap();
+        let policy = Policy {
+            high_threshold_percent: 85,
+            low_threshold_percent: 80,
+            min_age: Duration::from_secs(120),
+            max_age: Duration::from_secs(180),
+        };
+        let gc = ImageGcManager::new(
+            cri.clone(),
+            policy,
+            Recorder::log_only("n".into()),
+            Clock::following_tokio(),
+        );
+        let names = || async {
+            let mut n: Vec<String> = cri
+                .list_images()
+                .await
+                .unwrap()
+                .into_iter()
+                .flat_map(|i| i.repo_tags)
+                .collect();
+            n.sort();
+            n
+        };
+        assert_eq!(gc.collect().await.unwrap(), 0, "nothing is old yet");
+        tokio::time::advance(Duration::from_secs(170)).await;
+        assert_eq!(gc.collect().await.unwrap(), 0, "not before the maximum age");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        assert_eq!(gc.collect().await.unwrap(), 1);
+        let left = names().await;
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert!(
+            left[0].ends_with("used:1") && !left[0].ends_with("unused:1"),
+            "{left:?}"
+        );
+    }
+}
