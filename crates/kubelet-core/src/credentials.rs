@@ -12,6 +12,8 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
 use serde::Deserialize;
 
+use crate::reference::parse_normalized;
+
 /// A Secret's type and the key it keeps its config under.
 const DOCKER_CONFIG_JSON: (&str, &str) = ("kubernetes.io/dockerconfigjson", ".dockerconfigjson");
 const DOCKERCFG: (&str, &str) = ("kubernetes.io/dockercfg", ".dockercfg");
@@ -167,29 +169,11 @@ impl Keyring {
     }
 }
 
-/// The repository an image reference pulls from, as the docker reference
-/// normalizes it: no tag or digest, `docker.io` (and `library/`) when no
-/// registry is named.
+/// The repository an image reference pulls from (upstream's
+/// ParseImageName): no tag or digest, `docker.io` (and `library/`) when no
+/// registry is named; an unparsable reference as given.
 fn repository(image: &str) -> String {
-    let name = image.split_once('@').map_or(image, |(n, _)| n);
-    let name = match name.rfind(':') {
-        Some(i) if !name[i..].contains('/') => &name[..i],
-        _ => name,
-    };
-    match name.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            let first = if first == "index.docker.io" {
-                "docker.io"
-            } else {
-                first
-            };
-            format!("{first}/{rest}")
-        }
-        Some(_) => format!("docker.io/{name}"),
-        None => format!("docker.io/library/{name}"),
-    }
+    parse_normalized(image).map_or_else(|_| image.to_owned(), |r| r.name)
 }
 
 /// Whether `repo` is on the default registry (upstream's
@@ -268,24 +252,6 @@ mod tests {
             DOCKER_CONFIG_JSON.1,
             config.as_bytes(),
         )
-    }
-
-    #[test]
-    fn repositories_normalize_as_docker_references() {
-        for (image, want) in [
-            ("busybox", "docker.io/library/busybox"),
-            ("busybox:1.37", "docker.io/library/busybox"),
-            ("me/app:v1", "docker.io/me/app"),
-            ("index.docker.io/me/app", "docker.io/me/app"),
-            (
-                "registry.test:5000/team/app:2",
-                "registry.test:5000/team/app",
-            ),
-            ("localhost/app@sha256:abc", "localhost/app"),
-            ("quay.io/coreos/etcd", "quay.io/coreos/etcd"),
-        ] {
-            assert_eq!(repository(image), want, "{image}");
-        }
     }
 
     #[test]

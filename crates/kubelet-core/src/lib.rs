@@ -32,6 +32,7 @@ pub mod pleg;
 pub mod podconfig;
 pub mod probe;
 pub mod quantity;
+pub mod reference;
 pub mod runtime;
 pub mod security;
 pub mod stats;

@@ -29,6 +29,7 @@ use kubelet_core::duration::format_go_duration;
 use kubelet_core::flowcontrol::{self, KeyedBackoff, PullBackoff};
 use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::reference::parse_normalized;
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
@@ -921,8 +922,12 @@ impl RuntimeManager {
             message,
             source,
         };
-        if image.is_empty() {
-            return Err(failed("InvalidImageName", "no image given".into(), None));
+        if let Err(e) = parse_normalized(image) {
+            // Upstream's applyDefaultImageTag failing.
+            let message = format!("Failed to apply default image tag {image:?}: {e}");
+            self.events
+                .event(about, WARNING, "InspectFailed", message.clone());
+            return Err(failed("InvalidImageName", message, None));
         }
         let policy = c
             .image_pull_policy
@@ -1728,6 +1733,27 @@ mod tests {
             messages("FailedCreatePodSandBox"),
             [
                 "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
+            ]
+        );
+
+        // An image name the reference grammar refuses is not pulled.
+        let mut bad_image = pod.clone();
+        bad_image.metadata.uid = Some("u3".into());
+        bad_image.spec.as_mut().unwrap().containers[0].image = Some("Img:1".into());
+        let synced = rm
+            .sync_pod(
+                &bad_image,
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+                &Default::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(synced.failures[0].error.reason(), "InvalidImageName");
+        assert_eq!(
+            messages("InspectFailed"),
+            [
+                "Failed to apply default image tag \"Img:1\": invalid reference format: repository name (library/Img) must be lowercase"
             ]
         );
     }

@@ -1,0 +1,160 @@
+//! Image references as the docker reference grammar (distribution's
+//! `reference` package, which upstream's image manager parses with) reads
+//! them: `[domain[:port]/]path[:tag][@digest]`, normalized to `docker.io`
+//! and `library/` where no registry is named, with its error messages.
+
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+const DEFAULT_DOMAIN: &str = "docker.io";
+const LEGACY_DEFAULT_DOMAIN: &str = "index.docker.io";
+const NAME_TOTAL_LENGTH_MAX: usize = 255;
+
+/// distribution's ReferenceRegexp, anchored: the name, then tag and digest.
+static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+    let alphanumeric = "[a-z0-9]+";
+    let separator = "(?:[._]|__|[-]+)";
+    let path_component = format!("{alphanumeric}(?:{separator}{alphanumeric})*");
+    let domain_component = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+    let host = format!(r"(?:{domain_component}(?:\.{domain_component})*|\[[a-fA-F0-9:]+\])");
+    let domain = format!("{host}(?::[0-9]+)?");
+    let name = format!("(?:{domain}/)?{path_component}(?:/{path_component})*");
+    let tag = r"[\w][\w.-]{0,127}";
+    let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+    Regex::new(&format!("^({name})(?::({tag}))?(?:@({digest}))?$")).expect("a valid pattern")
+});
+
+static IDENTIFIER: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new("^[a-f0-9]{64}$").expect("a valid pattern"));
+
+/// A parsed, normalized image reference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reference {
+    /// `docker.io/library/busybox`: the registry and the repository.
+    pub name: String,
+    pub tag: Option<String>,
+    pub digest: Option<String>,
+}
+
+/// Parse `s` as distribution's ParseNormalizedNamed does, with its errors.
+pub fn parse_normalized(s: &str) -> Result<Reference, String> {
+    if IDENTIFIER.is_match(s) {
+        return Err(format!(
+            "invalid repository name ({s}), cannot specify 64-byte hexadecimal strings"
+        ));
+    }
+    let (domain, remainder) = split_domain(s);
+    let remote = remainder
+        .split_once(':')
+        .map_or(remainder.as_str(), |(r, _)| r);
+    if remote.to_lowercase() != remote {
+        return Err(format!(
+            "invalid reference format: repository name ({remote}) must be lowercase"
+        ));
+    }
+    let full = format!("{domain}/{remainder}");
+    let Some(m) = REFERENCE.captures(&full) else {
+        return Err(if REFERENCE.is_match(&full.to_lowercase()) {
+            "invalid reference format: repository name must be lowercase".into()
+        } else {
+            "invalid reference format".into()
+        });
+    };
+    let name = m[1].to_owned();
+    if name.len() > NAME_TOTAL_LENGTH_MAX {
+        return Err(format!(
+            "repository name must not be more than {NAME_TOTAL_LENGTH_MAX} characters"
+        ));
+    }
+    Ok(Reference {
+        name,
+        tag: m.get(2).map(|t| t.as_str().to_owned()),
+        digest: m.get(3).map(|d| d.as_str().to_owned()),
+    })
+}
+
+/// distribution's splitDockerDomain: the registry, and the rest.
+fn split_domain(name: &str) -> (String, String) {
+    let (mut domain, mut remainder) = match name.split_once('/') {
+        Some((first, rest))
+            if first.contains(['.', ':'])
+                || first == "localhost"
+                || first.to_lowercase() != first =>
+        {
+            (first.to_owned(), rest.to_owned())
+        }
+        _ => (DEFAULT_DOMAIN.to_owned(), name.to_owned()),
+    };
+    if domain == LEGACY_DEFAULT_DOMAIN {
+        domain = DEFAULT_DOMAIN.to_owned();
+    }
+    if domain == DEFAULT_DOMAIN && !remainder.contains('/') {
+        remainder = format!("library/{remainder}");
+    }
+    (domain, remainder)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_parse_and_fail_as_distributions() {
+        let ok = |name: &str, tag: Option<&str>, digest: Option<&str>| {
+            Ok(Reference {
+                name: name.into(),
+                tag: tag.map(Into::into),
+                digest: digest.map(Into::into),
+            })
+        };
+        let sha = format!("sha256:{}", "a".repeat(64));
+        let cases: Vec<(String, Result<Reference, String>)> = vec![
+            (
+                "busybox".into(),
+                ok("docker.io/library/busybox", None, None),
+            ),
+            (
+                "busybox:1.37".into(),
+                ok("docker.io/library/busybox", Some("1.37"), None),
+            ),
+            ("me/app:v1".into(), ok("docker.io/me/app", Some("v1"), None)),
+            (
+                "index.docker.io/me/app".into(),
+                ok("docker.io/me/app", None, None),
+            ),
+            (
+                "registry.test:5000/team/app:2".into(),
+                ok("registry.test:5000/team/app", Some("2"), None),
+            ),
+            (
+                format!("localhost/app@{sha}"),
+                ok("localhost/app", None, Some(&sha)),
+            ),
+            (
+                "Busybox".into(),
+                Err(
+                    "invalid reference format: repository name (library/Busybox) must be lowercase"
+                        .into(),
+                ),
+            ),
+            ("busy box".into(), Err("invalid reference format".into())),
+            ("busybox:".into(), Err("invalid reference format".into())),
+            ("-busybox".into(), Err("invalid reference format".into())),
+            (
+                "a".repeat(64),
+                Err(format!(
+                    "invalid repository name ({}), cannot specify 64-byte hexadecimal strings",
+                    "a".repeat(64)
+                )),
+            ),
+            (
+                format!("r.test/{}", "a".repeat(250)),
+                Err("repository name must not be more than 255 characters".into()),
+            ),
+        ];
+        for (image, want) in cases {
+            assert_eq!(parse_normalized(&image), want, "{image}");
+        }
+    }
+}
