@@ -23,9 +23,12 @@ hack/images.sh
 rm -rf "$state"
 mkdir -p "$state/manifests" "$state/root" "$state/logs"
 cp examples/static-pods/*.yaml "$state/manifests/"
+# The images here are imported, not pullable: image GC must not remove them
+# (the disk of these machines looks more than 85 % full to statvfs).
 cat > "$state/kubelet-config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+imageGCHighThresholdPercent: 100
 staticPodPath: $state/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $state/logs

@@ -1361,11 +1361,13 @@ impl Ctx {
 
 /// rkubelet's configuration. The client CA makes the scrape's client
 /// certificate a user (system:masters, which the default Webhook
-/// authorization allows).
+/// authorization allows). Image GC is off, as for the upstream kubelet
+/// below: the images are imported, the disk possibly nearly full.
 fn rkubelet_config(logs: &Path, ca: &Path) -> String {
     format!(
         "kind: KubeletConfiguration\n\
          apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         imageGCHighThresholdPercent: 100\n\
          podLogsDir: {}\n\
          healthzPort: 0\n\
          readOnlyPort: 0\n\

@@ -47,6 +47,7 @@ impl Kubelet {
             format!(
                 "kind: KubeletConfiguration\n\
                  apiVersion: kubelet.config.k8s.io/v1beta1\n\
+                 imageGCHighThresholdPercent: 100\n\
                  podLogsDir: {}\n\
                  healthzPort: 0\n\
                  readOnlyPort: 0\n",

@@ -361,9 +361,11 @@ impl Kubelet {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
         // The kubelet API trusts the cluster CA for client certificates
-        // (the API server's), and cuts idle streams after 10 s.
+        // (the API server's), and cuts idle streams after 10 s. No image GC:
+        // the test images are imported, not pullable.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imageGCHighThresholdPercent: 100\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
              streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
              authentication:\n  x509:\n    clientCAFile: {}\n",

@@ -117,8 +117,10 @@ impl Node {
         for d in ["manifests", "root", "logs"] {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
+        // No image GC: the test images are imported, not pullable.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             imageGCHighThresholdPercent: 100\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
             dir.path().join("logs").display()
         );
