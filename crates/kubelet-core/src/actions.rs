@@ -502,10 +502,17 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
     // Ephemeral containers start once, even while the pod initializes, and
     // ahead of the init containers (so a failing init container can be
     // debugged); never again once the runtime has a record of them.
-    let ephemeral: Vec<StartContainer> = ephemeral_containers(pod)
+    // Only their names are needed here: no conversion.
+    let ephemeral_names: Vec<&str> = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.ephemeral_containers.iter().flatten())
+        .map(|e| e.name.as_str())
+        .collect();
+    let ephemeral: Vec<StartContainer> = ephemeral_names
         .iter()
         .enumerate()
-        .filter(|(_, (c, _))| status.container(&c.name).is_none())
+        .filter(|(_, name)| status.container(name).is_none())
         .map(|(index, _)| StartContainer {
             index,
             kind: ContainerKind::Ephemeral,
@@ -547,12 +554,11 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
         }
     }
     // Containers the spec no longer names are stopped too.
-    let ephemeral = ephemeral_containers(pod);
     for c in status.running_containers() {
         let named = |s: &Container| s.name == c.name;
         if !containers.iter().any(named)
             && !inits.iter().any(named)
-            && !ephemeral.iter().any(|(s, _)| named(s))
+            && !ephemeral_names.contains(&c.name.as_str())
         {
             actions.kill(
                 c,

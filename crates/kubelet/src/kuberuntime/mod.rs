@@ -380,7 +380,16 @@ impl RuntimeManager {
         let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
             return Ok(result);
         };
-        let ephemeral = ephemeral_containers(pod);
+        // Converted only when one is to start.
+        let ephemeral = if actions
+            .containers_to_start
+            .iter()
+            .any(|s| s.kind == ContainerKind::Ephemeral)
+        {
+            ephemeral_containers(pod)
+        } else {
+            Vec::new()
+        };
         for start in &actions.containers_to_start {
             let spec = match start.kind {
                 ContainerKind::Init => init_containers(pod).get(start.index).map(|c| (c, None)),
