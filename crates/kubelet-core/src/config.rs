@@ -20,6 +20,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use crate::duration::{format_go_duration, parse_go_duration};
+use crate::pullrecords::VerificationPolicy;
 
 /// The only `apiVersion` accepted in a KubeletConfiguration file.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -71,6 +72,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "imageGCLowThresholdPercent",
     "imageMinimumGCAge",
     "imageMaximumGCAge",
+    "imagePullCredentialsVerificationPolicy",
+    "preloadedImagesVerificationAllowlist",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -84,8 +87,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "serverTLSBootstrap",
     "registryPullQPS",
     "registryBurst",
-    "imagePullCredentialsVerificationPolicy",
-    "preloadedImagesVerificationAllowlist",
     "enableContentionProfiling",
     "oomScoreAdj",
     "nodeLeaseDurationSeconds",
@@ -444,6 +445,13 @@ pub struct KubeletConfiguration {
     /// `imageMaximumGCAge`: an image unused for longer is removed whatever
     /// the space (0: never). Default 0.
     pub image_maximum_gc_age: Duration,
+    /// `imagePullCredentialsVerificationPolicy`: which images on the node a
+    /// pod may use without its credentials being checked. Default
+    /// NeverVerifyPreloadedImages (those the kubelet did not pull).
+    pub image_pull_credentials_verification_policy: String,
+    /// `preloadedImagesVerificationAllowlist`: the images (or `host/path/*`
+    /// prefixes) NeverVerifyAllowlistedImages lets any pod use.
+    pub preloaded_images_verification_allowlist: Vec<String>,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -510,6 +518,8 @@ impl Default for KubeletConfiguration {
             image_gc_low_threshold_percent: 80,
             image_minimum_gc_age: Duration::from_secs(120),
             image_maximum_gc_age: Duration::ZERO,
+            image_pull_credentials_verification_policy: "NeverVerifyPreloadedImages".into(),
+            preloaded_images_verification_allowlist: Vec::new(),
         }
     }
 }
@@ -572,6 +582,8 @@ impl KubeletConfiguration {
             "imageGCLowThresholdPercent": self.image_gc_low_threshold_percent,
             "imageMinimumGCAge": d(self.image_minimum_gc_age),
             "imageMaximumGCAge": d(self.image_maximum_gc_age),
+            "imagePullCredentialsVerificationPolicy": self.image_pull_credentials_verification_policy,
+            "preloadedImagesVerificationAllowlist": self.preloaded_images_verification_allowlist,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -614,6 +626,9 @@ pub enum ConfigError {
     /// A configuration that loads but fails validation.
     #[error("invalid configuration: {field} {message}")]
     Invalid { field: String, message: String },
+    /// A configuration that fails validation, in upstream's own words.
+    #[error("invalid configuration: {0}")]
+    Rejected(String),
 }
 
 /// A short, human description of a JSON value for error messages.
@@ -782,26 +797,20 @@ fn decode_cipher_suites(field: &str, v: &Value) -> Result<Vec<String>, ConfigErr
         .collect()
 }
 
-/// `allowedUnsafeSysctls`: names or `prefix*` patterns (checked by
-/// [`KubeletConfiguration::validate`], flags included).
-fn decode_sysctl_patterns(field: &str, v: &Value) -> Result<Vec<String>, ConfigError> {
+/// A list of strings (`what` names them in errors), checked later by
+/// [`KubeletConfiguration::validate`], flags included.
+fn decode_strings(field: &str, v: &Value, what: &'static str) -> Result<Vec<String>, ConfigError> {
     let items = match v {
         Value::Null => return Ok(Vec::new()),
         Value::Array(items) => items,
-        other => {
-            return Err(wrong_type(
-                field,
-                "a list of sysctl names or patterns",
-                other,
-            ));
-        }
+        other => return Err(wrong_type(field, what, other)),
     };
     items
         .iter()
         .map(|item| {
             item.as_str()
                 .map(str::to_owned)
-                .ok_or_else(|| wrong_type(field, "a list of sysctl names or patterns", item))
+                .ok_or_else(|| wrong_type(field, what, item))
         })
         .collect()
 }
@@ -1082,7 +1091,8 @@ pub fn parse_kubelet_config_reporting(
                 }
             }
             "allowedUnsafeSysctls" => {
-                cfg.allowed_unsafe_sysctls = decode_sysctl_patterns(field, v)?
+                cfg.allowed_unsafe_sysctls =
+                    decode_strings(field, v, "a list of sysctl names or patterns")?
             }
             "serializeImagePulls" => serialize = decode_bool(field, v)?,
             "imageGCHighThresholdPercent" => {
@@ -1106,6 +1116,15 @@ pub fn parse_kubelet_config_reporting(
                 }
             }
             "maxParallelImagePulls" => cfg.max_parallel_image_pulls = decode_int32(field, v)?,
+            "imagePullCredentialsVerificationPolicy" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.image_pull_credentials_verification_policy = s;
+                }
+            }
+            "preloadedImagesVerificationAllowlist" => {
+                cfg.preloaded_images_verification_allowlist =
+                    decode_strings(field, v, "a list of image names or prefixes")?
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -1142,9 +1161,19 @@ impl KubeletConfiguration {
             .filter(|n| *n >= 1)
     }
 
+    /// imagePullCredentialsVerificationPolicy with its allowlist.
+    pub fn image_pull_verification(&self) -> Result<VerificationPolicy, ConfigError> {
+        VerificationPolicy::new(
+            &self.image_pull_credentials_verification_policy,
+            &self.preloaded_images_verification_allowlist,
+        )
+        .map_err(ConfigError::Rejected)
+    }
+
     /// Checks the values that upstream's validation would reject (and that
     /// rkubelet cannot run with).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.image_pull_verification()?;
         let invalid = |field: &str, message: String| ConfigError::Invalid {
             field: field.to_owned(),
             message,

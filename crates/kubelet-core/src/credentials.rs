@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::reference::parse_normalized;
 
@@ -21,11 +22,58 @@ const DOCKERCFG: (&str, &str) = ("kubernetes.io/dockercfg", ".dockercfg");
 /// The host docker.io images' credentials are also kept under.
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
-/// One set of credentials for a registry (CRI's AuthConfig carries them).
+/// One set of credentials for a registry (CRI's AuthConfig carries them),
+/// and the Secret it came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Credential {
     pub username: String,
     pub password: String,
+    pub email: String,
+    pub source: SecretCoordinates,
+}
+
+/// The Secret a credential came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SecretCoordinates {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// upstream's AuthConfig as its hash reads it: Go's json.Marshal of the
+/// fields a docker config sets, empty ones left out.
+#[derive(Serialize)]
+struct HashedAuth<'a> {
+    #[serde(skip_serializing_if = "str::is_empty")]
+    username: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    password: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    email: &'a str,
+}
+
+impl Credential {
+    /// upstream's hashAuthConfig: the hex SHA-256 of the credential's JSON
+    /// as Go encodes it (`<`, `>`, `&`, U+2028 and U+2029 escaped), so
+    /// that pull records match those the upstream kubelet wrote.
+    pub fn hash(&self) -> String {
+        let auth = HashedAuth {
+            username: &self.username,
+            password: &self.password,
+            email: &self.email,
+        };
+        let json = serde_json::to_string(&auth).unwrap_or_default();
+        let mut go = String::with_capacity(json.len());
+        for c in json.chars() {
+            match c {
+                '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                    go.push_str(&format!("\\u{:04x}", c as u32));
+                }
+                c => go.push(c),
+            }
+        }
+        hex::encode(Sha256::digest(go.as_bytes()))
+    }
 }
 
 /// A docker config's entry for one registry: `auth` (base64 of
@@ -37,6 +85,8 @@ struct Entry {
     #[serde(default)]
     password: String,
     #[serde(default)]
+    email: String,
+    #[serde(default)]
     auth: String,
 }
 
@@ -46,7 +96,8 @@ struct ConfigJson {
     auths: BTreeMap<String, Entry>,
 }
 
-fn decode_auth(field: &str) -> Result<Credential, String> {
+/// `auth`'s user and password.
+fn decode_auth(field: &str) -> Result<(String, String), String> {
     let engine = if field.trim().ends_with('=') {
         &base64::engine::general_purpose::STANDARD
     } else {
@@ -57,10 +108,7 @@ fn decode_auth(field: &str) -> Result<Credential, String> {
     let (username, password) = text
         .split_once(':')
         .ok_or("must be formatted as base64(username:password)")?;
-    Ok(Credential {
-        username: username.to_owned(),
-        password: password.to_owned(),
-    })
+    Ok((username.to_owned(), password.to_owned()))
 }
 
 /// The registries' credentials of a pod's pull secrets.
@@ -81,7 +129,13 @@ impl Keyring {
     ) -> Result<Keyring, String> {
         let mut ring = Keyring::default();
         for secret in secrets {
-            let name = secret.metadata.name.as_deref().unwrap_or("");
+            let meta = &secret.metadata;
+            let name = meta.name.as_deref().unwrap_or("");
+            let source = SecretCoordinates {
+                uid: meta.uid.clone().unwrap_or_default(),
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name: name.to_owned(),
+            };
             let kind = secret.type_.as_deref().unwrap_or("");
             let config = |key: &str| {
                 secret
@@ -106,14 +160,17 @@ impl Keyring {
                 continue;
             };
             for (location, entry) in entries {
-                let cred = if entry.auth.is_empty() {
-                    Credential {
-                        username: entry.username,
-                        password: entry.password,
-                    }
+                let (username, password) = if entry.auth.is_empty() {
+                    (entry.username, entry.password)
                 } else {
                     decode_auth(&entry.auth)
                         .map_err(|e| format!("image pull secret {name:?}: {location}: auth {e}"))?
+                };
+                let cred = Credential {
+                    username,
+                    password,
+                    email: entry.email,
+                    source: source.clone(),
                 };
                 ring.add(&location, cred);
             }
@@ -222,17 +279,12 @@ fn urls_match(glob: &str, target: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn cred(user: &str) -> Credential {
-        Credential {
-            username: user.into(),
-            password: format!("{user}-pw"),
-        }
-    }
-
     fn secret(name: &str, kind: &str, key: &str, config: &[u8]) -> Secret {
         Secret {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(name.into()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("uid-{name}")),
                 ..Default::default()
             },
             type_: Some(kind.into()),
@@ -289,8 +341,41 @@ mod tests {
             ("elsewhere.test/app", &[]),
         ];
         for (image, users) in cases {
-            let want: Vec<Credential> = users.iter().map(|u| cred(u)).collect();
-            assert_eq!(ring.lookup(image), want, "{image}");
+            let found = ring.lookup(image);
+            let got: Vec<&str> = found.iter().map(|c| c.username.as_str()).collect();
+            assert_eq!(&got, users, "{image}");
+            for c in &found {
+                assert_eq!(c.password, format!("{}-pw", c.username), "{image}");
+            }
+        }
+        let from = &ring.lookup("quay.io/coreos/etcd")[0].source;
+        assert_eq!(from.name, "specific");
+        assert_eq!(
+            (from.namespace.as_str(), from.uid.as_str()),
+            ("ns", "uid-specific")
+        );
+    }
+
+    /// What upstream's hashAuthConfig gives for these cases (its AuthConfig
+    /// through Go 1.26's json.Marshal and sha256, run once).
+    const GO_HASH_U_P: &str = "edbd57ca9372e64eb1c9070ecf3a049ac553596b0529acf034c7a71d4e618e88";
+    const GO_HASH_ESCAPED: &str =
+        "bf17b32811acf8a5b035f7c2ac9afaf620b6d63a938e84e698aaff967f114485";
+
+    #[test]
+    fn credential_hashes_are_upstreams() {
+        let cases = [
+            ("u", "p", "", GO_HASH_U_P),
+            ("rkubelet-puller", "a<b>&c", "me@x.test", GO_HASH_ESCAPED),
+        ];
+        for (username, password, email, want) in cases {
+            let c = Credential {
+                username: username.into(),
+                password: password.into(),
+                email: email.into(),
+                source: SecretCoordinates::default(),
+            };
+            assert_eq!(c.hash(), want, "{username}");
         }
     }
 

@@ -31,6 +31,7 @@ pub mod nodestatus;
 pub mod pleg;
 pub mod podconfig;
 pub mod probe;
+pub mod pullrecords;
 pub mod quantity;
 pub mod reference;
 pub mod runtime;

@@ -462,10 +462,21 @@ pub struct Families {
     /// rkubelet: `kubelet_server_accept_errors_total{server}`: failed accepts
     /// (each followed by a back-off).
     pub server_accept_errors: Counter,
+    /// `kubelet_imagemanager_ondisk_pullintents`: image pulls on record as
+    /// begun and not ended.
+    pub pull_intents: Gauge,
+    /// `kubelet_imagemanager_ondisk_pulledrecords`: images on record as
+    /// pulled, with the credentials that may use them.
+    pub pulled_records: Gauge,
+    /// `kubelet_imagemanager_image_mustpull_checks_total{result}`: checks
+    /// whether a pod may use an image on the node without pulling
+    /// (`credentialPolicyAllowed`, `credentialRecordFound`,
+    /// `mustAuthenticate`, `error`).
+    pub mustpull_checks: Counter,
 }
 
 impl Families {
-    fn all(&self) -> [Family<'_>; 26] {
+    fn all(&self) -> [Family<'_>; 29] {
         [
             Family::Gauge(&self.node_name),
             Family::Histogram(&self.pod_start_duration),
@@ -493,6 +504,9 @@ impl Families {
             Family::Gauge(&self.network_ready),
             Family::Gauge(&self.server_open_connections),
             Family::Counter(&self.server_accept_errors),
+            Family::Gauge(&self.pull_intents),
+            Family::Gauge(&self.pulled_records),
+            Family::Counter(&self.mustpull_checks),
         ]
     }
 }
@@ -653,6 +667,21 @@ impl KubeletMetrics {
                 "kubelet_server_accept_errors_total",
                 "Cumulative number of failed accepts of a kubelet server (rkubelet).",
                 &["server"],
+            ),
+            pull_intents: Gauge::new(
+                "kubelet_imagemanager_ondisk_pullintents",
+                "[ALPHA] Number of ImagePullIntents stored on disk.",
+                &[],
+            ),
+            pulled_records: Gauge::new(
+                "kubelet_imagemanager_ondisk_pulledrecords",
+                "[ALPHA] Number of ImagePulledRecords stored on disk.",
+                &[],
+            ),
+            mustpull_checks: Counter::new(
+                "kubelet_imagemanager_image_mustpull_checks_total",
+                "[ALPHA] Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
+                &["result"],
             ),
         };
         f.node_name.set(&[node_name], 1.0);

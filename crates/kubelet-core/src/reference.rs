@@ -53,9 +53,17 @@ pub fn parse_normalized(s: &str) -> Result<Reference, String> {
             "invalid reference format: repository name ({remote}) must be lowercase"
         ));
     }
-    let full = format!("{domain}/{remainder}");
-    let Some(m) = REFERENCE.captures(&full) else {
-        return Err(if REFERENCE.is_match(&full.to_lowercase()) {
+    parse(&format!("{domain}/{remainder}"))
+}
+
+/// Parse `s` as written, not normalized (distribution's Parse), with its
+/// errors: `name` is `s` without its tag and digest.
+pub fn parse(s: &str) -> Result<Reference, String> {
+    if s.is_empty() {
+        return Err("repository name must have at least one component".into());
+    }
+    let Some(m) = REFERENCE.captures(s) else {
+        return Err(if REFERENCE.is_match(&s.to_lowercase()) {
             "invalid reference format: repository name must be lowercase".into()
         } else {
             "invalid reference format".into()
@@ -155,6 +163,37 @@ mod tests {
         ];
         for (image, want) in cases {
             assert_eq!(parse_normalized(&image), want, "{image}");
+        }
+    }
+
+    #[test]
+    fn references_parse_as_written_without_normalizing() {
+        let sha = format!("sha256:{}", "b".repeat(64));
+        let cases: Vec<(String, Result<&str, &str>)> = vec![
+            ("busybox:1.37".into(), Ok("busybox")),
+            (
+                "docker.io/testing/test:latest".into(),
+                Ok("docker.io/testing/test"),
+            ),
+            ("r.test:5000/a/b".into(), Ok("r.test:5000/a/b")),
+            (format!("r.test/a:v1@{sha}"), Ok("r.test/a")),
+            (
+                "".into(),
+                Err("repository name must have at least one component"),
+            ),
+            (
+                "Busybox".into(),
+                Err("invalid reference format: repository name must be lowercase"),
+            ),
+            ("a b".into(), Err("invalid reference format")),
+        ];
+        for (image, want) in cases {
+            let got = parse(&image).map(|r| r.name);
+            assert_eq!(
+                got,
+                want.map(str::to_owned).map_err(str::to_owned),
+                "{image}"
+            );
         }
     }
 }

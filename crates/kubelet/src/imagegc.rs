@@ -4,10 +4,12 @@
 //! image file system's size and free space, and removes what
 //! `kubelet_core::imagegc` decides. The sandbox image the runtime is
 //! configured with counts as pinned (containerd 1.6 does not pin it).
+//! After a collection for space, the pull records of images gone are
+//! pruned (upstream's post-GC hook).
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubelet_core::imagegc::{ImageGc, Listed, Policy};
@@ -15,6 +17,8 @@ use kubelet_cri::client::{CriClient, CriError};
 
 use crate::clock::Clock;
 use crate::events::{Involved, Recorder, WARNING};
+use crate::pullmanager::PullManager;
+use crate::tasks::blocking;
 
 /// Upstream's ImageGCPeriod.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
@@ -22,16 +26,24 @@ pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 pub struct ImageGcManager {
     cri: CriClient,
     policy: Policy,
+    pulls: Arc<PullManager>,
     gc: Mutex<ImageGc>,
     events: Recorder,
     clock: Clock,
 }
 
 impl ImageGcManager {
-    pub fn new(cri: CriClient, policy: Policy, events: Recorder, clock: Clock) -> Self {
+    pub fn new(
+        cri: CriClient,
+        policy: Policy,
+        pulls: Arc<PullManager>,
+        events: Recorder,
+        clock: Clock,
+    ) -> Self {
         ImageGcManager {
             cri,
             policy,
+            pulls,
             gc: Mutex::default(),
             events,
             clock,
@@ -40,6 +52,7 @@ impl ImageGcManager {
 
     /// One collection; Ok is how many images were removed.
     pub async fn collect(&self) -> Result<usize, CriError> {
+        let began = self.clock.now_time();
         let sandbox_image = self.cri.sandbox_image().await?;
         let images: Vec<Listed> = self
             .cri
@@ -85,7 +98,7 @@ impl ImageGcManager {
             gc.detect(&images, &in_use, now);
             gc.plan(&self.policy, capacity, available.min(capacity), now)
         };
-        let mut removed = 0;
+        let mut remaining: HashSet<String> = images.iter().map(|i| i.id.clone()).collect();
         for (id, reason) in &plan.remove {
             tracing::info!(image = %id, ?reason, "removing image");
             match self.cri.remove_image(id).await {
@@ -94,10 +107,19 @@ impl ImageGcManager {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .removed(id);
-                    removed += 1;
+                    remaining.remove(id);
                 }
                 Err(e) => tracing::warn!(image = %id, error = %e, "removing image"),
             }
+        }
+        let removed = images.len() - remaining.len();
+        if plan.to_free > 0 {
+            let pulls = self.pulls.clone();
+            let _ = blocking(move || {
+                pulls.prune(&remaining, &began);
+                Ok(())
+            })
+            .await;
         }
         if let Some(message) = plan.shortfall() {
             let node = self.events.node_name().to_owned();
@@ -164,6 +186,12 @@ mod tests {
         let gc = ImageGcManager::new(
             cri.clone(),
             policy,
+            Arc::new(PullManager::open(
+                dir.path(),
+                Default::default(),
+                kubelet_core::metrics::KubeletMetrics::new("n"),
+                Clock::System,
+            )),
             Recorder::log_only("n".into()),
             Clock::following_tokio(),
         );

@@ -47,6 +47,7 @@ use crate::pod_workers::{Desire, PodTarget, PodWorkers};
 use crate::podenv::PodEnv;
 use crate::podmanager::PodManager;
 use crate::prober::ProbeManager;
+use crate::pullmanager::PullManager;
 use crate::runtime_state::RuntimeState;
 use crate::runtimeclass::RuntimeClasses;
 use crate::server::{self, Health};
@@ -197,10 +198,21 @@ fn host_masked_paths() -> Vec<String> {
         .collect()
 }
 
-/// Image garbage collection every IMAGE_GC_PERIOD while the runtime is
-/// healthy (upstream's first run also waits a period).
-async fn image_gc(gc: Arc<ImageGcManager>, state: RuntimeState, cancel: CancellationToken) {
-    let mut tick = tokio::time::interval_at(Instant::now() + IMAGE_GC_PERIOD, IMAGE_GC_PERIOD);
+/// Run `collect` every `period` while the runtime is healthy (upstream's
+/// first run also waits a period): the container and image collectors;
+/// `what` names what they remove.
+async fn collect_every<F, Fut, E>(
+    what: &'static str,
+    period: Duration,
+    state: RuntimeState,
+    cancel: CancellationToken,
+    mut collect: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, E>>,
+    E: std::fmt::Display,
+{
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -210,10 +222,10 @@ async fn image_gc(gc: Arc<ImageGcManager>, state: RuntimeState, cancel: Cancella
         if !state.runtime_errors().is_empty() {
             continue;
         }
-        match gc.collect().await {
+        match collect().await {
             Ok(0) => {}
-            Ok(n) => tracing::info!(removed = n, "garbage collected images"),
-            Err(e) => tracing::warn!(error = %e, "image garbage collection"),
+            Ok(n) => tracing::info!(removed = n, "garbage collected {what}"),
+            Err(e) => tracing::warn!(error = %e, "garbage collection of {what}"),
         }
     }
 }
@@ -324,6 +336,13 @@ impl Kubelet {
             tracing::error!(error = %e, "allowedUnsafeSysctls; only the safe sysctls are allowed");
             Allowlist::new(&release, &[]).unwrap_or_default()
         });
+        let pulls = Arc::new(PullManager::open(
+            &opts.root_dir,
+            // The configuration's validation refuses a bad policy first.
+            cfg.image_pull_verification().unwrap_or_default(),
+            opts.metrics.clone(),
+            opts.clock,
+        ));
         let runtime = RuntimeManager::new(
             cri,
             Host {
@@ -349,6 +368,7 @@ impl Kubelet {
                 },
             },
             env,
+            pulls.clone(),
             events.clone(),
             opts.metrics.clone(),
             opts.clock,
@@ -365,6 +385,7 @@ impl Kubelet {
             Arc::new(ImageGcManager::new(
                 runtime.cri().clone(),
                 policy,
+                pulls.clone(),
                 events.clone(),
                 opts.clock,
             ))
@@ -736,40 +757,40 @@ impl Kubelet {
         self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
             pleg.run(pleg_tx, token)
         });
-        let me = self.clone();
+        let (runtime, state) = (self.syncer.runtime.clone(), self.runtime_state.clone());
         self.tasks
             .spawn(tracing::info_span!("container_gc"), move |token| {
-                me.container_gc(token)
+                collect_every(
+                    "dead containers",
+                    CONTAINER_GC_PERIOD,
+                    state,
+                    token,
+                    move || {
+                        let runtime = runtime.clone();
+                        async move { runtime.garbage_collect().await }
+                    },
+                )
             });
         if let Some(gc) = self.image_gc.clone() {
             let state = self.runtime_state.clone();
             self.tasks
                 .spawn(tracing::info_span!("image_gc"), move |token| {
-                    image_gc(gc, state, token)
+                    collect_every("images", IMAGE_GC_PERIOD, state, token, move || {
+                        let gc = gc.clone();
+                        async move { gc.collect().await }
+                    })
                 });
         }
-    }
-
-    /// Container garbage collection every CONTAINER_GC_PERIOD while the
-    /// runtime is healthy.
-    async fn container_gc(self: Arc<Self>, cancel: CancellationToken) {
-        let mut tick =
-            tokio::time::interval_at(Instant::now() + CONTAINER_GC_PERIOD, CONTAINER_GC_PERIOD);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if !self.runtime_state.runtime_errors().is_empty() {
-                continue;
-            }
-            match self.syncer.runtime.garbage_collect().await {
-                Ok(0) => {}
-                Ok(n) => tracing::info!(removed = n, "garbage collected dead containers"),
-                Err(e) => tracing::warn!(error = %e, "container garbage collection"),
-            }
-        }
+        let runtime = self.syncer.runtime.clone();
+        self.tasks.spawn(
+            tracing::info_span!("image_pull_records"),
+            move |token| async move {
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    () = runtime.adopt_left_pulls() => {}
+                }
+            },
+        );
     }
 
     async fn sync_loop(

@@ -18,6 +18,7 @@ pub mod pod_workers;
 pub mod podenv;
 pub mod podmanager;
 pub mod prober;
+pub mod pullmanager;
 pub mod runtime_state;
 pub mod runtimeclass;
 pub mod server;

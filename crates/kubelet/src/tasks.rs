@@ -3,6 +3,7 @@
 //! cancellation token (no polled shutdown flags).
 
 use std::future::Future;
+use std::io;
 
 use kubelet_server::streaming::Spawner;
 use tokio_util::sync::CancellationToken;
@@ -66,4 +67,14 @@ impl Tasks {
         self.tracker.close();
         self.tracker.wait().await;
     }
+}
+
+/// Run blocking file-system work `f` off the async workers (tokio's
+/// blocking pool); a panic in it comes back as an error.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }

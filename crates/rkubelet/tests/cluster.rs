@@ -2599,11 +2599,67 @@ async fn r_private_images_pull_only_with_their_pull_secret() {
     );
     let mut uids = uids;
     uids.insert(uid(&again).to_owned());
+    // The image is on the node now, pulled with cl-regcred: under
+    // IfNotPresent a pod with that secret uses it as it is, and a pod
+    // without must pull it itself, which the registry refuses
+    // (KubeletEnsureSecretPulledImages, NeverVerifyPreloadedImages).
+    let cached = |secrets: &[&str]| {
+        let mut spec = spec(secrets);
+        spec["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+        spec
+    };
+    k.api
+        .create(&test_pod(&k.api, "cl-cached-ok", cached(&["cl-regcred"])));
+    k.api
+        .create(&test_pod(&k.api, "cl-cached-none", cached(&[])));
+    let ok = eventually(
+        "the pod with the secret uses the image",
+        START,
+        async || k.api.pod("cl-cached-ok").filter(running_with_ip),
+    )
+    .await;
+    uids.insert(uid(&ok).to_owned());
+    assert_eq!(
+        pod_event(&k.api, "cl-cached-ok", "Pulled").as_deref(),
+        Some(format!("Container image {image:?} already present on machine and can be accessed by the pod").as_str())
+    );
+    assert!(pod_event(&k.api, "cl-cached-ok", "Pulling").is_none());
+    let waiting = eventually(
+        "ErrImagePull without the secret, the image present",
+        START,
+        async || {
+            let pod = k.api.pod("cl-cached-none")?;
+            let w = &container_status(&pod, "c")["state"]["waiting"];
+            let reason = w["reason"].as_str()?;
+            ["ErrImagePull", "ImagePullBackOff"]
+                .contains(&reason)
+                .then(|| w["message"].as_str().unwrap_or("").to_owned())
+        },
+    )
+    .await;
+    assert!(waiting.contains("401 Unauthorized"), "{waiting}");
+    // The record, as upstream lays it out.
+    let records: Vec<String> = std::fs::read_dir(k.dir.path().join("root/image_manager/pulled"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .filter(|r| r.contains("/private/busybox"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(
+        records[0].starts_with(
+            r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1beta1","#
+        ) && records[0].contains(r#""name":"cl-regcred","credentialHash":""#),
+        "{}",
+        records[0]
+    );
     for name in [
         "cl-pull-ok",
         "cl-pull-none",
         "cl-pull-missing",
         "cl-pull-again",
+        "cl-cached-ok",
+        "cl-cached-none",
     ] {
         k.api
             .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);

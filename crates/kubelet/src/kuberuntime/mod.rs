@@ -20,7 +20,7 @@ use kubelet_core::actions::{
     ContainerKind, PodActions, StartContainer, compute_pod_actions, container_hash,
     ephemeral_containers, init_containers, is_sidecar, regular_containers,
 };
-use kubelet_core::credentials::Keyring;
+use kubelet_core::credentials::{Credential, Keyring};
 use kubelet_core::dns::{
     DnsSettings, ResolvConf, hostname_and_domain, kernel_hostname, managed_hosts, node_hosts,
     parse_resolv_conf, pod_dns,
@@ -29,6 +29,7 @@ use kubelet_core::duration::format_go_duration;
 use kubelet_core::flowcontrol::{self, KeyedBackoff, PullBackoff};
 use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::pullrecords::{Check, ImagePullSecret};
 use kubelet_core::reference::parse_normalized;
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
@@ -48,7 +49,9 @@ use crate::clock::Clock;
 use crate::error::{StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use crate::podenv::PodEnv;
+use crate::pullmanager::PullManager;
 use crate::runtimeclass::RuntimeClasses;
+use crate::tasks::blocking;
 use crate::volumes::{PodVolumes, pod_dir};
 
 /// Upstream never kills with less than this grace period (seconds).
@@ -123,6 +126,8 @@ pub struct RuntimeManager {
     pull_backoff: Arc<Mutex<PullBackoff>>,
     /// A permit per pull that may run now (none: no limit).
     pull_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Which pull secrets may use the images the kubelet pulled.
+    pulls: Arc<PullManager>,
     events: Recorder,
     metrics: KubeletMetrics,
     /// The wall clock crash-loop back-offs are counted on (against the
@@ -187,6 +192,7 @@ impl RuntimeManager {
         cri: CriClient,
         host: Host,
         env: PodEnv,
+        pulls: Arc<PullManager>,
         events: Recorder,
         metrics: KubeletMetrics,
         clock: Clock,
@@ -201,6 +207,7 @@ impl RuntimeManager {
             crashloop: Arc::default(),
             pull_backoff: Arc::default(),
             pull_slots,
+            pulls,
             events,
             metrics,
             clock,
@@ -946,64 +953,92 @@ impl RuntimeManager {
             Ok(img) => img.map(|i| i.id),
             Err(e) => return Err(failed("ErrImageInspect", e.message.clone(), Some(e))),
         };
-        match present {
-            Some(id) if policy != "Always" => {
-                self.events.event(
-                    about,
-                    NORMAL,
-                    "Pulled",
-                    format!("Container image {image:?} already present on machine"),
-                );
-                Ok(id)
+        if let Some(id) = present.filter(|_| policy != "Always")
+            && !self.may_use(pod, image, &id).await?.must_pull()
+        {
+            self.events.event(
+                about,
+                NORMAL,
+                "Pulled",
+                format!(
+                    "Container image {image:?} already present on machine and can be accessed by the pod"
+                ),
+            );
+            return Ok(id);
+        }
+        if policy == "Never" {
+            let message =
+                format!("Container image {image:?} is not present with pull policy of Never");
+            self.events
+                .event(about, WARNING, "ErrImageNeverPull", message.clone());
+            return Err(failed("ErrImageNeverPull", message, None));
+        }
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let in_backoff = self
+            .pull_backoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .check(uid, image, self.clock.now_nanos());
+        if let Err((left, message)) = in_backoff {
+            self.events.event(
+                about,
+                NORMAL,
+                "BackOff",
+                format!("Back-off pulling image {image:?}"),
+            );
+            return Err(StartError::ImagePullBackOff { left, message });
+        }
+        self.pull(pod, image, about, sandbox_config)
+            .await
+            .inspect_err(|e| {
+                let (reason, message) = (e.reason(), e.to_string());
+                let mut backoff = self.pull_backoff.lock().unwrap_or_else(|e| e.into_inner());
+                backoff.failed(uid, image, self.clock.now_nanos(), reason, &message);
+            })
+    }
+
+    /// Turn the pulls a previous run left unfinished into records of the
+    /// images the runtime has (once the runtime is up).
+    pub async fn adopt_left_pulls(&self) {
+        match self.cri.list_images().await {
+            Ok(images) => {
+                let pulls = self.pulls.clone();
+                let _ = blocking(move || {
+                    pulls.adopt_left_intents(&images);
+                    Ok(())
+                })
+                .await;
             }
-            None if policy == "Never" => {
-                let message =
-                    format!("Container image {image:?} is not present with pull policy of Never");
-                self.events
-                    .event(about, WARNING, "ErrImageNeverPull", message.clone());
-                Err(failed("ErrImageNeverPull", message, None))
-            }
-            _ => {
-                let uid = pod.metadata.uid.as_deref().unwrap_or("");
-                let in_backoff = self
-                    .pull_backoff
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .check(uid, image, self.clock.now_nanos());
-                if let Err((left, message)) = in_backoff {
-                    self.events.event(
-                        about,
-                        NORMAL,
-                        "BackOff",
-                        format!("Back-off pulling image {image:?}"),
-                    );
-                    return Err(StartError::ImagePullBackOff { left, message });
-                }
-                self.pull(pod, image, about, sandbox_config)
-                    .await
-                    .inspect_err(|e| {
-                        let (reason, message) = (e.reason(), e.to_string());
-                        let mut backoff =
-                            self.pull_backoff.lock().unwrap_or_else(|e| e.into_inner());
-                        backoff.failed(uid, image, self.clock.now_nanos(), reason, &message);
-                    })
-            }
+            Err(e) => tracing::warn!(error = %e, "listing images for the image pull records"),
         }
     }
 
-    /// Pull `image` for a container (upstream's pullImage), with the
-    /// credentials the pod's imagePullSecrets hold for its registry, each
-    /// tried in turn (none: without), and its events: Pulling, then Pulled
-    /// with the time it took and the image's size, or Failed with the
-    /// runtime's error (and FailedToRetrieveImagePullSecret when some
-    /// secrets could not be read).
-    async fn pull(
-        &self,
-        pod: &Pod,
-        image: &str,
-        about: &Involved,
-        sandbox_config: &cri::PodSandboxConfig,
-    ) -> Result<String, StartError> {
+    /// Whether `pod` may use `image`, present as `image_ref`, without
+    /// pulling it (upstream's MustAttemptImagePull): its pull secrets are
+    /// read only when the records need them.
+    async fn may_use(&self, pod: &Pod, image: &str, image_ref: &str) -> Result<Check, StartError> {
+        let cached = match self.pulls.precheck(image, image_ref) {
+            Ok(check) => return Ok(check),
+            Err(cached) => cached,
+        };
+        let (keyring, _) = self.keyring(pod).await?;
+        let mine: Vec<ImagePullSecret> = keyring
+            .lookup(image)
+            .iter()
+            .map(ImagePullSecret::of)
+            .collect();
+        let (pulls, image, image_ref) =
+            (self.pulls.clone(), image.to_owned(), image_ref.to_owned());
+        Ok(
+            blocking(move || Ok(pulls.check_pod(&image, &image_ref, &cached, &mine)))
+                .await
+                .unwrap_or(Check::Error),
+        )
+    }
+
+    /// The keyring of the pod's imagePullSecrets, and the names of those
+    /// that could not be read.
+    async fn keyring(&self, pod: &Pod) -> Result<(Keyring, Vec<String>), StartError> {
         let (secrets, missing) = self.env.pull_secrets(pod).await;
         let keyring =
             Keyring::from_secrets(secrets.iter().map(|s| s.as_ref())).map_err(|message| {
@@ -1013,20 +1048,81 @@ impl RuntimeManager {
                     source: None,
                 }
             })?;
-        let auths: Vec<Option<cri::AuthConfig>> = match keyring.lookup(image) {
+        Ok((keyring, missing))
+    }
+
+    /// Pull `image` for a container (upstream's pullImage), with the
+    /// credentials the pod's imagePullSecrets hold for its registry, each
+    /// tried in turn (none: without), and its events: Pulling, then Pulled
+    /// with the time it took and the image's size, or Failed with the
+    /// runtime's error (and FailedToRetrieveImagePullSecret when some
+    /// secrets could not be read). The pull is on record from its start,
+    /// and its end records the credential that pulled the image.
+    async fn pull(
+        &self,
+        pod: &Pod,
+        image: &str,
+        about: &Involved,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<String, StartError> {
+        let (keyring, missing) = self.keyring(pod).await?;
+        let creds: Vec<Option<Credential>> = match keyring.lookup(image) {
             creds if creds.is_empty() => vec![None],
-            creds => creds
-                .into_iter()
-                .map(|c| {
-                    Some(cri::AuthConfig {
-                        username: c.username,
-                        password: c.password,
-                        ..Default::default()
-                    })
-                })
-                .collect(),
+            creds => creds.into_iter().map(Some).collect(),
         };
-        tracing::info!(%image, credentials = auths.iter().flatten().count(), "pulling image");
+        tracing::info!(%image, credentials = creds.iter().flatten().count(), "pulling image");
+        let (pulls, owned) = (self.pulls.clone(), image.to_owned());
+        blocking(move || pulls.pull_started(&owned))
+            .await
+            .map_err(|e| StartError::Image {
+                reason: "ErrImagePull",
+                message: format!(
+                    "Failed to record image pull intent for container image {image:?}: {e}"
+                ),
+                source: None,
+            })?;
+        let result = self.pull_with(image, &creds, about, sandbox_config).await;
+        let (pulls, owned) = (self.pulls.clone(), image.to_owned());
+        let _ = match &result {
+            Ok((image_ref, used)) => {
+                let (image_ref, used) = (image_ref.clone(), used.cloned());
+                blocking(move || {
+                    pulls.pulled(&owned, &image_ref, used.as_ref());
+                    Ok(())
+                })
+                .await
+            }
+            Err(_) => {
+                blocking(move || {
+                    pulls.pull_failed(&owned);
+                    Ok(())
+                })
+                .await
+            }
+        };
+        if result.is_err() && !missing.is_empty() {
+            self.events.event(
+                &Involved::pod(pod, None),
+                WARNING,
+                "FailedToRetrieveImagePullSecret",
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        result.map(|(image_ref, _)| image_ref)
+    }
+
+    /// The pull itself, with each of `creds` in turn: Ok is the image
+    /// reference and the credential that pulled it.
+    async fn pull_with<'c>(
+        &self,
+        image: &str,
+        creds: &'c [Option<Credential>],
+        about: &Involved,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<(String, Option<&'c Credential>), StartError> {
         self.events
             .event(about, NORMAL, "Pulling", format!("Pulling image {image:?}"));
         let asked = tokio::time::Instant::now();
@@ -1039,20 +1135,25 @@ impl RuntimeManager {
         let started = tokio::time::Instant::now();
         let mut errors = Vec::new();
         let mut pulled = None;
-        for auth in auths {
+        for cred in creds {
+            let auth = cred.as_ref().map(|c| cri::AuthConfig {
+                username: c.username.clone(),
+                password: c.password.clone(),
+                ..Default::default()
+            });
             match self
                 .cri
                 .pull_image(image, auth, Some(sandbox_config.clone()))
                 .await
             {
                 Ok(image_ref) => {
-                    pulled = Some(image_ref);
+                    pulled = Some((image_ref, cred.as_ref()));
                     break;
                 }
                 Err(e) => errors.push(e),
             }
         }
-        let Some(image_ref) = pulled else {
+        let Some((image_ref, used)) = pulled else {
             // Upstream's aggregate: one error as is, several in brackets.
             let texts: Vec<String> = errors.iter().map(CriError::grpc_text).collect();
             let message = match texts.as_slice() {
@@ -1065,17 +1166,6 @@ impl RuntimeManager {
                 "Failed",
                 format!("Failed to pull image {image:?}: {message}"),
             );
-            if !missing.is_empty() {
-                self.events.event(
-                    &Involved::pod(pod, None),
-                    WARNING,
-                    "FailedToRetrieveImagePullSecret",
-                    format!(
-                        "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
-                        missing.join(", ")
-                    ),
-                );
-            }
             return Err(StartError::Image {
                 reason: "ErrImagePull",
                 message,
@@ -1097,7 +1187,7 @@ impl RuntimeManager {
                 "Successfully pulled image {image:?} in {took} ({waited} including waiting). Image size: {size} bytes."
             ),
         );
-        Ok(image_ref)
+        Ok((image_ref, used))
     }
 
     /// Stop containers of a pod (upstream's killContainersWithSyncResult):
@@ -1495,6 +1585,15 @@ mod tests {
         }
     }
 
+    fn test_pulls(dir: &std::path::Path) -> Arc<PullManager> {
+        Arc::new(PullManager::open(
+            dir,
+            Default::default(),
+            KubeletMetrics::new("n"),
+            Clock::System,
+        ))
+    }
+
     fn test_env() -> PodEnv {
         let allocatable = crate::nodestatus::NodeAllocatable::new(
             Default::default(),
@@ -1595,6 +1694,7 @@ mod tests {
             cri.clone(),
             test_host(dir.path()),
             test_env(),
+            test_pulls(dir.path()),
             Recorder::log_only("n".into()),
             KubeletMetrics::new("n"),
             Clock::System,
@@ -1672,6 +1772,7 @@ mod tests {
             cri,
             test_host(dir.path()),
             test_env(),
+            test_pulls(dir.path()),
             events,
             KubeletMetrics::new("n"),
             Clock::System,

@@ -41,6 +41,7 @@ use kubelet_core::volume::{
 
 use crate::events::{Involved, Recorder, WARNING};
 use crate::nodestatus::NodeAllocatable;
+use crate::tasks::blocking;
 use objects::{GetError, ObjectStore};
 use token::{TokenManager, TokenSpec};
 
@@ -584,14 +585,6 @@ fn absent_or<K: Default>(optional: bool, kind: &str, name: &str) -> Result<K, St
             "{kind} {name:?}: a pod without an API server cannot reference one"
         ))
     }
-}
-
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }
 
 /// Upstream's hostPath type check (checkTypeInternal), with its messages;
