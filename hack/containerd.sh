@@ -23,11 +23,18 @@
 # ${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10} (hack/conformance.sh sets the
 # e2e suite's pause:3.10.2). With RKUBELET_REGISTRY_MIRROR=HOST:PORT (the
 # loopback registry of hack/registry.sh), images of that registry are pulled
-# from it over plain HTTP.
+# from it over plain HTTP. With RKUBELET_IMAGE_FS_SIZE=SIZE (tmpfs's size=,
+# e.g. 64m), root/ (images and snapshots) is a tmpfs of that size, a small
+# image file system for image GC's tests; `stop` unmounts it.
 set -euo pipefail
 
 PROG=${0##*/}
 SANDBOX_IMAGE=${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10}
+IMAGE_FS_SIZE=${RKUBELET_IMAGE_FS_SIZE:-}
+[[ -z "$IMAGE_FS_SIZE" || "$IMAGE_FS_SIZE" =~ ^[0-9]+[kmg]?$ ]] || {
+  echo "${0##*/}: error: RKUBELET_IMAGE_FS_SIZE '$IMAGE_FS_SIZE' must be a size like 64m" >&2
+  exit 1
+}
 REGISTRY_MIRROR=${RKUBELET_REGISTRY_MIRROR:-}
 [[ -z "$REGISTRY_MIRROR" || "$REGISTRY_MIRROR" =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || {
   echo "${0##*/}: error: RKUBELET_REGISTRY_MIRROR '$REGISTRY_MIRROR' must be HOST:PORT" >&2
@@ -351,6 +358,9 @@ cmd_start() {
   fi
 
   mkdir -p "$DIR/root" "$DIR/state" "$DIR/runc" "$DIR/opt"
+  if [[ -n "$IMAGE_FS_SIZE" ]] && ! mountpoint -q "$DIR/root"; then
+    mount -t tmpfs -o "size=$IMAGE_FS_SIZE,mode=0711" rkubelet-imagefs "$DIR/root"
+  fi
   write_config
   write_cni
   rm -f "$SOCK" "$SOCK.ttrpc"

@@ -7,7 +7,8 @@
 #   4. a private containerd in a temporary directory, the test images, and
 #      the end-to-end tests against it (cargo test -p rkubelet --test e2e
 #      -- --ignored), which read RKUBELET_E2E_ENDPOINT and
-#      RKUBELET_E2E_RUNTIME_DIR
+#      RKUBELET_E2E_RUNTIME_DIR; and a second containerd whose image file
+#      system is a 64 MiB tmpfs, for image GC (RKUBELET_E2E_SMALL_FS_DIR)
 #   5. a real control plane (hack/cluster.sh, on ports 16443/12379 so a
 #      developer's cluster on 6443/2379 is untouched) and the cluster tests
 #      against it and the same containerd (cargo test -p rkubelet --test
@@ -47,6 +48,7 @@ die() { echo "test.sh: error: $*" >&2; exit 1; }
 
 TMP_DIR=""
 RUNTIME_DIR=""
+SMALL_FS_DIR=""
 CLUSTER_DIR=""
 CLUSTER_APISERVER_PORT=16443
 CLUSTER_ETCD_PORT=12379
@@ -65,6 +67,10 @@ cleanup() {
       RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
       "$REPO_ROOT/hack/cluster.sh" down ||
       echo "test.sh: warning: stopping the control plane in $CLUSTER_DIR failed" >&2
+  fi
+  if [[ -n "$SMALL_FS_DIR" ]]; then
+    "$REPO_ROOT/hack/containerd.sh" stop "$SMALL_FS_DIR" ||
+      echo "test.sh: warning: stopping containerd in $SMALL_FS_DIR failed" >&2
   fi
   if [[ -n "$RUNTIME_DIR" ]]; then
     "$REPO_ROOT/hack/containerd.sh" stop "$RUNTIME_DIR" ||
@@ -103,12 +109,19 @@ RUNTIME_DIR="$TMP_DIR/runtime"
 RKUBELET_REGISTRY_MIRROR=$REGISTRY_ADDR hack/containerd.sh start "$RUNTIME_DIR" >/dev/null
 echo "containerd on unix://$RUNTIME_DIR/containerd.sock"
 
+SMALL_FS_DIR="$TMP_DIR/small-fs"
+RKUBELET_IMAGE_FS_SIZE=64m RKUBELET_CNI_BRIDGE=rkbr-e2e-gc RKUBELET_POD_SUBNET=10.94.0.0/16 \
+  hack/containerd.sh start "$SMALL_FS_DIR" >/dev/null
+echo "containerd with a 64 MiB image file system on unix://$SMALL_FS_DIR/containerd.sock"
+
 stage "import test images"
 hack/images.sh "$RUNTIME_DIR/containerd.sock"
+hack/images.sh "$SMALL_FS_DIR/containerd.sock"
 
 stage "end-to-end tests"
 RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
   RKUBELET_E2E_RUNTIME_DIR="$RUNTIME_DIR" \
+  RKUBELET_E2E_SMALL_FS_DIR="$SMALL_FS_DIR" \
   cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
 
 stage "start a control plane"

@@ -55,6 +55,10 @@ pub struct Plan {
     pub to_free: u64,
     /// Bytes the removals for space free.
     pub freed: u64,
+    /// How full the image file system is, in percent, and its size (0:
+    /// not known), for the events.
+    pub used_percent: u64,
+    pub capacity: u64,
 }
 
 impl Plan {
@@ -63,11 +67,28 @@ impl Plan {
     pub fn shortfall(&self) -> Option<String> {
         (self.freed < self.to_free).then(|| {
             format!(
-                "Failed to garbage collect required amount of images. Attempted to free {} bytes, but only found {} bytes eligible to free.",
-                self.to_free, self.freed
+                "Insufficient free disk space on the node's image filesystem ({}% of {} used). Failed to free sufficient space by deleting unused images (freed {} bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data.",
+                self.used_percent,
+                format_size(self.capacity),
+                self.freed
             )
         })
     }
+}
+
+/// Upstream's formatSize: bytes in binary units, one decimal.
+fn format_size(bytes: u64) -> String {
+    const UNITS: [(&str, f64); 4] = [
+        ("TiB", 1024f64 * 1024.0 * 1024.0 * 1024.0),
+        ("GiB", 1024f64 * 1024.0 * 1024.0),
+        ("MiB", 1024f64 * 1024.0),
+        ("KiB", 1024f64),
+    ];
+    let size = bytes as f64;
+    UNITS.iter().find(|(_, unit)| size >= *unit).map_or_else(
+        || format!("{bytes} B"),
+        |(name, unit)| format!("{:.1} {name}", size / unit),
+    )
 }
 
 #[derive(Debug, Default)]
@@ -131,6 +152,8 @@ impl ImageGc {
         if used_percent < u64::from(policy.high_threshold_percent) {
             return plan;
         }
+        plan.used_percent = used_percent;
+        plan.capacity = capacity;
         plan.to_free = (capacity * (100 - u64::from(policy.low_threshold_percent)) / 100)
             .saturating_sub(available);
         for (id, r) in unused {
@@ -201,7 +224,7 @@ mod tests {
         assert_eq!(
             plan.shortfall().as_deref(),
             Some(
-                "Failed to garbage collect required amount of images. Attempted to free 104857600 bytes, but only found 94371840 bytes eligible to free."
+                "Insufficient free disk space on the node's image filesystem (90% of 1000.0 MiB used). Failed to free sufficient space by deleting unused images (freed 94371840 bytes). Investigate disk usage, as it could be used by active images, logs, volumes, or other data."
             )
         );
         // Under the high threshold: nothing.
@@ -222,6 +245,19 @@ mod tests {
         // Gone from the runtime: forgotten.
         gc.detect(&[listed("used", 30, false)], &in_use(&["used"]), 1400 * S);
         assert_eq!(gc.records.len(), 1);
+    }
+
+    #[test]
+    fn sizes_format_as_upstreams() {
+        for (bytes, want) in [
+            (512, "512 B"),
+            (1536, "1.5 KiB"),
+            (64 * MIB, "64.0 MiB"),
+            (250 * 1024 * MIB, "250.0 GiB"),
+            (3 * 1024 * 1024 * MIB, "3.0 TiB"),
+        ] {
+            assert_eq!(format_size(bytes), want);
+        }
     }
 
     #[test]

@@ -121,14 +121,23 @@ impl ImageGcManager {
             })
             .await;
         }
-        if let Some(message) = plan.shortfall() {
-            let node = self.events.node_name().to_owned();
+        let node = self.events.node_name().to_owned();
+        let node_event = |reason, message| {
             self.events.event(
                 &Involved::node(&node, Some(node.clone())),
                 WARNING,
-                "FreeDiskSpaceFailed",
+                reason,
                 message,
             );
+        };
+        if capacity == 0 && self.policy.high_threshold_percent < 100 {
+            node_event(
+                "InvalidDiskCapacity",
+                "invalid capacity 0 on image filesystem".to_owned(),
+            );
+        }
+        if let Some(message) = plan.shortfall() {
+            node_event("FreeDiskSpaceFailed", message);
         }
         Ok(removed)
     }

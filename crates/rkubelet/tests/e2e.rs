@@ -878,3 +878,139 @@ async fn zz_containerd_outage_is_survived() {
     node.finish().await;
     drop(containerd);
 }
+
+/// Image GC against a real containerd whose image file system is small
+/// (root/ a 64 MiB tmpfs, from hack/test.sh): filled past
+/// imageGCHighThresholdPercent, the collector keeps the image a running
+/// container uses and the sandbox image, says it fell short with
+/// upstream's FreeDiskSpaceFailed event, and removes the image once no
+/// container uses it. The collector is run directly: its five-minute
+/// period (upstream's) is tested on paused time in the kubelet crate.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn image_gc_frees_a_full_image_file_system() {
+    use std::sync::Arc;
+
+    use kubelet::clock::Clock;
+    use kubelet::events::Recorder;
+    use kubelet::imagegc::ImageGcManager;
+    use kubelet::pullmanager::PullManager;
+    use kubelet_core::imagegc::Policy;
+    use kubelet_core::metrics::KubeletMetrics;
+
+    let dir = PathBuf::from(std::env::var("RKUBELET_E2E_SMALL_FS_DIR").expect(
+        "RKUBELET_E2E_SMALL_FS_DIR (a hack/containerd.sh DIR with RKUBELET_IMAGE_FS_SIZE) must be set: run through hack/test.sh",
+    ));
+    let image_fs = dir.join("root");
+    let cri = CriClient::connect_lazy(
+        &format!("unix://{}", dir.join("containerd.sock").display()),
+        CRI_TIMEOUT,
+    )
+    .unwrap();
+    let tags = || async {
+        let mut t: Vec<String> = cri
+            .list_images()
+            .await
+            .unwrap()
+            .into_iter()
+            .flat_map(|i| i.repo_tags)
+            .collect();
+        t.sort();
+        t
+    };
+    let before = tags().await;
+    assert!(before.iter().any(|t| t.ends_with(IMAGE)), "{before:?}");
+
+    // A container from the test image, in a host-network sandbox (no CNI).
+    let uid = unique_node("gc");
+    let sandbox = cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: "gc".into(),
+            uid: uid.clone(),
+            namespace: "e2e".into(),
+            attempt: 0,
+        }),
+        linux: Some(cri::LinuxPodSandboxConfig {
+            security_context: Some(cri::LinuxSandboxSecurityContext {
+                namespace_options: Some(cri::NamespaceOption {
+                    network: cri::NamespaceMode::Node as i32,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let sb = cri
+        .run_pod_sandbox(sandbox.clone(), String::new())
+        .await
+        .unwrap();
+    let config = cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: "c".into(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image: IMAGE.into(),
+            ..Default::default()
+        }),
+        command: vec!["sh".into(), "-c".into(), SLEEPER.into()],
+        ..Default::default()
+    };
+    let id = cri
+        .create_container(&sb, config, sandbox.clone())
+        .await
+        .unwrap();
+    cri.start_container(&id).await.unwrap();
+
+    // Fill the file system to 92 %: over the high threshold of 85.
+    let filler = image_fs.join("filler");
+    let st = rustix::fs::statvfs(&image_fs).unwrap();
+    let (capacity, free) = (st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize);
+    let fill = (free as i64 - (capacity as i64 * 8 / 100)).max(0) as usize;
+    std::fs::write(&filler, vec![1u8; fill]).unwrap();
+
+    let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
+    let records = tempfile::tempdir().unwrap();
+    let gc = ImageGcManager::new(
+        cri.clone(),
+        Policy {
+            high_threshold_percent: 85,
+            low_threshold_percent: 80,
+            min_age: Duration::ZERO,
+            max_age: Duration::ZERO,
+        },
+        Arc::new(PullManager::open(
+            records.path(),
+            Default::default(),
+            KubeletMetrics::new("n"),
+            Clock::System,
+        )),
+        events,
+        Clock::System,
+    );
+    assert_eq!(gc.collect().await.unwrap(), 0, "the image in use stays");
+    assert_eq!(tags().await, before);
+    let event = rx.try_recv().expect("a FreeDiskSpaceFailed event");
+    assert_eq!(event.reason.as_deref(), Some("FreeDiskSpaceFailed"));
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Insufficient free disk space on the node's image filesystem (9")
+            && message.contains("% of 64.0 MiB used). Failed to free sufficient space by deleting unused images (freed 0 bytes)."),
+        "{message}"
+    );
+
+    cri.stop_container(&id, 0).await.unwrap();
+    cri.remove_container(&id).await.unwrap();
+    cri.stop_pod_sandbox(&sb).await.unwrap();
+    cri.remove_pod_sandbox(&sb).await.unwrap();
+    assert_eq!(gc.collect().await.unwrap(), 1, "unused now");
+    let after = tags().await;
+    assert!(!after.iter().any(|t| t.ends_with(IMAGE)), "{after:?}");
+    assert!(
+        after.iter().any(|t| t.contains("pause")),
+        "the sandbox image stays: {after:?}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+}
