@@ -28,6 +28,7 @@ pub mod lifecycle;
 pub mod manifest;
 pub mod metrics;
 pub mod nodestatus;
+pub mod oom;
 pub mod pleg;
 pub mod podconfig;
 pub mod probe;

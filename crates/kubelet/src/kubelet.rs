@@ -42,6 +42,7 @@ use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
 use crate::kuberuntime::config::SecurityDefaults;
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
 use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
+use crate::oomwatcher;
 use crate::pleg::Pleg;
 use crate::pod_workers::{Desire, PodTarget, PodWorkers};
 use crate::podenv::PodEnv;
@@ -475,6 +476,11 @@ impl Kubelet {
         let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
         let sources_ready = self.start_sources(updates_tx);
         self.start_api_modules();
+        let events = self.events.clone();
+        self.tasks
+            .spawn(tracing::info_span!("oom_watcher"), move |token| {
+                oomwatcher::watch(events, token)
+            });
         // Phase 2: runtime-dependent modules start once the runtime answers.
         let (pleg_tx, pleg_rx) = mpsc::channel(64);
         let me = self.clone();

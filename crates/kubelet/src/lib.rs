@@ -13,6 +13,7 @@ pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod nodestatus;
+pub mod oomwatcher;
 pub mod pleg;
 pub mod pod_workers;
 pub mod podenv;

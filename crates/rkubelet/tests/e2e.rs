@@ -756,6 +756,44 @@ async fn exit_codes_and_restart_policies() {
     node.finish().await;
 }
 
+/// A container over its memory limit is killed by the kernel: the runtime
+/// reports OOMKilled (exit code 137), and the OOM watcher reads the kill
+/// from the kernel log, with the container's memory cgroup.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn a_container_over_its_memory_limit_is_oom_killed_and_seen() {
+    let mut node = Node::new("oom");
+    let mut manifest = pod(
+        "oom",
+        &[("hog", "x=0123456789; while true; do x=$x$x; done")],
+        "  restartPolicy: Never\n",
+    );
+    manifest.push_str("    resources:\n      limits:\n        memory: 24Mi\n");
+    node.write("oom.yaml", &manifest);
+    node.start();
+    let hog = eventually("the hog exited", START, async || {
+        let cs = node.pod_containers("oom").await?;
+        cs.into_iter()
+            .find(|c| c.state == cri::ContainerState::ContainerExited as i32)
+    })
+    .await;
+    let status = node.cri.container_status(&hog.id).await.unwrap();
+    assert_eq!(
+        (status.reason.as_str(), status.exit_code),
+        ("OOMKilled", 137),
+        "{status:?}"
+    );
+    let log = node.dir.path().join("rkubelet.log");
+    eventually("the OOM watcher logged the kill", START, async || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        text.lines()
+            .any(|l| l.contains("OOM kill") && l.contains(&hog.id))
+            .then_some(())
+    })
+    .await;
+    node.finish().await;
+}
+
 /// containerd is down from `stop` until `start` (or drop, so that a failing
 /// test does not leave the runtime down for the cleanup and the next run).
 struct Containerd {
