@@ -10,7 +10,6 @@
 //! `/dev/kmsg` cannot be opened (upstream refuses to start outside a user
 //! namespace) the watcher logs why and stops.
 
-use std::fs::File;
 use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::Duration;
@@ -56,7 +55,7 @@ pub async fn watch(events: Recorder, cancel: CancellationToken) {
                 return;
             }
         }
-        let n = match read(&kmsg, &mut buf) {
+        let n = match (&kmsg).read(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 tokio::select! {
@@ -99,8 +98,4 @@ pub async fn watch(events: Recorder, cancel: CancellationToken) {
             );
         }
     }
-}
-
-fn read(mut f: &File, buf: &mut [u8]) -> io::Result<usize> {
-    f.read(buf)
 }

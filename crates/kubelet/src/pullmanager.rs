@@ -125,9 +125,10 @@ impl PullManager {
     /// credentials on record to match them against ([`Self::check_pod`]).
     pub fn precheck(&self, image: &str, image_ref: &str) -> Result<Check, ImagePullCredentials> {
         let state = self.lock();
-        if state
-            .unreadable
-            .contains(&pullrecords::file_name(image_ref))
+        if !state.unreadable.is_empty()
+            && state
+                .unreadable
+                .contains(&pullrecords::file_name(image_ref))
         {
             return Ok(self.count(Check::Error));
         }

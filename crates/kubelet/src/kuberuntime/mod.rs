@@ -1083,23 +1083,18 @@ impl RuntimeManager {
             })?;
         let result = self.pull_with(image, &creds, about, sandbox_config).await;
         let (pulls, owned) = (self.pulls.clone(), image.to_owned());
-        let _ = match &result {
-            Ok((image_ref, used)) => {
-                let (image_ref, used) = (image_ref.clone(), used.cloned());
-                blocking(move || {
-                    pulls.pulled(&owned, &image_ref, used.as_ref());
-                    Ok(())
-                })
-                .await
+        let pulled = result
+            .as_ref()
+            .ok()
+            .map(|(r, used)| (r.clone(), used.cloned()));
+        let _ = blocking(move || {
+            match pulled {
+                Some((image_ref, used)) => pulls.pulled(&owned, &image_ref, used.as_ref()),
+                None => pulls.pull_failed(&owned),
             }
-            Err(_) => {
-                blocking(move || {
-                    pulls.pull_failed(&owned);
-                    Ok(())
-                })
-                .await
-            }
-        };
+            Ok(())
+        })
+        .await;
         if result.is_err() && !missing.is_empty() {
             self.events.event(
                 &Involved::pod(pod, None),
