@@ -8,10 +8,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::quantity::{parse_bytes, parse_cpu_millis};
+use crate::resources;
 
 /// What admission needs to know about the node.
 #[derive(Clone, Debug, Default)]
@@ -88,50 +88,11 @@ fn reject(reason: &str, message: String) -> Result<(), Rejection> {
 }
 
 /// The pod's cpu (millicores) and memory (bytes) requests, as the scheduler
-/// counts them (component-helpers' PodRequests): the sum over containers
-/// and sidecars (restartable init containers), or the largest init
-/// container if that is more (each with the sidecars started before it),
-/// plus the pod's `overhead` (set from its RuntimeClass).
+/// counts them (component-helpers' PodRequests, see [`crate::resources`]).
 pub fn pod_requests(pod: &Pod) -> (i64, i64) {
-    let Some(spec) = &pod.spec else {
-        return (0, 0);
-    };
-    let cpu_mem = |list: Option<&BTreeMap<String, Quantity>>,
-                   fallback: Option<&BTreeMap<String, Quantity>>| {
-        let get = |k: &str| {
-            list.and_then(|m| m.get(k))
-                .or_else(|| fallback.and_then(|m| m.get(k)))
-        };
-        (
-            get("cpu")
-                .and_then(|q| parse_cpu_millis(q).ok())
-                .unwrap_or(0),
-            get("memory").and_then(|q| parse_bytes(q).ok()).unwrap_or(0),
-        )
-    };
-    let one = |c: &k8s_openapi::api::core::v1::Container| {
-        let r = c.resources.as_ref();
-        cpu_mem(
-            r.and_then(|r| r.requests.as_ref()),
-            r.and_then(|r| r.limits.as_ref()),
-        )
-    };
-    let add = |a: (i64, i64), b: (i64, i64)| (a.0 + b.0, a.1 + b.1);
-    let max = |a: (i64, i64), b: (i64, i64)| (a.0.max(b.0), a.1.max(b.1));
-    let mut reqs = spec.containers.iter().map(one).fold((0, 0), add);
-    let (mut sidecars, mut inits) = ((0, 0), (0, 0));
-    for init in spec.init_containers.iter().flatten() {
-        let r = one(init);
-        let this = if init.restart_policy.as_deref() == Some("Always") {
-            reqs = add(reqs, r);
-            sidecars = add(sidecars, r);
-            sidecars
-        } else {
-            add(r, sidecars)
-        };
-        inits = max(inits, this);
-    }
-    add(max(reqs, inits), cpu_mem(spec.overhead.as_ref(), None))
+    let reqs = resources::pod_requests(pod);
+    let get = |k: &str| reqs.get(k).copied().unwrap_or(0);
+    (get("cpu"), get("memory"))
 }
 
 fn requirement_matches(req: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
@@ -362,6 +323,7 @@ mod tests {
         Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodOS, PodSpec,
         ResourceRequirements,
     };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn node() -> NodeInfo {
         NodeInfo {

@@ -12,6 +12,7 @@
 //! Fields upstream stores as pointers (healthzPort, kubeAPIQPS, registerNode)
 //! keep an explicit zero/false.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -19,13 +20,29 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::pullrecords::VerificationPolicy;
+use crate::quantity::{parse_bytes, parse_cpu_millis};
 
 /// The only `apiVersion` accepted in a KubeletConfiguration file.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
 /// The only `kind` accepted in a KubeletConfiguration file.
 pub const KIND: &str = "KubeletConfiguration";
+
+/// enforceNodeAllocatable: the kubepods cgroup is limited to allocatable.
+pub const ENFORCE_PODS: &str = "pods";
+/// enforceNodeAllocatable: systemReserved is enforced on systemReservedCgroup.
+pub const ENFORCE_SYSTEM_RESERVED: &str = "system-reserved";
+/// ... its cpu only.
+pub const ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE: &str = "system-reserved-compressible";
+/// enforceNodeAllocatable: kubeReserved is enforced on kubeReservedCgroup.
+pub const ENFORCE_KUBE_RESERVED: &str = "kube-reserved";
+/// ... its cpu only.
+pub const ENFORCE_KUBE_RESERVED_COMPRESSIBLE: &str = "kube-reserved-compressible";
+/// enforceNodeAllocatable: nothing.
+pub const ENFORCE_NONE: &str = "none";
 
 /// The default CRI endpoint (containerd's socket).
 pub const DEFAULT_CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
@@ -74,6 +91,16 @@ pub const DECODED_FIELDS: &[&str] = &[
     "imageMaximumGCAge",
     "imagePullCredentialsVerificationPolicy",
     "preloadedImagesVerificationAllowlist",
+    "cgroupRoot",
+    "cgroupsPerQOS",
+    "podPidsLimit",
+    "cpuCFSQuota",
+    "cpuCFSQuotaPeriod",
+    "systemReserved",
+    "kubeReserved",
+    "systemReservedCgroup",
+    "kubeReservedCgroup",
+    "enforceNodeAllocatable",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -93,8 +120,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "volumeStatsAggPeriod",
     "kubeletCgroups",
     "systemCgroups",
-    "cgroupRoot",
-    "cgroupsPerQOS",
     "cpuManagerPolicy",
     "singleProcessOOMKill",
     "cpuManagerPolicyOptions",
@@ -106,10 +131,7 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "qosReserved",
     "hairpinMode",
     "podCIDR",
-    "podPidsLimit",
     "runOnce",
-    "cpuCFSQuota",
-    "cpuCFSQuotaPeriod",
     "nodeStatusMaxImages",
     "maxOpenFiles",
     "contentType",
@@ -134,13 +156,8 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "containerLogMaxWorkers",
     "containerLogMonitorInterval",
     "configMapAndSecretChangeDetectionStrategy",
-    "systemReserved",
-    "kubeReserved",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
-    "systemReservedCgroup",
-    "kubeReservedCgroup",
-    "enforceNodeAllocatable",
     "volumePluginDir",
     "providerID",
     "kernelMemcgNotification",
@@ -452,6 +469,32 @@ pub struct KubeletConfiguration {
     /// `preloadedImagesVerificationAllowlist`: the images (or `host/path/*`
     /// prefixes) NeverVerifyAllowlistedImages lets any pod use.
     pub preloaded_images_verification_allowlist: Vec<String>,
+    /// `cgroupsPerQOS`: pods get QoS and pod cgroups under `kubepods`.
+    /// Default true.
+    pub cgroups_per_qos: bool,
+    /// `cgroupRoot`: the cgroup `kubepods` is made under (it must exist).
+    /// Default the root.
+    pub cgroup_root: String,
+    /// `podPidsLimit`: the most processes a pod's cgroup holds (-1: no
+    /// limit). Default -1.
+    pub pod_pids_limit: i64,
+    /// `cpuCFSQuota`: cpu limits are enforced with a CFS quota. Default true.
+    pub cpu_cfs_quota: bool,
+    /// `cpuCFSQuotaPeriod`: the CFS period of cpu limits. Default 100ms.
+    pub cpu_cfs_quota_period: Duration,
+    /// `systemReserved`: what the node keeps for the system (cpu in
+    /// milli-CPUs, memory and ephemeral-storage in bytes, pid).
+    pub system_reserved: BTreeMap<String, i64>,
+    /// `kubeReserved`: what the node keeps for Kubernetes' daemons.
+    pub kube_reserved: BTreeMap<String, i64>,
+    /// `systemReservedCgroup`: the cgroup systemReserved is enforced on.
+    pub system_reserved_cgroup: String,
+    /// `kubeReservedCgroup`: the cgroup kubeReserved is enforced on.
+    pub kube_reserved_cgroup: String,
+    /// `enforceNodeAllocatable`: `pods` (the kubepods cgroup limited to
+    /// allocatable), `system-reserved`, `kube-reserved` (and their
+    /// `-compressible` forms), or `none`. Default [pods].
+    pub enforce_node_allocatable: Vec<String>,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -520,6 +563,16 @@ impl Default for KubeletConfiguration {
             image_maximum_gc_age: Duration::ZERO,
             image_pull_credentials_verification_policy: "NeverVerifyPreloadedImages".into(),
             preloaded_images_verification_allowlist: Vec::new(),
+            cgroups_per_qos: true,
+            cgroup_root: String::new(),
+            pod_pids_limit: -1,
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period: Duration::from_millis(100),
+            system_reserved: BTreeMap::new(),
+            kube_reserved: BTreeMap::new(),
+            system_reserved_cgroup: String::new(),
+            kube_reserved_cgroup: String::new(),
+            enforce_node_allocatable: vec![ENFORCE_PODS.to_owned()],
         }
     }
 }
@@ -584,6 +637,16 @@ impl KubeletConfiguration {
             "imageMaximumGCAge": d(self.image_maximum_gc_age),
             "imagePullCredentialsVerificationPolicy": self.image_pull_credentials_verification_policy,
             "preloadedImagesVerificationAllowlist": self.preloaded_images_verification_allowlist,
+            "cgroupsPerQOS": self.cgroups_per_qos,
+            "cgroupRoot": self.cgroup_root,
+            "podPidsLimit": self.pod_pids_limit,
+            "cpuCFSQuota": self.cpu_cfs_quota,
+            "cpuCFSQuotaPeriod": d(self.cpu_cfs_quota_period),
+            "systemReserved": reserved_json(&self.system_reserved),
+            "kubeReserved": reserved_json(&self.kube_reserved),
+            "systemReservedCgroup": self.system_reserved_cgroup,
+            "kubeReservedCgroup": self.kube_reserved_cgroup,
+            "enforceNodeAllocatable": self.enforce_node_allocatable,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -685,6 +748,94 @@ fn decode_bool(field: &str, v: &Value) -> Result<Option<bool>, ConfigError> {
         Value::Bool(b) => Ok(Some(*b)),
         other => Err(wrong_type(field, "a boolean", other)),
     }
+}
+
+/// A 64-bit integer field; `None` when null.
+fn decode_int64(field: &str, v: &Value) -> Result<Option<i64>, ConfigError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Number(n) => n
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| wrong_type(field, "a 64-bit integer", v)),
+        other => Err(wrong_type(field, "a 64-bit integer", other)),
+    }
+}
+
+/// The resources `systemReserved` and `kubeReserved` may name
+/// (upstream's parseResourceList).
+pub const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// A reservation (`cpu: 100m`, `memory: 1Gi`, `pid: "1000"`): each amount
+/// parsed, cpu in milli-CPUs, none negative, only what may be reserved.
+fn decode_reservation(field: &str, v: &Value) -> Result<BTreeMap<String, i64>, ConfigError> {
+    let Some(map) = decode_object(field, v)? else {
+        return Ok(BTreeMap::new());
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in map {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err(wrong_type(&format!("{field}.{k}"), "a quantity", other)),
+        };
+        let amount = reserved_amount(k, &text).map_err(|m| invalid_value(field, m))?;
+        out.insert(k.clone(), amount);
+    }
+    Ok(out)
+}
+
+/// One reserved amount, checked as upstream's parseResourceList checks it.
+fn reserved_amount(resource: &str, text: &str) -> Result<i64, String> {
+    if !RESERVABLE.contains(&resource) {
+        return Err(format!("cannot reserve {resource:?} resource"));
+    }
+    let q = Quantity(text.to_owned());
+    let amount = if resource == "cpu" {
+        parse_cpu_millis(&q)
+    } else {
+        parse_bytes(&q)
+    }
+    .map_err(|e| {
+        format!(
+            "failed to parse quantity {text:?} for {resource:?} resource: {}",
+            e.message
+        )
+    })?;
+    if amount < 0 {
+        return Err(format!(
+            "resource quantity for {resource:?} cannot be negative: {text}"
+        ));
+    }
+    Ok(amount)
+}
+
+/// A reservation in the flags' form, `cpu=100m,memory=1Gi`
+/// (--kube-reserved, --system-reserved).
+pub fn parse_reservation(s: &str) -> Result<BTreeMap<String, i64>, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not resource=quantity"))?;
+        out.insert(k.trim().to_owned(), reserved_amount(k.trim(), v.trim())?);
+    }
+    Ok(out)
+}
+
+/// A reservation as /configz shows it (cpu back in milli-CPUs).
+fn reserved_json(r: &BTreeMap<String, i64>) -> Value {
+    r.iter()
+        .map(|(k, v)| {
+            let text = if k == "cpu" {
+                format!("{v}m")
+            } else {
+                v.to_string()
+            };
+            (k.clone(), Value::String(text))
+        })
+        .collect::<Map<String, Value>>()
+        .into()
 }
 
 /// A non-negative integer field that must fit `T`; `None` when null.
@@ -1125,6 +1276,49 @@ pub fn parse_kubelet_config_reporting(
                 cfg.preloaded_images_verification_allowlist =
                     decode_strings(field, v, "a list of image names or prefixes")?
             }
+            "cgroupsPerQOS" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.cgroups_per_qos = b;
+                }
+            }
+            "cgroupRoot" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.cgroup_root = s;
+                }
+            }
+            "podPidsLimit" => {
+                if let Some(n) = decode_int64(field, v)? {
+                    cfg.pod_pids_limit = n;
+                }
+            }
+            "cpuCFSQuota" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.cpu_cfs_quota = b;
+                }
+            }
+            "cpuCFSQuotaPeriod" => {
+                if let Some(d) = decode_duration(field, v)? {
+                    cfg.cpu_cfs_quota_period = d;
+                }
+            }
+            "systemReserved" => cfg.system_reserved = decode_reservation(field, v)?,
+            "kubeReserved" => cfg.kube_reserved = decode_reservation(field, v)?,
+            "systemReservedCgroup" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.system_reserved_cgroup = s;
+                }
+            }
+            "kubeReservedCgroup" => {
+                if let Some(s) = decode_string(field, v)? {
+                    cfg.kube_reserved_cgroup = s;
+                }
+            }
+            // Null keeps the default; an empty list enforces nothing.
+            "enforceNodeAllocatable" if !v.is_null() => {
+                cfg.enforce_node_allocatable =
+                    decode_strings(field, v, "a list of enforcement names")?
+            }
+            "enforceNodeAllocatable" => {}
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -1168,6 +1362,85 @@ impl KubeletConfiguration {
             &self.preloaded_images_verification_allowlist,
         )
         .map_err(ConfigError::Rejected)
+    }
+
+    /// enforceNodeAllocatable as upstream validates it, in its words.
+    fn validate_node_allocatable(&self) -> Result<(), ConfigError> {
+        let flag = "enforceNodeAllocatable (--enforce-node-allocatable)";
+        let list = &self.enforce_node_allocatable;
+        let has = |k: &str| list.iter().any(|v| v == k);
+        for (a, b) in [
+            (
+                ENFORCE_SYSTEM_RESERVED,
+                ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+            ),
+            (ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE),
+        ] {
+            if has(a) && has(b) {
+                return Err(ConfigError::Rejected(format!(
+                    "both {a:?} and {b:?} cannot be specified together in {flag}"
+                )));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for val in list {
+            if !seen.insert(val.as_str()) {
+                return Err(ConfigError::Rejected(format!(
+                    "duplicated enforcements {val:?} in {flag}"
+                )));
+            }
+            match val.as_str() {
+                ENFORCE_PODS => {}
+                ENFORCE_SYSTEM_RESERVED | ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE
+                    if self.system_reserved_cgroup.is_empty() =>
+                {
+                    return Err(ConfigError::Rejected(format!(
+                        "systemReservedCgroup (--system-reserved-cgroup) must be specified when \
+                         {ENFORCE_SYSTEM_RESERVED:?} or {ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE:?} \
+                         included in {flag}"
+                    )));
+                }
+                ENFORCE_KUBE_RESERVED | ENFORCE_KUBE_RESERVED_COMPRESSIBLE
+                    if self.kube_reserved_cgroup.is_empty() =>
+                {
+                    return Err(ConfigError::Rejected(format!(
+                        "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \
+                         {ENFORCE_KUBE_RESERVED:?} or {ENFORCE_KUBE_RESERVED_COMPRESSIBLE:?} \
+                         included in {flag}"
+                    )));
+                }
+                ENFORCE_SYSTEM_RESERVED
+                | ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE
+                | ENFORCE_KUBE_RESERVED
+                | ENFORCE_KUBE_RESERVED_COMPRESSIBLE => {}
+                ENFORCE_NONE => {
+                    if list.len() > 1 {
+                        return Err(ConfigError::Rejected(format!(
+                            "{flag} may not contain additional enforcements when {ENFORCE_NONE:?} is specified"
+                        )));
+                    }
+                    continue;
+                }
+                other => {
+                    return Err(ConfigError::Rejected(format!(
+                        "option {other:?} specified for {flag}. Valid options are {ENFORCE_PODS:?}, \
+                         {ENFORCE_SYSTEM_RESERVED:?}, {ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE:?}, \
+                         {ENFORCE_KUBE_RESERVED:?}, {ENFORCE_KUBE_RESERVED_COMPRESSIBLE:?} or {ENFORCE_NONE:?}"
+                    )));
+                }
+            }
+            if !self.cgroups_per_qos {
+                return Err(ConfigError::Rejected(format!(
+                    "cgroupsPerQOS (--cgroups-per-qos) must be set to true when {val:?} contained in {flag}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `key` is in enforceNodeAllocatable.
+    pub fn enforces(&self, key: &str) -> bool {
+        self.enforce_node_allocatable.iter().any(|v| v == key)
     }
 
     /// Checks the values that upstream's validation would reject (and that
@@ -1262,6 +1535,14 @@ impl KubeletConfiguration {
                 "allowedUnsafeSysctls (--allowed-unsafe-sysctls)",
                 e,
             ));
+        }
+        self.validate_node_allocatable()?;
+        let period = self.cpu_cfs_quota_period;
+        if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
+            return Err(ConfigError::Rejected(format!(
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} must be between 1ms and 1sec, inclusive",
+                format_go_duration(period)
+            )));
         }
         if self.max_pods == 0 {
             return Err(invalid(
@@ -1724,6 +2005,40 @@ mod tests {
                 |c| c.max_parallel_image_pulls = Some(3),
                 "maxParallelImagePulls cannot be larger than 1",
             ),
+            (
+                |c| c.cgroups_per_qos = false,
+                "invalid configuration: cgroupsPerQOS (--cgroups-per-qos) must be set to true when \"pods\" contained in enforceNodeAllocatable (--enforce-node-allocatable)",
+            ),
+            (
+                |c| c.enforce_node_allocatable = vec!["pods".into(), "pods".into()],
+                "duplicated enforcements \"pods\" in enforceNodeAllocatable",
+            ),
+            (
+                |c| c.enforce_node_allocatable = vec!["none".into(), "pods".into()],
+                "may not contain additional enforcements when \"none\" is specified",
+            ),
+            (
+                |c| c.enforce_node_allocatable = vec!["kube-reserved".into()],
+                "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when",
+            ),
+            (
+                |c| c.enforce_node_allocatable = vec!["pod".into()],
+                "option \"pod\" specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\"",
+            ),
+            (
+                |c| {
+                    c.system_reserved_cgroup = "/system".into();
+                    c.enforce_node_allocatable = vec![
+                        "system-reserved".into(),
+                        "system-reserved-compressible".into(),
+                    ]
+                },
+                "both \"system-reserved\" and \"system-reserved-compressible\" cannot be specified together",
+            ),
+            (
+                |c| c.cpu_cfs_quota_period = Duration::from_secs(2),
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) 2s must be between 1ms and 1sec, inclusive",
+            ),
         ];
         for (mutate, field) in cases {
             let mut cfg = KubeletConfiguration::default();
@@ -1738,6 +2053,60 @@ mod tests {
             ..KubeletConfiguration::default()
         };
         ok.validate().unwrap();
+        let no_qos = KubeletConfiguration {
+            cgroups_per_qos: false,
+            enforce_node_allocatable: vec!["none".into()],
+            ..KubeletConfiguration::default()
+        };
+        no_qos.validate().unwrap();
+    }
+
+    #[test]
+    fn node_resources_fields() {
+        let (cfg, _) = parse_body(
+            "cgroupsPerQOS: false\ncgroupRoot: /rk\npodPidsLimit: 1024\ncpuCFSQuota: false\n\
+             cpuCFSQuotaPeriod: 50ms\nenforceNodeAllocatable: []\n\
+             systemReserved: {cpu: 500m, memory: 1Gi, pid: 100}\n\
+             kubeReserved: {ephemeral-storage: 1G}\nkubeReservedCgroup: /kube\n",
+        )
+        .unwrap();
+        assert!(!cfg.cgroups_per_qos && !cfg.cpu_cfs_quota);
+        assert_eq!(
+            (cfg.cgroup_root.as_str(), cfg.pod_pids_limit),
+            ("/rk", 1024)
+        );
+        assert_eq!(cfg.cpu_cfs_quota_period, Duration::from_millis(50));
+        assert!(cfg.enforce_node_allocatable.is_empty());
+        assert_eq!(
+            cfg.system_reserved,
+            BTreeMap::from([
+                ("cpu".to_owned(), 500),
+                ("memory".to_owned(), 1 << 30),
+                ("pid".to_owned(), 100)
+            ])
+        );
+        assert_eq!(cfg.kube_reserved["ephemeral-storage"], 1_000_000_000);
+        cfg.validate().unwrap();
+        let json = cfg.to_v1beta1_json();
+        assert_eq!(json["systemReserved"]["cpu"], "500m");
+        assert_eq!(json["enforceNodeAllocatable"], serde_json::json!([]));
+        for (body, message) in [
+            (
+                "kubeReserved: {gpu: 1}\n",
+                "cannot reserve \"gpu\" resource",
+            ),
+            (
+                "systemReserved: {memory: -1Gi}\n",
+                "resource quantity for \"memory\" cannot be negative: -1Gi",
+            ),
+            (
+                "systemReserved: {cpu: lots}\n",
+                "failed to parse quantity \"lots\" for \"cpu\" resource",
+            ),
+        ] {
+            let err = parse_body(body).unwrap_err().to_string();
+            assert!(err.contains(message), "{err:?} lacks {message:?}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 pub mod actions;
 pub mod admission;
 pub mod backoff;
+pub mod cgroups;
 pub mod config;
 pub mod credentials;
 pub mod crilog;
@@ -35,6 +36,7 @@ pub mod probe;
 pub mod pullrecords;
 pub mod quantity;
 pub mod reference;
+pub mod resources;
 pub mod runtime;
 pub mod security;
 pub mod stats;

@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus as ApiPodStatus,
+    PodStatus as ApiPodStatus, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
@@ -16,6 +17,8 @@ use crate::actions::{
     container_should_restart, ephemeral_containers, init_containers, is_initialized, is_sidecar,
     regular_containers,
 };
+use crate::quantity::{parse_bytes, parse_cpu_millis};
+use crate::resources;
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
 
 pub const PHASE_PENDING: &str = "Pending";
@@ -160,33 +163,69 @@ pub fn pod_phase(
     PHASE_PENDING
 }
 
-/// The QoS class upstream derives from requests and limits.
+/// The QoS class upstream derives from requests and limits (GetPodQOS):
+/// the one the API server recorded, else computed from the pod-level
+/// resources when set, else from every container's.
 pub fn qos_class(pod: &Pod) -> &'static str {
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in regular_containers(pod).iter().chain(init_containers(pod)) {
-        let r = c.resources.as_ref();
-        let requests = r.and_then(|r| r.requests.as_ref());
-        let limits = r.and_then(|r| r.limits.as_ref());
-        for res in ["cpu", "memory"] {
-            let req = requests.and_then(|m| m.get(res));
-            let lim = limits.and_then(|m| m.get(res));
-            any |= req.is_some() || lim.is_some();
-            // A request defaults to the limit, so only a differing request breaks it.
-            match (req, lim) {
-                (_, None) => guaranteed = false,
-                (Some(q), Some(l)) if q != l => guaranteed = false,
-                _ => {}
-            }
+    match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
+        Some("Guaranteed") => return "Guaranteed",
+        Some("Burstable") => return "Burstable",
+        Some("BestEffort") => return "BestEffort",
+        _ => {}
+    }
+    if resources::pod_level_resources_set(pod)
+        && let Some(r) = pod.spec.as_ref().and_then(|s| s.resources.as_ref())
+    {
+        return requirements_qos(r);
+    }
+    let mut pod_qos = None;
+    for c in init_containers(pod).iter().chain(regular_containers(pod)) {
+        let qos = c.resources.as_ref().map_or("BestEffort", requirements_qos);
+        match pod_qos {
+            _ if qos == "Burstable" => return qos,
+            None => pod_qos = Some(qos),
+            Some(p) if p != qos => return "Burstable",
+            Some(_) => {}
         }
     }
-    if !any {
-        "BestEffort"
-    } else if guaranteed {
-        "Guaranteed"
-    } else {
-        "Burstable"
+    pod_qos.unwrap_or("BestEffort")
+}
+
+/// requirementsQOS: cpu and memory both requested at their (nonzero)
+/// limit → Guaranteed; neither → BestEffort; else Burstable. A limit with
+/// no request is the request, as the API server defaults it.
+fn requirements_qos(r: &ResourceRequirements) -> &'static str {
+    let requests = r.requests.as_ref();
+    let limits = r.limits.as_ref();
+    if requests.is_none_or(BTreeMap::is_empty) && limits.is_none_or(BTreeMap::is_empty) {
+        return "BestEffort";
     }
+    let amount = |res: &str, m: Option<&BTreeMap<String, Quantity>>| {
+        let q = m?.get(res)?;
+        if res == "cpu" {
+            parse_cpu_millis(q).ok()
+        } else {
+            parse_bytes(q).ok()
+        }
+    };
+    let mut qos = None;
+    for res in ["cpu", "memory"] {
+        let lim = amount(res, limits).unwrap_or(0);
+        let req = amount(res, requests).unwrap_or(lim);
+        let this = if req != lim {
+            return "Burstable";
+        } else if req == 0 {
+            "BestEffort"
+        } else {
+            "Guaranteed"
+        };
+        match qos {
+            None => qos = Some(this),
+            Some(q) if q != this => return "Burstable",
+            Some(_) => {}
+        }
+    }
+    qos.unwrap_or("BestEffort")
 }
 
 fn terminated(c: &ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
@@ -1345,6 +1384,26 @@ mod tests {
             )),
             "Burstable"
         );
+        // Equal amounts in different spellings are equal.
+        assert_eq!(
+            qos_class(&with(
+                &[("cpu", "1000m"), ("memory", "1024Mi")],
+                &[("cpu", "1"), ("memory", "1Gi")]
+            )),
+            "Guaranteed"
+        );
+        // Pod-level resources decide when set; a recorded class wins.
+        let mut p = pod("Always", &["a"]);
+        p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+            limits: Some([("cpu".into(), q("1")), ("memory".into(), q("1Gi"))].into()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Guaranteed");
+        p.status = Some(ApiPodStatus {
+            qos_class: Some("Burstable".into()),
+            ..Default::default()
+        });
+        assert_eq!(qos_class(&p), "Burstable");
     }
 
     #[test]

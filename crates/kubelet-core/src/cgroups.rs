@@ -1,0 +1,840 @@
+//! The container manager's decisions (upstream's pkg/kubelet/cm), pure:
+//! cgroup names (the `cgroupfs` driver's `/kubepods/burstable/pod<uid>`),
+//! the values a pod's cgroup gets (ResourceConfigForPod), the QoS cgroups'
+//! shares, the node-allocatable cgroup's limits, the host's cgroup mounts
+//! (from /proc/self/mountinfo), and the files each cgroup version is
+//! written through (what runc's fs and fs2 managers write).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::resources::{self, Amounts};
+use crate::status::qos_class;
+
+/// Lowest cpu.shares the kernel takes; what BestEffort gets.
+pub const MIN_SHARES: u64 = 2;
+/// Highest cpu.shares the kernel takes.
+pub const MAX_SHARES: u64 = 262_144;
+const SHARES_PER_CPU: i64 = 1024;
+const MILLI_CPU_TO_CPU: i64 = 1000;
+/// The default CFS period, 100 ms in microseconds.
+pub const QUOTA_PERIOD: u64 = 100_000;
+const MIN_QUOTA_PERIOD: i64 = 1000;
+/// The node-allocatable cgroup under cgroupRoot.
+pub const NODE_ALLOCATABLE_CGROUP: &str = "kubepods";
+/// Pod cgroups are `pod<uid>`.
+pub const POD_CGROUP_PREFIX: &str = "pod";
+/// What the QoS cgroups' hugetlb limits are set to: unbounded.
+pub const HUGEPAGES_UNBOUNDED: i64 = 1 << 62;
+
+/// MilliCPUToShares: cpu.shares of a cpu request.
+pub fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
+    if milli_cpu == 0 {
+        return MIN_SHARES;
+    }
+    let shares = milli_cpu.saturating_mul(SHARES_PER_CPU) / MILLI_CPU_TO_CPU;
+    (shares.max(0) as u64).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// MilliCPUToQuota: cpu.cfs_quota_us of a cpu limit over `period` µs
+/// (0: no limit).
+pub fn milli_cpu_to_quota(milli_cpu: i64, period: u64) -> i64 {
+    if milli_cpu == 0 {
+        return 0;
+    }
+    let quota = milli_cpu.saturating_mul(period as i64) / MILLI_CPU_TO_CPU;
+    quota.max(MIN_QUOTA_PERIOD)
+}
+
+/// getCPUWeight: cgroup v2's cpu.weight for cpu.shares.
+pub fn cpu_weight(shares: u64) -> u64 {
+    if shares >= MAX_SHARES {
+        return 10_000;
+    }
+    1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
+
+/// A cgroup's name as components (upstream's CgroupName), driver-neutral.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CgroupName(pub Vec<String>);
+
+impl CgroupName {
+    /// ParseCgroupfsToCgroupName: `/a/b` → [a, b]; `/` or empty → the root.
+    pub fn parse_cgroupfs(name: &str) -> CgroupName {
+        CgroupName(
+            name.split('/')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        )
+    }
+
+    /// This name with one more component.
+    pub fn child(&self, component: &str) -> CgroupName {
+        let mut parts = self.0.clone();
+        parts.push(component.to_owned());
+        CgroupName(parts)
+    }
+
+    /// The `cgroupfs` driver's form: `/kubepods/burstable`.
+    pub fn to_cgroupfs(&self) -> String {
+        format!("/{}", self.0.join("/"))
+    }
+
+    /// The path under a hierarchy's mount point (no leading `/`).
+    pub fn relative(&self) -> PathBuf {
+        self.0.iter().collect()
+    }
+}
+
+/// What a cgroup is set to (upstream's ResourceConfig); None leaves a
+/// value as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceConfig {
+    pub cpu_shares: Option<u64>,
+    /// cpu.cfs_quota_us; -1 is no limit.
+    pub cpu_quota: Option<i64>,
+    pub cpu_period: Option<u64>,
+    /// Bytes; -1 is no limit.
+    pub memory: Option<i64>,
+    /// -1 is no limit.
+    pub pids_limit: Option<i64>,
+    /// Page size in bytes → limit in bytes.
+    pub hugepage_limits: BTreeMap<u64, i64>,
+    pub cpuset_cpus: Option<String>,
+    /// cgroup v2 files written as they are (memory.min, memory.low).
+    pub unified: BTreeMap<String, String>,
+}
+
+/// How pod cgroups are configured (cpuCFSQuota, cpuCFSQuotaPeriod,
+/// podPidsLimit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodCgroupPolicy {
+    pub enforce_cpu_limits: bool,
+    /// µs.
+    pub cpu_period: u64,
+    /// Applied when positive.
+    pub pod_pids_limit: i64,
+}
+
+impl Default for PodCgroupPolicy {
+    fn default() -> Self {
+        PodCgroupPolicy {
+            enforce_cpu_limits: true,
+            cpu_period: QUOTA_PERIOD,
+            pod_pids_limit: -1,
+        }
+    }
+}
+
+/// The pod's QoS class as upstream names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Qos {
+    Guaranteed,
+    Burstable,
+    BestEffort,
+}
+
+impl Qos {
+    pub fn of(pod: &Pod) -> Qos {
+        match qos_class(pod) {
+            "Guaranteed" => Qos::Guaranteed,
+            "Burstable" => Qos::Burstable,
+            _ => Qos::BestEffort,
+        }
+    }
+}
+
+/// ResourceConfigForPod, plus podPidsLimit (EnsureExists): Guaranteed pods
+/// get shares, quota and a memory limit; Burstable ones shares, and quota or
+/// a memory limit only when every container (or the pod level) declares
+/// that limit; BestEffort ones the minimum shares. Hugepage limits are the
+/// pod's hugepage requests.
+pub fn pod_resource_config(pod: &Pod, policy: &PodCgroupPolicy) -> ResourceConfig {
+    let reqs = resources::pod_requests(pod);
+    let limits = resources::pod_limits(pod);
+    let get = |l: &Amounts, k: &str| l.get(k).copied().unwrap_or(0);
+    let every_declares = |res: &str| {
+        let spec = pod.spec.as_ref();
+        let containers = spec.into_iter().flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        });
+        let mut all = true;
+        for c in containers {
+            all &= get(&resources::container_limits(c), res) != 0;
+        }
+        let pod_level = spec
+            .and_then(|s| s.resources.as_ref())
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(res))
+            .is_some_and(|q| q.0 != "0");
+        all || (resources::pod_level_resources_set(pod) && pod_level)
+    };
+    let shares = milli_cpu_to_shares(get(&reqs, "cpu"));
+    let quota = if policy.enforce_cpu_limits {
+        milli_cpu_to_quota(get(&limits, "cpu"), policy.cpu_period)
+    } else {
+        -1
+    };
+    let memory = get(&limits, "memory");
+    let mut out = ResourceConfig {
+        hugepage_limits: resources::hugepages(&reqs),
+        pids_limit: (policy.pod_pids_limit > 0).then_some(policy.pod_pids_limit),
+        ..ResourceConfig::default()
+    };
+    match Qos::of(pod) {
+        Qos::Guaranteed => {
+            out.cpu_shares = Some(shares);
+            out.cpu_quota = Some(quota);
+            out.cpu_period = Some(policy.cpu_period);
+            out.memory = Some(memory);
+        }
+        Qos::Burstable => {
+            out.cpu_shares = Some(shares);
+            if every_declares("cpu") {
+                out.cpu_quota = Some(quota);
+                out.cpu_period = Some(policy.cpu_period);
+            }
+            if every_declares("memory") {
+                out.memory = Some(memory);
+            }
+        }
+        Qos::BestEffort => out.cpu_shares = Some(MIN_SHARES),
+    }
+    out
+}
+
+/// The QoS cgroups under cgroupRoot: Guaranteed pods sit directly in
+/// `kubepods`, the others in `kubepods/burstable` and `kubepods/besteffort`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QosCgroups {
+    pub root: CgroupName,
+    pub burstable: CgroupName,
+    pub besteffort: CgroupName,
+}
+
+impl QosCgroups {
+    /// Under `cgroup_root` (cgroupRoot, `/` by default).
+    pub fn new(cgroup_root: &str) -> QosCgroups {
+        let root = CgroupName::parse_cgroupfs(cgroup_root).child(NODE_ALLOCATABLE_CGROUP);
+        QosCgroups {
+            burstable: root.child("burstable"),
+            besteffort: root.child("besteffort"),
+            root,
+        }
+    }
+
+    /// The parent of pods of this class.
+    pub fn of(&self, qos: Qos) -> &CgroupName {
+        match qos {
+            Qos::Guaranteed => &self.root,
+            Qos::Burstable => &self.burstable,
+            Qos::BestEffort => &self.besteffort,
+        }
+    }
+
+    /// The pod's cgroup (GetPodContainerName).
+    pub fn pod(&self, pod: &Pod, uid: &str) -> CgroupName {
+        self.of(Qos::of(pod))
+            .child(&format!("{POD_CGROUP_PREFIX}{uid}"))
+    }
+
+    /// Every place a pod cgroup of this UID may be.
+    pub fn pod_candidates(&self, uid: &str) -> [CgroupName; 3] {
+        let name = format!("{POD_CGROUP_PREFIX}{uid}");
+        [
+            self.root.child(&name),
+            self.burstable.child(&name),
+            self.besteffort.child(&name),
+        ]
+    }
+}
+
+/// The pod UID of a child of a QoS cgroup named `pod<uid>`.
+pub fn pod_uid_of(dir_name: &str) -> Option<&str> {
+    dir_name
+        .strip_prefix(POD_CGROUP_PREFIX)
+        .filter(|uid| !uid.is_empty() && !uid.contains(POD_CGROUP_PREFIX))
+}
+
+/// setCPUCgroupConfig: the burstable cgroup's shares are the sum of its
+/// pods' cpu requests.
+pub fn burstable_shares<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u64 {
+    let milli: i64 = pods
+        .into_iter()
+        .filter(|p| Qos::of(p) == Qos::Burstable)
+        .map(|p| resources::pod_requests(p).get("cpu").copied().unwrap_or(0))
+        .sum();
+    milli_cpu_to_shares(milli)
+}
+
+/// The QoS cgroups' values for the pods now active (UpdateCgroups without
+/// the alpha QOSReserved): besteffort the minimum shares, burstable the sum
+/// of its requests, hugetlb unbounded in all three.
+pub fn qos_resource_configs<'a>(
+    qos: &QosCgroups,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    hugepage_sizes: &[u64],
+) -> Vec<(CgroupName, ResourceConfig)> {
+    let unbounded: BTreeMap<u64, i64> = hugepage_sizes
+        .iter()
+        .map(|s| (*s, HUGEPAGES_UNBOUNDED))
+        .collect();
+    let with = |shares: Option<u64>| ResourceConfig {
+        cpu_shares: shares,
+        hugepage_limits: unbounded.clone(),
+        ..ResourceConfig::default()
+    };
+    vec![
+        (qos.root.clone(), with(None)),
+        (qos.burstable.clone(), with(Some(burstable_shares(pods)))),
+        (qos.besteffort.clone(), with(Some(MIN_SHARES))),
+    ]
+}
+
+/// getCgroupConfigInternal: a cgroup limited to `list` — memory, cpu
+/// shares, pids and hugepages, or only the cpu shares when
+/// `compressible_only` (the `-compressible` enforcements).
+pub fn limits_config(list: &Amounts, compressible_only: bool) -> ResourceConfig {
+    let shares = list.get("cpu").map(|m| milli_cpu_to_shares(*m));
+    if compressible_only {
+        return ResourceConfig {
+            cpu_shares: shares,
+            ..ResourceConfig::default()
+        };
+    }
+    ResourceConfig {
+        memory: list.get("memory").copied(),
+        cpu_shares: shares,
+        pids_limit: list.get("pid").copied(),
+        hugepage_limits: resources::hugepages(list),
+        ..ResourceConfig::default()
+    }
+}
+
+/// getNodeAllocatableAbsoluteImpl: each resource of `capacity` less what
+/// is reserved for the system and for Kubernetes, never below zero.
+pub fn less_reserved(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
+    capacity
+        .iter()
+        .map(|(k, v)| {
+            let kept: i64 = reserved.iter().filter_map(|r| r.get(k)).sum();
+            (k.clone(), (v - kept).max(0))
+        })
+        .collect()
+}
+
+/// Which cgroup file system the host runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CgroupLayout {
+    /// cgroup v1: each controller (or named hierarchy, `name=systemd`)
+    /// mounted somewhere.
+    V1 { mounts: BTreeMap<String, PathBuf> },
+    /// cgroup v2 (unified) at this mount point, with the controllers its
+    /// root offers.
+    V2 {
+        root: PathBuf,
+        controllers: Vec<String>,
+    },
+}
+
+/// Where cgroup v2 must be mounted for the host to count as unified
+/// (IsCgroup2UnifiedMode).
+pub const UNIFIED_MOUNTPOINT: &str = "/sys/fs/cgroup";
+
+impl CgroupLayout {
+    /// The layout /proc/self/mountinfo describes: v2 when cgroup2 is
+    /// mounted at /sys/fs/cgroup, else the v1 hierarchies (each controller
+    /// at its shortest mount point, as upstream picks). `v2_controllers`
+    /// is the content of the v2 root's cgroup.controllers. None: no
+    /// cgroup file system at all.
+    pub fn from_mountinfo(mountinfo: &str, v2_controllers: &str) -> Option<CgroupLayout> {
+        let mut mounts: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let Some(mountpoint) = left.split(' ').nth(4) else {
+                continue;
+            };
+            let mut right = right.split(' ');
+            let (fstype, _source, options) = (right.next(), right.next(), right.next());
+            match fstype {
+                Some("cgroup2") if mountpoint == UNIFIED_MOUNTPOINT => {
+                    return Some(CgroupLayout::V2 {
+                        root: PathBuf::from(mountpoint),
+                        controllers: v2_controllers
+                            .split_whitespace()
+                            .map(str::to_owned)
+                            .collect(),
+                    });
+                }
+                Some("cgroup") => {
+                    for opt in options.unwrap_or("").split(',') {
+                        if !is_controller_option(opt) {
+                            continue;
+                        }
+                        let shorter = mounts
+                            .get(opt)
+                            .is_none_or(|m| mountpoint.len() < m.as_os_str().len());
+                        if shorter {
+                            mounts.insert(opt.to_owned(), PathBuf::from(mountpoint));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        (!mounts.is_empty()).then_some(CgroupLayout::V1 { mounts })
+    }
+
+    pub fn version(&self) -> u8 {
+        match self {
+            CgroupLayout::V1 { .. } => 1,
+            CgroupLayout::V2 { .. } => 2,
+        }
+    }
+}
+
+/// A v1 super option naming a hierarchy (a controller or `name=...`),
+/// not a mount flag.
+fn is_controller_option(opt: &str) -> bool {
+    const FLAGS: &[&str] = &[
+        "rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec",
+    ];
+    !opt.is_empty()
+        && !FLAGS.contains(&opt)
+        && !opt.starts_with("release_agent=")
+        && opt != "clone_children"
+        && opt != "noprefix"
+        && opt != "xattr"
+        && opt != "cpuset_v2_mode"
+}
+
+/// The controllers a v1 pod cgroup must have (cgroupV1impl.Validate).
+pub const V1_REQUIRED: &[&str] = &["cpu", "cpuacct", "cpuset", "memory", "pids"];
+/// The v2 controllers upstream enables and requires, where the root has them.
+pub const V2_SUPPORTED: &[&str] = &["cpu", "cpuset", "memory", "hugetlb", "pids"];
+
+/// One write into a cgroup: `controller` is the v1 hierarchy it goes to
+/// (v2: the controller that must be enabled).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub controller: &'static str,
+    pub file: String,
+    pub value: String,
+}
+
+fn w(controller: &'static str, file: impl Into<String>, value: impl ToString) -> Write {
+    Write {
+        controller,
+        file: file.into(),
+        value: value.to_string(),
+    }
+}
+
+/// HugePageUnitSizeFromByteSize: 2097152 → `2MB`, 1073741824 → `1GB`.
+pub fn hugepage_unit(size: u64) -> Option<String> {
+    let units = ["B", "KB", "MB", "GB", "TB", "PB"];
+    let (mut size, mut i) = (size, 0);
+    while size >= 1024 && size % 1024 == 0 && i + 1 < units.len() {
+        size /= 1024;
+        i += 1;
+    }
+    (i > 0).then(|| format!("{size}{}", units[i]))
+}
+
+/// The page sizes the host offers, from /sys/kernel/mm/hugepages entries
+/// (`hugepages-2048kB`), in bytes.
+pub fn hugepage_size_of_dir(name: &str) -> Option<u64> {
+    let kb = name.strip_prefix("hugepages-")?.strip_suffix("kB")?;
+    kb.parse::<u64>().ok()?.checked_mul(1024)
+}
+
+/// What runc's v1 (fs) manager writes for `cfg`, in order. Hugetlb limits
+/// are written for every page size the host has: those `cfg` names with
+/// their limit, the others 0 (maybeSetHugetlb), when `with_hugetlb`.
+pub fn v1_writes(cfg: &ResourceConfig, hugepage_sizes: &[u64], with_hugetlb: bool) -> Vec<Write> {
+    let mut out = Vec::new();
+    if let Some(cpus) = &cfg.cpuset_cpus {
+        out.push(w("cpuset", "cpuset.cpus", cpus));
+    }
+    if let Some(s) = cfg.cpu_shares.filter(|s| *s != 0) {
+        out.push(w("cpu", "cpu.shares", s));
+    }
+    if let Some(p) = cfg.cpu_period.filter(|p| *p != 0) {
+        out.push(w("cpu", "cpu.cfs_period_us", p));
+    }
+    if let Some(q) = cfg.cpu_quota.filter(|q| *q != 0) {
+        out.push(w("cpu", "cpu.cfs_quota_us", q));
+    }
+    if let Some(m) = cfg.memory.filter(|m| *m != 0) {
+        out.push(w("memory", "memory.limit_in_bytes", m));
+    }
+    if let Some(p) = cfg.pids_limit.filter(|p| *p != 0) {
+        out.push(w("pids", "pids.max", pids_value(p)));
+    }
+    if with_hugetlb {
+        for (size, limit) in hugetlb_limits(cfg, hugepage_sizes) {
+            out.push(w(
+                "hugetlb",
+                format!("hugetlb.{size}.limit_in_bytes"),
+                limit,
+            ));
+        }
+    }
+    out
+}
+
+/// What runc's v2 (fs2) manager writes for `cfg`, in order, given the
+/// controllers the cgroup has.
+pub fn v2_writes(
+    cfg: &ResourceConfig,
+    hugepage_sizes: &[u64],
+    controllers: &[String],
+) -> Vec<Write> {
+    let has = |c: &str| controllers.iter().any(|x| x == c);
+    let mut out = Vec::new();
+    if let Some(cpus) = &cfg.cpuset_cpus {
+        out.push(w("cpuset", "cpuset.cpus", cpus));
+    }
+    if let Some(s) = cfg.cpu_shares.filter(|s| *s != 0) {
+        out.push(w("cpu", "cpu.weight", cpu_weight(s)));
+    }
+    let (quota, period) = (cfg.cpu_quota.unwrap_or(0), cfg.cpu_period.unwrap_or(0));
+    if quota != 0 || period != 0 {
+        let mut v = if quota > 0 {
+            quota.to_string()
+        } else {
+            "max".to_owned()
+        };
+        if period != 0 {
+            v = format!("{v} {period}");
+        }
+        out.push(w("cpu", "cpu.max", v));
+    }
+    if let Some(m) = cfg.memory.filter(|m| *m != 0) {
+        let v = if m < 0 {
+            "max".to_owned()
+        } else {
+            m.to_string()
+        };
+        out.push(w("memory", "memory.max", v));
+    }
+    if let Some(p) = cfg.pids_limit.filter(|p| *p != 0) {
+        out.push(w("pids", "pids.max", pids_value(p)));
+    }
+    if has("hugetlb") {
+        for (size, limit) in hugetlb_limits(cfg, hugepage_sizes) {
+            out.push(w("hugetlb", format!("hugetlb.{size}.max"), limit));
+        }
+    }
+    for (file, value) in &cfg.unified {
+        let controller = match file.split('.').next() {
+            Some("memory") => "memory",
+            Some("cpu") => "cpu",
+            Some("pids") => "pids",
+            _ => "",
+        };
+        out.push(w(controller, file.clone(), value));
+    }
+    out.retain(|x| x.controller.is_empty() || has(x.controller));
+    out
+}
+
+fn pids_value(limit: i64) -> String {
+    if limit > 0 {
+        limit.to_string()
+    } else {
+        "max".to_owned()
+    }
+}
+
+fn hugetlb_limits(cfg: &ResourceConfig, sizes: &[u64]) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = cfg
+        .hugepage_limits
+        .iter()
+        .filter_map(|(size, limit)| Some((hugepage_unit(*size)?, (*limit).max(0) as u64)))
+        .collect();
+    for size in sizes {
+        if !cfg.hugepage_limits.contains_key(size)
+            && let Some(unit) = hugepage_unit(*size)
+        {
+            out.push((unit, 0));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u1"}, "spec": spec}))
+            .unwrap()
+    }
+
+    fn container(requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {
+        json!({"name": "c", "resources": {"requests": requests, "limits": limits}})
+    }
+
+    #[test]
+    fn cpu_conversions() {
+        for (milli, shares) in [(0, 2), (1, 2), (100, 102), (1000, 1024), (500_000, 262_144)] {
+            assert_eq!(milli_cpu_to_shares(milli), shares, "{milli}m");
+        }
+        for (milli, period, quota) in [
+            (0, 100_000, 0),
+            (5, 100_000, 1000),
+            (250, 100_000, 25_000),
+            (1500, 100_000, 150_000),
+            (250, 50_000, 12_500),
+        ] {
+            assert_eq!(
+                milli_cpu_to_quota(milli, period),
+                quota,
+                "{milli}m/{period}"
+            );
+        }
+        for (shares, weight) in [(2, 1), (1024, 39), (262_144, 10_000), (102, 4)] {
+            assert_eq!(cpu_weight(shares), weight, "{shares}");
+        }
+    }
+
+    #[test]
+    fn pod_cgroup_values_by_qos() {
+        let policy = PodCgroupPolicy::default();
+        let guaranteed = pod(json!({"containers": [
+            container(json!({"cpu": "500m", "memory": "64Mi"}), json!({"cpu": "500m", "memory": "64Mi"}))
+        ], "overhead": {"cpu": "100m", "memory": "1Mi"}}));
+        assert_eq!(
+            pod_resource_config(&guaranteed, &policy),
+            ResourceConfig {
+                cpu_shares: Some(614),
+                cpu_quota: Some(60_000),
+                cpu_period: Some(100_000),
+                memory: Some(65 << 20),
+                ..Default::default()
+            }
+        );
+        // Burstable: one container without a memory limit → no pod memory limit.
+        let burstable = pod(json!({"containers": [
+            container(json!({"cpu": "100m"}), json!({"cpu": "200m", "memory": "32Mi"})),
+            {"name": "d", "resources": {"limits": {"cpu": "100m"}}},
+        ]}));
+        assert_eq!(
+            pod_resource_config(&burstable, &policy),
+            ResourceConfig {
+                cpu_shares: Some(204),
+                cpu_quota: Some(30_000),
+                cpu_period: Some(100_000),
+                ..Default::default()
+            }
+        );
+        let besteffort = pod(json!({"containers": [{"name": "c"}]}));
+        let pids = PodCgroupPolicy {
+            pod_pids_limit: 1024,
+            enforce_cpu_limits: false,
+            ..policy
+        };
+        assert_eq!(
+            pod_resource_config(&besteffort, &pids),
+            ResourceConfig {
+                cpu_shares: Some(2),
+                pids_limit: Some(1024),
+                ..Default::default()
+            }
+        );
+        // cpuCFSQuota: false → quota -1 (no limit) on a Guaranteed pod; hugepages from requests.
+        let huge = pod(json!({"containers": [container(
+            json!({"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"}),
+            json!({"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "4Mi"}),
+        )]}));
+        let cfg = pod_resource_config(&huge, &pids);
+        assert_eq!(cfg.cpu_quota, Some(-1));
+        assert_eq!(cfg.hugepage_limits, BTreeMap::from([(2 << 20, 4 << 20)]));
+        // Pod-level limits declare what containers do not.
+        let pod_level = pod(json!({"containers": [{"name": "c"}],
+            "resources": {"requests": {"memory": "10Mi"}, "limits": {"memory": "20Mi"}}}));
+        let cfg = pod_resource_config(&pod_level, &policy);
+        assert_eq!((cfg.memory, cfg.cpu_quota), (Some(20 << 20), None));
+    }
+
+    #[test]
+    fn names_and_places() {
+        let qos = QosCgroups::new("/");
+        assert_eq!(qos.root.to_cgroupfs(), "/kubepods");
+        assert_eq!(qos.burstable.to_cgroupfs(), "/kubepods/burstable");
+        let q = QosCgroups::new("/rk-node1/");
+        assert_eq!(q.besteffort.to_cgroupfs(), "/rk-node1/kubepods/besteffort");
+        assert_eq!(
+            q.besteffort.relative(),
+            PathBuf::from("rk-node1/kubepods/besteffort")
+        );
+        let be = pod(json!({"containers": [{"name": "c"}]}));
+        assert_eq!(
+            qos.pod(&be, "a-b").to_cgroupfs(),
+            "/kubepods/besteffort/poda-b"
+        );
+        assert_eq!(pod_uid_of("pod1234-5"), Some("1234-5"));
+        assert_eq!(pod_uid_of("burstable"), None);
+        assert_eq!(pod_uid_of("pod"), None);
+    }
+
+    #[test]
+    fn qos_shares_follow_the_burstable_pods() {
+        let b1 = pod(json!({"containers": [container(json!({"cpu": "250m"}), json!({}))]}));
+        let b2 = pod(json!({"containers": [container(json!({"cpu": "750m"}), json!({}))]}));
+        let g = pod(
+            json!({"containers": [container(json!({"cpu": "2", "memory": "1Gi"}), json!({"cpu": "2", "memory": "1Gi"}))]}),
+        );
+        let qos = QosCgroups::new("");
+        let configs = qos_resource_configs(&qos, [&b1, &b2, &g], &[2 << 20]);
+        assert_eq!(configs[1].1.cpu_shares, Some(1024));
+        assert_eq!(configs[2].1.cpu_shares, Some(2));
+        assert_eq!(configs[0].1.cpu_shares, None);
+        assert_eq!(
+            configs[0].1.hugepage_limits,
+            BTreeMap::from([(2 << 20, HUGEPAGES_UNBOUNDED)])
+        );
+        assert_eq!(qos_resource_configs(&qos, [], &[])[1].1.cpu_shares, Some(2));
+    }
+
+    #[test]
+    fn mountinfo_layouts() {
+        let hybrid = "\
+24 30 0:22 / /sys/fs/cgroup ro,nosuid,nodev,noexec - tmpfs tmpfs ro,mode=755
+25 24 0:23 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw
+26 24 0:24 / /sys/fs/cgroup/systemd rw,nosuid - cgroup cgroup rw,xattr,name=systemd
+27 24 0:25 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+28 24 0:26 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+29 90 0:26 / /var/lib/containers/storage/memory rw - cgroup cgroup rw,memory
+";
+        let CgroupLayout::V1 { mounts } = CgroupLayout::from_mountinfo(hybrid, "").unwrap() else {
+            panic!("v1 expected")
+        };
+        assert_eq!(
+            mounts,
+            BTreeMap::from([
+                ("cpu".into(), "/sys/fs/cgroup/cpu,cpuacct".into()),
+                ("cpuacct".into(), "/sys/fs/cgroup/cpu,cpuacct".into()),
+                ("memory".into(), "/sys/fs/cgroup/memory".into()),
+                ("name=systemd".into(), "/sys/fs/cgroup/systemd".into()),
+            ])
+        );
+        let unified = "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            CgroupLayout::from_mountinfo(unified, "cpuset cpu io memory pids\n"),
+            Some(CgroupLayout::V2 {
+                root: "/sys/fs/cgroup".into(),
+                controllers: ["cpuset", "cpu", "io", "memory", "pids"]
+                    .map(String::from)
+                    .into(),
+            })
+        );
+        assert_eq!(
+            CgroupLayout::from_mountinfo("1 2 3:4 / / rw - ext4 /dev/sda rw\n", ""),
+            None
+        );
+    }
+
+    #[test]
+    fn files_written_per_version() {
+        let cfg = ResourceConfig {
+            cpu_shares: Some(1024),
+            cpu_quota: Some(-1),
+            cpu_period: Some(100_000),
+            memory: Some(64 << 20),
+            pids_limit: Some(-1),
+            hugepage_limits: BTreeMap::from([(2 << 20, 4 << 20)]),
+            ..Default::default()
+        };
+        let files = |ws: Vec<Write>| -> Vec<(String, String)> {
+            ws.into_iter().map(|w| (w.file, w.value)).collect()
+        };
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            files(v1_writes(&cfg, &[2 << 20, 1 << 30], true)),
+            vec![
+                s("cpu.shares", "1024"),
+                s("cpu.cfs_period_us", "100000"),
+                s("cpu.cfs_quota_us", "-1"),
+                s("memory.limit_in_bytes", "67108864"),
+                s("pids.max", "max"),
+                s("hugetlb.2MB.limit_in_bytes", "4194304"),
+                s("hugetlb.1GB.limit_in_bytes", "0"),
+            ]
+        );
+        assert_eq!(files(v1_writes(&cfg, &[2 << 20], false)).len(), 5);
+        let all: Vec<String> = V2_SUPPORTED.iter().map(|c| c.to_string()).collect();
+        let mut v2 = cfg.clone();
+        v2.unified.insert("memory.low".into(), "0".into());
+        assert_eq!(
+            files(v2_writes(&v2, &[2 << 20], &all)),
+            vec![
+                s("cpu.weight", "39"),
+                s("cpu.max", "max 100000"),
+                s("memory.max", "67108864"),
+                s("pids.max", "max"),
+                s("hugetlb.2MB.max", "4194304"),
+                s("memory.low", "0"),
+            ]
+        );
+        // A controller the cgroup lacks is not written.
+        let no_memory: Vec<String> = ["cpu", "pids"].map(String::from).into();
+        let quota = ResourceConfig {
+            cpu_quota: Some(25_000),
+            cpu_period: Some(100_000),
+            memory: Some(1),
+            ..Default::default()
+        };
+        assert_eq!(
+            files(v2_writes(&quota, &[], &no_memory)),
+            vec![s("cpu.max", "25000 100000")]
+        );
+        assert_eq!(hugepage_unit(64 << 10).as_deref(), Some("64KB"));
+        assert_eq!(hugepage_size_of_dir("hugepages-2048kB"), Some(2 << 20));
+    }
+
+    #[test]
+    fn node_allocatable_cgroup() {
+        let capacity: Amounts = [
+            ("cpu".to_owned(), 2000),
+            ("memory".to_owned(), 2 << 30),
+            ("pid".to_owned(), 4096),
+            ("hugepages-2Mi".to_owned(), 0),
+        ]
+        .into();
+        let system: Amounts = [("cpu".to_owned(), 500), ("memory".to_owned(), 1 << 30)].into();
+        let kube: Amounts = [("pid".to_owned(), 5000), ("storage".to_owned(), 1)].into();
+        let alloc = less_reserved(&capacity, &[&system, &kube]);
+        assert_eq!(
+            alloc,
+            [
+                ("cpu".to_owned(), 1500),
+                ("memory".to_owned(), 1 << 30),
+                ("pid".to_owned(), 0),
+                ("hugepages-2Mi".to_owned(), 0),
+            ]
+            .into()
+        );
+        let cfg = limits_config(&alloc, false);
+        assert_eq!(cfg.cpu_shares, Some(1536));
+        assert_eq!(cfg.memory, Some(1 << 30));
+        assert_eq!(cfg.pids_limit, Some(0));
+        assert_eq!(cfg.hugepage_limits, BTreeMap::from([(2 << 20, 0)]));
+        assert_eq!(
+            limits_config(&system, true),
+            ResourceConfig {
+                cpu_shares: Some(512),
+                ..Default::default()
+            }
+        );
+    }
+}
