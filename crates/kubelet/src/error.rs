@@ -9,6 +9,7 @@ use std::time::Duration;
 use kubelet_core::status::{Waiting, WaitingReasons};
 use kubelet_cri::client::CriError;
 
+use crate::cm::CmError;
 use crate::kuberuntime::config::ConfigError;
 use crate::volumes::VolumeError;
 use kubelet_core::env::EnvError;
@@ -167,6 +168,19 @@ pub enum SyncError {
     /// event gives the message as is.
     #[error("{0}")]
     SandboxConfig(String),
+    /// The pod's cgroup could not be made (upstream's words; its
+    /// FailedToCreatePodContainer event says it too).
+    #[error(
+        "failed to ensure that the pod: {uid} cgroups exist and are correctly applied: {source}"
+    )]
+    PodCgroup {
+        uid: String,
+        #[source]
+        source: CmError,
+    },
+    /// Its cgroup could not be removed: the pod is not let go.
+    #[error("{0}")]
+    PodCgroupTeardown(#[source] CmError),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,

@@ -34,6 +34,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::cm::{CmError, ContainerManager, HostCgroups, node_capacity};
 use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
@@ -74,10 +75,11 @@ pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
 /// every housekeeping).
 pub const POD_DIRS_PERIOD: Duration = HOUSEKEEPING_PERIOD;
 
-/// List the pod directories every POD_DIRS_PERIOD, off the sync loop, and
-/// hand the list to it.
+/// List the pod directories and the pod cgroups every POD_DIRS_PERIOD, off
+/// the sync loop, and hand the UIDs to it.
 async fn list_pod_dirs(
     volumes: VolumeManager,
+    cm: ContainerManager,
     tx: mpsc::Sender<Vec<PodUid>>,
     cancel: CancellationToken,
 ) {
@@ -88,14 +90,21 @@ async fn list_pod_dirs(
             _ = cancel.cancelled() => return,
             _ = tick.tick() => {}
         }
-        match volumes.pod_dirs().await {
-            Ok(dirs) if !dirs.is_empty() => {
-                if tx.send(dirs).await.is_err() {
-                    return;
-                }
+        let mut uids = match volumes.pod_dirs().await {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the pod directories");
+                Vec::new()
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "listing the pod directories"),
+        };
+        match cm.pod_uids().await {
+            Ok(cgroups) => uids.extend(cgroups),
+            Err(e) => tracing::warn!(error = %e, "listing the pod cgroups"),
+        }
+        uids.sort_unstable();
+        uids.dedup();
+        if !uids.is_empty() && tx.send(uids).await.is_err() {
+            return;
         }
     }
 }
@@ -106,7 +115,8 @@ enum Wake {
     Pleg(Vec<PodLifecycleEvent>),
     /// A probe result of this pod changed, or an object its volumes project.
     Resync(PodUid),
-    /// The pod directories on disk (orphans are removed by their workers).
+    /// The pods with a directory on disk or a cgroup (orphans are removed
+    /// by their workers).
     PodDirs(Vec<PodUid>),
     SyncTick,
     Housekeeping,
@@ -129,6 +139,8 @@ pub struct KubeletOptions {
     pub metrics: KubeletMetrics,
     /// The wall clock every part reads.
     pub clock: Clock,
+    /// The host's cgroup file system (pod cgroups are made in it).
+    pub cgroups: HostCgroups,
 }
 
 impl KubeletOptions {
@@ -153,6 +165,7 @@ impl KubeletOptions {
             node_cpu_cores,
             registration: None,
             clock: Clock::System,
+            cgroups: HostCgroups::detect(),
         }
     }
 }
@@ -161,6 +174,10 @@ impl KubeletOptions {
 pub enum KubeletError {
     #[error("kubelet API serving certificate: {0}")]
     Tls(String),
+    /// The container manager could not set up the node's cgroups
+    /// (upstream exits: "Failed to start ContainerManager").
+    #[error("Failed to start ContainerManager: {0}")]
+    ContainerManager(#[source] CmError),
     #[error("listening on {addr} ({what}): {source}")]
     Listen {
         what: &'static str,
@@ -227,6 +244,25 @@ async fn collect_every<F, Fut, E>(
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "garbage collected {what}"),
             Err(e) => tracing::warn!(error = %e, "garbage collection of {what}"),
+        }
+    }
+}
+
+/// Upstream's periodicQOSCgroupUpdateInterval.
+const QOS_UPDATE_PERIOD: Duration = Duration::from_secs(60);
+
+/// Keep the QoS cgroups' values in step with the active pods, every
+/// QOS_UPDATE_PERIOD (besides each new pod's own update).
+async fn update_qos_every(syncer: Syncer, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval_at(Instant::now() + QOS_UPDATE_PERIOD, QOS_UPDATE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = syncer.cm.update_qos(syncer.active_pods()).await {
+            tracing::info!(error = %e, "Failed to reserve QoS requests");
         }
     }
 }
@@ -344,6 +380,12 @@ impl Kubelet {
             opts.metrics.clone(),
             opts.clock,
         ));
+        let cm = ContainerManager::new(
+            cfg,
+            &opts.cgroups,
+            &node_capacity(opts.node_cpu_cores, opts.node_memory),
+            events.clone(),
+        );
         let runtime = RuntimeManager::new(
             cri,
             Host {
@@ -363,6 +405,7 @@ impl Kubelet {
                     extra_masked_paths: host_masked_paths(),
                 },
                 image_pull_limit: cfg.image_pull_limit(),
+                cgroups: cm.clone(),
                 runtime_classes: match &api {
                     Some(_) => RuntimeClasses::watched(runtime_classes.subscribe()),
                     None => RuntimeClasses::default(),
@@ -422,6 +465,8 @@ impl Kubelet {
             metrics: opts.metrics.clone(),
             first_seen: Arc::default(),
             clock: opts.clock,
+            cm,
+            pods: PodManager::default(),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -429,7 +474,7 @@ impl Kubelet {
             opts.config.sync_frequency,
         );
         Arc::new(Kubelet {
-            pod_manager: PodManager::default(),
+            pod_manager: syncer.pods.clone(),
             status: syncer.status.clone(),
             runtime_state: syncer.runtime_state.clone(),
             pleg: Pleg::new(runtime, opts.metrics.clone(), opts.clock),
@@ -472,6 +517,17 @@ impl Kubelet {
         if let Err(e) = self.start_servers().await {
             self.tasks.shutdown().await;
             return Err(e);
+        }
+        if let Err(e) = self.syncer.cm.start(Vec::new()).await {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::ContainerManager(e));
+        }
+        if self.syncer.cm.enabled() {
+            let syncer = self.syncer.clone();
+            self.tasks
+                .spawn(tracing::info_span!("qos_cgroups"), move |token| {
+                    update_qos_every(syncer, token)
+                });
         }
         let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
         let sources_ready = self.start_sources(updates_tx);
@@ -813,10 +869,10 @@ impl Kubelet {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         let (dirs_tx, mut pod_dirs) = mpsc::channel(1);
-        let volumes = self.syncer.volumes.clone();
+        let (volumes, cm) = (self.syncer.volumes.clone(), self.syncer.cm.clone());
         self.tasks
             .spawn(tracing::info_span!("pod_dirs"), move |token| {
-                list_pod_dirs(volumes, dirs_tx, token)
+                list_pod_dirs(volumes, cm, dirs_tx, token)
             });
         let mut sync_tick = tokio::time::interval(SYNC_PERIOD);
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
@@ -1154,11 +1210,11 @@ impl Kubelet {
         }
     }
 
-    /// Pod directories of pods no source wants, no worker holds and the
-    /// runtime does not run (left by a crash, or by a pod deleted while the
-    /// kubelet was down) go through a worker of their own: it tears down
-    /// their volumes and removes the directory, serialised with anything
-    /// else done for that UID.
+    /// Pod directories and pod cgroups of pods no source wants, no worker
+    /// holds and the runtime does not run (left by a crash, or by a pod
+    /// deleted while the kubelet was down) go through a worker of their
+    /// own: it tears down their volumes, then removes the cgroup and the
+    /// directory, serialised with anything else done for that UID.
     fn remove_orphaned_pod_dirs(&self, sources_ready: &SourcesReady, dirs: Vec<PodUid>) {
         if !sources_ready.all_ready() || !self.pleg.has_relisted() {
             return;
@@ -1172,7 +1228,7 @@ impl Kubelet {
             {
                 continue;
             }
-            tracing::info!(%uid, "removing an orphaned pod directory");
+            tracing::info!(%uid, "orphaned pod found: removing its directory and cgroup");
             self.workers.kill_pod(
                 PodTarget {
                     pod_ref: PodRef {

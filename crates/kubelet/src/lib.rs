@@ -6,6 +6,7 @@
 //! (actual), the status manager (reported).
 
 pub mod clock;
+pub mod cm;
 pub mod config;
 pub mod error;
 pub mod events;

@@ -19,10 +19,13 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::Clock;
+use crate::cm::ContainerManager;
 use crate::error::{SyncError, waiting_reasons};
+use crate::events::{Involved, WARNING};
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
 use crate::pod_workers::{PodSyncer, PodTarget};
+use crate::podmanager::PodManager;
 use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::status_manager::StatusManager;
@@ -50,6 +53,10 @@ pub struct Syncer {
     pub first_seen: Arc<Mutex<HashMap<PodUid, Instant>>>,
     /// The wall clock active deadlines are counted on.
     pub clock: Clock,
+    /// The pods' cgroups (cgroupsPerQOS).
+    pub cm: ContainerManager,
+    /// The desired pods, whose active ones the QoS cgroups follow.
+    pub pods: PodManager,
 }
 
 impl Syncer {
@@ -95,6 +102,56 @@ impl Syncer {
             .and_then(|s| s.start_time.clone())
             .map(|t| t.0.as_second());
         past_active_deadline(pod, start, self.clock.now_nanos() / 1_000_000_000)
+    }
+
+    /// The pods the QoS cgroups are sized for (upstream's active pods):
+    /// the desired ones not reported terminal.
+    pub fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.pods.pods_where(|p| {
+            !self
+                .status
+                .get_pod_status(&PodUid::of(p))
+                .is_some_and(|s| matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED)))
+        })
+    }
+
+    /// The pod's cgroup, before its sandbox (upstream's SyncPod step). A
+    /// pod that runs without one (started before cgroupsPerQOS) is killed
+    /// first, to come back under its QoS cgroup; a RestartPolicy Never pod
+    /// so killed gets none.
+    async fn ensure_pod_cgroup(&self, pod: &Arc<Pod>, rt: &PodStatus) -> Result<(), SyncError> {
+        if !self.cm.enabled() || self.cm.pod_exists(pod).await {
+            return Ok(());
+        }
+        if rt.running_containers().next().is_some() {
+            tracing::info!("pod runs without its pod cgroup: killing it to restart it in one");
+            let grace = grace_period(Some(pod), rt, None);
+            match self.runtime.kill_pod(Some(pod), rt, grace).await {
+                Ok(()) => {
+                    let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
+                        == Some("Never");
+                    if never {
+                        return Ok(());
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "killing a pod without its cgroup"),
+            }
+        }
+        self.cm
+            .ensure_pod(pod.clone(), self.active_pods())
+            .await
+            .map_err(|source| {
+                self.runtime.events().event(
+                    &Involved::pod(pod, None),
+                    WARNING,
+                    "FailedToCreatePodContainer",
+                    format!("unable to ensure pod container exists: {source}"),
+                );
+                SyncError::PodCgroup {
+                    uid: PodUid::of(pod).0,
+                    source,
+                }
+            })
     }
 }
 
@@ -187,6 +244,7 @@ impl Syncer {
         {
             return Err(SyncError::NetworkNotReady(e));
         }
+        self.ensure_pod_cgroup(&pod, &rt).await?;
         // The pod's directories and volumes, before any container.
         let volumes = self.volumes.mount_pod(&pod).await?;
         let result = self
@@ -261,6 +319,11 @@ impl Syncer {
             .unmount_pod(&target.pod_ref.uid)
             .await
             .map_err(SyncError::VolumesTeardown)?;
+        // Its processes are gone with its containers: its cgroup goes.
+        self.cm
+            .destroy_pod(&target.pod_ref.uid)
+            .await
+            .map_err(SyncError::PodCgroupTeardown)?;
         if why == Why::Removed {
             self.runtime.remove_pod(&target.pod_ref, &rt).await?;
             self.volumes

@@ -84,7 +84,16 @@ async fn an_idle_connection_flood_leaves_healthz_and_pods_working() {
         ..Default::default()
     };
     let root = dir.path().join("root");
-    let opts = KubeletOptions::from_host(config, root.clone(), "node1".into());
+    let mut opts = KubeletOptions::from_host(config, root.clone(), "node1".into());
+    // Pod cgroups in plain directories, not the host's.
+    let mounts = ["cpu", "memory", "pids"]
+        .iter()
+        .map(|c| (c.to_string(), dir.path().join("cgroup").join(c)))
+        .collect();
+    opts.cgroups = kubelet::cm::HostCgroups {
+        layout: Some(kubelet_core::cgroups::CgroupLayout::V1 { mounts }),
+        hugepage_sizes: Vec::new(),
+    };
     let metrics = opts.metrics.clone();
     let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
     let cancel = CancellationToken::new();

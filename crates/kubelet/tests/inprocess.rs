@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 use kubelet::clock::Clock;
+use kubelet::cm::HostCgroups;
 use kubelet::{Kubelet, KubeletOptions};
+use kubelet_core::cgroups::CgroupLayout;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::CriClient;
@@ -64,6 +66,11 @@ impl Node {
         self.dir.path().join("manifests")
     }
 
+    /// Where the kubelet's cgroup v1 hierarchies are (plain directories).
+    fn cgroups(&self) -> PathBuf {
+        self.dir.path().join("cgroup")
+    }
+
     fn write(&self, file: &str, body: &str) {
         // Write then rename, as editors and config tools do.
         let tmp = self.dir.path().join(format!(".{file}.tmp"));
@@ -91,6 +98,7 @@ impl Node {
         let mut opts =
             KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
         opts.clock = self.clock;
+        opts.cgroups = fake_cgroups(&self.cgroups());
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
         let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
@@ -162,6 +170,19 @@ impl Running {
 
 /// Await a condition on kubelet state (which has no change feed), checking
 /// every 50 ms; fails the test after WAIT.
+/// A cgroup v1 file system of plain directories under `dir`: the
+/// hierarchies these machines mount.
+fn fake_cgroups(dir: &std::path::Path) -> HostCgroups {
+    let mounts = ["cpu", "cpuacct", "cpuset", "memory", "pids", "blkio"]
+        .iter()
+        .map(|c| (c.to_string(), dir.join(c)))
+        .collect();
+    HostCgroups {
+        layout: Some(CgroupLayout::V1 { mounts }),
+        hugepage_sizes: vec![2 << 20],
+    }
+}
+
 async fn eventually(what: &str, cond: impl Fn() -> bool) {
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut tick = tokio::time::interval(Duration::from_millis(50));
@@ -1415,5 +1436,93 @@ async fn run_as_non_root_refuses_an_image_that_runs_as_root() {
         "{message}"
     );
     assert!(node.running("a").is_empty());
+    k.stop().await;
+}
+
+fn read(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn pods_run_in_their_qos_cgroups_which_follow_them_and_go_with_them() {
+    let node = Node::new().await;
+    let burstable = "  containers:\n  - name: b\n    image: rkubelet.test/busybox:1\n    \
+                     resources: {requests: {cpu: 250m}, limits: {memory: 64Mi}}\n";
+    node.write(
+        "b.yaml",
+        &format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: b\nspec:\n{burstable}"),
+    );
+    node.write(
+        "g.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: g\nspec:\n  containers:\n  - name: g\n    \
+         image: rkubelet.test/busybox:1\n    resources: {limits: {cpu: 500m, memory: 32Mi}}\n",
+    );
+    let k = node.start();
+    node.fake
+        .wait_for("both run", WAIT, |_| {
+            node.running("b").len() == 1 && node.running("g").len() == 1
+        })
+        .await;
+    let cg = node.cgroups();
+    let kubepods = |c: &str| cg.join(c).join("kubepods");
+    let mut parents = std::collections::BTreeMap::new();
+    for s in node.fake.sandboxes() {
+        let cfg = node.fake.sandbox_config(&s.id).unwrap();
+        let parent = cfg.linux.unwrap().cgroup_parent;
+        parents.insert(
+            cfg.metadata.unwrap().name,
+            (s.labels[keys::POD_UID].clone(), parent),
+        );
+    }
+    let (b_uid, b_parent) = &parents["b-node1"];
+    let (g_uid, g_parent) = &parents["g-node1"];
+    assert_eq!(b_parent, &format!("/kubepods/burstable/pod{b_uid}"));
+    assert_eq!(g_parent, &format!("/kubepods/pod{g_uid}"));
+    // The pod cgroups' values, as upstream's ResourceConfigForPod.
+    let b = |c: &str, f: &str| read(&kubepods(c).join(format!("burstable/pod{b_uid}/{f}")));
+    let g = |c: &str, f: &str| read(&kubepods(c).join(format!("pod{g_uid}/{f}")));
+    assert_eq!(b("cpu", "cpu.shares"), "256");
+    assert_eq!(b("memory", "memory.limit_in_bytes"), "67108864");
+    assert_eq!(b("cpu", "cpu.cfs_quota_us"), "", "no cpu limit: no quota");
+    assert_eq!(g("cpu", "cpu.shares"), "512");
+    assert_eq!(g("cpu", "cpu.cfs_quota_us"), "50000");
+    assert_eq!(g("memory", "memory.limit_in_bytes"), "33554432");
+    assert!(kubepods("blkio").join(format!("pod{g_uid}")).is_dir());
+    // The QoS cgroups: burstable's shares are its pods' requests.
+    assert_eq!(read(&kubepods("cpu").join("burstable/cpu.shares")), "256");
+    assert_eq!(read(&kubepods("cpu").join("besteffort/cpu.shares")), "2");
+    // The node-allocatable cgroup holds the node's capacity.
+    assert!(!read(&kubepods("memory").join("memory.limit_in_bytes")).is_empty());
+    // Gone with the pod, in every hierarchy.
+    node.remove("b.yaml");
+    eventually("b's cgroup is gone", || {
+        ["cpu", "memory", "pids", "blkio"]
+            .iter()
+            .all(|c| !kubepods(c).join(format!("burstable/pod{b_uid}")).exists())
+    })
+    .await;
+    assert!(kubepods("cpu").join(format!("pod{g_uid}")).is_dir());
+    k.stop().await;
+}
+
+#[tokio::test]
+async fn an_orphaned_pod_cgroup_is_removed_and_a_wanted_one_kept() {
+    let node = Node::new().await;
+    node.write("p.yaml", &pod("p", &[("a", "sleep 1000")], ""));
+    // Left by a pod deleted while the kubelet was down.
+    let orphan = node.cgroups().join("memory/kubepods/besteffort/pod0rphan");
+    std::fs::create_dir_all(orphan.join("c1")).unwrap();
+    let k = node.start();
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    let uid = node.fake.sandboxes()[0].labels[keys::POD_UID].clone();
+    eventually("the orphaned pod cgroup is gone", || !orphan.exists()).await;
+    assert!(
+        node.cgroups()
+            .join(format!("memory/kubepods/besteffort/pod{uid}"))
+            .is_dir()
+    );
+    assert_eq!(node.running("a").len(), 1);
     k.stop().await;
 }

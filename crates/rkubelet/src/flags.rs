@@ -6,6 +6,7 @@
 //! it starts with '-' (as Go's pflag does), so `--healthz-port -1` is reported
 //! as a bad value rather than as an unknown flag.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use kubelet_core::config::{
     AuthorizationMode, CgroupDriver, KubeletConfiguration, TLS_CIPHER_SUITES, TlsMinVersion,
-    parse_kubelet_config_reporting,
+    parse_kubelet_config_reporting, parse_reservation,
 };
 use kubelet_core::duration::parse_go_duration;
 
@@ -187,6 +188,46 @@ pub struct Flags {
     /// Pull images one at a time.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub serialize_image_pulls: Option<bool>,
+
+    /// Give pods QoS and pod cgroups under <cgroup-root>/kubepods.
+    #[arg(long = "cgroups-per-qos", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub cgroups_per_qos: Option<bool>,
+
+    /// The cgroup the kubepods cgroup is made under (it must exist).
+    #[arg(long, value_name = "CGROUP")]
+    pub cgroup_root: Option<String>,
+
+    /// The most processes a pod's cgroup holds (-1: no limit).
+    #[arg(long = "pod-max-pids", value_name = "N", allow_hyphen_values = true)]
+    pub pod_max_pids: Option<i64>,
+
+    /// Enforce cpu limits with a CFS quota.
+    #[arg(long = "cpu-cfs-quota", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub cpu_cfs_quota: Option<bool>,
+
+    /// The CFS period of cpu limits (Go duration, 1ms to 1s).
+    #[arg(long = "cpu-cfs-quota-period", value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub cpu_cfs_quota_period: Option<Duration>,
+
+    /// What to enforce: pods, system-reserved, kube-reserved (or their -compressible forms), none.
+    #[arg(long, value_name = "LEVEL[,LEVEL]", value_delimiter = ',')]
+    pub enforce_node_allocatable: Option<Vec<String>>,
+
+    /// Resources kept for the system, e.g. cpu=200m,memory=500Mi,pid=1000.
+    #[arg(long, value_name = "RESOURCE=QUANTITY[,...]", value_parser = parse_reservation)]
+    pub system_reserved: Option<BTreeMap<String, i64>>,
+
+    /// Resources kept for Kubernetes' daemons, e.g. cpu=200m,memory=500Mi.
+    #[arg(long, value_name = "RESOURCE=QUANTITY[,...]", value_parser = parse_reservation)]
+    pub kube_reserved: Option<BTreeMap<String, i64>>,
+
+    /// The cgroup --system-reserved is enforced on.
+    #[arg(long, value_name = "CGROUP")]
+    pub system_reserved_cgroup: Option<String>,
+
+    /// The cgroup --kube-reserved is enforced on.
+    #[arg(long, value_name = "CGROUP")]
+    pub kube_reserved_cgroup: Option<String>,
 }
 
 /// One address of --cluster-dns.
@@ -366,7 +407,43 @@ impl Flags {
         if let Some(b) = self.serialize_image_pulls {
             config.serialize_image_pulls = b;
         }
+        self.apply_node_resource_overrides(config);
         self.apply_server_overrides(config);
+    }
+
+    /// The container manager's flags (cgroups, reservations).
+    fn apply_node_resource_overrides(&self, config: &mut KubeletConfiguration) {
+        if let Some(b) = self.cgroups_per_qos {
+            config.cgroups_per_qos = b;
+        }
+        if let Some(r) = &self.cgroup_root {
+            config.cgroup_root = r.clone();
+        }
+        if let Some(n) = self.pod_max_pids {
+            config.pod_pids_limit = n;
+        }
+        if let Some(b) = self.cpu_cfs_quota {
+            config.cpu_cfs_quota = b;
+        }
+        if let Some(d) = self.cpu_cfs_quota_period {
+            config.cpu_cfs_quota_period = d;
+        }
+        if let Some(levels) = &self.enforce_node_allocatable {
+            config.enforce_node_allocatable =
+                levels.iter().filter(|l| !l.is_empty()).cloned().collect();
+        }
+        if let Some(r) = &self.system_reserved {
+            config.system_reserved = r.clone();
+        }
+        if let Some(r) = &self.kube_reserved {
+            config.kube_reserved = r.clone();
+        }
+        if let Some(c) = &self.system_reserved_cgroup {
+            config.system_reserved_cgroup = c.clone();
+        }
+        if let Some(c) = &self.kube_reserved_cgroup {
+            config.kube_reserved_cgroup = c.clone();
+        }
     }
 
     /// The kubelet API's flags (port, TLS, authentication, authorization, streaming).
@@ -749,6 +826,8 @@ hairpinMode: none
             &["--max-pods", "-3"],
             &["--cgroup-driver=upstart"],
             &["--v=loud"],
+            &["--kube-reserved=gpu=1"],
+            &["--system-reserved=memory"],
         ];
         for args in cases {
             let err =
@@ -765,6 +844,40 @@ hairpinMode: none
     }
 
     #[test]
+    fn node_resource_flags() {
+        let s = settings(&[
+            "--cgroups-per-qos=false",
+            "--enforce-node-allocatable=",
+            "--cgroup-root=/rk",
+            "--pod-max-pids=100",
+            "--cpu-cfs-quota=false",
+            "--cpu-cfs-quota-period=10ms",
+            "--system-reserved=cpu=250m,memory=1Gi",
+            "--kube-reserved=pid=500",
+            "--kube-reserved-cgroup=/kube",
+            "--system-reserved-cgroup=/system",
+        ])
+        .unwrap();
+        let c = &s.config;
+        assert!(!c.cgroups_per_qos && !c.cpu_cfs_quota);
+        assert!(c.enforce_node_allocatable.is_empty());
+        assert_eq!((c.cgroup_root.as_str(), c.pod_pids_limit), ("/rk", 100));
+        assert_eq!(c.cpu_cfs_quota_period, Duration::from_millis(10));
+        assert_eq!(
+            c.system_reserved,
+            BTreeMap::from([("cpu".to_owned(), 250), ("memory".to_owned(), 1 << 30)])
+        );
+        assert_eq!(c.kube_reserved, BTreeMap::from([("pid".to_owned(), 500)]));
+        assert_eq!(
+            (
+                c.kube_reserved_cgroup.as_str(),
+                c.system_reserved_cgroup.as_str()
+            ),
+            ("/kube", "/system")
+        );
+    }
+
+    #[test]
     fn invalid_merged_settings_are_rejected() {
         let cases: &[(&[&str], &str)] = &[
             (&["--sync-frequency=0s"], "syncFrequency"),
@@ -774,6 +887,10 @@ hairpinMode: none
                 "containerRuntimeEndpoint",
             ),
             (&["--address=somewhere"], "address"),
+            (
+                &["--cgroups-per-qos=false"],
+                "cgroupsPerQOS (--cgroups-per-qos) must be set to true",
+            ),
         ];
         for (args, needle) in cases {
             let err = format!("{:#}", settings(args).unwrap_err());

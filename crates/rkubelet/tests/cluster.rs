@@ -31,7 +31,7 @@ use kubelet_cri::client::CriClient;
 use serde_json::{Value, json};
 
 mod common;
-use common::{POLL, consistently, eventually};
+use common::{CgroupRoot, POLL, consistently, eventually};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Every object a test creates carries this label (pods and sandboxes too).
@@ -347,6 +347,8 @@ struct Kubelet {
     cri: CriClient,
     child: Option<Child>,
     finished: bool,
+    /// Its cgroupRoot (dropped after rkubelet is gone).
+    cgroups: CgroupRoot,
 }
 
 impl Kubelet {
@@ -360,15 +362,17 @@ impl Kubelet {
         for d in ["manifests", "root", "logs"] {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
+        let cgroups = CgroupRoot::new(&dir.path().file_name().unwrap().to_string_lossy());
         // The kubelet API trusts the cluster CA for client certificates
         // (the API server's), and cuts idle streams after 10 s. No image GC:
         // the test images are imported, not pullable.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             imageGCHighThresholdPercent: 100\n\
+             imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
              streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
              authentication:\n  x509:\n    clientCAFile: {}\n",
+            cgroups.name,
             dir.path().join("logs").display(),
             api.dir.join("pki/ca.crt").display()
         );
@@ -382,11 +386,25 @@ impl Kubelet {
             cri,
             child: None,
             finished: false,
+            cgroups,
         }
     }
 
     fn manifests(&self) -> PathBuf {
         self.dir.path().join("manifests")
+    }
+
+    /// The API pod's cgroup in the memory hierarchy, by its QoS class.
+    fn pod_cgroup(&self, pod: &Value) -> PathBuf {
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+        let class = match pod["status"]["qosClass"].as_str() {
+            Some("Guaranteed") => String::new(),
+            Some(c) => format!("{}/", c.to_lowercase()),
+            None => panic!("no qosClass in {pod}"),
+        };
+        self.cgroups
+            .dir("memory")
+            .join(format!("kubepods/{class}pod{uid}"))
     }
 
     /// Start (or restart) rkubelet; its output is appended to rkubelet.log.
@@ -687,7 +705,13 @@ async fn b_deployment_rolls_out_scales_and_is_deleted() {
     for p in &pods {
         let node = p["spec"]["nodeName"].as_str().unwrap_or("");
         assert_eq!(node, k.api.node, "{} bound to the test node", name(p));
+        assert!(
+            k.pod_cgroup(p).is_dir(),
+            "{} runs in its pod cgroup",
+            name(p)
+        );
     }
+    let first_cgroup = k.pod_cgroup(&pods[0]);
 
     // Events of one pod: the kubelet's Pulled, Created, Started.
     let first = name(&pods[0]).to_owned();
@@ -741,6 +765,10 @@ async fn b_deployment_rolls_out_scales_and_is_deleted() {
         "no sandboxes of the deployment's pods in the runtime",
         &seen,
     )
+    .await;
+    eventually("the pods' cgroups are gone", CLEANUP, async || {
+        (!first_cgroup.exists()).then_some(())
+    })
     .await;
     k.finish(&seen).await;
 }

@@ -23,7 +23,7 @@ use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 
 mod common;
-use common::{consistently, eventually};
+use common::{CgroupRoot, consistently, eventually};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Starting a pod (sandbox, network, two containers) on a loaded machine.
@@ -104,6 +104,8 @@ struct Node {
     cri: CriClient,
     child: Option<Child>,
     finished: bool,
+    /// Its cgroupRoot (dropped after the fields above: rkubelet is gone).
+    cgroups: CgroupRoot,
 }
 
 impl Node {
@@ -117,11 +119,13 @@ impl Node {
         for d in ["manifests", "root", "logs"] {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
+        let cgroups = CgroupRoot::new(&name);
         // No image GC: the test images are imported, not pullable.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             imageGCHighThresholdPercent: 100\n\
+             imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
+            cgroups.name,
             dir.path().join("logs").display()
         );
         std::fs::write(dir.path().join("config.yaml"), config).unwrap();
@@ -134,6 +138,7 @@ impl Node {
             cri,
             child: None,
             finished: false,
+            cgroups,
         }
     }
 
@@ -651,7 +656,13 @@ async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
     keep_containers.sort();
     let keep_sandbox = node.pod_sandboxes("keep").await.unwrap();
     assert_eq!(keep_sandbox.len(), 1);
+    let keep_uid = label(&keep_sandbox[0].labels, POD_UID).to_owned();
+    let gone_sandbox = node.pod_sandboxes("gone").await.unwrap();
+    let gone_uid = label(&gone_sandbox[0].labels, POD_UID).to_owned();
     let keep_sandbox = keep_sandbox[0].id.clone();
+    let besteffort = node.cgroups.dir("memory").join("kubepods/besteffort");
+    let pod_cgroup = |uid: &str| besteffort.join(format!("pod{uid}"));
+    assert!(pod_cgroup(&gone_uid).is_dir(), "gone has its cgroup");
 
     node.kill9();
     node.remove("gone.yaml");
@@ -662,10 +673,11 @@ async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
         async || {
             let cs = node.pod_containers("gone").await?;
             let sbs = node.pod_sandboxes("gone").await?;
-            (cs.is_empty() && sbs.is_empty()).then_some(())
+            (cs.is_empty() && sbs.is_empty() && !pod_cgroup(&gone_uid).exists()).then_some(())
         },
     )
     .await;
+    assert!(pod_cgroup(&keep_uid).is_dir(), "keep's cgroup is kept");
     consistently(
         "keeping keep's sandbox and containers",
         Duration::from_secs(5),
@@ -692,6 +704,64 @@ async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
     )
     .await;
     node.assert_alive();
+    node.finish().await;
+}
+
+/// Every process in `dir` and the cgroups below it.
+fn cgroup_procs(dir: &std::path::Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(cgroup_procs(&e.path()));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn a_pod_runs_in_its_own_cgroup_which_goes_with_it() {
+    let mut node = Node::new("cgroups");
+    let script = serde_json::to_string(SLEEPER).unwrap();
+    node.write(
+        "g.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: g\nspec:\n  \
+             terminationGracePeriodSeconds: 5\n  containers:\n  - name: c\n    image: {IMAGE}\n    \
+             imagePullPolicy: IfNotPresent\n    command: [\"sh\", \"-c\", {script}]\n    \
+             resources: {{limits: {{cpu: 250m, memory: 48Mi}}}}\n"
+        ),
+    );
+    node.start();
+    eventually("g runs", START, async || node.running("g", "c").await).await;
+    let sandbox = node.pod_sandboxes("g").await.unwrap();
+    let uid = label(&sandbox[0].labels, POD_UID).to_owned();
+    // Guaranteed: right under kubepods, with upstream's values.
+    let pod_dir = |c: &str| node.cgroups.dir(c).join(format!("kubepods/pod{uid}"));
+    let read = |c: &str, f: &str| {
+        std::fs::read_to_string(pod_dir(c).join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(read("cpu", "cpu.shares"), "256");
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), "25000");
+    assert_eq!(read("memory", "memory.limit_in_bytes"), "50331648");
+    // The sandbox's and the container's processes are in it.
+    let procs = cgroup_procs(&pod_dir("memory"));
+    assert!(procs.len() >= 2, "processes in the pod cgroup: {procs:?}");
+    node.remove("g.yaml");
+    eventually("the pod cgroup is gone", CLEANUP, async || {
+        ["cpu", "memory", "pids"]
+            .iter()
+            .all(|c| !pod_dir(c).exists())
+            .then_some(())
+    })
+    .await;
     node.finish().await;
 }
 

@@ -141,6 +141,7 @@ pub fn sandbox_config(
     logs_root: &Path,
     dns: ResolvConf,
     hostname: String,
+    cgroup_parent: String,
 ) -> cri::PodSandboxConfig {
     let (name, ns, uid) = name_ns_uid(pod);
     let s = spec(pod);
@@ -183,6 +184,7 @@ pub fn sandbox_config(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
+            cgroup_parent,
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc
@@ -566,6 +568,7 @@ mod tests {
             Path::new("/var/log/pods"),
             host,
             "web-node1".into(),
+            "/kubepods/besteffort/podu1".into(),
         );
         let md = cfg.metadata.as_ref().unwrap();
         assert_eq!(
@@ -584,13 +587,9 @@ mod tests {
         let dns = cfg.dns_config.unwrap();
         assert_eq!(dns.servers, ["1.1.1.1"]);
         assert_eq!(dns.searches, ["a.b", "c"]);
-        let ns = cfg
-            .linux
-            .unwrap()
-            .security_context
-            .unwrap()
-            .namespace_options
-            .unwrap();
+        let linux = cfg.linux.unwrap();
+        assert_eq!(linux.cgroup_parent, "/kubepods/besteffort/podu1");
+        let ns = linux.security_context.unwrap().namespace_options.unwrap();
         assert_eq!(ns.network, cri::NamespaceMode::Pod as i32);
     }
 
@@ -618,6 +617,7 @@ mod tests {
             0,
             Path::new("/logs"),
             ResolvConf::default(),
+            String::new(),
             String::new(),
         );
         let sc = sb.linux.unwrap().security_context.unwrap();
@@ -690,6 +690,7 @@ mod tests {
             Path::new("/logs"),
             ResolvConf::default(),
             String::new(),
+            String::new(),
         );
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(
@@ -741,7 +742,14 @@ mod tests {
         for (what, edit, want) in cases {
             let mut p = pod();
             edit(&mut p);
-            let cfg = sandbox_config(&p, 0, Path::new("/l"), ResolvConf::default(), String::new());
+            let cfg = sandbox_config(
+                &p,
+                0,
+                Path::new("/l"),
+                ResolvConf::default(),
+                String::new(),
+                String::new(),
+            );
             let sc = cfg.linux.unwrap().security_context.unwrap();
             assert_eq!(sc.privileged, want, "{what}");
         }
@@ -751,7 +759,14 @@ mod tests {
     fn host_network_sandbox() {
         let mut p = pod();
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let cfg = sandbox_config(&p, 0, Path::new("/l"), ResolvConf::default(), String::new());
+        let cfg = sandbox_config(
+            &p,
+            0,
+            Path::new("/l"),
+            ResolvConf::default(),
+            String::new(),
+            String::new(),
+        );
         let ns = cfg
             .linux
             .unwrap()

@@ -46,6 +46,7 @@ use self::config::{
 use self::hooks::{Hook, run_hook};
 use self::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
 use crate::clock::Clock;
+use crate::cm::ContainerManager;
 use crate::error::{StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use crate::podenv::PodEnv;
@@ -113,6 +114,8 @@ pub struct Host {
     /// How many image pulls may run at once (serializeImagePulls: one;
     /// maxParallelImagePulls); None: no limit.
     pub image_pull_limit: Option<usize>,
+    /// The pods' cgroups: each sandbox's cgroup parent.
+    pub cgroups: ContainerManager,
 }
 
 #[derive(Clone)]
@@ -216,6 +219,11 @@ impl RuntimeManager {
 
     pub fn cri(&self) -> &CriClient {
         &self.cri
+    }
+
+    /// Where the pod lifecycle's events go.
+    pub fn events(&self) -> &Recorder {
+        &self.events
     }
 
     /// Everything the runtime holds for one pod (upstream's GetPodStatus).
@@ -590,7 +598,14 @@ impl RuntimeManager {
             };
             self.events.event(&about, WARNING, e.reason, e.message);
         }
-        let config = sandbox_config(pod, attempt, &self.host.logs_root, dns, kernel_name);
+        let config = sandbox_config(
+            pod,
+            attempt,
+            &self.host.logs_root,
+            dns,
+            kernel_name,
+            self.host.cgroups.cgroup_parent(pod),
+        );
         Ok((config, PodName { hostname, domain }))
     }
 
@@ -1577,6 +1592,7 @@ mod tests {
             security: SecurityDefaults::default(),
             runtime_classes: RuntimeClasses::default(),
             image_pull_limit: None,
+            cgroups: ContainerManager::default(),
         }
     }
 

@@ -1,0 +1,458 @@
+//! The container manager (upstream's pkg/kubelet/cm), for `cgroupsPerQOS`:
+//! the node-allocatable cgroup (`kubepods` under cgroupRoot) with the
+//! node's allocatable limits, the QoS cgroups (`burstable`, `besteffort`)
+//! whose shares follow the pods, and one `pod<uid>` cgroup per pod, made
+//! before its sandbox (the sandbox's cgroup parent) and removed after its
+//! processes are gone. The values are `kubelet_core::cgroups`'; the files
+//! `cgroupfs`'.
+
+mod cgroupfs;
+
+use std::collections::BTreeSet;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::cgroups::{
+    CgroupLayout, CgroupName, PodCgroupPolicy, QosCgroups, ResourceConfig, hugepage_size_of_dir,
+    less_reserved, limits_config, pod_uid_of, qos_resource_configs,
+};
+use kubelet_core::config::{
+    CgroupDriver, ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE, ENFORCE_PODS,
+    ENFORCE_SYSTEM_RESERVED, ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE, KubeletConfiguration,
+};
+use kubelet_core::resources::Amounts;
+
+use kubelet_core::types::PodUid;
+
+pub use cgroupfs::Cgroupfs;
+
+use crate::events::{Involved, NORMAL, Recorder, WARNING};
+use crate::tasks::blocking;
+
+/// What the host's cgroups are, read once at start.
+#[derive(Clone, Debug, Default)]
+pub struct HostCgroups {
+    /// None: no cgroup file system is mounted.
+    pub layout: Option<CgroupLayout>,
+    /// Hugepage sizes the kernel offers, in bytes.
+    pub hugepage_sizes: Vec<u64>,
+}
+
+impl HostCgroups {
+    /// This host's: /proc/self/mountinfo, the v2 root's controllers,
+    /// /sys/kernel/mm/hugepages.
+    pub fn detect() -> HostCgroups {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let controllers = std::fs::read_to_string(
+            std::path::Path::new(kubelet_core::cgroups::UNIFIED_MOUNTPOINT)
+                .join("cgroup.controllers"),
+        )
+        .unwrap_or_default();
+        let mut hugepage_sizes: Vec<u64> = std::fs::read_dir("/sys/kernel/mm/hugepages")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| hugepage_size_of_dir(&e.file_name().to_string_lossy()))
+            .collect();
+        hugepage_sizes.sort_unstable();
+        HostCgroups {
+            layout: CgroupLayout::from_mountinfo(&mountinfo, &controllers),
+            hugepage_sizes,
+        }
+    }
+}
+
+/// Why the container manager could not do its part.
+#[derive(Debug, thiserror::Error)]
+pub enum CmError {
+    /// The configuration asks for what this host cannot give.
+    #[error("{0}")]
+    Config(String),
+    /// A cgroup could not be made, set, emptied or removed.
+    #[error("{what} {name}: {source}")]
+    Cgroup {
+        what: &'static str,
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn cgroup_err(what: &'static str, name: &CgroupName) -> impl FnOnce(io::Error) -> CmError {
+    let name = name.to_cgroupfs();
+    move |source| CmError::Cgroup { what, name, source }
+}
+
+#[derive(Debug)]
+struct Inner {
+    fs: Cgroupfs,
+    cgroup_root: CgroupName,
+    qos: QosCgroups,
+    policy: PodCgroupPolicy,
+    /// The node-allocatable cgroup's values.
+    node: ResourceConfig,
+    /// The reserved cgroups enforced (system-reserved, kube-reserved): what
+    /// each is called in events, its cgroup, its values.
+    reserved: Vec<(&'static str, CgroupName, ResourceConfig)>,
+    /// Why start must fail (a configuration this host cannot run).
+    refused: Option<String>,
+    /// One QoS update at a time (upstream's UpdateCgroups lock); held only
+    /// inside blocking closures.
+    qos_lock: Mutex<()>,
+    events: Recorder,
+}
+
+/// The container manager; a no-op when cgroupsPerQOS is off.
+#[derive(Clone, Debug, Default)]
+pub struct ContainerManager(Option<Arc<Inner>>);
+
+/// The node's capacity as the kubepods cgroup limits it: cpu (milli-CPUs),
+/// memory (bytes), pid (the kernel's pid_max).
+pub fn node_capacity(cpu_cores: i64, memory_bytes: i64) -> Amounts {
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse::<i64>().ok());
+    let mut capacity = Amounts::from([
+        ("cpu".to_owned(), cpu_cores * 1000),
+        ("memory".to_owned(), memory_bytes),
+    ]);
+    capacity.extend(pid_max.map(|p| ("pid".to_owned(), p)));
+    capacity
+}
+
+impl ContainerManager {
+    /// The manager `config` asks for on `host`, for a node of `capacity`
+    /// (see [`node_capacity`]): the kubepods cgroup gets the capacity less
+    /// systemReserved and kubeReserved when `pods` is enforced, else the
+    /// capacity.
+    pub fn new(
+        config: &KubeletConfiguration,
+        host: &HostCgroups,
+        capacity: &Amounts,
+        events: Recorder,
+    ) -> ContainerManager {
+        if !config.cgroups_per_qos {
+            return ContainerManager(None);
+        }
+        let refused = match (&host.layout, config.cgroup_driver) {
+            (None, _) => Some(
+                "cgroupsPerQOS: no cgroup file system is mounted (/proc/self/mountinfo lists \
+                 none); set cgroupsPerQOS: false to run pods without pod cgroups"
+                    .to_owned(),
+            ),
+            (Some(_), CgroupDriver::Systemd) => Some(
+                "cgroupDriver: systemd: rkubelet creates pod cgroups with the cgroupfs driver \
+                 only (systemd's slices are made through its D-Bus API); set cgroupDriver: \
+                 cgroupfs, with the runtime's cgroup driver to match, or cgroupsPerQOS: false"
+                    .to_owned(),
+            ),
+            _ => None,
+        };
+        let allocatable = if config.enforces(ENFORCE_PODS) {
+            less_reserved(capacity, &[&config.system_reserved, &config.kube_reserved])
+        } else {
+            capacity.clone()
+        };
+        let mut reserved = Vec::new();
+        for (full, compressible, what, cgroup, list) in [
+            (
+                ENFORCE_SYSTEM_RESERVED,
+                ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+                "system reserved",
+                &config.system_reserved_cgroup,
+                &config.system_reserved,
+            ),
+            (
+                ENFORCE_KUBE_RESERVED,
+                ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
+                "kube reserved",
+                &config.kube_reserved_cgroup,
+                &config.kube_reserved,
+            ),
+        ] {
+            let name = CgroupName::parse_cgroupfs(cgroup);
+            if config.enforces(full) {
+                reserved.push((what, name, limits_config(list, false)));
+            } else if config.enforces(compressible) {
+                reserved.push((what, name, limits_config(list, true)));
+            }
+        }
+        let layout = host.layout.clone().unwrap_or(CgroupLayout::V1 {
+            mounts: Default::default(),
+        });
+        ContainerManager(Some(Arc::new(Inner {
+            fs: Cgroupfs::new(layout, host.hugepage_sizes.clone()),
+            cgroup_root: CgroupName::parse_cgroupfs(&config.cgroup_root),
+            qos: QosCgroups::new(&config.cgroup_root),
+            policy: PodCgroupPolicy {
+                enforce_cpu_limits: config.cpu_cfs_quota,
+                cpu_period: config.cpu_cfs_quota_period.as_micros() as u64,
+                pod_pids_limit: config.pod_pids_limit,
+            },
+            node: limits_config(&allocatable, false),
+            reserved,
+            refused,
+            qos_lock: Mutex::default(),
+            events,
+        })))
+    }
+
+    /// Whether pods get cgroups of their own.
+    pub fn enabled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Set up the node-allocatable and QoS cgroups (upstream's setupNode
+    /// and QOS manager Start, then the node-allocatable enforcement).
+    pub async fn start(&self, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
+        let Some(inner) = self.0.clone() else {
+            return Ok(());
+        };
+        if let Some(why) = &inner.refused {
+            return Err(CmError::Config(why.clone()));
+        }
+        let me = inner.clone();
+        let result = blocking(move || Ok(me.start(&active))).await;
+        let result = result.unwrap_or_else(|e| Err(cgroup_err("starting", &inner.qos.root)(e)));
+        let node = inner.events.node_name().to_owned();
+        let about = Involved::node(&node, Some(node.clone()));
+        match &result {
+            Ok(()) => inner.events.event(
+                &about,
+                NORMAL,
+                "SuccessfulNodeAllocatableEnforcement",
+                "Updated Node Allocatable limit across pods",
+            ),
+            Err(e) => inner.events.event(
+                &about,
+                WARNING,
+                "FailedNodeAllocatableEnforcement",
+                format!(
+                    "Failed to update Node Allocatable Limits {:?}: {e}",
+                    inner.qos.root.to_cgroupfs()
+                ),
+            ),
+        }
+        result?;
+        for (what, name, cfg) in &inner.reserved {
+            let me = inner.clone();
+            let (name2, cfg) = (name.clone(), cfg.clone());
+            let set = blocking(move || {
+                if !me.fs.exists(&name2) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("cgroup {:?} has some missing paths", name2.to_cgroupfs()),
+                    ));
+                }
+                me.fs.set(&name2, &cfg)
+            })
+            .await;
+            let title = if *what == "system reserved" {
+                "System Reserved"
+            } else {
+                "Kube Reserved"
+            };
+            match set {
+                Ok(()) => inner.events.event(
+                    &about,
+                    NORMAL,
+                    "SuccessfulNodeAllocatableEnforcement",
+                    format!("Updated limits on {what} cgroup {}", name.to_cgroupfs()),
+                ),
+                Err(e) => {
+                    let message = format!(
+                        "Failed to enforce {title} Cgroup Limits on {:?}: {e}",
+                        name.to_cgroupfs()
+                    );
+                    inner.events.event(
+                        &about,
+                        WARNING,
+                        "FailedNodeAllocatableEnforcement",
+                        message.clone(),
+                    );
+                    return Err(CmError::Config(message));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sandbox's cgroup parent (GetPodContainerName in the cgroupfs
+    /// form); empty when pods have no cgroups of their own.
+    pub fn cgroup_parent(&self, pod: &Pod) -> String {
+        self.0
+            .as_ref()
+            .map(|i| i.qos.pod(pod, &PodUid::of(pod).0).to_cgroupfs())
+            .unwrap_or_default()
+    }
+
+    /// Whether the pod's cgroup is there (always, when disabled).
+    pub async fn pod_exists(&self, pod: &Pod) -> bool {
+        let Some(inner) = self.0.clone() else {
+            return true;
+        };
+        let name = inner.qos.pod(pod, &PodUid::of(pod).0);
+        blocking(move || Ok(inner.fs.exists(&name)))
+            .await
+            .unwrap_or(false)
+    }
+
+    /// EnsureExists: make the pod's cgroup with its values, after the QoS
+    /// cgroups are updated for it, unless it exists.
+    pub async fn ensure_pod(&self, pod: Arc<Pod>, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
+        let Some(inner) = self.0.clone() else {
+            return Ok(());
+        };
+        blocking(move || Ok(inner.ensure_pod(&pod, &active)))
+            .await
+            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+    }
+
+    /// UpdateCgroups: the QoS cgroups' values for the pods now active.
+    pub async fn update_qos(&self, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
+        let Some(inner) = self.0.clone() else {
+            return Ok(());
+        };
+        blocking(move || Ok(inner.update_qos(&active)))
+            .await
+            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+    }
+
+    /// Destroy: kill what still runs in the pod's cgroup, then remove it,
+    /// wherever its QoS class put it. Nothing there is fine.
+    pub async fn destroy_pod(&self, uid: &PodUid) -> Result<(), CmError> {
+        let Some(inner) = self.0.clone() else {
+            return Ok(());
+        };
+        let uid = uid.0.clone();
+        blocking(move || Ok(inner.destroy_pod(&uid)))
+            .await
+            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+    }
+
+    /// The UIDs of the pod cgroups under the QoS cgroups
+    /// (GetAllPodsFromCgroups).
+    pub async fn pod_uids(&self) -> io::Result<Vec<PodUid>> {
+        let Some(inner) = self.0.clone() else {
+            return Ok(Vec::new());
+        };
+        blocking(move || {
+            let mut uids = BTreeSet::new();
+            for parent in [&inner.qos.root, &inner.qos.burstable, &inner.qos.besteffort] {
+                for child in inner.fs.children(parent)? {
+                    if let Some(uid) = pod_uid_of(&child) {
+                        uids.insert(PodUid(uid.to_owned()));
+                    }
+                }
+            }
+            Ok(uids.into_iter().collect())
+        })
+        .await
+    }
+}
+
+impl Inner {
+    fn start(&self, active: &[Arc<Pod>]) -> Result<(), CmError> {
+        if !self.cgroup_root.0.is_empty() && !self.fs.exists(&self.cgroup_root) {
+            return Err(CmError::Config(format!(
+                "invalid configuration: cgroup-root {:?} doesn't exist",
+                self.cgroup_root.to_cgroupfs()
+            )));
+        }
+        let root = &self.qos.root;
+        if self.fs.exists(root) {
+            self.fs.set(root, &self.node)
+        } else {
+            self.fs.create(root, &self.node)
+        }
+        .map_err(cgroup_err("node allocatable cgroup", root))?;
+        for (name, cfg) in self.qos_configs(active) {
+            if name == *root {
+                continue;
+            }
+            if self.fs.exists(&name) {
+                self.fs.set(&name, &cfg)
+            } else {
+                self.fs.create(&name, &cfg)
+            }
+            .map_err(cgroup_err("failed to create top level QOS cgroup", &name))?;
+        }
+        tracing::info!(
+            root = %root.to_cgroupfs(),
+            cgroup_version = self.fs.version(),
+            "node allocatable and QoS cgroups set up"
+        );
+        Ok(())
+    }
+
+    fn qos_configs(&self, active: &[Arc<Pod>]) -> Vec<(CgroupName, ResourceConfig)> {
+        let mut configs = qos_resource_configs(
+            &self.qos,
+            active.iter().map(|p| p.as_ref()),
+            self.fs.hugepage_sizes(),
+        );
+        // Without MemoryQoS's tiered policy, cgroup v2 memory protection is
+        // reset (upstream's default).
+        for (name, cfg) in &mut configs {
+            if *name == self.qos.burstable {
+                cfg.unified.insert("memory.low".into(), "0".into());
+            }
+            if *name == self.qos.root {
+                cfg.unified.insert("memory.min".into(), "0".into());
+                cfg.unified.insert("memory.low".into(), "0".into());
+            }
+        }
+        configs
+    }
+
+    fn update_qos(&self, active: &[Arc<Pod>]) -> Result<(), CmError> {
+        let _one = self.qos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, cfg) in self.qos_configs(active) {
+            self.fs
+                .set(&name, &cfg)
+                .map_err(cgroup_err("updating QoS cgroup", &name))?;
+        }
+        Ok(())
+    }
+
+    fn ensure_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), CmError> {
+        let name = self.qos.pod(pod, &PodUid::of(pod).0);
+        if self.fs.exists(&name) {
+            return Ok(());
+        }
+        if let Err(e) = self.update_qos(active) {
+            tracing::info!(error = %e, "Failed to update QoS cgroups while syncing pod");
+        }
+        let cfg = kubelet_core::cgroups::pod_resource_config(pod, &self.policy);
+        self.fs
+            .create(&name, &cfg)
+            .map_err(cgroup_err("failed to create container for", &name))
+    }
+
+    fn destroy_pod(&self, uid: &str) -> Result<(), CmError> {
+        for name in self.qos.pod_candidates(uid) {
+            for pid in self.fs.pids(&name) {
+                kill(pid).map_err(cgroup_err(
+                    "failed to kill all the processes attached to",
+                    &name,
+                ))?;
+            }
+            self.fs
+                .destroy(&name)
+                .map_err(cgroup_err("failed to delete cgroup paths for", &name))?;
+        }
+        Ok(())
+    }
+}
+
+/// SIGKILL one process; one already gone is fine.
+fn kill(pid: i32) -> io::Result<()> {
+    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+        return Ok(());
+    };
+    match rustix::process::kill_process(pid, rustix::process::Signal::KILL) {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
