@@ -328,6 +328,23 @@ pub fn less_reserved(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
         .collect()
 }
 
+/// Node allocatable as node status reports it (the setter with
+/// GetNodeAllocatableReservation): each capacity less what is reserved
+/// (systemReserved, kubeReserved, the hard eviction thresholds), never below
+/// zero, and the hugepages' capacity off memory.
+pub fn node_allocatable(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
+    let mut out = less_reserved(capacity, reserved);
+    let hugepages: i64 = capacity
+        .iter()
+        .filter(|(k, _)| k.starts_with(resources::HUGEPAGES_PREFIX))
+        .map(|(_, v)| v)
+        .sum();
+    if let Some(m) = out.get_mut("memory") {
+        *m = (*m - hugepages).max(0);
+    }
+    out
+}
+
 /// Which cgroup file system the host runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CgroupLayout {
@@ -824,6 +841,15 @@ mod tests {
             ]
             .into()
         );
+        let status = node_allocatable(
+            &[
+                ("memory".to_owned(), 2 << 30),
+                ("hugepages-2Mi".to_owned(), 1 << 30),
+            ]
+            .into(),
+            &[&[("memory".to_owned(), 512 << 20)].into()],
+        );
+        assert_eq!(status["memory"], 512 << 20);
         let cfg = limits_config(&alloc, false);
         assert_eq!(cfg.cpu_shares, Some(1536));
         assert_eq!(cfg.memory, Some(1 << 30));

@@ -101,6 +101,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "systemReservedCgroup",
     "kubeReservedCgroup",
     "enforceNodeAllocatable",
+    "evictionHard",
+    "mergeDefaultEvictionSettings",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -135,13 +137,11 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "nodeStatusMaxImages",
     "maxOpenFiles",
     "contentType",
-    "evictionHard",
     "evictionSoft",
     "evictionSoftGracePeriod",
     "evictionPressureTransitionPeriod",
     "evictionMaxPodGracePeriod",
     "evictionMinimumReclaim",
-    "mergeDefaultEvictionSettings",
     "podsPerCore",
     "enableControllerAttachDetach",
     "protectKernelDefaults",
@@ -495,6 +495,12 @@ pub struct KubeletConfiguration {
     /// allocatable), `system-reserved`, `kube-reserved` (and their
     /// `-compressible` forms), or `none`. Default [pods].
     pub enforce_node_allocatable: Vec<String>,
+    /// `evictionHard`: hard eviction thresholds by signal; upstream's
+    /// defaults when absent (see [`crate::eviction::DEFAULT_EVICTION_HARD`]).
+    pub eviction_hard: BTreeMap<String, String>,
+    /// `mergeDefaultEvictionSettings`: the defaults fill the signals a
+    /// given evictionHard leaves out. Default false.
+    pub merge_default_eviction_settings: bool,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -573,6 +579,8 @@ impl Default for KubeletConfiguration {
             system_reserved_cgroup: String::new(),
             kube_reserved_cgroup: String::new(),
             enforce_node_allocatable: vec![ENFORCE_PODS.to_owned()],
+            eviction_hard: crate::eviction::default_eviction_hard(),
+            merge_default_eviction_settings: false,
         }
     }
 }
@@ -647,6 +655,8 @@ impl KubeletConfiguration {
             "systemReservedCgroup": self.system_reserved_cgroup,
             "kubeReservedCgroup": self.kube_reserved_cgroup,
             "enforceNodeAllocatable": self.enforce_node_allocatable,
+            "evictionHard": self.eviction_hard,
+            "mergeDefaultEvictionSettings": self.merge_default_eviction_settings,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -1121,6 +1131,7 @@ pub fn parse_kubelet_config_reporting(
     let mut cfg = KubeletConfiguration::default();
     let mut ignored = Vec::new();
     let mut serialize = None;
+    let mut eviction_hard = None;
     for (key, v) in &map {
         let field = key.as_str();
         match field {
@@ -1319,12 +1330,43 @@ pub fn parse_kubelet_config_reporting(
                     decode_strings(field, v, "a list of enforcement names")?
             }
             "enforceNodeAllocatable" => {}
+            "evictionHard" => {
+                if let Some(map) = decode_object(field, v)? {
+                    let mut hard = BTreeMap::new();
+                    for (k, v) in map {
+                        let text = match v {
+                            Value::String(s) => s.clone(),
+                            Value::Number(n) => n.to_string(),
+                            other => {
+                                return Err(wrong_type(&format!("{field}.{k}"), "a string", other));
+                            }
+                        };
+                        hard.insert(k.clone(), text);
+                    }
+                    eviction_hard = Some(hard);
+                }
+            }
+            "mergeDefaultEvictionSettings" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.merge_default_eviction_settings = b;
+                }
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
     }
     cfg.serialize_image_pulls =
         serialize.unwrap_or(cfg.max_parallel_image_pulls.is_none_or(|n| n < 2));
+    // As upstream's loadConfigFile: absent, the defaults; given, as given,
+    // or with the defaults filling its gaps.
+    if let Some(mut hard) = eviction_hard {
+        if cfg.merge_default_eviction_settings {
+            for (k, v) in crate::eviction::DEFAULT_EVICTION_HARD {
+                hard.entry(k.to_owned()).or_insert_with(|| v.to_owned());
+            }
+        }
+        cfg.eviction_hard = hard;
+    }
     ignored.sort();
     Ok((cfg, ignored))
 }
@@ -1537,6 +1579,8 @@ impl KubeletConfiguration {
             ));
         }
         self.validate_node_allocatable()?;
+        crate::eviction::parse_thresholds(&self.eviction_hard)
+            .map_err(|m| invalid("evictionHard", m))?;
         let period = self.cpu_cfs_quota_period;
         if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
             return Err(ConfigError::Rejected(format!(
@@ -2090,6 +2134,23 @@ mod tests {
         let json = cfg.to_v1beta1_json();
         assert_eq!(json["systemReserved"]["cpu"], "500m");
         assert_eq!(json["enforceNodeAllocatable"], serde_json::json!([]));
+        assert_eq!(json["evictionHard"]["memory.available"], "100Mi");
+        let (given, _) = parse_body("evictionHard: {memory.available: 1Gi}\n").unwrap();
+        assert_eq!(given.eviction_hard.len(), 1);
+        let (merged, _) = parse_body(
+            "evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n",
+        )
+        .unwrap();
+        assert_eq!(merged.eviction_hard.len(), 5);
+        assert_eq!(merged.eviction_hard["memory.available"], "1Gi");
+        let bad = KubeletConfiguration {
+            eviction_hard: BTreeMap::from([("memory.free".into(), "1".into())]),
+            ..KubeletConfiguration::default()
+        };
+        assert_eq!(
+            bad.validate().unwrap_err().to_string(),
+            "invalid configuration: evictionHard unsupported eviction signal memory.free"
+        );
         for (body, message) in [
             (
                 "kubeReserved: {gpu: 1}\n",

@@ -20,6 +20,7 @@ pub mod downward;
 pub mod duration;
 pub mod env;
 pub mod events;
+pub mod eviction;
 pub mod expansion;
 pub mod final_status;
 pub mod flowcontrol;

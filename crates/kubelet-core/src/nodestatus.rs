@@ -12,6 +12,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::admission::{LABEL_OS, NODE_OS};
+use crate::cgroups::node_allocatable;
+use crate::eviction::{Threshold, hard_eviction_reservation};
+use crate::quantity::{format_binary_si, format_milli};
+use crate::resources::Amounts;
 use crate::status::transition_time;
 
 /// What the kubelet knows about its host, gathered once (and the images, on
@@ -35,6 +39,12 @@ pub struct NodeFacts {
     pub container_runtime_version: String,
     pub kubelet_port: i32,
     pub images: Vec<ContainerImage>,
+    /// What allocatable keeps back: systemReserved plus kubeReserved
+    /// (milli-CPUs, bytes).
+    pub reserved: Amounts,
+    /// The hard eviction thresholds (their memory and nodefs amounts are
+    /// kept back too).
+    pub eviction_hard: Vec<Threshold>,
 }
 
 /// Why the node is not ready, if it is not (runtime, network, PLEG).
@@ -43,11 +53,6 @@ pub struct Readiness {
     pub errors: Vec<String>,
 }
 
-/// Memory upstream's default hard eviction threshold keeps free
-/// (`memory.available<100Mi`): allocatable is capacity minus it.
-pub const EVICTION_MEMORY_BYTES: i64 = 100 * 1024 * 1024;
-/// Upstream's default `nodefs.available<10%`.
-pub const EVICTION_NODEFS_PERCENT: i64 = 10;
 /// Images reported in node status, as upstream's nodeStatusMaxImages.
 pub const MAX_IMAGES: usize = 50;
 
@@ -103,6 +108,28 @@ pub fn initial_node(
     }
 }
 
+/// The node's allocatable amounts (milli-CPUs, bytes, pods): capacity less
+/// the reservations and the hard eviction thresholds.
+pub fn allocatable(facts: &NodeFacts) -> Amounts {
+    let capacity = Amounts::from([
+        ("cpu".to_owned(), facts.cpu_cores * 1000),
+        ("memory".to_owned(), facts.memory_bytes),
+        ("pods".to_owned(), i64::from(facts.max_pods)),
+        (
+            "ephemeral-storage".to_owned(),
+            facts.ephemeral_storage_bytes,
+        ),
+        ("hugepages-1Gi".to_owned(), 0),
+        ("hugepages-2Mi".to_owned(), 0),
+    ]);
+    let eviction = hard_eviction_reservation(
+        &facts.eviction_hard,
+        facts.memory_bytes,
+        facts.ephemeral_storage_bytes,
+    );
+    node_allocatable(&capacity, &[&facts.reserved, &eviction])
+}
+
 fn q(s: String) -> Quantity {
     Quantity(s)
 }
@@ -139,18 +166,17 @@ pub fn node_status(
         ("hugepages-1Gi".to_owned(), q("0".into())),
         ("hugepages-2Mi".to_owned(), q("0".into())),
     ]);
-    let mut allocatable = capacity.clone();
-    allocatable.insert(
-        "memory".into(),
-        q(format!(
-            "{}Ki",
-            (facts.memory_bytes - EVICTION_MEMORY_BYTES).max(0) / 1024
-        )),
-    );
-    allocatable.insert(
-        "ephemeral-storage".into(),
-        q((facts.ephemeral_storage_bytes * (100 - EVICTION_NODEFS_PERCENT) / 100).to_string()),
-    );
+    let allocatable: BTreeMap<String, Quantity> = allocatable(facts)
+        .into_iter()
+        .map(|(k, v)| {
+            let text = match k.as_str() {
+                "cpu" => format_milli(v),
+                "pods" => v.to_string(),
+                _ => format_binary_si(v),
+            };
+            (k, q(text))
+        })
+        .collect();
     let mut addresses: Vec<NodeAddress> = facts
         .node_ips
         .iter()
@@ -320,6 +346,10 @@ mod tests {
             kubelet_version: "v1.37.2".into(),
             container_runtime_version: "containerd://1.6.20".into(),
             kubelet_port: 10250,
+            eviction_hard: crate::eviction::parse_thresholds(
+                &crate::eviction::default_eviction_hard(),
+            )
+            .unwrap(),
             ..Default::default()
         }
     }
@@ -357,11 +387,21 @@ mod tests {
         let alloc = s.allocatable.clone().unwrap();
         assert_eq!(cap["pods"].0, "110");
         assert_eq!(cap["memory"].0, format!("{}Ki", 4 * 1024 * 1024));
-        assert_eq!(
-            alloc["memory"].0,
-            format!("{}Ki", 4 * 1024 * 1024 - 100 * 1024)
-        );
-        assert_eq!(alloc["ephemeral-storage"].0, (90i64 << 30).to_string());
+        assert_eq!(alloc["memory"].0, "3996Mi");
+        // 10% is a float32 upstream: 100Gi less 10737418400, not 10Gi.
+        assert_eq!(alloc["ephemeral-storage"].0, "96636764000");
+        assert_eq!(alloc["cpu"].0, "2");
+        // With reservations: systemReserved and kubeReserved come off too.
+        let reserved = NodeFacts {
+            reserved: [("cpu".to_owned(), 500), ("memory".to_owned(), 1 << 30)].into(),
+            ..facts()
+        };
+        let alloc = node_status(&reserved, &Readiness::default(), None, &at(1))
+            .allocatable
+            .unwrap();
+        assert_eq!(alloc["cpu"].0, "1500m");
+        assert_eq!(alloc["memory"].0, "2972Mi");
+        assert_eq!(alloc["pods"].0, "110");
         assert_eq!(ready_status(&s), Some("True"));
         let labels = node_labels(&facts(), &BTreeMap::from([("role".into(), "edge".into())]));
         assert_eq!(labels["kubernetes.io/hostname"], "node1");

@@ -165,6 +165,33 @@ fn parse_str(s: &str) -> Result<Parsed, QuantityError> {
     })
 }
 
+/// An amount of bytes as upstream's Quantity prints a BinarySI value:
+/// with the largest of Ki, Mi, Gi, Ti, Pi, Ei that divides it.
+pub fn format_binary_si(n: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    if n == 0 {
+        return "0".to_owned();
+    }
+    let (mut v, mut unit) = (n, None);
+    for s in SUFFIXES {
+        if v % 1024 != 0 {
+            break;
+        }
+        v /= 1024;
+        unit = Some(s);
+    }
+    format!("{v}{}", unit.unwrap_or(""))
+}
+
+/// Milli-CPUs as upstream prints a DecimalSI cpu amount: `2`, `1500m`.
+pub fn format_milli(m: i64) -> String {
+    if m % 1000 == 0 {
+        (m / 1000).to_string()
+    } else {
+        format!("{m}m")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,5 +288,22 @@ mod tests {
         // Overflow once scaled to millis.
         assert!(parse_cpu_millis(&q("10P")).is_err());
         assert_eq!(parse_bytes(&q("8E")), Ok(8_000_000_000_000_000_000));
+    }
+
+    #[test]
+    fn canonical_forms() {
+        for (n, text) in [
+            (0, "0"),
+            (512, "512"),
+            (1024, "1Ki"),
+            (3 << 20, "3Mi"),
+            ((4 << 30) - (100 << 20), "3996Mi"),
+            (96_636_764_161, "96636764161"),
+            (-2048, "-2Ki"),
+        ] {
+            assert_eq!(format_binary_si(n), text, "{n}");
+        }
+        assert_eq!(format_milli(2000), "2");
+        assert_eq!(format_milli(1500), "1500m");
     }
 }

@@ -18,10 +18,12 @@ use kubelet_core::admission::{NodeInfo, Rejection, admit};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::dns::DnsSettings;
+use kubelet_core::eviction::{Threshold, parse_thresholds};
 use kubelet_core::imagegc::Policy;
 use kubelet_core::metrics::KubeletMetrics;
-use kubelet_core::nodestatus::{EVICTION_MEMORY_BYTES, NodeFacts, node_labels};
+use kubelet_core::nodestatus::{NodeFacts, node_labels};
 use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::resources::Amounts;
 use kubelet_core::security::{apparmor_admission, thermal_throttle_paths};
 use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile, qos_class};
 use kubelet_core::sysctl::Allowlist;
@@ -306,6 +308,13 @@ pub struct Kubelet {
     /// Image garbage collection; None when the configuration turns it off
     /// (imageGCHighThresholdPercent 100 and no imageMaximumGCAge).
     image_gc: Option<Arc<ImageGcManager>>,
+    /// systemReserved plus kubeReserved, and the hard eviction thresholds:
+    /// what node allocatable keeps back.
+    reserved: Amounts,
+    eviction_hard: Vec<Threshold>,
+    /// Node allocatable from this host's capacity, for admission until the
+    /// Node is seen.
+    local_allocatable: Amounts,
     events: Recorder,
     /// Taken by the event writer task when the API server is configured.
     events_rx: Mutex<Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>>,
@@ -346,10 +355,25 @@ impl Kubelet {
             tokens: TokenManager::new(api.clone(), opts.clock),
             trust: TrustBundles::new(api.clone(), tasks.clone()),
         });
+        let mut reserved = opts.config.system_reserved.clone();
+        for (k, v) in &opts.config.kube_reserved {
+            *reserved.entry(k.clone()).or_default() += v;
+        }
+        // The configuration's validation refuses bad thresholds first.
+        let eviction_hard = parse_thresholds(&opts.config.eviction_hard).unwrap_or_default();
+        let local_allocatable = kubelet_core::nodestatus::allocatable(&NodeFacts {
+            cpu_cores: opts.node_cpu_cores,
+            memory_bytes: opts.node_memory,
+            max_pods: opts.config.max_pods,
+            reserved: reserved.clone(),
+            eviction_hard: eviction_hard.clone(),
+            ..Default::default()
+        });
+        let amount = |k: &str| local_allocatable.get(k).copied().unwrap_or(0);
         let allocatable = NodeAllocatable::new(
             Allocatable {
-                cpu_millis: opts.node_cpu_cores * 1000,
-                memory_bytes: opts.node_memory,
+                cpu_millis: amount("cpu"),
+                memory_bytes: amount("memory"),
                 ephemeral_storage_bytes: 0,
             },
             node.subscribe(),
@@ -494,6 +518,9 @@ impl Kubelet {
             sysctls,
             apparmor: apparmor_on_host(),
             image_gc,
+            reserved,
+            eviction_hard,
+            local_allocatable,
             events,
             events_rx: Mutex::new(events_rx),
             probe_rx: Mutex::new(Some(probe_rx)),
@@ -692,6 +719,8 @@ impl Kubelet {
             root_dir: self.opts.root_dir.clone(),
             node_memory: self.opts.node_memory,
             node_cpu_cores: self.opts.node_cpu_cores,
+            reserved: self.reserved.clone(),
+            eviction_hard: self.eviction_hard.clone(),
             reg: reg.clone(),
             clock: self.opts.clock,
             node_uid: self.node_uid.clone(),
@@ -1062,8 +1091,8 @@ impl Kubelet {
             name: reg.node_name.clone(),
             labels: node_labels(&facts, &reg.labels),
             taints: reg.taints.clone(),
-            allocatable_cpu_millis: self.opts.node_cpu_cores * 1000,
-            allocatable_memory_bytes: self.opts.node_memory - EVICTION_MEMORY_BYTES,
+            allocatable_cpu_millis: self.local_allocatable.get("cpu").copied().unwrap_or(0),
+            allocatable_memory_bytes: self.local_allocatable.get("memory").copied().unwrap_or(0),
             max_pods: self.opts.config.max_pods,
             supplemental_groups_policy: false,
         };

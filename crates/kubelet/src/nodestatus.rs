@@ -14,11 +14,13 @@ use kubelet_api::ApiClient;
 use kubelet_api::node::{LeaseHeartbeat, patch_status, register};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::downward::Allocatable;
+use kubelet_core::eviction::Threshold;
 use kubelet_core::nodestatus::{
     NodeFacts, Readiness, RuntimeImage, architecture, initial_node, node_images, node_status,
     ready_status, status_changed,
 };
 use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
+use kubelet_core::resources::Amounts;
 use kubelet_cri::client::CriClient;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -57,6 +59,10 @@ pub struct NodeStatusController {
     pub root_dir: PathBuf,
     pub node_memory: i64,
     pub node_cpu_cores: i64,
+    /// systemReserved plus kubeReserved.
+    pub reserved: Amounts,
+    /// The hard eviction thresholds.
+    pub eviction_hard: Vec<Threshold>,
     pub reg: NodeRegistration,
     /// Set once the node is registered (mirror pods name it as owner).
     pub node_uid: Arc<RwLock<Option<String>>>,
@@ -201,6 +207,8 @@ impl NodeStatusController {
                 .clone(),
             kubelet_port: self.reg.kubelet_port,
             images,
+            reserved: self.reserved.clone(),
+            eviction_hard: self.eviction_hard.clone(),
         }
     }
 

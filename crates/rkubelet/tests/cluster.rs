@@ -685,6 +685,20 @@ async fn a_node_registers_and_becomes_ready() {
         addresses.contains("InternalIP") || addresses.contains("Hostname"),
         "node has addresses: {addresses}"
     );
+    // Allocatable: capacity less upstream's default hard eviction threshold.
+    let bytes = |v: &Value| {
+        let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(
+            v.as_str().unwrap_or("").to_owned(),
+        );
+        kubelet_core::quantity::parse_bytes(&q).unwrap()
+    };
+    let status = &node["status"];
+    assert_eq!(
+        bytes(&status["allocatable"]["memory"]),
+        bytes(&status["capacity"]["memory"]) - (100 << 20),
+        "{status}"
+    );
+    assert_eq!(status["allocatable"]["cpu"], status["capacity"]["cpu"]);
     k.finish(&HashSet::new()).await;
 }
 
