@@ -126,23 +126,36 @@ pub fn pod_level_resources_set(pod: &Pod) -> bool {
     !pod_level(pod, false).is_empty() || !pod_level(pod, true).is_empty()
 }
 
-fn overhead(pod: &Pod) -> Amounts {
+/// The pod's `overhead` (set from its RuntimeClass).
+pub fn pod_overhead(pod: &Pod) -> Amounts {
     amounts(pod.spec.as_ref().and_then(|s| s.overhead.as_ref()))
+}
+
+/// PodRequests without the overhead (ExcludeOverhead).
+pub fn pod_requests_without_overhead(pod: &Pod) -> Amounts {
+    let mut reqs = aggregate(pod, container_requests);
+    reqs.extend(pod_level(pod, false));
+    reqs
+}
+
+/// PodLimits without the overhead (ExcludeOverhead).
+pub fn pod_limits_without_overhead(pod: &Pod) -> Amounts {
+    let mut limits = aggregate(pod, container_limits);
+    limits.extend(pod_level(pod, true));
+    limits
 }
 
 /// PodRequests: what the pod asks of the node.
 pub fn pod_requests(pod: &Pod) -> Amounts {
-    let mut reqs = aggregate(pod, container_requests);
-    reqs.extend(pod_level(pod, false));
-    add(&mut reqs, &overhead(pod));
+    let mut reqs = pod_requests_without_overhead(pod);
+    add(&mut reqs, &pod_overhead(pod));
     reqs
 }
 
 /// PodLimits: the most the pod may use (overhead added to a limit set).
 pub fn pod_limits(pod: &Pod) -> Amounts {
-    let mut limits = aggregate(pod, container_limits);
-    limits.extend(pod_level(pod, true));
-    for (k, v) in overhead(pod) {
+    let mut limits = pod_limits_without_overhead(pod);
+    for (k, v) in pod_overhead(pod) {
         if let Some(l) = limits.get_mut(&k).filter(|l| **l != 0) {
             *l += v;
         }

@@ -42,7 +42,7 @@ use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
 use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
-use crate::kuberuntime::config::SecurityDefaults;
+use crate::kuberuntime::config::{NodeResources, SecurityDefaults};
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
 use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
 use crate::oomwatcher;
@@ -422,7 +422,12 @@ impl Kubelet {
                     node_ips: host_ips.clone(),
                 },
                 resolv_conf: cfg.resolv_conf.clone(),
-                node_memory: opts.node_memory,
+                resources: NodeResources {
+                    memory: opts.node_memory,
+                    cfs_period: cfg
+                        .cpu_cfs_quota
+                        .then_some(cfg.cpu_cfs_quota_period.as_micros() as u64),
+                },
                 security: SecurityDefaults {
                     seccomp_root: opts.root_dir.join("seccomp"),
                     seccomp_default: cfg.seccomp_default,

@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, SELinuxOptions, SecurityContext};
 use kubelet_core::actions::container_hash;
+use kubelet_core::cgroups;
 use kubelet_core::dns::ResolvConf;
 use kubelet_core::env::expand_command_and_args;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
+use kubelet_core::resources;
 use kubelet_core::security::{self, Profile};
 use kubelet_core::status::qos_class;
 use kubelet_core::types::keys;
@@ -142,6 +144,7 @@ pub fn sandbox_config(
     dns: ResolvConf,
     hostname: String,
     cgroup_parent: String,
+    node: NodeResources,
 ) -> cri::PodSandboxConfig {
     let (name, ns, uid) = name_ns_uid(pod);
     let s = spec(pod);
@@ -158,6 +161,7 @@ pub fn sandbox_config(
         })
         .collect();
     let psc = s.security_context.as_ref();
+    let (sandbox, overhead) = sandbox_resources(pod, node);
     cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: name.into(),
@@ -185,6 +189,8 @@ pub fn sandbox_config(
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent,
+            resources: Some(sandbox),
+            overhead,
             security_context: Some(cri::LinuxSandboxSecurityContext {
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc
@@ -210,7 +216,6 @@ pub fn sandbox_config(
                 .flatten()
                 .map(|s| (s.name.clone(), s.value.clone()))
                 .collect(),
-            ..Default::default()
         }),
         ..Default::default()
     }
@@ -238,12 +243,49 @@ fn oom_score_adj(pod: &Pod, memory_request: Option<i64>, node_memory: i64) -> i6
     }
 }
 
-/// Linux resources from requests and limits: cpu shares from the request,
-/// CFS quota from the limit (100 ms period), memory limit in bytes.
+/// What the node decides for every container's and sandbox's Linux
+/// resources.
+#[derive(Clone, Copy, Debug)]
+pub struct NodeResources {
+    /// The node's memory in bytes (oom_score_adj of Burstable pods).
+    pub memory: i64,
+    /// cpuCFSQuota: the CFS period cpu limits are enforced over, in µs
+    /// (cpuCFSQuotaPeriod); None when cpu limits get no quota.
+    pub cfs_period: Option<u64>,
+}
+
+/// calculateLinuxResources: shares from the cpu request (the limit when
+/// no request is given), a CFS quota from the cpu limit over the period
+/// when cpuCFSQuota is on (0 without a limit), the memory limit.
+fn calculate_linux_resources(
+    cpu_request: Option<i64>,
+    cpu_limit: Option<i64>,
+    memory_limit: i64,
+    node: NodeResources,
+) -> cri::LinuxContainerResources {
+    let shares = cgroups::milli_cpu_to_shares(cpu_request.or(cpu_limit).unwrap_or(0));
+    let (cpu_period, cpu_quota) = match node.cfs_period {
+        Some(period) => (
+            period as i64,
+            cgroups::milli_cpu_to_quota(cpu_limit.unwrap_or(0), period),
+        ),
+        None => (0, 0),
+    };
+    cri::LinuxContainerResources {
+        cpu_shares: shares as i64,
+        cpu_period,
+        cpu_quota,
+        memory_limit_in_bytes: memory_limit,
+        ..Default::default()
+    }
+}
+
+/// A container's Linux resources from its requests and limits, with its
+/// oom_score_adj.
 fn linux_resources(
     pod: &Pod,
     c: &Container,
-    node_memory: i64,
+    node: NodeResources,
 ) -> Result<cri::LinuxContainerResources, ConfigError> {
     let err = |field: String, e: &dyn std::fmt::Display| ConfigError {
         container: c.name.clone(),
@@ -262,29 +304,47 @@ fn linux_resources(
     let cpu_limit = get("limits", "cpu")
         .map(|q| parse_cpu_millis(q).map_err(|e| err(field("limits", "cpu"), &e)))
         .transpose()?;
-    // A request defaults to the limit, as the API server does.
-    let cpu_request = match get("requests", "cpu") {
-        Some(q) => Some(parse_cpu_millis(q).map_err(|e| err(field("requests", "cpu"), &e))?),
-        None => cpu_limit,
-    };
+    let cpu_request = get("requests", "cpu")
+        .map(|q| parse_cpu_millis(q).map_err(|e| err(field("requests", "cpu"), &e)))
+        .transpose()?;
     let mem_limit = get("limits", "memory")
         .map(|q| parse_bytes(q).map_err(|e| err(field("limits", "memory"), &e)))
         .transpose()?;
+    // A request defaults to the limit, as the API server does.
     let mem_request = match get("requests", "memory") {
         Some(q) => Some(parse_bytes(q).map_err(|e| err(field("requests", "memory"), &e))?),
         None => mem_limit,
     };
-    const PERIOD: i64 = 100_000;
     Ok(cri::LinuxContainerResources {
-        cpu_shares: cpu_request.map(|m| (m * 1024 / 1000).max(2)).unwrap_or(2),
-        cpu_period: if cpu_limit.is_some() { PERIOD } else { 0 },
-        cpu_quota: cpu_limit
-            .map(|m| (m * PERIOD / 1000).max(1000))
-            .unwrap_or(0),
-        memory_limit_in_bytes: mem_limit.unwrap_or(0),
-        oom_score_adj: oom_score_adj(pod, mem_request, node_memory),
-        ..Default::default()
+        oom_score_adj: oom_score_adj(pod, mem_request, node.memory),
+        ..calculate_linux_resources(cpu_request, cpu_limit, mem_limit.unwrap_or(0), node)
     })
+}
+
+/// applySandboxResources: the sandbox's resources are the pod's requests
+/// and limits without its overhead, and its overhead apart (requests equal
+/// to limits).
+fn sandbox_resources(
+    pod: &Pod,
+    node: NodeResources,
+) -> (
+    cri::LinuxContainerResources,
+    Option<cri::LinuxContainerResources>,
+) {
+    let reqs = resources::pod_requests_without_overhead(pod);
+    let limits = resources::pod_limits_without_overhead(pod);
+    let sandbox = calculate_linux_resources(
+        reqs.get("cpu").copied(),
+        limits.get("cpu").copied(),
+        limits.get("memory").copied().unwrap_or(0),
+        node,
+    );
+    let overhead = resources::pod_overhead(pod);
+    let overhead = (!overhead.is_empty()).then(|| {
+        let cpu = overhead.get("cpu").copied();
+        calculate_linux_resources(cpu, cpu, overhead.get("memory").copied().unwrap_or(0), node)
+    });
+    (sandbox, overhead)
 }
 
 /// What the node decides for every container's security context.
@@ -414,7 +474,7 @@ pub fn container_config(
     c: &Container,
     inputs: ContainerInputs<'_>,
     security: &SecurityDefaults,
-    node_memory: i64,
+    node: NodeResources,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let ContainerInputs {
         restart_count,
@@ -495,7 +555,7 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            resources: Some(linux_resources(pod, c, node_memory)?),
+            resources: Some(linux_resources(pod, c, node)?),
             security_context: Some(container_security(pod, c, target_id, security)?),
         }),
         ..Default::default()
@@ -505,6 +565,11 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NODE: NodeResources = NodeResources {
+        memory: 1 << 30,
+        cfs_period: Some(100_000),
+    };
     use k8s_openapi::api::core::v1::{
         ContainerPort, EnvVar, PodSecurityContext, PodSpec, ResourceRequirements,
     };
@@ -569,6 +634,7 @@ mod tests {
             host,
             "web-node1".into(),
             "/kubepods/besteffort/podu1".into(),
+            NODE,
         );
         let md = cfg.metadata.as_ref().unwrap();
         assert_eq!(
@@ -607,7 +673,7 @@ mod tests {
             c,
             inputs(Vec::new()),
             &SecurityDefaults::default(),
-            1 << 30,
+            NODE,
         )
         .unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
@@ -619,6 +685,7 @@ mod tests {
             ResolvConf::default(),
             String::new(),
             String::new(),
+            NODE,
         );
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
@@ -654,7 +721,7 @@ mod tests {
             seccomp_default: false,
             extra_masked_paths: vec!["/sys/devices/system/cpu/cpu0/thermal_throttle".into()],
         };
-        let cfg = container_config(&p, &c, inputs(Vec::new()), &defaults, 1 << 30).unwrap();
+        let cfg = container_config(&p, &c, inputs(Vec::new()), &defaults, NODE).unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
         let caps = sc.capabilities.unwrap();
         assert_eq!(caps.add_capabilities, ["NET_BIND_SERVICE"]);
@@ -680,7 +747,7 @@ mod tests {
             type_: "Localhost".into(),
             localhost_profile: Some(String::new()),
         });
-        let e = container_config(&p, &c, inputs(Vec::new()), &defaults, 1 << 30).unwrap_err();
+        let e = container_config(&p, &c, inputs(Vec::new()), &defaults, NODE).unwrap_err();
         assert_eq!(e.field, "securityContext.seccompProfile.localhostProfile");
 
         // The sandbox runs RuntimeDefault whatever the pod asks.
@@ -691,6 +758,7 @@ mod tests {
             ResolvConf::default(),
             String::new(),
             String::new(),
+            NODE,
         );
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(
@@ -749,6 +817,7 @@ mod tests {
                 ResolvConf::default(),
                 String::new(),
                 String::new(),
+                NODE,
             );
             let sc = cfg.linux.unwrap().security_context.unwrap();
             assert_eq!(sc.privileged, want, "{what}");
@@ -766,6 +835,7 @@ mod tests {
             ResolvConf::default(),
             String::new(),
             String::new(),
+            NODE,
         );
         let ns = cfg
             .linux
@@ -794,7 +864,7 @@ mod tests {
                 env: vec![("A".into(), "1".into())],
             },
             &SecurityDefaults::default(),
-            1 << 30,
+            NODE,
         )
         .unwrap();
         assert_eq!(cfg.log_path, "c/3.log");
@@ -830,6 +900,46 @@ mod tests {
         assert_eq!(r.memory_limit_in_bytes, 64 << 20);
         assert_eq!(r.oom_score_adj, -997, "limits only: Guaranteed");
         assert_eq!(cfg.envs[0].key, "A");
+        // cpuCFSQuota: false: no quota, no period.
+        let no_quota = NodeResources {
+            cfs_period: None,
+            ..NODE
+        };
+        let inputs = ContainerInputs {
+            restart_count: 0,
+            target_id: None,
+            image_ref: "sha256:abc",
+            termination_log: None,
+            mounts: Vec::new(),
+            env: Vec::new(),
+        };
+        let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
+        let r = cfg.linux.unwrap().resources.unwrap();
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (512, 0, 0));
+        // The sandbox: the pod's sums, and its overhead apart.
+        let mut p = p.clone();
+        p.spec.as_mut().unwrap().overhead =
+            Some([("cpu".to_owned(), Quantity("100m".into()))].into());
+        let sb = sandbox_config(
+            &p,
+            0,
+            Path::new("/l"),
+            ResolvConf::default(),
+            String::new(),
+            String::new(),
+            NODE,
+        );
+        let linux = sb.linux.unwrap();
+        let r = linux.resources.unwrap();
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes),
+            (512, 50_000, 64 << 20)
+        );
+        let o = linux.overhead.unwrap();
+        assert_eq!(
+            (o.cpu_shares, o.cpu_quota, o.memory_limit_in_bytes),
+            (102, 10_000, 0)
+        );
     }
 
     #[test]
@@ -844,7 +954,7 @@ mod tests {
             &c,
             inputs(vec![("A".into(), "1".into())]),
             &SecurityDefaults::default(),
-            1,
+            NODE,
         )
         .unwrap();
         assert_eq!(cfg.command, ["echo", "1-$(B)"]);
@@ -872,7 +982,7 @@ mod tests {
                 target_id,
                 ..inputs(Vec::new())
             };
-            let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), 1).unwrap();
+            let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), NODE).unwrap();
             let ns = cfg
                 .linux
                 .unwrap()

@@ -40,8 +40,8 @@ use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{
-    ConfigError, ContainerInputs, SecurityDefaults, container_config, host_network, pod_log_dir,
-    sandbox_config,
+    ConfigError, ContainerInputs, NodeResources, SecurityDefaults, container_config, host_network,
+    pod_log_dir, sandbox_config,
 };
 use self::hooks::{Hook, run_hook};
 use self::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
@@ -105,8 +105,9 @@ pub struct Host {
     /// resolvConf: the node's resolver file, read for each sandbox config
     /// as upstream does (empty: none).
     pub resolv_conf: String,
-    /// The node's memory in bytes (oom_score_adj of Burstable pods).
-    pub node_memory: i64,
+    /// The node's memory and cpuCFSQuota (containers' and sandboxes'
+    /// Linux resources).
+    pub resources: NodeResources,
     /// seccompDefault, the Localhost profiles' root, the host's masked paths.
     pub security: SecurityDefaults,
     /// The RuntimeClasses pods' sandboxes are run with.
@@ -605,6 +606,7 @@ impl RuntimeManager {
             dns,
             kernel_name,
             self.host.cgroups.cgroup_parent(pod),
+            self.host.resources,
         );
         Ok((config, PodName { hostname, domain }))
     }
@@ -781,7 +783,7 @@ impl RuntimeManager {
             mounts,
             env,
         };
-        let cfg = container_config(pod, c, inputs, &self.host.security, self.host.node_memory)
+        let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
             &self.host.logs_root,
@@ -1588,7 +1590,10 @@ mod tests {
             pods_dir: dir.join("pods"),
             dns: DnsSettings::default(),
             resolv_conf: String::new(),
-            node_memory: 1 << 30,
+            resources: NodeResources {
+                memory: 1 << 30,
+                cfs_period: Some(100_000),
+            },
             security: SecurityDefaults::default(),
             runtime_classes: RuntimeClasses::default(),
             image_pull_limit: None,
