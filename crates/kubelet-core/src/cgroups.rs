@@ -238,20 +238,26 @@ impl QosCgroups {
     }
 
     /// The pod's cgroup (GetPodContainerName).
-    pub fn pod(&self, pod: &Pod, uid: &str) -> CgroupName {
-        self.of(Qos::of(pod))
-            .child(&format!("{POD_CGROUP_PREFIX}{uid}"))
+    /// None for a UID that cannot name one directory (a static pod's
+    /// `metadata.uid` with a `/` would climb out of the QoS cgroup).
+    pub fn pod(&self, pod: &Pod, uid: &str) -> Option<CgroupName> {
+        Some(self.of(Qos::of(pod)).child(&pod_cgroup_dir(uid)?))
     }
 
     /// Every place a pod cgroup of this UID may be.
-    pub fn pod_candidates(&self, uid: &str) -> [CgroupName; 3] {
-        let name = format!("{POD_CGROUP_PREFIX}{uid}");
-        [
+    pub fn pod_candidates(&self, uid: &str) -> Option<[CgroupName; 3]> {
+        let name = pod_cgroup_dir(uid)?;
+        Some([
             self.root.child(&name),
             self.burstable.child(&name),
             self.besteffort.child(&name),
-        ]
+        ])
     }
+}
+
+/// `pod<uid>`, when the UID is one path component.
+fn pod_cgroup_dir(uid: &str) -> Option<String> {
+    (!uid.is_empty() && !uid.contains(['/', '\0'])).then(|| format!("{POD_CGROUP_PREFIX}{uid}"))
 }
 
 /// The pod UID of a child of a QoS cgroup named `pod<uid>`.
@@ -322,8 +328,11 @@ pub fn less_reserved(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
     capacity
         .iter()
         .map(|(k, v)| {
-            let kept: i64 = reserved.iter().filter_map(|r| r.get(k)).sum();
-            (k.clone(), (v - kept).max(0))
+            let kept = reserved
+                .iter()
+                .filter_map(|r| r.get(k))
+                .fold(0i64, |sum, r| sum.saturating_add(*r));
+            (k.clone(), v.saturating_sub(kept).max(0))
         })
         .collect()
 }
@@ -334,15 +343,46 @@ pub fn less_reserved(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
 /// zero, and the hugepages' capacity off memory.
 pub fn node_allocatable(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
     let mut out = less_reserved(capacity, reserved);
-    let hugepages: i64 = capacity
+    let hugepages = capacity
         .iter()
         .filter(|(k, _)| k.starts_with(resources::HUGEPAGES_PREFIX))
-        .map(|(_, v)| v)
-        .sum();
+        .fold(0i64, |sum, (_, v)| sum.saturating_add(*v));
     if let Some(m) = out.get_mut("memory") {
-        *m = (*m - hugepages).max(0);
+        *m = m.saturating_sub(hugepages).max(0);
     }
     out
+}
+
+/// validateNodeAllocatable: no reservation may exceed its capacity, in
+/// upstream's words.
+pub fn check_reservation(capacity: &Amounts, reserved: &[&Amounts]) -> Result<(), String> {
+    let mut errors = Vec::new();
+    for (k, cap) in capacity {
+        let kept = reserved
+            .iter()
+            .filter_map(|r| r.get(k))
+            .fold(0i64, |sum, r| sum.saturating_add(*r));
+        if kept > *cap {
+            let show = |v: i64| match k.as_str() {
+                "cpu" => crate::quantity::format_milli(v),
+                "pid" => v.to_string(),
+                _ => crate::quantity::format_binary_si(v),
+            };
+            errors.push(format!(
+                "Resource {k:?} has a reservation of {} but capacity of {}. Expected capacity >= reservation.",
+                show(kept),
+                show(*cap)
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid Node Allocatable configuration. {}",
+            errors.join(" ")
+        ))
+    }
 }
 
 /// Which cgroup file system the host runs.
@@ -696,9 +736,11 @@ mod tests {
         );
         let be = pod(json!({"containers": [{"name": "c"}]}));
         assert_eq!(
-            qos.pod(&be, "a-b").to_cgroupfs(),
+            qos.pod(&be, "a-b").unwrap().to_cgroupfs(),
             "/kubepods/besteffort/poda-b"
         );
+        assert_eq!(qos.pod(&be, "x/../.."), None, "a UID never climbs out");
+        assert_eq!(qos.pod_candidates(""), None);
         assert_eq!(pod_uid_of("pod1234-5"), Some("1234-5"));
         assert_eq!(pod_uid_of("burstable"), None);
         assert_eq!(pod_uid_of("pod"), None);
@@ -850,6 +892,11 @@ mod tests {
             &[&[("memory".to_owned(), 512 << 20)].into()],
         );
         assert_eq!(status["memory"], 512 << 20);
+        assert_eq!(
+            check_reservation(&capacity, &[&system, &kube]).unwrap_err(),
+            "invalid Node Allocatable configuration. Resource \"pid\" has a reservation of 5000 but capacity of 4096. Expected capacity >= reservation."
+        );
+        check_reservation(&capacity, &[&system]).unwrap();
         let cfg = limits_config(&alloc, false);
         assert_eq!(cfg.cpu_shares, Some(1536));
         assert_eq!(cfg.memory, Some(1 << 30));

@@ -113,7 +113,7 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
             }
             let p: f32 = pct
                 .parse::<f32>()
-                .map_err(|e| format!("strconv.ParseFloat: parsing {pct:?}: {e}"))?
+                .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))?
                 / 100.0;
             if p < 0.0 {
                 return Err(format!(

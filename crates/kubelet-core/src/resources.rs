@@ -64,7 +64,8 @@ pub fn container_limits(c: &Container) -> Amounts {
 
 fn add(into: &mut Amounts, other: &Amounts) {
     for (k, v) in other {
-        *into.entry(k.clone()).or_default() += v;
+        let e = into.entry(k.clone()).or_default();
+        *e = e.saturating_add(*v);
     }
 }
 
@@ -157,7 +158,7 @@ pub fn pod_limits(pod: &Pod) -> Amounts {
     let mut limits = pod_limits_without_overhead(pod);
     for (k, v) in pod_overhead(pod) {
         if let Some(l) = limits.get_mut(&k).filter(|l| **l != 0) {
-            *l += v;
+            *l = l.saturating_add(v);
         }
     }
     limits

@@ -357,7 +357,8 @@ impl Kubelet {
         });
         let mut reserved = opts.config.system_reserved.clone();
         for (k, v) in &opts.config.kube_reserved {
-            *reserved.entry(k.clone()).or_default() += v;
+            let e = reserved.entry(k.clone()).or_default();
+            *e = e.saturating_add(*v);
         }
         // The configuration's validation refuses bad thresholds first.
         let eviction_hard = parse_thresholds(&opts.config.eviction_hard).unwrap_or_default();
@@ -533,6 +534,22 @@ impl Kubelet {
         })
     }
 
+    /// validateNodeAllocatable: systemReserved, kubeReserved and the hard
+    /// eviction thresholds together within the node's capacity.
+    fn check_reservation(&self) -> Result<(), CmError> {
+        let capacity = Amounts::from([
+            ("cpu".to_owned(), self.opts.node_cpu_cores * 1000),
+            ("memory".to_owned(), self.opts.node_memory),
+        ]);
+        let eviction = kubelet_core::eviction::hard_eviction_reservation(
+            &self.eviction_hard,
+            self.opts.node_memory,
+            0,
+        );
+        kubelet_core::cgroups::check_reservation(&capacity, &[&self.reserved, &eviction])
+            .map_err(CmError::Config)
+    }
+
     /// The registered Node's UID, once registration succeeded.
     pub fn node_uid(&self) -> Option<String> {
         self.node_uid
@@ -549,6 +566,10 @@ impl Kubelet {
         if let Err(e) = self.start_servers().await {
             self.tasks.shutdown().await;
             return Err(e);
+        }
+        if let Err(e) = self.check_reservation() {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::ContainerManager(e));
         }
         if let Err(e) = self.syncer.cm.start(Vec::new()).await {
             self.tasks.shutdown().await;

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clock::Clock;
-use crate::cm::ContainerManager;
+use crate::cm::{CmError, ContainerManager};
 use crate::error::{SyncError, waiting_reasons};
 use crate::events::{Involved, WARNING};
 use crate::kuberuntime::config::host_network;
@@ -115,15 +115,25 @@ impl Syncer {
         })
     }
 
-    /// The pod's cgroup, before its sandbox (upstream's SyncPod step). A
-    /// pod that runs without one (started before cgroupsPerQOS) is killed
-    /// first, to come back under its QoS cgroup; a RestartPolicy Never pod
-    /// so killed gets none.
+    /// The pod's cgroup, before its sandbox (upstream's SyncPod step), its
+    /// values set again when it exists. A pod that runs without one (started
+    /// before cgroupsPerQOS) is killed first, to come back under its QoS
+    /// cgroup; a RestartPolicy Never pod so killed gets none.
     async fn ensure_pod_cgroup(&self, pod: &Arc<Pod>, rt: &PodStatus) -> Result<(), SyncError> {
-        if !self.cm.enabled() || self.cm.pod_exists(pod).await {
-            return Ok(());
-        }
-        if rt.running_containers().next().is_some() {
+        let fail = |source: CmError| {
+            self.runtime.events().event(
+                &Involved::pod(pod, None),
+                WARNING,
+                "FailedToCreatePodContainer",
+                format!("unable to ensure pod container exists: {source}"),
+            );
+            SyncError::PodCgroup {
+                uid: PodUid::of(pod).0,
+                source,
+            }
+        };
+        let exists = self.cm.pod_exists(pod).await.map_err(fail)?;
+        if !exists && rt.running_containers().next().is_some() {
             tracing::info!("pod runs without its pod cgroup: killing it to restart it in one");
             let grace = grace_period(Some(pod), rt, None);
             match self.runtime.kill_pod(Some(pod), rt, grace).await {
@@ -140,18 +150,7 @@ impl Syncer {
         self.cm
             .ensure_pod(pod.clone(), self.active_pods())
             .await
-            .map_err(|source| {
-                self.runtime.events().event(
-                    &Involved::pod(pod, None),
-                    WARNING,
-                    "FailedToCreatePodContainer",
-                    format!("unable to ensure pod container exists: {source}"),
-                );
-                SyncError::PodCgroup {
-                    uid: PodUid::of(pod).0,
-                    source,
-                }
-            })
+            .map_err(fail)
     }
 }
 

@@ -1493,6 +1493,18 @@ async fn pods_run_in_their_qos_cgroups_which_follow_them_and_go_with_them() {
     assert_eq!(read(&kubepods("cpu").join("besteffort/cpu.shares")), "2");
     // The node-allocatable cgroup holds the node's capacity.
     assert!(!read(&kubepods("memory").join("memory.limit_in_bytes")).is_empty());
+    // A static pod keeps its UID across an edit: its cgroup takes the new values.
+    node.write(
+        "b.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: b\nspec:\n{}",
+            burstable.replace("64Mi", "96Mi")
+        ),
+    );
+    eventually("b's cgroup takes its new memory limit", || {
+        b("memory", "memory.limit_in_bytes") == "100663296"
+    })
+    .await;
     // Gone with the pod, in every hierarchy.
     node.remove("b.yaml");
     eventually("b's cgroup is gone", || {

@@ -230,7 +230,7 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
             files.push(entry.path());
         }
     }
-    match std::fs::remove_dir(dir) {
+    match rmdir(dir) {
         Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
             for f in files {
                 std::fs::remove_file(f)?;
@@ -241,6 +241,22 @@ fn remove_tree(dir: &Path) -> io::Result<()> {
         other => other,
     }
     .map_err(|e| io::Error::new(e.kind(), format!("removing {}: {e}", dir.display())))
+}
+
+/// rmdir, again a few times while the kernel still counts processes just
+/// killed as in it (EBUSY), as libcontainer's RemovePaths does.
+fn rmdir(dir: &Path) -> io::Result<()> {
+    let mut delay = std::time::Duration::from_millis(10);
+    for _ in 0..4 {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::ResourceBusy => {
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+    std::fs::remove_dir(dir)
 }
 
 fn collect_pids(dir: &Path, pids: &mut BTreeSet<i32>) {

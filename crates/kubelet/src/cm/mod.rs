@@ -10,6 +10,7 @@ mod cgroupfs;
 
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -93,10 +94,13 @@ struct Inner {
     /// The node-allocatable cgroup's values.
     node: ResourceConfig,
     /// The reserved cgroups enforced (system-reserved, kube-reserved): what
-    /// each is called in events, its cgroup, its values.
-    reserved: Vec<(&'static str, CgroupName, ResourceConfig)>,
+    /// each is called in events (lower case, and title case), its cgroup,
+    /// its values.
+    reserved: Vec<(&'static str, &'static str, CgroupName, ResourceConfig)>,
     /// Why start must fail (a configuration this host cannot run).
     refused: Option<String>,
+    /// The node-allocatable limits did not hold yet: retried.
+    node_pending: AtomicBool,
     /// One QoS update at a time (upstream's UpdateCgroups lock); held only
     /// inside blocking closures.
     qos_lock: Mutex<()>,
@@ -108,11 +112,21 @@ struct Inner {
 pub struct ContainerManager(Option<Arc<Inner>>);
 
 /// The node's capacity as the kubepods cgroup limits it: cpu (milli-CPUs),
-/// memory (bytes), pid (the kernel's pid_max).
+/// memory (bytes), pid (the kernel's pid_max or threads-max, the smaller).
 pub fn node_capacity(cpu_cores: i64, memory_bytes: i64) -> Amounts {
-    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max")
-        .ok()
-        .and_then(|s| s.trim().parse::<i64>().ok());
+    // pidlimit's Stats: the smaller of pid_max and threads-max.
+    let read = |f: &str| {
+        std::fs::read_to_string(f)
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+    };
+    let pid_max = match (
+        read("/proc/sys/kernel/pid_max"),
+        read("/proc/sys/kernel/threads-max"),
+    ) {
+        (Some(p), Some(t)) => Some(p.min(t)),
+        (p, t) => p.or(t),
+    };
     let mut capacity = Amounts::from([
         ("cpu".to_owned(), cpu_cores * 1000),
         ("memory".to_owned(), memory_bytes),
@@ -155,11 +169,12 @@ impl ContainerManager {
             capacity.clone()
         };
         let mut reserved = Vec::new();
-        for (full, compressible, what, cgroup, list) in [
+        for (full, compressible, what, title, cgroup, list) in [
             (
                 ENFORCE_SYSTEM_RESERVED,
                 ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
                 "system reserved",
+                "System Reserved",
                 &config.system_reserved_cgroup,
                 &config.system_reserved,
             ),
@@ -167,15 +182,21 @@ impl ContainerManager {
                 ENFORCE_KUBE_RESERVED,
                 ENFORCE_KUBE_RESERVED_COMPRESSIBLE,
                 "kube reserved",
+                "Kube Reserved",
                 &config.kube_reserved_cgroup,
                 &config.kube_reserved,
             ),
         ] {
             let name = CgroupName::parse_cgroupfs(cgroup);
             if config.enforces(full) {
-                reserved.push((what, name, limits_config(list, false)));
+                reserved.push((what, title, name, limits_config(list, false)));
             } else if config.enforces(compressible) {
-                reserved.push((what, name, limits_config(list, true)));
+                let title = if what == "system reserved" {
+                    "System Reserved Compressible"
+                } else {
+                    "Kube Reserved Compressible"
+                };
+                reserved.push((what, title, name, limits_config(list, true)));
             }
         }
         let layout = host.layout.clone().unwrap_or(CgroupLayout::V1 {
@@ -193,6 +214,7 @@ impl ContainerManager {
             node: limits_config(&allocatable, false),
             reserved,
             refused,
+            node_pending: AtomicBool::new(false),
             qos_lock: Mutex::default(),
             events,
         })))
@@ -214,28 +236,10 @@ impl ContainerManager {
         }
         let me = inner.clone();
         let result = blocking(move || Ok(me.start(&active))).await;
-        let result = result.unwrap_or_else(|e| Err(cgroup_err("starting", &inner.qos.root)(e)));
+        result.unwrap_or_else(|e| Err(cgroup_err("starting", &inner.qos.root)(e)))?;
         let node = inner.events.node_name().to_owned();
         let about = Involved::node(&node, Some(node.clone()));
-        match &result {
-            Ok(()) => inner.events.event(
-                &about,
-                NORMAL,
-                "SuccessfulNodeAllocatableEnforcement",
-                "Updated Node Allocatable limit across pods",
-            ),
-            Err(e) => inner.events.event(
-                &about,
-                WARNING,
-                "FailedNodeAllocatableEnforcement",
-                format!(
-                    "Failed to update Node Allocatable Limits {:?}: {e}",
-                    inner.qos.root.to_cgroupfs()
-                ),
-            ),
-        }
-        result?;
-        for (what, name, cfg) in &inner.reserved {
+        for (what, title, name, cfg) in &inner.reserved {
             let me = inner.clone();
             let (name2, cfg) = (name.clone(), cfg.clone());
             let set = blocking(move || {
@@ -248,11 +252,6 @@ impl ContainerManager {
                 me.fs.set(&name2, &cfg)
             })
             .await;
-            let title = if *what == "system reserved" {
-                "System Reserved"
-            } else {
-                "Kube Reserved"
-            };
             match set {
                 Ok(()) => inner.events.event(
                     &about,
@@ -283,19 +282,20 @@ impl ContainerManager {
     pub fn cgroup_parent(&self, pod: &Pod) -> String {
         self.0
             .as_ref()
-            .map(|i| i.qos.pod(pod, &PodUid::of(pod).0).to_cgroupfs())
+            .and_then(|i| i.qos.pod(pod, &PodUid::of(pod).0))
+            .map(|n| n.to_cgroupfs())
             .unwrap_or_default()
     }
 
     /// Whether the pod's cgroup is there (always, when disabled).
-    pub async fn pod_exists(&self, pod: &Pod) -> bool {
+    pub async fn pod_exists(&self, pod: &Pod) -> Result<bool, CmError> {
         let Some(inner) = self.0.clone() else {
-            return true;
+            return Ok(true);
         };
-        let name = inner.qos.pod(pod, &PodUid::of(pod).0);
+        let name = inner.pod_cgroup(pod)?;
         blocking(move || Ok(inner.fs.exists(&name)))
             .await
-            .unwrap_or(false)
+            .map_err(cgroup_err("checking", &CgroupName::default()))
     }
 
     /// EnsureExists: make the pod's cgroup with its values, after the QoS
@@ -353,6 +353,29 @@ impl ContainerManager {
 }
 
 impl Inner {
+    /// SuccessfulNodeAllocatableEnforcement, or its failure, on the Node.
+    fn node_event(&self, result: Result<(), &CmError>) {
+        let node = self.events.node_name().to_owned();
+        let about = Involved::node(&node, Some(node.clone()));
+        match result {
+            Ok(()) => self.events.event(
+                &about,
+                NORMAL,
+                "SuccessfulNodeAllocatableEnforcement",
+                "Updated Node Allocatable limit across pods",
+            ),
+            Err(e) => self.events.event(
+                &about,
+                WARNING,
+                "FailedNodeAllocatableEnforcement",
+                format!(
+                    "Failed to update Node Allocatable Limits {:?}: {e}",
+                    self.qos.root.to_cgroupfs()
+                ),
+            ),
+        }
+    }
+
     fn start(&self, active: &[Arc<Pod>]) -> Result<(), CmError> {
         if !self.cgroup_root.0.is_empty() && !self.fs.exists(&self.cgroup_root) {
             return Err(CmError::Config(format!(
@@ -362,11 +385,20 @@ impl Inner {
         }
         let root = &self.qos.root;
         if self.fs.exists(root) {
-            self.fs.set(root, &self.node)
+            // What it holds may be over new limits (v1 refuses a memory
+            // limit below usage): warned, and retried with the QoS updates.
+            if let Err(e) = self.fs.set(root, &self.node) {
+                self.node_pending.store(true, Ordering::Relaxed);
+                self.node_event(Err(&cgroup_err("node allocatable cgroup", root)(e)));
+            } else {
+                self.node_event(Ok(()));
+            }
         } else {
-            self.fs.create(root, &self.node)
+            self.fs
+                .create(root, &self.node)
+                .map_err(cgroup_err("node allocatable cgroup", root))?;
+            self.node_event(Ok(()));
         }
-        .map_err(cgroup_err("node allocatable cgroup", root))?;
         for (name, cfg) in self.qos_configs(active) {
             if name == *root {
                 continue;
@@ -406,8 +438,30 @@ impl Inner {
         configs
     }
 
+    /// The pod's cgroup name, refused for a UID that is not one path
+    /// component.
+    fn pod_cgroup(&self, pod: &Pod) -> Result<CgroupName, CmError> {
+        let uid = PodUid::of(pod).0;
+        self.qos.pod(pod, &uid).ok_or_else(|| {
+            CmError::Config(format!(
+                "pod UID {uid:?} cannot name a cgroup (it must be one path component)"
+            ))
+        })
+    }
+
     fn update_qos(&self, active: &[Arc<Pod>]) -> Result<(), CmError> {
         let _one = self.qos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.node_pending.load(Ordering::Relaxed) {
+            // Upstream retries the node-allocatable limits until they hold.
+            let root = &self.qos.root;
+            match self.fs.set(root, &self.node) {
+                Ok(()) => {
+                    self.node_pending.store(false, Ordering::Relaxed);
+                    self.node_event(Ok(()));
+                }
+                Err(e) => self.node_event(Err(&cgroup_err("node allocatable cgroup", root)(e))),
+            }
+        }
         for (name, cfg) in self.qos_configs(active) {
             self.fs
                 .set(&name, &cfg)
@@ -416,22 +470,29 @@ impl Inner {
         Ok(())
     }
 
+    /// EnsureExists, and the values set again on a cgroup that exists: a
+    /// static pod keeps its UID across an edit of its resources, and a
+    /// set cut short by a crash is finished.
     fn ensure_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), CmError> {
-        let name = self.qos.pod(pod, &PodUid::of(pod).0);
+        let name = self.pod_cgroup(pod)?;
+        let cfg = kubelet_core::cgroups::pod_resource_config(pod, &self.policy);
         if self.fs.exists(&name) {
-            return Ok(());
+            return self
+                .fs
+                .set(&name, &cfg)
+                .map_err(cgroup_err("failed to update container for", &name));
         }
         if let Err(e) = self.update_qos(active) {
             tracing::info!(error = %e, "Failed to update QoS cgroups while syncing pod");
         }
-        let cfg = kubelet_core::cgroups::pod_resource_config(pod, &self.policy);
         self.fs
             .create(&name, &cfg)
             .map_err(cgroup_err("failed to create container for", &name))
     }
 
     fn destroy_pod(&self, uid: &str) -> Result<(), CmError> {
-        for name in self.qos.pod_candidates(uid) {
+        // A UID that cannot name a cgroup never had one.
+        for name in self.qos.pod_candidates(uid).into_iter().flatten() {
             for pid in self.fs.pids(&name) {
                 kill(pid).map_err(cgroup_err(
                     "failed to kill all the processes attached to",
