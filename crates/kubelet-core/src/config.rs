@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::duration::{format_go_duration, parse_go_duration};
 use crate::pullrecords::VerificationPolicy;
-use crate::quantity::{parse_bytes, parse_cpu_millis};
+use crate::quantity::{parse_bytes, parse_cpu_millis_nearest};
 
 /// The only `apiVersion` accepted in a KubeletConfiguration file.
 pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
@@ -802,7 +802,7 @@ fn reserved_amount(resource: &str, text: &str) -> Result<i64, String> {
     }
     let q = Quantity(text.to_owned());
     let amount = if resource == "cpu" {
-        parse_cpu_millis(&q)
+        parse_cpu_millis_nearest(&q)
     } else {
         parse_bytes(&q)
     }

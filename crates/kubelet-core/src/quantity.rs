@@ -21,6 +21,15 @@ pub fn parse_cpu_millis(q: &Quantity) -> Result<i64, QuantityError> {
     parse_str(&q.0)?.scaled(1000).map_err(|m| err(&q.0, m))
 }
 
+/// The CPU amount of `q` in milli-CPUs rounded to the nearest (`1.2m` → 1,
+/// `1.5m` → 2), as upstream's parseResourceList rounds reservations.
+pub fn parse_cpu_millis_nearest(q: &Quantity) -> Result<i64, QuantityError> {
+    let micros = parse_str(&q.0)?
+        .scaled(1_000_000)
+        .map_err(|m| err(&q.0, m))?;
+    Ok(micros.saturating_add(500).div_euclid(1000))
+}
+
 /// The amount of `q` as a plain integer (bytes for memory), rounded up.
 pub fn parse_bytes(q: &Quantity) -> Result<i64, QuantityError> {
     parse_str(&q.0)?.scaled(1).map_err(|m| err(&q.0, m))
@@ -305,5 +314,16 @@ mod tests {
         }
         assert_eq!(format_milli(2000), "2");
         assert_eq!(format_milli(1500), "1500m");
+    }
+
+    #[test]
+    fn reservations_round_to_the_nearest_milli() {
+        for (text, milli) in [("1.2m", 1), ("1.5m", 2), ("250m", 250), ("1", 1000)] {
+            assert_eq!(
+                parse_cpu_millis_nearest(&Quantity(text.into())).unwrap(),
+                milli,
+                "{text}"
+            );
+        }
     }
 }
