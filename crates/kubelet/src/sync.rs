@@ -132,7 +132,7 @@ impl Syncer {
                 source,
             }
         };
-        let exists = self.cm.pod_exists(pod).await.map_err(fail)?;
+        let exists = self.cm.pod_exists(pod.clone()).await.map_err(fail)?;
         if !exists && rt.running_containers().next().is_some() {
             tracing::info!("pod runs without its pod cgroup: killing it to restart it in one");
             let grace = grace_period(Some(pod), rt, None);
@@ -148,7 +148,7 @@ impl Syncer {
             }
         }
         self.cm
-            .ensure_pod(pod.clone(), self.active_pods())
+            .ensure_pod(pod.clone(), exists, || self.active_pods())
             .await
             .map_err(fail)
     }

@@ -47,13 +47,12 @@ impl Cgroupfs {
     }
 
     /// Each hierarchy's directory of `name`.
-    fn dirs(&self, name: &CgroupName) -> Vec<(&str, PathBuf)> {
+    fn dirs(&self, name: &CgroupName) -> Vec<PathBuf> {
         match &self.layout {
-            CgroupLayout::V1 { mounts } => mounts
-                .iter()
-                .map(|(c, m)| (c.as_str(), m.join(name.relative())))
-                .collect(),
-            CgroupLayout::V2 { root, .. } => vec![("", root.join(name.relative()))],
+            CgroupLayout::V1 { mounts } => {
+                mounts.values().map(|m| m.join(name.relative())).collect()
+            }
+            CgroupLayout::V2 { root, .. } => vec![root.join(name.relative())],
         }
     }
 
@@ -147,7 +146,7 @@ impl Cgroupfs {
     /// Remove `name` and what is below it, from every hierarchy; what is
     /// already gone is fine.
     pub fn destroy(&self, name: &CgroupName) -> io::Result<()> {
-        for (_, dir) in self.dirs(name) {
+        for dir in self.dirs(name) {
             remove_tree(&dir)?;
         }
         Ok(())
@@ -156,7 +155,7 @@ impl Cgroupfs {
     /// The processes in `name` or below it, in any hierarchy.
     pub fn pids(&self, name: &CgroupName) -> Vec<i32> {
         let mut pids = BTreeSet::new();
-        for (_, dir) in self.dirs(name) {
+        for dir in self.dirs(name) {
             collect_pids(&dir, &mut pids);
         }
         pids.into_iter().collect()
@@ -165,7 +164,7 @@ impl Cgroupfs {
     /// The names of `parent`'s child cgroups, in any hierarchy.
     pub fn children(&self, parent: &CgroupName) -> io::Result<BTreeSet<String>> {
         let mut out = BTreeSet::new();
-        for (_, dir) in self.dirs(parent) {
+        for dir in self.dirs(parent) {
             let entries = match std::fs::read_dir(&dir) {
                 Ok(e) => e,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,

@@ -287,48 +287,57 @@ impl ContainerManager {
             .unwrap_or_default()
     }
 
-    /// Whether the pod's cgroup is there (always, when disabled).
-    pub async fn pod_exists(&self, pod: &Pod) -> Result<bool, CmError> {
+    /// `f` on the manager, off the async workers; `disabled` when
+    /// cgroupsPerQOS is off.
+    async fn off_workers<T: Send + 'static>(
+        &self,
+        disabled: T,
+        f: impl FnOnce(&Inner) -> Result<T, CmError> + Send + 'static,
+    ) -> Result<T, CmError> {
         let Some(inner) = self.0.clone() else {
-            return Ok(true);
+            return Ok(disabled);
         };
-        let name = inner.pod_cgroup(pod)?;
-        blocking(move || Ok(inner.fs.exists(&name)))
+        let root = inner.qos.root.clone();
+        blocking(move || Ok(f(&inner)))
             .await
-            .map_err(cgroup_err("checking", &CgroupName::default()))
+            .unwrap_or_else(|e| Err(cgroup_err("working on", &root)(e)))
     }
 
-    /// EnsureExists: make the pod's cgroup with its values, after the QoS
-    /// cgroups are updated for it, unless it exists.
-    pub async fn ensure_pod(&self, pod: Arc<Pod>, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
-        let Some(inner) = self.0.clone() else {
-            return Ok(());
-        };
-        blocking(move || Ok(inner.ensure_pod(&pod, &active)))
+    /// Whether the pod's cgroup is there (always, when disabled).
+    pub async fn pod_exists(&self, pod: Arc<Pod>) -> Result<bool, CmError> {
+        self.off_workers(true, move |i| Ok(i.fs.exists(&i.pod_cgroup(&pod)?)))
             .await
-            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+    }
+
+    /// EnsureExists: the pod's cgroup made (after the QoS cgroups are
+    /// updated for the `active` pods, read only then) or, when it `exists`,
+    /// its values set again: a static pod keeps its UID across an edit of
+    /// its resources, and a set cut short by a crash is finished.
+    pub async fn ensure_pod(
+        &self,
+        pod: Arc<Pod>,
+        exists: bool,
+        active: impl FnOnce() -> Vec<Arc<Pod>>,
+    ) -> Result<(), CmError> {
+        let active = if exists || !self.enabled() {
+            Vec::new()
+        } else {
+            active()
+        };
+        self.off_workers((), move |i| i.ensure_pod(&pod, exists, &active))
+            .await
     }
 
     /// UpdateCgroups: the QoS cgroups' values for the pods now active.
     pub async fn update_qos(&self, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
-        let Some(inner) = self.0.clone() else {
-            return Ok(());
-        };
-        blocking(move || Ok(inner.update_qos(&active)))
-            .await
-            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+        self.off_workers((), move |i| i.update_qos(&active)).await
     }
 
     /// Destroy: kill what still runs in the pod's cgroup, then remove it,
     /// wherever its QoS class put it. Nothing there is fine.
     pub async fn destroy_pod(&self, uid: &PodUid) -> Result<(), CmError> {
-        let Some(inner) = self.0.clone() else {
-            return Ok(());
-        };
         let uid = uid.0.clone();
-        blocking(move || Ok(inner.destroy_pod(&uid)))
-            .await
-            .unwrap_or_else(|e| Err(CmError::Config(e.to_string())))
+        self.off_workers((), move |i| i.destroy_pod(&uid)).await
     }
 
     /// The UIDs of the pod cgroups under the QoS cgroups
@@ -470,13 +479,10 @@ impl Inner {
         Ok(())
     }
 
-    /// EnsureExists, and the values set again on a cgroup that exists: a
-    /// static pod keeps its UID across an edit of its resources, and a
-    /// set cut short by a crash is finished.
-    fn ensure_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), CmError> {
+    fn ensure_pod(&self, pod: &Pod, exists: bool, active: &[Arc<Pod>]) -> Result<(), CmError> {
         let name = self.pod_cgroup(pod)?;
         let cfg = kubelet_core::cgroups::pod_resource_config(pod, &self.policy);
-        if self.fs.exists(&name) {
+        if exists {
             return self
                 .fs
                 .set(&name, &cfg)

@@ -570,6 +570,19 @@ mod tests {
         memory: 1 << 30,
         cfs_period: Some(100_000),
     };
+
+    /// The sandbox config of `p` with no resolver, hostname or cgroup parent.
+    fn bare_sandbox(p: &Pod) -> cri::PodSandboxConfig {
+        sandbox_config(
+            p,
+            0,
+            Path::new("/l"),
+            ResolvConf::default(),
+            String::new(),
+            String::new(),
+            NODE,
+        )
+    }
     use k8s_openapi::api::core::v1::{
         ContainerPort, EnvVar, PodSecurityContext, PodSpec, ResourceRequirements,
     };
@@ -678,15 +691,7 @@ mod tests {
         .unwrap();
         let sc = cfg.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
-        let sb = sandbox_config(
-            &p,
-            0,
-            Path::new("/logs"),
-            ResolvConf::default(),
-            String::new(),
-            String::new(),
-            NODE,
-        );
+        let sb = bare_sandbox(&p);
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(sc.supplemental_groups, [5, 7, 8]);
     }
@@ -751,15 +756,7 @@ mod tests {
         assert_eq!(e.field, "securityContext.seccompProfile.localhostProfile");
 
         // The sandbox runs RuntimeDefault whatever the pod asks.
-        let sb = sandbox_config(
-            &p,
-            0,
-            Path::new("/logs"),
-            ResolvConf::default(),
-            String::new(),
-            String::new(),
-            NODE,
-        );
+        let sb = bare_sandbox(&p);
         let sc = sb.linux.unwrap().security_context.unwrap();
         assert_eq!(
             sc.seccomp.map(|s| s.profile_type),
@@ -810,15 +807,7 @@ mod tests {
         for (what, edit, want) in cases {
             let mut p = pod();
             edit(&mut p);
-            let cfg = sandbox_config(
-                &p,
-                0,
-                Path::new("/l"),
-                ResolvConf::default(),
-                String::new(),
-                String::new(),
-                NODE,
-            );
+            let cfg = bare_sandbox(&p);
             let sc = cfg.linux.unwrap().security_context.unwrap();
             assert_eq!(sc.privileged, want, "{what}");
         }
@@ -828,15 +817,7 @@ mod tests {
     fn host_network_sandbox() {
         let mut p = pod();
         p.spec.as_mut().unwrap().host_network = Some(true);
-        let cfg = sandbox_config(
-            &p,
-            0,
-            Path::new("/l"),
-            ResolvConf::default(),
-            String::new(),
-            String::new(),
-            NODE,
-        );
+        let cfg = bare_sandbox(&p);
         let ns = cfg
             .linux
             .unwrap()
@@ -920,15 +901,7 @@ mod tests {
         let mut p = p.clone();
         p.spec.as_mut().unwrap().overhead =
             Some([("cpu".to_owned(), Quantity("100m".into()))].into());
-        let sb = sandbox_config(
-            &p,
-            0,
-            Path::new("/l"),
-            ResolvConf::default(),
-            String::new(),
-            String::new(),
-            NODE,
-        );
+        let sb = bare_sandbox(&p);
         let linux = sb.linux.unwrap();
         let r = linux.resources.unwrap();
         assert_eq!(
