@@ -165,13 +165,14 @@ hack/e2e-images.sh "$RKUBELET_RUNTIME_DIR/containerd.sock"
 stage "$KUBELET as node $NODE"
 mkdir -p "$NODE_DIR/root" "$NODE_DIR/logs" "$NODE_DIR/manifests"
 # The suite's images are imported, not pullable: neither kubelet's image GC
-# may remove them (the disk of these machines looks more than 85 % full to
-# statvfs).
+# nor its eviction manager's disk reclaim may remove them (the disk of these
+# machines looks more than 85 % full to statvfs): thresholds of 1 %.
 if [[ $KUBELET == rkubelet ]]; then
   cat >"$NODE_DIR/config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 staticPodPath: $NODE_DIR/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $NODE_DIR/logs

@@ -26,12 +26,15 @@ hack/images.sh
 
 mkdir -p "$state/manifests" "$state/root" "$state/logs"
 cp -n examples/static-pods/web.yaml "$state/manifests/" 2>/dev/null || true
-# The images here are imported, not pullable: image GC must not remove them
-# (the disk of these machines looks more than 85 % full to statvfs).
+# The images here are imported, not pullable: image GC must not remove them,
+# nor the eviction manager's disk reclaim (the disk of these machines looks
+# more than 85 % full to statvfs): thresholds of 1 %, as hack/conformance.sh
+# gives both kubelets.
 cat >"$state/kubelet-config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 imageGCHighThresholdPercent: 100
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 staticPodPath: $state/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $state/logs

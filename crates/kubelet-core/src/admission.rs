@@ -10,8 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::eviction::Pressure;
+use crate::eviction::rank::is_critical;
 use crate::quantity::{parse_bytes, parse_cpu_millis};
 use crate::resources;
+use crate::status::qos_class;
 
 /// What admission needs to know about the node.
 #[derive(Clone, Debug, Default)]
@@ -227,6 +230,36 @@ fn admit_os(pod: &Pod) -> Result<(), Rejection> {
         );
     }
     Ok(())
+}
+
+/// The eviction manager's admission (its Admit): under pressure no pod
+/// starts but a critical one, except that under memory pressure alone a
+/// pod that is not BestEffort, or one tolerating the memory-pressure
+/// taint, still does. `pressure` is the node's, in condition order.
+pub fn admit_under_pressure(pod: &Pod, pressure: &[Pressure]) -> Result<(), Rejection> {
+    if pressure.is_empty() || is_critical(pod) {
+        return Ok(());
+    }
+    if pressure == [Pressure::Memory] {
+        let memory_pressure = Taint {
+            key: "node.kubernetes.io/memory-pressure".into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or_default();
+        if qos_class(pod) != "BestEffort" || tolerates(tolerations, &memory_pressure) {
+            return Ok(());
+        }
+    }
+    let conditions: Vec<&str> = pressure.iter().map(|p| p.condition_type()).collect();
+    reject(
+        crate::eviction::rank::REASON,
+        format!("The node had condition: [{}]. ", conditions.join(" ")),
+    )
 }
 
 /// Whether `pod` may start next to `active` (the pods admitted and not yet
@@ -725,5 +758,69 @@ mod tests {
                 "case {i}"
             );
         }
+    }
+
+    #[test]
+    fn pressure_refuses_as_the_eviction_manager_admits() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let mk = |requests: bool, tolerations: Vec<Toleration>, priority: Option<i32>| Pod {
+            spec: Some(PodSpec {
+                priority,
+                tolerations: Some(tolerations),
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: requests.then(|| ResourceRequirements {
+                        requests: Some(BTreeMap::from([(
+                            "memory".into(),
+                            Quantity("64Mi".into()),
+                        )])),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let besteffort = mk(false, vec![], None);
+        let burstable = mk(true, vec![], None);
+        let tolerating = mk(
+            false,
+            vec![Toleration {
+                key: Some("node.kubernetes.io/memory-pressure".into()),
+                operator: Some("Exists".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            None,
+        );
+        let critical = mk(false, vec![], Some(2_000_000_000));
+        let memory = [Pressure::Memory];
+        let both = [Pressure::Memory, Pressure::Disk];
+        for (pod, pressure, admitted) in [
+            (&besteffort, &[][..], true),
+            (&besteffort, &memory[..], false),
+            (&burstable, &memory[..], true),
+            (&tolerating, &memory[..], true),
+            (&critical, &memory[..], true),
+            (&burstable, &both[..], false),
+            (&tolerating, &both[..], false),
+            (&critical, &both[..], true),
+        ] {
+            assert_eq!(
+                admit_under_pressure(pod, pressure).is_ok(),
+                admitted,
+                "{pressure:?}"
+            );
+        }
+        let r = admit_under_pressure(&burstable, &both).unwrap_err();
+        assert_eq!(r.reason, "Evicted");
+        assert_eq!(
+            r.message,
+            "The node had condition: [MemoryPressure DiskPressure]. "
+        );
+        let r = admit_under_pressure(&besteffort, &memory).unwrap_err();
+        assert_eq!(r.message, "The node had condition: [MemoryPressure]. ");
     }
 }

@@ -103,6 +103,11 @@ pub const DECODED_FIELDS: &[&str] = &[
     "enforceNodeAllocatable",
     "evictionHard",
     "mergeDefaultEvictionSettings",
+    "evictionSoft",
+    "evictionSoftGracePeriod",
+    "evictionPressureTransitionPeriod",
+    "evictionMaxPodGracePeriod",
+    "evictionMinimumReclaim",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -137,11 +142,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "nodeStatusMaxImages",
     "maxOpenFiles",
     "contentType",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "evictionMaxPodGracePeriod",
-    "evictionMinimumReclaim",
     "podsPerCore",
     "enableControllerAttachDetach",
     "protectKernelDefaults",
@@ -501,6 +501,21 @@ pub struct KubeletConfiguration {
     /// `mergeDefaultEvictionSettings`: the defaults fill the signals a
     /// given evictionHard leaves out. Default false.
     pub merge_default_eviction_settings: bool,
+    /// `evictionSoft`: soft eviction thresholds by signal; each needs its
+    /// grace period in `evictionSoftGracePeriod`.
+    pub eviction_soft: BTreeMap<String, String>,
+    /// `evictionSoftGracePeriod`: how long each soft threshold must hold
+    /// before a pod is evicted for it (Go durations).
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// `evictionPressureTransitionPeriod`: how long a pressure condition
+    /// stays after its threshold stopped being met. Default 5m.
+    pub eviction_pressure_transition_period: Duration,
+    /// `evictionMaxPodGracePeriod`: the most grace (seconds) a pod evicted
+    /// for a soft threshold gets. Default 0.
+    pub eviction_max_pod_grace_period: i64,
+    /// `evictionMinimumReclaim`: how far past its threshold a signal must
+    /// be brought once eviction starts for it.
+    pub eviction_minimum_reclaim: BTreeMap<String, String>,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -581,11 +596,27 @@ impl Default for KubeletConfiguration {
             enforce_node_allocatable: vec![ENFORCE_PODS.to_owned()],
             eviction_hard: crate::eviction::default_eviction_hard(),
             merge_default_eviction_settings: false,
+            eviction_soft: BTreeMap::new(),
+            eviction_soft_grace_period: BTreeMap::new(),
+            eviction_pressure_transition_period: Duration::from_secs(300),
+            eviction_max_pod_grace_period: 0,
+            eviction_minimum_reclaim: BTreeMap::new(),
         }
     }
 }
 
 impl KubeletConfiguration {
+    /// Every eviction threshold the configuration asks for (hard, then
+    /// soft), as upstream's ParseThresholdConfig reads them.
+    pub fn eviction_thresholds(&self) -> Result<Vec<crate::eviction::Threshold>, String> {
+        crate::eviction::parse_threshold_config(crate::eviction::Statements {
+            hard: &self.eviction_hard,
+            soft: &self.eviction_soft,
+            soft_grace_period: &self.eviction_soft_grace_period,
+            minimum_reclaim: &self.eviction_minimum_reclaim,
+        })
+    }
+
     /// The effective configuration as upstream's `/configz` shows it: the
     /// v1beta1 field names, durations as Go durations.
     pub fn to_v1beta1_json(&self) -> serde_json::Value {
@@ -657,6 +688,11 @@ impl KubeletConfiguration {
             "enforceNodeAllocatable": self.enforce_node_allocatable,
             "evictionHard": self.eviction_hard,
             "mergeDefaultEvictionSettings": self.merge_default_eviction_settings,
+            "evictionSoft": self.eviction_soft,
+            "evictionSoftGracePeriod": self.eviction_soft_grace_period,
+            "evictionPressureTransitionPeriod": d(self.eviction_pressure_transition_period),
+            "evictionMaxPodGracePeriod": self.eviction_max_pod_grace_period,
+            "evictionMinimumReclaim": self.eviction_minimum_reclaim,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -906,6 +942,26 @@ fn decode_object<'a>(
         Value::Object(m) => Ok(Some(m)),
         other => Err(wrong_type(field, "a mapping", other)),
     }
+}
+
+/// A map of strings (evictionHard and friends); numbers read as written.
+fn decode_string_map(
+    field: &str,
+    v: &Value,
+) -> Result<Option<BTreeMap<String, String>>, ConfigError> {
+    let Some(map) = decode_object(field, v)? else {
+        return Ok(None);
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in map {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            other => return Err(wrong_type(&format!("{field}.{k}"), "a string", other)),
+        };
+        out.insert(k.clone(), text);
+    }
+    Ok(Some(out))
 }
 
 /// A path field whose empty value means "none".
@@ -1330,20 +1386,24 @@ pub fn parse_kubelet_config_reporting(
                     decode_strings(field, v, "a list of enforcement names")?
             }
             "enforceNodeAllocatable" => {}
-            "evictionHard" => {
-                if let Some(map) = decode_object(field, v)? {
-                    let mut hard = BTreeMap::new();
-                    for (k, v) in map {
-                        let text = match v {
-                            Value::String(s) => s.clone(),
-                            Value::Number(n) => n.to_string(),
-                            other => {
-                                return Err(wrong_type(&format!("{field}.{k}"), "a string", other));
-                            }
-                        };
-                        hard.insert(k.clone(), text);
-                    }
-                    eviction_hard = Some(hard);
+            "evictionHard" => eviction_hard = decode_string_map(field, v)?,
+            "evictionSoft" => {
+                cfg.eviction_soft = decode_string_map(field, v)?.unwrap_or_default();
+            }
+            "evictionSoftGracePeriod" => {
+                cfg.eviction_soft_grace_period = decode_string_map(field, v)?.unwrap_or_default();
+            }
+            "evictionMinimumReclaim" => {
+                cfg.eviction_minimum_reclaim = decode_string_map(field, v)?.unwrap_or_default();
+            }
+            "evictionPressureTransitionPeriod" => {
+                if let Some(d) = decode_duration(field, v)? {
+                    cfg.eviction_pressure_transition_period = d;
+                }
+            }
+            "evictionMaxPodGracePeriod" => {
+                if let Some(n) = decode_int32(field, v)? {
+                    cfg.eviction_max_pod_grace_period = n;
                 }
             }
             "mergeDefaultEvictionSettings" => {
@@ -1581,6 +1641,12 @@ impl KubeletConfiguration {
         self.validate_node_allocatable()?;
         crate::eviction::parse_thresholds(&self.eviction_hard)
             .map_err(|m| invalid("evictionHard", m))?;
+        self.eviction_thresholds().map_err(|m| {
+            invalid(
+                "evictionSoft, evictionSoftGracePeriod, evictionMinimumReclaim",
+                m,
+            )
+        })?;
         let period = self.cpu_cfs_quota_period;
         if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
             return Err(ConfigError::Rejected(format!(
@@ -2151,6 +2217,53 @@ mod tests {
             bad.validate().unwrap_err().to_string(),
             "invalid configuration: evictionHard unsupported eviction signal memory.free"
         );
+        let (soft, ignored) = parse_body(
+            "evictionSoft: {memory.available: 1Gi}\n\
+             evictionSoftGracePeriod: {memory.available: 1m30s}\n\
+             evictionMinimumReclaim: {memory.available: 0.5Gi, nodefs.available: 5%}\n\
+             evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 20\n",
+        )
+        .unwrap();
+        assert!(ignored.is_empty(), "{ignored:?}");
+        soft.validate().unwrap();
+        let t = soft.eviction_thresholds().unwrap();
+        assert_eq!(t.len(), 6, "five defaults and one soft");
+        let s = t.iter().find(|t| !t.is_hard()).unwrap();
+        assert_eq!(s.grace_period, Duration::from_secs(90));
+        assert_eq!(
+            s.min_reclaim,
+            Some(crate::eviction::ThresholdValue::Quantity(512 << 20))
+        );
+        assert_eq!(
+            soft.eviction_pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        let json = soft.to_v1beta1_json();
+        assert_eq!(json["evictionPressureTransitionPeriod"], "30s");
+        assert_eq!(json["evictionMaxPodGracePeriod"], 20);
+        assert_eq!(json["evictionSoftGracePeriod"]["memory.available"], "1m30s");
+        for (body, message) in [
+            (
+                "evictionSoft: {memory.available: 1Gi}\n",
+                "grace period must be specified for the soft eviction threshold memory.available",
+            ),
+            (
+                "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1s}\n",
+                "invalid eviction grace period specified: -1s, must be a positive value",
+            ),
+            (
+                "evictionMinimumReclaim: {nodefs.available: 0%}\n",
+                "eviction percentage minimum reclaim nodefs.available must be positive: 0%",
+            ),
+            (
+                "evictionMinimumReclaim: {nodefs.available: -1Gi}\n",
+                "negative eviction minimum reclaim specified for nodefs.available",
+            ),
+        ] {
+            let (cfg, _) = parse_body(body).unwrap();
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(message), "{body}: {err}");
+        }
         for (body, message) in [
             (
                 "kubeReserved: {gpu: 1}\n",

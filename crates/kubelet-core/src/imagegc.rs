@@ -169,6 +169,21 @@ impl ImageGc {
         plan
     }
 
+    /// DeleteUnusedImages (the eviction manager's reclaim under disk
+    /// pressure): every unused image seen for at least imageMinimumGCAge,
+    /// whatever the thresholds say.
+    pub fn plan_all_unused(&self, policy: &Policy, now: i64) -> Plan {
+        let age = |since: i64| Duration::from_nanos(now.saturating_sub(since).max(0) as u64);
+        let mut plan = Plan::default();
+        for (id, r) in &self.records {
+            if !r.pinned && r.last_used < now && age(r.first_detected) >= policy.min_age {
+                plan.remove.push((id.clone(), Reason::Space));
+                plan.freed += r.size;
+            }
+        }
+        plan
+    }
+
     /// `id` was removed.
     pub fn removed(&mut self, id: &str) {
         self.records.remove(id);

@@ -31,8 +31,10 @@ pub enum Why {
 pub enum Event {
     /// The desired pod changed, PLEG saw something, or a resync is due.
     Update,
-    /// Stop the pod (removed from every source, or an orphan).
-    Kill { grace: Option<i64> },
+    /// Stop the pod: removed from every source or an orphan (`Removed`),
+    /// or ended on the node where its source still has it, as an eviction
+    /// (`Completed`: it stays Failed).
+    Kill { grace: Option<i64>, why: Why },
     /// SyncPod finished; `terminal` when the pod reached Succeeded/Failed.
     Synced { terminal: bool },
     /// SyncTerminatingPod finished: nothing runs any more.
@@ -65,11 +67,8 @@ pub fn step(state: State, event: Event) -> (State, Step) {
     use State::*;
     match (state, event) {
         (Syncing, Update) => (Syncing, Step::SyncPod),
-        (Syncing, Kill { grace }) => (
-            Terminating {
-                grace,
-                why: Why::Removed,
-            },
+        (Syncing, Kill { grace, why }) => (
+            Terminating { grace, why },
             Step::SyncTerminatingPod { grace },
         ),
         (Syncing, Synced { terminal: false }) => (Syncing, Step::Idle),
@@ -85,7 +84,8 @@ pub fn step(state: State, event: Event) -> (State, Step) {
             Terminating { grace, why },
             Step::SyncTerminatingPod { grace },
         ),
-        (Terminating { grace, why }, Kill { grace: g }) => {
+        // A kill while terminating can only hurry it; why it stops stays.
+        (Terminating { grace, why }, Kill { grace: g, .. }) => {
             let grace = shorter(grace, g);
             (
                 Terminating { grace, why },
@@ -101,7 +101,9 @@ pub fn step(state: State, event: Event) -> (State, Step) {
             Finished {
                 why: Why::Completed,
             },
-            Kill { .. },
+            Kill {
+                why: Why::Removed, ..
+            },
         ) => (Terminated { why: Why::Removed }, Step::SyncTerminatedPod),
         // Anything else is stale news (a sync result after a kill arrived, or
         // an update to a finished pod): nothing to do.
@@ -144,19 +146,28 @@ mod tests {
             ),
             (
                 Syncing,
-                Kill { grace: Some(5) },
+                Kill {
+                    grace: Some(5),
+                    why: Why::Removed,
+                },
                 removing(Some(5)),
                 Step::SyncTerminatingPod { grace: Some(5) },
             ),
             (
                 removing(Some(30)),
-                Kill { grace: Some(2) },
+                Kill {
+                    grace: Some(2),
+                    why: Why::Removed,
+                },
                 removing(Some(2)),
                 Step::SyncTerminatingPod { grace: Some(2) },
             ),
             (
                 removing(Some(2)),
-                Kill { grace: Some(30) },
+                Kill {
+                    grace: Some(30),
+                    why: Why::Removed,
+                },
                 removing(Some(2)),
                 Step::SyncTerminatingPod { grace: Some(2) },
             ),
@@ -206,7 +217,10 @@ mod tests {
             ),
             (
                 Finished { why: Why::Removed },
-                Kill { grace: None },
+                Kill {
+                    grace: None,
+                    why: Why::Removed,
+                },
                 Finished { why: Why::Removed },
                 Step::Idle,
             ),
@@ -214,7 +228,10 @@ mod tests {
                 Finished {
                     why: Why::Completed,
                 },
-                Kill { grace: None },
+                Kill {
+                    grace: None,
+                    why: Why::Removed,
+                },
                 Terminated { why: Why::Removed },
                 Step::SyncTerminatedPod,
             ),
@@ -223,7 +240,10 @@ mod tests {
                     grace: None,
                     why: Why::Completed,
                 },
-                Kill { grace: Some(0) },
+                Kill {
+                    grace: Some(0),
+                    why: Why::Removed,
+                },
                 Terminating {
                     grace: Some(0),
                     why: Why::Completed,
@@ -231,7 +251,49 @@ mod tests {
                 Step::SyncTerminatingPod { grace: Some(0) },
             ),
         ];
-        for (from, event, to, action) in cases {
+        // An eviction: the pod stops as a completed one and stays so.
+        let evicting = |g| Terminating {
+            grace: g,
+            why: Why::Completed,
+        };
+        let evict = |g| Kill {
+            grace: g,
+            why: Why::Completed,
+        };
+        let more = [
+            (
+                Syncing,
+                evict(Some(1)),
+                evicting(Some(1)),
+                Step::SyncTerminatingPod { grace: Some(1) },
+            ),
+            (
+                evicting(Some(1)),
+                Kill {
+                    grace: None,
+                    why: Why::Removed,
+                },
+                evicting(Some(1)),
+                Step::SyncTerminatingPod { grace: Some(1) },
+            ),
+            (
+                removing(None),
+                evict(Some(0)),
+                removing(Some(0)),
+                Step::SyncTerminatingPod { grace: Some(0) },
+            ),
+            (
+                Finished {
+                    why: Why::Completed,
+                },
+                evict(None),
+                Finished {
+                    why: Why::Completed,
+                },
+                Step::Idle,
+            ),
+        ];
+        for (from, event, to, action) in cases.into_iter().chain(more) {
             assert_eq!(step(from, event), (to, action), "{from:?} + {event:?}");
         }
     }
@@ -240,7 +302,10 @@ mod tests {
     fn never_goes_back_to_syncing() {
         let events = [
             Update,
-            Kill { grace: None },
+            Kill {
+                grace: None,
+                why: Why::Removed,
+            },
             Synced { terminal: false },
             Synced { terminal: true },
             TerminatingDone,

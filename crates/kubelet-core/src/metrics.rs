@@ -473,10 +473,13 @@ pub struct Families {
     /// (`credentialPolicyAllowed`, `credentialRecordFound`,
     /// `mustAuthenticate`, `error`).
     pub mustpull_checks: Counter,
+    /// `kubelet_evictions{eviction_signal}`: pods the eviction manager
+    /// evicted, by the signal it acted on.
+    pub evictions: Counter,
 }
 
 impl Families {
-    fn all(&self) -> [Family<'_>; 29] {
+    fn all(&self) -> [Family<'_>; 30] {
         [
             Family::Gauge(&self.node_name),
             Family::Histogram(&self.pod_start_duration),
@@ -507,6 +510,7 @@ impl Families {
             Family::Gauge(&self.pull_intents),
             Family::Gauge(&self.pulled_records),
             Family::Counter(&self.mustpull_checks),
+            Family::Counter(&self.evictions),
         ]
     }
 }
@@ -682,6 +686,11 @@ impl KubeletMetrics {
                 "kubelet_imagemanager_image_mustpull_checks_total",
                 "[ALPHA] Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
                 &["result"],
+            ),
+            evictions: Counter::new(
+                "kubelet_evictions",
+                "[ALPHA] Cumulative number of pod evictions by eviction signal",
+                &["eviction_signal"],
             ),
         };
         f.node_name.set(&[node_name], 1.0);

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::admission::{LABEL_OS, NODE_OS};
 use crate::cgroups::node_allocatable;
-use crate::eviction::{Threshold, hard_eviction_reservation};
+use crate::eviction::{Pressure, Threshold, hard_eviction_reservation};
 use crate::quantity::{format_binary_si, format_milli};
 use crate::resources::Amounts;
 use crate::status::transition_time;
@@ -149,6 +149,7 @@ fn condition(kind: &str, ok_status: &str, reason: &str, message: String) -> Node
 pub fn node_status(
     facts: &NodeFacts,
     readiness: &Readiness,
+    pressure: &[Pressure],
     previous: Option<&NodeStatus>,
     now: &Time,
 ) -> NodeStatus {
@@ -204,27 +205,14 @@ pub fn node_status(
             readiness.errors.join(", "),
         )
     };
-    let mut conditions = vec![
-        condition(
-            "MemoryPressure",
-            "False",
-            "KubeletHasSufficientMemory",
-            "kubelet has sufficient memory available".into(),
-        ),
-        condition(
-            "DiskPressure",
-            "False",
-            "KubeletHasNoDiskPressure",
-            "kubelet has no disk pressure".into(),
-        ),
-        condition(
-            "PIDPressure",
-            "False",
-            "KubeletHasSufficientPID",
-            "kubelet has sufficient PID available".into(),
-        ),
-        ready,
-    ];
+    let mut conditions: Vec<NodeCondition> = [Pressure::Memory, Pressure::Disk, Pressure::Pid]
+        .into_iter()
+        .map(|p| {
+            let c = pressure_condition(p, pressure.contains(&p));
+            condition(c.kind, c.status, c.reason, c.message.into())
+        })
+        .collect();
+    conditions.push(ready);
     for c in &mut conditions {
         c.last_heartbeat_time = Some(now.clone());
         let prev = previous
@@ -281,12 +269,96 @@ pub fn status_changed(old: &NodeStatus, new: &NodeStatus) -> bool {
 
 /// The Ready condition's status ("True"/"False"), if any.
 pub fn ready_status(status: &NodeStatus) -> Option<&str> {
+    condition_status(status, "Ready")
+}
+
+fn condition_status<'a>(status: &'a NodeStatus, kind: &str) -> Option<&'a str> {
     status
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == "Ready")
+        .find(|c| c.type_ == kind)
         .map(|c| c.status.as_str())
+}
+
+/// A node condition's text: its status, reason and message, and the event
+/// upstream's setters record when it turns so.
+struct ConditionText {
+    kind: &'static str,
+    status: &'static str,
+    reason: &'static str,
+    message: &'static str,
+    event: &'static str,
+}
+
+/// The Memory/Disk/PIDPressure condition as upstream's setters write it.
+fn pressure_condition(p: Pressure, under: bool) -> ConditionText {
+    let (reason, message, event) = match (p, under) {
+        (Pressure::Memory, false) => (
+            "KubeletHasSufficientMemory",
+            "kubelet has sufficient memory available",
+            "NodeHasSufficientMemory",
+        ),
+        (Pressure::Memory, true) => (
+            "KubeletHasInsufficientMemory",
+            "kubelet has insufficient memory available",
+            "NodeHasInsufficientMemory",
+        ),
+        (Pressure::Disk, false) => (
+            "KubeletHasNoDiskPressure",
+            "kubelet has no disk pressure",
+            "NodeHasNoDiskPressure",
+        ),
+        (Pressure::Disk, true) => (
+            "KubeletHasDiskPressure",
+            "kubelet has disk pressure",
+            "NodeHasDiskPressure",
+        ),
+        (Pressure::Pid, false) => (
+            "KubeletHasSufficientPID",
+            "kubelet has sufficient PID available",
+            "NodeHasSufficientPID",
+        ),
+        (Pressure::Pid, true) => (
+            "KubeletHasInsufficientPID",
+            "kubelet has insufficient PID available",
+            "NodeHasInsufficientPID",
+        ),
+    };
+    ConditionText {
+        kind: p.condition_type(),
+        status: if under { "True" } else { "False" },
+        reason,
+        message,
+        event,
+    }
+}
+
+/// The events upstream's status setters record for what `new` reports
+/// differently from `old` (None: the first status sent): NodeReady or
+/// NodeNotReady, and NodeHas(In)SufficientMemory, NodeHas(No)DiskPressure,
+/// NodeHas(In)SufficientPID. Each is told as "Node <name> status is now:
+/// <event>".
+pub fn condition_events(old: Option<&NodeStatus>, new: &NodeStatus) -> Vec<&'static str> {
+    let changed = |kind: &str| {
+        let is = condition_status(new, kind);
+        is.is_some() && old.and_then(|o| condition_status(o, kind)) != is
+    };
+    let mut events: Vec<&'static str> = [Pressure::Memory, Pressure::Disk, Pressure::Pid]
+        .into_iter()
+        .filter(|p| changed(p.condition_type()))
+        .map(|p| {
+            pressure_condition(p, condition_status(new, p.condition_type()) == Some("True")).event
+        })
+        .collect();
+    if changed("Ready") {
+        events.push(if ready_status(new) == Some("True") {
+            "NodeReady"
+        } else {
+            "NodeNotReady"
+        });
+    }
+    events
 }
 
 /// Upstream's nodeStatusMaxImages default: the largest 50 images.
@@ -382,7 +454,7 @@ mod tests {
 
     #[test]
     fn capacity_allocatable_and_labels() {
-        let s = node_status(&facts(), &Readiness::default(), None, &at(1));
+        let s = node_status(&facts(), &Readiness::default(), &[], None, &at(1));
         let cap = s.capacity.clone().unwrap();
         let alloc = s.allocatable.clone().unwrap();
         assert_eq!(cap["pods"].0, "110");
@@ -396,7 +468,7 @@ mod tests {
             reserved: [("cpu".to_owned(), 500), ("memory".to_owned(), 1 << 30)].into(),
             ..facts()
         };
-        let alloc = node_status(&reserved, &Readiness::default(), None, &at(1))
+        let alloc = node_status(&reserved, &Readiness::default(), &[], None, &at(1))
             .allocatable
             .unwrap();
         assert_eq!(alloc["cpu"].0, "1500m");
@@ -414,7 +486,7 @@ mod tests {
         let not_ready = Readiness {
             errors: vec!["container runtime network not ready: NetworkReady=false".into()],
         };
-        let s1 = node_status(&facts(), &not_ready, None, &at(1));
+        let s1 = node_status(&facts(), &not_ready, &[], None, &at(1));
         let ready = s1
             .conditions
             .as_ref()
@@ -432,9 +504,9 @@ mod tests {
                 .contains("NetworkReady=false")
         );
 
-        let s2 = node_status(&facts(), &not_ready, Some(&s1), &at(10));
+        let s2 = node_status(&facts(), &not_ready, &[], Some(&s1), &at(10));
         assert!(!status_changed(&s1, &s2), "only heartbeats moved");
-        let s3 = node_status(&facts(), &Readiness::default(), Some(&s2), &at(20));
+        let s3 = node_status(&facts(), &Readiness::default(), &[], Some(&s2), &at(20));
         assert!(status_changed(&s2, &s3));
         let get = |s: &NodeStatus, t: &str| {
             s.conditions
@@ -448,5 +520,60 @@ mod tests {
         };
         assert_eq!(get(&s3, "Ready"), Some(at(20)));
         assert_eq!(get(&s3, "MemoryPressure"), Some(at(1)));
+    }
+
+    #[test]
+    fn pressure_conditions_and_their_events_as_upstream_sets_them() {
+        let calm = node_status(&facts(), &Readiness::default(), &[], None, &at(1));
+        assert_eq!(
+            condition_events(None, &calm),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        let pressed = node_status(
+            &facts(),
+            &Readiness::default(),
+            &[Pressure::Memory, Pressure::Disk],
+            Some(&calm),
+            &at(5),
+        );
+        let cond = |s: &NodeStatus, t: &str| {
+            s.conditions
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|c| c.type_ == t)
+                .cloned()
+                .unwrap()
+        };
+        let m = cond(&pressed, "MemoryPressure");
+        assert_eq!(m.status, "True");
+        assert_eq!(m.reason.as_deref(), Some("KubeletHasInsufficientMemory"));
+        assert_eq!(
+            m.message.as_deref(),
+            Some("kubelet has insufficient memory available")
+        );
+        assert_eq!(m.last_transition_time, Some(at(5)));
+        let d = cond(&pressed, "DiskPressure");
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_deref()),
+            ("True", Some("KubeletHasDiskPressure"))
+        );
+        assert_eq!(cond(&pressed, "PIDPressure").status, "False");
+        assert!(status_changed(&calm, &pressed));
+        assert_eq!(
+            condition_events(Some(&calm), &pressed),
+            ["NodeHasInsufficientMemory", "NodeHasDiskPressure"]
+        );
+        let back = node_status(&facts(), &Readiness::default(), &[], Some(&pressed), &at(9));
+        assert_eq!(
+            condition_events(Some(&pressed), &back),
+            ["NodeHasSufficientMemory", "NodeHasNoDiskPressure"]
+        );
+        assert!(condition_events(Some(&back), &back).is_empty());
     }
 }

@@ -192,6 +192,24 @@ pub fn format_binary_si(n: i64) -> String {
     format!("{v}{}", unit.unwrap_or(""))
 }
 
+/// A count as upstream's Quantity prints a DecimalSI value: with the
+/// largest of k, M, G, T, P, E that divides it.
+pub fn format_decimal_si(n: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["k", "M", "G", "T", "P", "E"];
+    if n == 0 {
+        return "0".to_owned();
+    }
+    let (mut v, mut unit) = (n, None);
+    for s in SUFFIXES {
+        if v % 1000 != 0 {
+            break;
+        }
+        v /= 1000;
+        unit = Some(s);
+    }
+    format!("{v}{}", unit.unwrap_or(""))
+}
+
 /// Milli-CPUs as upstream prints a DecimalSI cpu amount: `2`, `1500m`.
 pub fn format_milli(m: i64) -> String {
     if m % 1000 == 0 {
@@ -311,6 +329,15 @@ mod tests {
             (-2048, "-2Ki"),
         ] {
             assert_eq!(format_binary_si(n), text, "{n}");
+        }
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (3000, "3k"),
+            (5_000_000, "5M"),
+            (5_001_000, "5001k"),
+        ] {
+            assert_eq!(format_decimal_si(n), text, "{n}");
         }
         assert_eq!(format_milli(2000), "2");
         assert_eq!(format_milli(1500), "1500m");

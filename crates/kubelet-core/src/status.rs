@@ -368,15 +368,68 @@ pub fn is_kubelet_condition(kind: &str) -> bool {
     KUBELET_CONDITIONS.contains(&kind)
 }
 
+/// The condition the kubelet shares with others (PodConditionSharedByKubelet):
+/// it writes it on an eviction, and sends it only with the terminal phase.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
 /// The part of a status the kubelet writes to the API: the conditions it
 /// does not own are left out, so a patch never overwrites what others set
-/// (upstream's mergePodStatus keeps the API server's copies of those).
+/// (upstream's mergePodStatus keeps the API server's copies of those), but
+/// for DisruptionTarget in a terminal status.
 pub fn kubelet_owned(status: &ApiPodStatus) -> ApiPodStatus {
     let mut owned = status.clone();
+    let terminal = crate::final_status::is_terminal_status(status);
     if let Some(conditions) = owned.conditions.as_mut() {
-        conditions.retain(|c| is_kubelet_condition(&c.type_));
+        conditions.retain(|c| {
+            is_kubelet_condition(&c.type_) || (terminal && c.type_ == DISRUPTION_TARGET)
+        });
     }
     owned
+}
+
+/// End a status as evicted (the eviction manager's status function):
+/// Failed with reason Evicted and `message`, and the DisruptionTarget
+/// condition (TerminationByKubelet) saying the same, set at `now` the
+/// first time.
+pub fn fail_for_eviction(status: &mut ApiPodStatus, pod: &Pod, message: &str, now: &Time) {
+    status.phase = Some(PHASE_FAILED.into());
+    status.reason = Some(crate::eviction::rank::REASON.into());
+    status.message = Some(message.into());
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let condition = PodCondition {
+        type_: DISRUPTION_TARGET.into(),
+        status: "True".into(),
+        reason: Some("TerminationByKubelet".into()),
+        message: Some(message.into()),
+        observed_generation: pod.metadata.generation,
+        last_transition_time: Some(now.clone()),
+        ..Default::default()
+    };
+    match conditions.iter_mut().find(|c| c.type_ == DISRUPTION_TARGET) {
+        Some(c) if c.status == "True" => {}
+        Some(c) => *c = condition,
+        None => conditions.push(condition),
+    }
+}
+
+/// Upstream's rule that a pod never leaves a terminal phase the API
+/// server has: a status computed otherwise takes the API's phase back
+/// (with its reason and message when it has none of its own).
+pub fn keep_api_terminal_phase(status: &mut ApiPodStatus, pod: &Pod) {
+    let Some(api) = pod
+        .status
+        .as_ref()
+        .filter(|s| crate::final_status::is_terminal_status(s))
+    else {
+        return;
+    };
+    if status.phase != api.phase {
+        status.phase = api.phase.clone();
+        if status.reason.is_none() {
+            status.reason = api.reason.clone();
+            status.message = api.message.clone();
+        }
+    }
 }
 
 /// Upstream's ReadinessGatesNotReady reason.
@@ -664,7 +717,7 @@ pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time
         .conditions
         .iter_mut()
         .flatten()
-        .filter(|c| is_kubelet_condition(&c.type_))
+        .filter(|c| is_kubelet_condition(&c.type_) || c.type_ == DISRUPTION_TARGET)
     {
         let prev = old
             .and_then(|o| o.conditions.as_ref())
@@ -1476,5 +1529,102 @@ mod tests {
         set_host_ips(&mut st, &hp, &node);
         assert_eq!(st.pod_ip.as_deref(), Some("192.0.2.10"));
         assert_eq!(st.pod_ips.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_evicted_status_its_condition_and_what_the_api_gets() {
+        let t = |s| Time(Timestamp::from_second(s).unwrap());
+        let mut pod = Pod::default();
+        pod.metadata.generation = Some(3);
+        let mut st = ApiPodStatus {
+            phase: Some(PHASE_RUNNING.into()),
+            conditions: Some(vec![condition("Ready", true, None, None)]),
+            ..Default::default()
+        };
+        fail_for_eviction(
+            &mut st,
+            &pod,
+            "The node was low on resource: memory. ",
+            &t(10),
+        );
+        assert_eq!(st.phase.as_deref(), Some(PHASE_FAILED));
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        let dt = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == DISRUPTION_TARGET)
+            .unwrap()
+            .clone();
+        assert_eq!(dt.status, "True");
+        assert_eq!(dt.reason.as_deref(), Some("TerminationByKubelet"));
+        assert_eq!(dt.observed_generation, Some(3));
+        assert_eq!(dt.last_transition_time, Some(t(10)));
+        // Applied again: the condition keeps its time.
+        fail_for_eviction(
+            &mut st,
+            &pod,
+            "The node was low on resource: memory. ",
+            &t(20),
+        );
+        let kept = st
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == DISRUPTION_TARGET);
+        assert_eq!(kept.unwrap().last_transition_time, Some(t(10)));
+        // The API gets DisruptionTarget with the terminal phase only.
+        let owned = kubelet_owned(&st);
+        assert!(
+            owned
+                .conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == DISRUPTION_TARGET)
+        );
+        st.phase = Some(PHASE_RUNNING.into());
+        let owned = kubelet_owned(&st);
+        assert!(
+            !owned
+                .conditions
+                .unwrap()
+                .iter()
+                .any(|c| c.type_ == DISRUPTION_TARGET)
+        );
+    }
+
+    #[test]
+    fn a_terminal_phase_the_api_has_is_never_left() {
+        let pod = Pod {
+            status: Some(ApiPodStatus {
+                phase: Some(PHASE_FAILED.into()),
+                reason: Some("Evicted".into()),
+                message: Some("gone".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut st = ApiPodStatus {
+            phase: Some(PHASE_RUNNING.into()),
+            ..Default::default()
+        };
+        keep_api_terminal_phase(&mut st, &pod);
+        assert_eq!(
+            (
+                st.phase.as_deref(),
+                st.reason.as_deref(),
+                st.message.as_deref()
+            ),
+            (Some(PHASE_FAILED), Some("Evicted"), Some("gone"))
+        );
+        // Not terminal in the API: nothing changes.
+        let mut st = ApiPodStatus {
+            phase: Some(PHASE_RUNNING.into()),
+            ..Default::default()
+        };
+        keep_api_terminal_phase(&mut st, &Pod::default());
+        assert_eq!(st.phase.as_deref(), Some(PHASE_RUNNING));
     }
 }

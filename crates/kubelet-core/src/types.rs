@@ -50,6 +50,15 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(keys::CONFIG_MIRROR))
 }
 
+/// Whether `pod` came from a manifest file (a static pod).
+pub fn is_static_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::CONFIG_SOURCE))
+        .is_some_and(|s| s == SOURCE_FILE)
+}
+
 /// The source a pod came from (`kubernetes.io/config.source`).
 pub const SOURCE_FILE: &str = "file";
 pub const SOURCE_API: &str = "api";

@@ -88,7 +88,7 @@ impl Settings {
 /// The handlers and what they need for the server's lifetime.
 pub struct Router {
     view: Arc<dyn NodeView>,
-    stats: StatsProvider,
+    stats: Arc<StatsProvider>,
     settings: Settings,
     spawn: Spawner,
     cancel: CancellationToken,
@@ -99,15 +99,18 @@ pub struct Router {
 const HEALTH_CHECKS: &[&str] = &["ping", "log", "syncloop"];
 
 impl Router {
+    /// `stats`: the provider whose CPU samples the summaries' rates come
+    /// from (the eviction manager reads the same one).
     pub fn new(
         view: Arc<dyn NodeView>,
+        stats: Arc<StatsProvider>,
         settings: Settings,
         spawn: Spawner,
         cancel: CancellationToken,
     ) -> Self {
         Router {
             view,
-            stats: StatsProvider::new(),
+            stats,
             settings,
             spawn,
             cancel,

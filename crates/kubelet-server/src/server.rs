@@ -297,6 +297,7 @@ mod tests {
         let cancel = CancellationToken::new();
         let router = Arc::new(Router::new(
             view.clone(),
+            Arc::default(),
             Settings::from_config(&cfg),
             tokio_spawner(),
             cancel.clone(),

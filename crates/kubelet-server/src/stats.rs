@@ -150,6 +150,12 @@ impl StatsProvider {
         Ok(serde_json::to_value(&summary)?)
     }
 
+    /// The whole summary with new CPU samples (what the eviction manager
+    /// reads each pass, as upstream's summary provider Get(updateStats)).
+    pub async fn get(&self, view: &dyn NodeView) -> Result<Summary, StatsError> {
+        self.build(view, Scope::Full, true).await
+    }
+
     /// `/metrics/resource` as upstream's Prometheus text. A failure to gather
     /// the stats is not an error of the endpoint: it is logged and reported
     /// as `resource_scrape_error 1`, as upstream does.

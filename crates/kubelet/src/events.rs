@@ -6,6 +6,7 @@
 //! eventRecordQPS/eventBurst, through upstream's event correlator
 //! ([`kubelet_core::events`]): a repeat patches the existing Event's count.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference, Pod};
@@ -99,6 +100,18 @@ impl Recorder {
     }
 
     pub fn event(&self, about: &Involved, kind: &str, reason: &str, message: impl Into<String>) {
+        self.annotated_event(about, BTreeMap::new(), kind, reason, message);
+    }
+
+    /// An event with annotations on it (upstream's AnnotatedEventf).
+    pub fn annotated_event(
+        &self,
+        about: &Involved,
+        annotations: BTreeMap<String, String>,
+        kind: &str,
+        reason: &str,
+        message: impl Into<String>,
+    ) {
         let message = message.into();
         tracing::debug!(object = ?about.0.name, %reason, %message, "event");
         let Some(tx) = &self.tx else {
@@ -111,6 +124,7 @@ impl Recorder {
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(format!("{name}.{:x}", nanos + seq)),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 namespace: Some(
                     about
                         .0

@@ -23,6 +23,15 @@ use crate::tasks::blocking;
 /// Upstream's ImageGCPeriod.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
+/// What a collection frees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Goal {
+    /// What the policy's ages and thresholds ask for.
+    Policy,
+    /// Every unused image past imageMinimumGCAge.
+    AllUnused,
+}
+
 pub struct ImageGcManager {
     cri: CriClient,
     policy: Policy,
@@ -52,6 +61,16 @@ impl ImageGcManager {
 
     /// One collection; Ok is how many images were removed.
     pub async fn collect(&self) -> Result<usize, CriError> {
+        self.collect_for(Goal::Policy).await
+    }
+
+    /// Remove every unused image old enough (upstream's DeleteUnusedImages,
+    /// the eviction manager's reclaim under disk pressure); Ok is how many.
+    pub async fn delete_unused(&self) -> Result<usize, CriError> {
+        self.collect_for(Goal::AllUnused).await
+    }
+
+    async fn collect_for(&self, goal: Goal) -> Result<usize, CriError> {
         let began = self.clock.now_time();
         let sandbox_image = self.cri.sandbox_image().await?;
         let images: Vec<Listed> = self
@@ -96,7 +115,10 @@ impl ImageGcManager {
         let plan = {
             let mut gc = self.gc.lock().unwrap_or_else(|e| e.into_inner());
             gc.detect(&images, &in_use, now);
-            gc.plan(&self.policy, capacity, available.min(capacity), now)
+            match goal {
+                Goal::Policy => gc.plan(&self.policy, capacity, available.min(capacity), now),
+                Goal::AllUnused => gc.plan_all_unused(&self.policy, now),
+            }
         };
         let mut remaining: HashSet<String> = images.iter().map(|i| i.id.clone()).collect();
         for (id, reason) in &plan.remove {
@@ -113,13 +135,16 @@ impl ImageGcManager {
             }
         }
         let removed = images.len() - remaining.len();
-        if plan.to_free > 0 {
+        if plan.to_free > 0 || goal == Goal::AllUnused {
             let pulls = self.pulls.clone();
             let _ = blocking(move || {
                 pulls.prune(&remaining, &began);
                 Ok(())
             })
             .await;
+        }
+        if goal == Goal::AllUnused {
+            return Ok(removed);
         }
         let node = self.events.node_name().to_owned();
         let node_event = |reason, message| {
@@ -224,6 +249,26 @@ mod tests {
         assert_eq!(left.len(), 1, "{left:?}");
         assert!(
             left[0].ends_with("used:1") && !left[0].ends_with("unused:1"),
+            "{left:?}"
+        );
+        // Under disk pressure every unused image past the minimum age goes,
+        // whatever the thresholds (DeleteUnusedImages); a new one stays.
+        fake.add_image("old:1");
+        assert_eq!(gc.delete_unused().await.unwrap(), 0, "seen just now");
+        fake.add_image("new:1");
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert_eq!(
+            gc.delete_unused().await.unwrap(),
+            0,
+            "before imageMinimumGCAge"
+        );
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(gc.delete_unused().await.unwrap(), 1);
+        let left = names().await;
+        assert!(left.iter().any(|n| n.ends_with("new:1")), "{left:?}");
+        assert!(!left.iter().any(|n| n.ends_with("old:1")), "{left:?}");
+        assert!(
+            left.iter().any(|n| n.ends_with("/used:1") || n == "used:1"),
             "{left:?}"
         );
     }

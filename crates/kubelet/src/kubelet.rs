@@ -14,7 +14,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kubelet_api::ApiClient;
 use kubelet_api::node::watch_node;
 use kubelet_api::objects::{Latest, watch_all};
-use kubelet_core::admission::{NodeInfo, Rejection, admit};
+use kubelet_core::admission::{NodeInfo, Rejection, admit, admit_under_pressure};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::dns::DnsSettings;
@@ -31,6 +31,7 @@ use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FI
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
 use kubelet_server::listener::{self, Listener};
+use kubelet_server::stats::StatsProvider;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +42,7 @@ use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
+use crate::eviction::{EvictionHost, EvictionManager, Settings as EvictionSettings};
 use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
 use crate::kuberuntime::config::{NodeResources, SecurityDefaults};
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
@@ -305,9 +307,14 @@ pub struct Kubelet {
     sysctls: Allowlist,
     /// Whether this host can enforce AppArmor profiles, and if not why.
     apparmor: Result<(), &'static str>,
-    /// Image garbage collection; None when the configuration turns it off
-    /// (imageGCHighThresholdPercent 100 and no imageMaximumGCAge).
-    image_gc: Option<Arc<ImageGcManager>>,
+    /// Image garbage collection: periodic unless the configuration turns
+    /// it off (imageGCHighThresholdPercent 100 and no imageMaximumGCAge);
+    /// the eviction manager's disk reclaim in any case.
+    image_gc: Arc<ImageGcManager>,
+    image_gc_periodic: bool,
+    /// The node's stats, for the kubelet API and the eviction manager.
+    stats: Arc<StatsProvider>,
+    eviction: Arc<EvictionManager>,
     /// systemReserved plus kubeReserved, and the hard eviction thresholds:
     /// what node allocatable keeps back.
     reserved: Amounts,
@@ -447,9 +454,9 @@ impl Kubelet {
             opts.metrics.clone(),
             opts.clock,
         );
-        let image_gc = (cfg.image_gc_high_threshold_percent < 100
-            || !cfg.image_maximum_gc_age.is_zero())
-        .then(|| {
+        let image_gc_periodic =
+            cfg.image_gc_high_threshold_percent < 100 || !cfg.image_maximum_gc_age.is_zero();
+        let image_gc = {
             let policy = Policy {
                 high_threshold_percent: cfg.image_gc_high_threshold_percent as u8,
                 low_threshold_percent: cfg.image_gc_low_threshold_percent as u8,
@@ -463,7 +470,17 @@ impl Kubelet {
                 events.clone(),
                 opts.clock,
             ))
-        });
+        };
+        let eviction = Arc::new(EvictionManager::new(
+            EvictionSettings {
+                // The configuration's validation refuses bad thresholds first.
+                thresholds: cfg.eviction_thresholds().unwrap_or_default(),
+                transition_period: cfg.eviction_pressure_transition_period,
+                max_pod_grace_period: cfg.eviction_max_pod_grace_period,
+            },
+            opts.metrics.clone(),
+            opts.clock,
+        ));
         let status = StatusManager::new(opts.clock);
         let prober = ProbeManager::new(
             runtime.cri().clone(),
@@ -497,6 +514,7 @@ impl Kubelet {
             clock: opts.clock,
             cm,
             pods: PodManager::default(),
+            evictions: Arc::default(),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -524,6 +542,9 @@ impl Kubelet {
             sysctls,
             apparmor: apparmor_on_host(),
             image_gc,
+            image_gc_periodic,
+            stats: Arc::default(),
+            eviction,
             reserved,
             eviction_hard,
             local_allocatable,
@@ -683,6 +704,7 @@ impl Kubelet {
         let token = self.tasks.child_token();
         let router = Arc::new(routes::Router::new(
             view,
+            self.stats.clone(),
             routes::Settings::from_config(cfg),
             spawn.clone(),
             token.clone(),
@@ -751,6 +773,7 @@ impl Kubelet {
             clock: self.opts.clock,
             node_uid: self.node_uid.clone(),
             events: self.events.clone(),
+            eviction: self.eviction.clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {
@@ -888,7 +911,8 @@ impl Kubelet {
                     },
                 )
             });
-        if let Some(gc) = self.image_gc.clone() {
+        if self.image_gc_periodic {
+            let gc = self.image_gc.clone();
             let state = self.runtime_state.clone();
             self.tasks
                 .spawn(tracing::info_span!("image_gc"), move |token| {
@@ -898,6 +922,11 @@ impl Kubelet {
                     })
                 });
         }
+        let (eviction, host) = (self.eviction.clone(), EvictionView(self.clone()));
+        self.tasks
+            .spawn(tracing::info_span!("eviction_manager"), move |token| {
+                eviction.run(host, token)
+            });
         let runtime = self.syncer.runtime.clone();
         self.tasks.spawn(
             tracing::info_span!("image_pull_records"),
@@ -1093,9 +1122,11 @@ impl Kubelet {
         }
     }
 
-    /// Admission of an API pod, in upstream's order: its sysctls, then
-    /// against this node and the pods active on it, then AppArmor.
+    /// Admission of an API pod, in upstream's order: the eviction manager's
+    /// (no pod but critical ones under pressure), its sysctls, then against
+    /// this node and the pods active on it, then AppArmor.
     fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+        admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
         self.admit_to_node(pod)?;
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
@@ -1128,28 +1159,31 @@ impl Kubelet {
             None => registered,
         };
         let uid = PodUid::of(pod);
+        let pods: Vec<Arc<Pod>> = self
+            .active_pods()
+            .into_iter()
+            .filter(|p| PodUid::of(p) != uid)
+            .collect();
+        let active: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
+        admit(pod, &node, &active)
+    }
+
+    /// The pods admitted and not done (upstream's GetActivePods): pods only
+    /// recorded while the runtime was down have no worker yet.
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
         let rejected = self
             .rejected
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let pods = self.pod_manager.pods();
-        let active: Vec<&Pod> = pods
-            .iter()
-            .filter(|p| {
-                let u = PodUid::of(p);
-                u != uid
-                    && !rejected.contains(&u)
-                    // Admitted and not done: pods only recorded while the
-                    // runtime was down have no worker yet.
-                    && self.workers.state(&u).is_some_and(|s| !s.is_finished())
-                    && !self.status.get_pod_status(&u).is_some_and(|s| {
-                        matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
-                    })
-            })
-            .map(|p| p.as_ref())
-            .collect();
-        admit(pod, &node, &active)
+        self.pod_manager.pods_where(|p| {
+            let u = PodUid::of(p);
+            !rejected.contains(&u)
+                && self.workers.state(&u).is_some_and(|s| !s.is_finished())
+                && !self.status.get_pod_status(&u).is_some_and(|s| {
+                    matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
+                })
+        })
     }
 
     /// Refuse a pod: Failed with admission's reason, never started.
@@ -1245,6 +1279,11 @@ impl Kubelet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid, _| keep(uid));
+        self.syncer
+            .evictions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| keep(uid));
         if !self.pleg.has_relisted() {
             return;
         }
@@ -1316,6 +1355,97 @@ impl Kubelet {
                 pod
             })
             .collect()
+    }
+}
+
+/// The kubelet as the eviction manager sees it.
+struct EvictionView(Arc<Kubelet>);
+
+impl EvictionHost for EvictionView {
+    async fn summary(&self) -> Result<kubelet_core::stats::Summary, String> {
+        let view: &dyn NodeView = self.0.as_ref();
+        self.0.stats.get(view).await.map_err(|e| e.to_string())
+    }
+
+    /// HasDedicatedImageFs: the runtime's image file system is on another
+    /// device than the root directory.
+    async fn dedicated_image_fs(&self) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let info = match self.0.syncer.runtime.cri().image_fs_info().await {
+            Ok(i) => i,
+            Err(error) => {
+                tracing::warn!(%error, "Eviction manager: failed to get HasDedicatedImageFs");
+                return false;
+            }
+        };
+        let Some(mountpoint) = info
+            .image_filesystems
+            .first()
+            .and_then(|f| f.fs_id.as_ref())
+            .map(|id| id.mountpoint.clone())
+        else {
+            return false;
+        };
+        let (image, root) = tokio::join!(
+            tokio::fs::metadata(mountpoint),
+            tokio::fs::metadata(&self.0.opts.root_dir)
+        );
+        match (image, root) {
+            (Ok(i), Ok(r)) => i.dev() != r.dev(),
+            _ => false,
+        }
+    }
+
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.0.active_pods()
+    }
+
+    async fn reclaim_disk(&self) {
+        if let Err(error) = self.0.syncer.runtime.garbage_collect().await {
+            tracing::warn!(%error, "Eviction manager: removing dead containers");
+        }
+        if let Err(error) = self.0.image_gc.delete_unused().await {
+            tracing::warn!(%error, "Eviction manager: removing unused images");
+        }
+    }
+
+    fn evict(
+        &self,
+        pod: &Arc<Pod>,
+        grace: i64,
+        message: String,
+        annotations: std::collections::BTreeMap<String, String>,
+    ) {
+        self.0.syncer.record_eviction(pod, message.clone());
+        self.0.events.annotated_event(
+            &Involved::pod(pod, None),
+            annotations,
+            WARNING,
+            kubelet_core::eviction::rank::REASON,
+            message,
+        );
+        self.0
+            .workers
+            .evict_pod(PodTarget::from_pod(pod.clone()), Some(grace));
+    }
+
+    /// Upstream's podResourcesAreReclaimed, as the pod worker knows it: its
+    /// SyncTerminatedPod is done.
+    fn cleaned_up(&self, pod: &Pod) -> bool {
+        self.0
+            .workers
+            .state(&PodUid::of(pod))
+            .is_none_or(|s| s.is_finished())
+    }
+
+    fn node_event(&self, reason: &str, message: String) {
+        let node = self.0.opts.node_name.clone();
+        self.0.events.event(
+            &Involved::node(&node, self.0.node_uid()),
+            WARNING,
+            reason,
+            message,
+        );
     }
 }
 

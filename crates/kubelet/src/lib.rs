@@ -10,6 +10,7 @@ pub mod cm;
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod eviction;
 pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;

@@ -16,8 +16,8 @@ use kubelet_core::backoff::Backoff;
 use kubelet_core::downward::Allocatable;
 use kubelet_core::eviction::Threshold;
 use kubelet_core::nodestatus::{
-    NodeFacts, Readiness, RuntimeImage, architecture, initial_node, node_images, node_status,
-    ready_status, status_changed,
+    NodeFacts, Readiness, RuntimeImage, architecture, condition_events, initial_node, node_images,
+    node_status, status_changed,
 };
 use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 use kubelet_core::resources::Amounts;
@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder};
+use crate::eviction::EvictionManager;
 use crate::runtime_state::RuntimeState;
 
 /// The version rkubelet reports as kubeletVersion: the Kubernetes API it
@@ -69,6 +70,8 @@ pub struct NodeStatusController {
     pub events: Recorder,
     /// The wall clock of heartbeats and lease renewals.
     pub clock: Clock,
+    /// The eviction manager: the node's pressure conditions.
+    pub eviction: Arc<EvictionManager>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -269,7 +272,13 @@ impl NodeStatusController {
             }
             let facts = self.facts(host).await;
             let now = self.clock.now_time();
-            let status = node_status(&facts, &self.readiness(), sent.as_ref().map(|s| &s.0), &now);
+            let status = node_status(
+                &facts,
+                &self.readiness(),
+                &self.eviction.pressure(),
+                sent.as_ref().map(|s| &s.0),
+                &now,
+            );
             let due = match &sent {
                 None => true,
                 Some((old, at)) => {
@@ -279,31 +288,25 @@ impl NodeStatusController {
             if !due {
                 continue;
             }
-            let was = sent
-                .as_ref()
-                .and_then(|(s, _)| ready_status(s).map(str::to_owned));
             match patch_status(&self.api, &self.reg.node_name, &status).await {
                 Ok(_) => {
-                    let is = ready_status(&status).map(str::to_owned);
-                    if was != is {
-                        tracing::info!(ready = ?is, "node readiness reported");
+                    let events = condition_events(sent.as_ref().map(|s| &s.0), &status);
+                    if !events.is_empty() {
+                        tracing::info!(?events, "node conditions reported");
                         let node_uid = self
                             .node_uid
                             .read()
                             .unwrap_or_else(|e| e.into_inner())
                             .clone();
                         let about = Involved::node(&self.reg.node_name, node_uid);
-                        let (reason, message) = if is.as_deref() == Some("True") {
-                            ("NodeReady", "NodeReady")
-                        } else {
-                            ("NodeNotReady", "NodeNotReady")
-                        };
-                        self.events.event(
-                            &about,
-                            NORMAL,
-                            reason,
-                            format!("Node {} status is now: {message}", self.reg.node_name),
-                        );
+                        for event in events {
+                            self.events.event(
+                                &about,
+                                NORMAL,
+                                event,
+                                format!("Node {} status is now: {event}", self.reg.node_name),
+                            );
+                        }
                     }
                     sent = Some((status, Instant::now()));
                 }

@@ -75,8 +75,8 @@ pub trait PodSyncer: Send + Sync + 'static {
 struct Inbox {
     state: State,
     target: PodTarget,
-    /// A kill not yet seen by the worker, with its grace period.
-    pending_kill: Option<Option<i64>>,
+    /// A kill not yet seen by the worker, with its grace period and why.
+    pending_kill: Option<(Option<i64>, Why)>,
     dirty: bool,
     /// The step running now and how to interrupt it.
     running: Option<(Step, CancellationToken)>,
@@ -163,7 +163,13 @@ impl<S: PodSyncer> PodWorkers<S> {
 
     /// Terminate a pod with a grace period (None: the pod's own).
     pub fn kill_pod(&self, target: PodTarget, grace: Option<i64>) {
-        self.deliver(target, Some(grace));
+        self.deliver(target, Some((grace, Why::Removed)));
+    }
+
+    /// Terminate a pod its source still wants, for good (an eviction): it
+    /// ends as a completed pod, never started again.
+    pub fn evict_pod(&self, target: PodTarget, grace: Option<i64>) {
+        self.deliver(target, Some((grace, Why::Completed)));
     }
 
     /// Re-run whatever step the pod is in (a retry for a pod no source knows).
@@ -174,7 +180,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
     }
 
-    fn deliver(&self, target: PodTarget, kill: Option<Option<i64>>) {
+    fn deliver(&self, target: PodTarget, kill: Option<(Option<i64>, Why)>) {
         let uid = target.pod_ref.uid.clone();
         let worker = {
             let mut map = self.map();
@@ -192,12 +198,15 @@ impl<S: PodSyncer> PodWorkers<S> {
             if target.pod.is_some() || inbox.target.pod.is_none() {
                 inbox.target = target;
             }
-            if let Some(grace) = kill {
+            if let Some((grace, why)) = kill {
                 let merged = match inbox.pending_kill {
-                    Some(Some(old)) => Some(grace.map_or(old, |g| g.min(old))),
-                    _ => grace,
+                    Some((Some(old), w)) => (Some(grace.map_or(old, |g| g.min(old))), w),
+                    Some((None, w)) => (grace, w),
+                    None => (grace, why),
                 };
-                inbox.pending_kill = Some(merged);
+                // A removal wins over an eviction.
+                let why = if why == Why::Removed { why } else { merged.1 };
+                inbox.pending_kill = Some((merged.0, why));
                 if let Some((step, token)) = &inbox.running
                     && interrupts(*step, grace)
                 {
@@ -384,7 +393,7 @@ async fn run_worker<S: PodSyncer>(
                 }
                 inbox.dirty = false;
                 let event = match inbox.pending_kill.take() {
-                    Some(grace) => Event::Kill { grace },
+                    Some((grace, why)) => Event::Kill { grace, why },
                     None => Event::Update,
                 };
                 (event, inbox.target.clone(), inbox.state)

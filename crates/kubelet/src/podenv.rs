@@ -15,8 +15,8 @@ use kubelet_core::env::{self, EnvError, EnvSources, Fetched};
 use tokio::sync::watch;
 
 use crate::nodestatus::NodeAllocatable;
-use crate::status_sync::is_static_pod;
 use crate::volumes::objects::{GetError, ObjectStore};
+use kubelet_core::types::is_static_pod;
 
 /// The Services, from their watch (cluster mode).
 pub type Services = watch::Receiver<Latest<Vec<Service>>>;

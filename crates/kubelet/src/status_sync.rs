@@ -21,7 +21,7 @@ use kubelet_core::backoff::Backoff;
 use kubelet_core::final_status::{is_terminal_status, keep_final};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::status::kubelet_owned;
-use kubelet_core::types::{PodUid, SOURCE_FILE, keys, pod_full_name};
+use kubelet_core::types::{PodUid, is_static_pod, keys, pod_full_name};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -43,10 +43,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .as_ref()?
         .get(key)
         .map(String::as_str)
-}
-
-pub fn is_static_pod(pod: &Pod) -> bool {
-    annotation(pod, keys::CONFIG_SOURCE) == Some(SOURCE_FILE)
 }
 
 /// The API status sync: what it reads (the pod manager's pods and mirror

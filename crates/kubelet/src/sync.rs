@@ -12,7 +12,8 @@ use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
     PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED, WaitingReasons, fail_for_deadline,
-    generate_api_pod_status, past_active_deadline, set_host_ips,
+    fail_for_eviction, generate_api_pod_status, keep_api_terminal_phase, past_active_deadline,
+    set_host_ips,
 };
 use kubelet_core::types::PodUid;
 use tokio::time::Instant;
@@ -57,6 +58,9 @@ pub struct Syncer {
     pub cm: ContainerManager,
     /// The desired pods, whose active ones the QoS cgroups follow.
     pub pods: PodManager,
+    /// Pods the eviction manager evicted, with why: once stopped they are
+    /// reported Failed with reason Evicted.
+    pub evictions: Arc<Mutex<HashMap<PodUid, String>>>,
 }
 
 impl Syncer {
@@ -90,7 +94,28 @@ impl Syncer {
         if self.past_deadline(pod) {
             fail_for_deadline(&mut status);
         }
+        keep_api_terminal_phase(&mut status, pod);
+        // An evicted pod is reported Failed once its containers stopped
+        // (upstream's status manager holds a terminal phase back until then).
+        if terminal
+            && let Some(message) = self
+                .evictions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&PodUid::of(pod))
+        {
+            fail_for_eviction(&mut status, pod, message, &self.clock.now_time());
+        }
         status
+    }
+
+    /// Record that the eviction manager evicted `pod` with `message`: its
+    /// final status says so.
+    pub fn record_eviction(&self, pod: &Pod, message: String) {
+        self.evictions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(PodUid::of(pod), message);
     }
 
     /// Whether the pod has outlived its activeDeadlineSeconds, counted from

@@ -76,6 +76,11 @@ async fn an_idle_connection_flood_leaves_healthz_and_pods_working() {
         static_pod_path: Some(manifests.clone()),
         pod_logs_dir: dir.path().join("logs"),
         container_runtime_endpoint: fake.endpoint(),
+        // The host's own figures feed the eviction manager: thresholds it
+        // does not reach on a nearly full disk.
+        eviction_hard: [("memory.available", "1Mi"), ("nodefs.available", "1%")]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .into(),
         runtime_request_timeout: Duration::from_secs(5),
         healthz_bind_address: "127.0.0.1".into(),
         healthz_port,

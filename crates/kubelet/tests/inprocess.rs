@@ -87,6 +87,11 @@ impl Node {
             static_pod_path: Some(self.manifests()),
             pod_logs_dir: self.dir.path().join("logs"),
             container_runtime_endpoint: self.fake.endpoint(),
+            // The host's own figures feed the eviction manager: thresholds
+            // it does not reach on a nearly full disk.
+            eviction_hard: [("memory.available", "1Mi"), ("nodefs.available", "1%")]
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .into(),
             runtime_request_timeout: Duration::from_secs(5),
             healthz_port: 0,
             port: 0,

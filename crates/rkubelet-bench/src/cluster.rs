@@ -1361,13 +1361,16 @@ impl Ctx {
 
 /// rkubelet's configuration. The client CA makes the scrape's client
 /// certificate a user (system:masters, which the default Webhook
-/// authorization allows). Image GC is off, as for the upstream kubelet
-/// below: the images are imported, the disk possibly nearly full.
+/// authorization allows). Image GC is off and the eviction thresholds are
+/// 1 %, as for the upstream kubelet below: the images are imported, the
+/// disk possibly nearly full.
 fn rkubelet_config(logs: &Path, ca: &Path) -> String {
     format!(
         "kind: KubeletConfiguration\n\
          apiVersion: kubelet.config.k8s.io/v1beta1\n\
          imageGCHighThresholdPercent: 100\n\
+         evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  \
+           imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
          podLogsDir: {}\n\
          healthzPort: 0\n\
          readOnlyPort: 0\n\

@@ -48,6 +48,8 @@ impl Kubelet {
                 "kind: KubeletConfiguration\n\
                  apiVersion: kubelet.config.k8s.io/v1beta1\n\
                  imageGCHighThresholdPercent: 100\n\
+                 evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  \
+                   imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
                  podLogsDir: {}\n\
                  healthzPort: 0\n\
                  readOnlyPort: 0\n",

@@ -228,6 +228,51 @@ pub struct Flags {
     /// The cgroup --kube-reserved is enforced on.
     #[arg(long, value_name = "CGROUP")]
     pub kube_reserved_cgroup: Option<String>,
+
+    /// Hard eviction thresholds, e.g. memory.available<1Gi,nodefs.available<10%.
+    #[arg(long, value_name = "SIGNAL<VALUE[,...]", value_parser = parse_langle_map)]
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+
+    /// Soft eviction thresholds, e.g. memory.available<1.5Gi.
+    #[arg(long, value_name = "SIGNAL<VALUE[,...]", value_parser = parse_langle_map)]
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+
+    /// How long each soft threshold must hold, e.g. memory.available=1m30s.
+    #[arg(long, value_name = "SIGNAL=DURATION[,...]", value_parser = parse_equals_map)]
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+
+    /// How far past its threshold eviction brings a signal, e.g. imagefs.available=2Gi.
+    #[arg(long, value_name = "SIGNAL=VALUE[,...]", value_parser = parse_equals_map)]
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+
+    /// How long a pressure condition stays after its threshold was last met.
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub eviction_pressure_transition_period: Option<Duration>,
+
+    /// The most grace (seconds) a pod evicted for a soft threshold gets.
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
+    pub eviction_max_pod_grace_period: Option<i32>,
+}
+
+/// `k<v,...` (upstream's LangleSeparatedMapStringString).
+fn parse_langle_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    parse_pairs(s, '<', "string<string")
+}
+
+/// `k=v,...` (upstream's MapStringString).
+fn parse_equals_map(s: &str) -> Result<BTreeMap<String, String>, String> {
+    parse_pairs(s, '=', "string=string")
+}
+
+fn parse_pairs(s: &str, sep: char, shape: &str) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once(sep)
+            .ok_or_else(|| format!("malformed pair, expect {shape}"))?;
+        out.insert(k.trim().to_owned(), v.trim().to_owned());
+    }
+    Ok(out)
 }
 
 /// One address of --cluster-dns.
@@ -443,6 +488,28 @@ impl Flags {
         }
         if let Some(c) = &self.kube_reserved_cgroup {
             config.kube_reserved_cgroup = c.clone();
+        }
+        for (flag, field) in [
+            (&self.eviction_hard, &mut config.eviction_hard),
+            (&self.eviction_soft, &mut config.eviction_soft),
+            (
+                &self.eviction_soft_grace_period,
+                &mut config.eviction_soft_grace_period,
+            ),
+            (
+                &self.eviction_minimum_reclaim,
+                &mut config.eviction_minimum_reclaim,
+            ),
+        ] {
+            if let Some(m) = flag {
+                *field = m.clone();
+            }
+        }
+        if let Some(d) = self.eviction_pressure_transition_period {
+            config.eviction_pressure_transition_period = d;
+        }
+        if let Some(n) = self.eviction_max_pod_grace_period {
+            config.eviction_max_pod_grace_period = i64::from(n);
         }
     }
 
@@ -874,6 +941,64 @@ hairpinMode: none
                 c.system_reserved_cgroup.as_str()
             ),
             ("/kube", "/system")
+        );
+    }
+
+    #[test]
+    fn eviction_flags() {
+        let s = settings(&[
+            "--eviction-hard=memory.available<1Gi,nodefs.available<5%",
+            "--eviction-soft=memory.available<2Gi",
+            "--eviction-soft-grace-period=memory.available=1m30s",
+            "--eviction-minimum-reclaim=memory.available=500Mi",
+            "--eviction-pressure-transition-period=30s",
+            "--eviction-max-pod-grace-period=20",
+        ])
+        .unwrap();
+        let c = &s.config;
+        let map = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        assert_eq!(
+            c.eviction_hard,
+            map(&[("memory.available", "1Gi"), ("nodefs.available", "5%")])
+        );
+        assert_eq!(c.eviction_soft, map(&[("memory.available", "2Gi")]));
+        assert_eq!(
+            c.eviction_soft_grace_period,
+            map(&[("memory.available", "1m30s")])
+        );
+        assert_eq!(
+            c.eviction_minimum_reclaim,
+            map(&[("memory.available", "500Mi")])
+        );
+        assert_eq!(
+            c.eviction_pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        assert_eq!(c.eviction_max_pod_grace_period, 20);
+        let t = c.eviction_thresholds().unwrap();
+        assert_eq!(t.len(), 3);
+        assert_eq!(t[2].grace_period, Duration::from_secs(90));
+        // A soft threshold needs its grace period.
+        let err = settings(&["--eviction-soft=memory.available<2Gi"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "grace period must be specified for the soft eviction threshold memory.available"
+            ),
+            "{err}"
+        );
+        let err = settings(&["--eviction-hard=memory.available=1Gi"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("malformed pair, expect string<string"),
+            "{err}"
         );
     }
 

@@ -365,10 +365,13 @@ impl Kubelet {
         let cgroups = CgroupRoot::new(&dir.path().file_name().unwrap().to_string_lossy());
         // The kubelet API trusts the cluster CA for client certificates
         // (the API server's), and cuts idle streams after 10 s. No image GC:
-        // the test images are imported, not pullable.
+        // the test images are imported, not pullable. Eviction thresholds as
+        // upstream's kubelet gets them in hack/conformance.sh (1 %): these
+        // disks may look nearly full.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
+             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
              streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
              authentication:\n  x509:\n    clientCAFile: {}\n",

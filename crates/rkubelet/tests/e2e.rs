@@ -120,10 +120,13 @@ impl Node {
             std::fs::create_dir(dir.path().join(d)).unwrap();
         }
         let cgroups = CgroupRoot::new(&name);
-        // No image GC: the test images are imported, not pullable.
+        // No image GC: the test images are imported, not pullable. Eviction
+        // thresholds as upstream's kubelet gets them in hack/conformance.sh
+        // (1 %): these disks may look nearly full.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
+             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
             cgroups.name,
             dir.path().join("logs").display()

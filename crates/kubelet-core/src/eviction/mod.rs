@@ -1,9 +1,17 @@
-//! Eviction thresholds as upstream's eviction manager reads them
-//! (pkg/kubelet/eviction/helpers.go): the signals, `evictionHard`'s
-//! statements (`memory.available: 100Mi`, `nodefs.available: 10%`) and
-//! their defaults, and the amount a threshold keeps back from a capacity.
+//! The eviction manager's pure half (upstream's pkg/kubelet/eviction):
+//! here the signals and thresholds as the configuration gives them
+//! (`evictionHard`'s statements such as `memory.available: 100Mi` and
+//! `nodefs.available: 10%`, their defaults, `evictionSoft` with its grace
+//! periods, `evictionMinimumReclaim`) and the amount a threshold keeps back
+//! from a capacity; in [`decide`] what one pass of the manager concludes
+//! from the node's figures; in [`rank`] which pod goes first and what it
+//! is told.
+
+pub mod decide;
+pub mod rank;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -53,6 +61,77 @@ impl Signal {
     pub fn parse(s: &str) -> Option<Signal> {
         Signal::ALL.into_iter().find(|sig| sig.as_str() == s)
     }
+
+    /// The resource eviction reclaims for this signal (signalToResource);
+    /// None for the containerfs signals, which need a split image file
+    /// system rkubelet does not report.
+    pub fn resource(self) -> Option<Resource> {
+        match self {
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Some(Resource::Memory),
+            Signal::NodeFsAvailable | Signal::ImageFsAvailable => Some(Resource::EphemeralStorage),
+            Signal::NodeFsInodesFree | Signal::ImageFsInodesFree => Some(Resource::Inodes),
+            Signal::PidAvailable => Some(Resource::Pids),
+            Signal::ContainerFsAvailable | Signal::ContainerFsInodesFree => None,
+        }
+    }
+
+    /// The node condition a met threshold of this signal raises
+    /// (signalToNodeCondition).
+    pub fn pressure(self) -> Pressure {
+        match self {
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable => Pressure::Memory,
+            Signal::PidAvailable => Pressure::Pid,
+            _ => Pressure::Disk,
+        }
+    }
+
+    /// Whether this signal counts bytes (else inodes or processes): how its
+    /// amounts print.
+    pub fn counts_bytes(self) -> bool {
+        matches!(
+            self.resource(),
+            Some(Resource::Memory | Resource::EphemeralStorage)
+        )
+    }
+}
+
+/// What eviction reclaims (upstream's v1.ResourceName for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Resource {
+    Memory,
+    EphemeralStorage,
+    Inodes,
+    Pids,
+}
+
+impl Resource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resource::Memory => "memory",
+            Resource::EphemeralStorage => "ephemeral-storage",
+            Resource::Inodes => "inodes",
+            Resource::Pids => "pids",
+        }
+    }
+}
+
+/// A node pressure condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Pressure {
+    Memory,
+    Disk,
+    Pid,
+}
+
+impl Pressure {
+    /// The node condition's type.
+    pub fn condition_type(self) -> &'static str {
+        match self {
+            Pressure::Memory => "MemoryPressure",
+            Pressure::Disk => "DiskPressure",
+            Pressure::Pid => "PIDPressure",
+        }
+    }
 }
 
 /// Upstream's DefaultEvictionHard (Linux), used when `evictionHard` is not
@@ -91,12 +170,24 @@ impl ThresholdValue {
     }
 }
 
-/// A hard eviction threshold: `signal` below `value` (every signal's
-/// operator is LessThan).
+/// An eviction threshold: `signal` below `value` (every signal's operator
+/// is LessThan). A hard one acts at once; a soft one once it has held for
+/// its grace period. Once met, it stays met until the signal is back
+/// `min_reclaim` above it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Threshold {
     pub signal: Signal,
     pub value: ThresholdValue,
+    /// Zero for a hard threshold.
+    pub grace_period: Duration,
+    pub min_reclaim: Option<ThresholdValue>,
+}
+
+impl Threshold {
+    /// isHardEvictionThreshold.
+    pub fn is_hard(&self) -> bool {
+        self.grace_period.is_zero()
+    }
 }
 
 /// parseThresholdStatements: each `signal: value`, in upstream's words
@@ -128,6 +219,8 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
             out.push(Threshold {
                 signal: sig,
                 value: ThresholdValue::Percentage(p),
+                grace_period: Duration::ZERO,
+                min_reclaim: None,
             });
             continue;
         }
@@ -140,9 +233,87 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
         out.push(Threshold {
             signal: sig,
             value: ThresholdValue::Quantity(q),
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
         });
     }
     Ok(out)
+}
+
+/// The eviction settings of a KubeletConfiguration, as text.
+#[derive(Clone, Copy, Debug)]
+pub struct Statements<'a> {
+    pub hard: &'a BTreeMap<String, String>,
+    pub soft: &'a BTreeMap<String, String>,
+    pub soft_grace_period: &'a BTreeMap<String, String>,
+    pub minimum_reclaim: &'a BTreeMap<String, String>,
+}
+
+/// ParseThresholdConfig: the hard thresholds, then the soft ones with
+/// their grace periods, each with its minimum reclaim; upstream's words
+/// when a statement cannot be read. (The allocatableMemory.available
+/// copies upstream adds when `pods` is enforced are not made: rkubelet
+/// does not observe the pods cgroup's memory yet.)
+pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, String> {
+    let mut out = parse_thresholds(s.hard)?;
+    let soft = parse_thresholds(s.soft)?;
+    let mut grace = BTreeMap::new();
+    for (signal, val) in s.soft_grace_period {
+        let sig = parse_signal(signal)?;
+        if val.starts_with('-') && crate::duration::parse_go_duration(&val[1..]).is_ok() {
+            return Err(format!(
+                "invalid eviction grace period specified: {val}, must be a positive value"
+            ));
+        }
+        let period = crate::duration::parse_go_duration(val).map_err(|e| e.to_string())?;
+        grace.insert(sig, period);
+    }
+    for mut t in soft {
+        let Some(period) = grace.get(&t.signal) else {
+            return Err(format!(
+                "grace period must be specified for the soft eviction threshold {}",
+                t.signal.as_str()
+            ));
+        };
+        t.grace_period = *period;
+        out.push(t);
+    }
+    for (signal, val) in s.minimum_reclaim {
+        let sig = parse_signal(signal)?;
+        let value = parse_minimum_reclaim(signal, val)?;
+        for t in out.iter_mut().filter(|t| t.signal == sig) {
+            t.min_reclaim = Some(value);
+        }
+    }
+    Ok(out)
+}
+
+fn parse_signal(signal: &str) -> Result<Signal, String> {
+    Signal::parse(signal).ok_or_else(|| format!("unsupported eviction signal {signal}"))
+}
+
+/// parseMinimumReclaims' value: a positive percentage or a quantity not
+/// below zero.
+fn parse_minimum_reclaim(signal: &str, val: &str) -> Result<ThresholdValue, String> {
+    if let Some(pct) = val.strip_suffix('%') {
+        let p: f32 = pct
+            .parse::<f32>()
+            .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))?
+            / 100.0;
+        if p <= 0.0 {
+            return Err(format!(
+                "eviction percentage minimum reclaim {signal} must be positive: {val}"
+            ));
+        }
+        return Ok(ThresholdValue::Percentage(p));
+    }
+    let q = parse_bytes(&Quantity(val.to_owned())).map_err(|e| e.to_string())?;
+    if q < 0 {
+        return Err(format!(
+            "negative eviction minimum reclaim specified for {signal}"
+        ));
+    }
+    Ok(ThresholdValue::Quantity(q))
 }
 
 /// hardEvictionReservation: what the hard thresholds keep back, as node

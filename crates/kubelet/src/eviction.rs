@@ -1,0 +1,578 @@
+//! The eviction manager (upstream's pkg/kubelet/eviction), started with the
+//! runtime-dependent modules. Every [`MONITORING_INTERVAL`] it reads the
+//! node's stats summary (the one `/stats/summary` serves), lets
+//! `kubelet_core::eviction::decide` conclude, and keeps the node's pressure
+//! conditions for node status and admission. When a threshold is to be acted
+//! on it records EvictionThresholdMet, reclaims at the node level first (dead
+//! containers and unused images, for disk signals), and otherwise evicts one
+//! pod, ranked as upstream ranks them, through its pod worker: Failed with
+//! reason Evicted once stopped. It then waits for that pod to be cleaned up
+//! ([`POD_CLEANUP_TIMEOUT`] at most) before the next pass.
+//!
+//! Not yet: the allocatableMemory.available signal, the containerfs
+//! signals, per-pod local storage limits (emptyDir sizeLimit, container
+//! ephemeral-storage), and memcg threshold notifications (passes are timed).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::eviction::decide::{State, observe, step, thresholds_met};
+use kubelet_core::eviction::rank::{eviction_message, is_critical, rank};
+use kubelet_core::eviction::{Pressure, Signal, Threshold};
+use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::stats::{PodStats, Summary};
+use kubelet_core::types::pod_full_name;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+
+/// How often the manager looks (upstream's housekeeping period, its
+/// default evictionMonitoringPeriod).
+pub const MONITORING_INTERVAL: Duration = Duration::from_secs(10);
+/// How long it waits for an evicted pod to be cleaned up.
+pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+const POD_CLEANUP_POLL: Duration = Duration::from_secs(1);
+/// The grace period of a pod evicted for a hard threshold.
+const IMMEDIATE_EVICTION_GRACE_PERIOD: i64 = 1;
+
+/// What the manager acts through (the kubelet; a fake in tests).
+pub trait EvictionHost: Send + Sync + 'static {
+    /// The node's stats summary, with new samples.
+    fn summary(&self) -> impl Future<Output = Result<Summary, String>> + Send;
+    /// Whether the runtime's images live on a file system of their own.
+    fn dedicated_image_fs(&self) -> impl Future<Output = bool> + Send;
+    /// The pods admitted and not yet terminal.
+    fn active_pods(&self) -> Vec<Arc<Pod>>;
+    /// Remove dead containers and unused images (for disk pressure).
+    fn reclaim_disk(&self) -> impl Future<Output = ()> + Send;
+    /// Stop `pod` for good with `grace`, its final status saying `message`;
+    /// record the Evicted event with `annotations`.
+    fn evict(
+        &self,
+        pod: &Arc<Pod>,
+        grace: i64,
+        message: String,
+        annotations: BTreeMap<String, String>,
+    );
+    /// Whether the evicted `pod` is stopped and cleaned up.
+    fn cleaned_up(&self, pod: &Pod) -> bool;
+    /// A Warning event about the node.
+    fn node_event(&self, reason: &str, message: String);
+}
+
+/// The manager's settings (from the KubeletConfiguration).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub thresholds: Vec<Threshold>,
+    /// evictionPressureTransitionPeriod.
+    pub transition_period: Duration,
+    /// evictionMaxPodGracePeriod.
+    pub max_pod_grace_period: i64,
+}
+
+pub struct EvictionManager {
+    settings: Settings,
+    state: Mutex<State>,
+    pressure: RwLock<Vec<Pressure>>,
+    /// Whether the image file system is a dedicated one, once known.
+    dedicated: Mutex<Option<bool>>,
+    metrics: KubeletMetrics,
+    clock: Clock,
+}
+
+/// Whether a signal's node-level reclaim (container and image GC) may help:
+/// disk signals on a shared file system, imagefs ones on a dedicated one
+/// (buildSignalToNodeReclaimFuncs).
+fn has_node_reclaim(signal: Signal, dedicated_image_fs: bool) -> bool {
+    match signal {
+        Signal::NodeFsAvailable | Signal::NodeFsInodesFree => !dedicated_image_fs,
+        Signal::ImageFsAvailable | Signal::ImageFsInodesFree => true,
+        _ => false,
+    }
+}
+
+impl EvictionManager {
+    pub fn new(settings: Settings, metrics: KubeletMetrics, clock: Clock) -> Self {
+        EvictionManager {
+            settings,
+            state: Mutex::default(),
+            pressure: RwLock::default(),
+            dedicated: Mutex::default(),
+            metrics,
+            clock,
+        }
+    }
+
+    /// The node's pressure conditions now (for node status and admission).
+    pub fn pressure(&self) -> Vec<Pressure> {
+        self.pressure
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    async fn dedicated_image_fs<H: EvictionHost>(&self, host: &H) -> bool {
+        let known = *self.dedicated.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = known {
+            return d;
+        }
+        let d = host.dedicated_image_fs().await;
+        *self.dedicated.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+        d
+    }
+
+    /// One pass (upstream's synchronize): the pod evicted, if one was.
+    pub async fn synchronize<H: EvictionHost>(&self, host: &H) -> Option<Arc<Pod>> {
+        if self.settings.thresholds.is_empty() {
+            return None;
+        }
+        let dedicated = self.dedicated_image_fs(host).await;
+        let active = host.active_pods();
+        let summary = match host.summary().await {
+            Ok(s) => s,
+            Err(error) => {
+                tracing::error!(%error, "Eviction manager: failed to get summary stats");
+                return None;
+            }
+        };
+        let observations = observe(&summary);
+        let pass = {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let (next, pass) = step(
+                &state,
+                &self.settings.thresholds,
+                observations.clone(),
+                self.clock.now_nanos(),
+                self.settings.transition_period,
+            );
+            *state = next;
+            pass
+        };
+        *self.pressure.write().unwrap_or_else(|e| e.into_inner()) = pass.pressure.clone();
+        let (threshold, resource) = pass.reclaim()?;
+        tracing::info!(
+            resource = resource.as_str(),
+            "Eviction manager: attempting to reclaim"
+        );
+        host.node_event(
+            "EvictionThresholdMet",
+            format!("Attempting to reclaim {}", resource.as_str()),
+        );
+        if has_node_reclaim(threshold.signal, dedicated) && self.reclaimed_on_node(host).await {
+            tracing::info!(
+                resource = resource.as_str(),
+                "Eviction manager: able to reduce resource pressure without evicting pods."
+            );
+            return None;
+        }
+        tracing::info!(
+            resource = resource.as_str(),
+            "Eviction manager: must evict pod(s) to reclaim"
+        );
+        if active.is_empty() {
+            tracing::error!(
+                "Eviction manager: eviction thresholds have been met, but no pods are active to evict"
+            );
+            return None;
+        }
+        let stats: HashMap<String, PodStats> = summary
+            .pods
+            .into_iter()
+            .map(|p| (p.pod_ref.uid.clone(), p))
+            .collect();
+        let mut pods = active;
+        rank(&mut pods, threshold.signal, &stats, dedicated);
+        tracing::info!(pods = ?pods.iter().map(|p| pod_full_name(p)).collect::<Vec<_>>(), "Eviction manager: pods ranked for eviction");
+        for pod in pods {
+            if is_critical(&pod) {
+                tracing::error!(pod = %pod_full_name(&pod), "Eviction manager: cannot evict a critical pod");
+                continue;
+            }
+            let grace = self.grace_period(&threshold, &pod);
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let (message, annotations) =
+                eviction_message(resource, &pod, stats.get(&uid), &pass.act_on, &observations);
+            tracing::info!(pod = %pod_full_name(&pod), grace, %message, "Eviction manager: evicting pod");
+            host.evict(&pod, grace, message, annotations);
+            self.metrics.evictions.inc(&[threshold.signal.as_str()]);
+            return Some(pod);
+        }
+        tracing::info!("Eviction manager: unable to evict any pods from the node");
+        None
+    }
+
+    /// A hard threshold's pod gets 1 s; a soft one's at most
+    /// evictionMaxPodGracePeriod (and no more than its own).
+    fn grace_period(&self, threshold: &Threshold, pod: &Pod) -> i64 {
+        if threshold.is_hard() {
+            return IMMEDIATE_EVICTION_GRACE_PERIOD;
+        }
+        let max = self.settings.max_pod_grace_period;
+        match pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+        {
+            Some(own) => max.min(own),
+            None => max,
+        }
+    }
+
+    /// reclaimNodeLevelResources: collect, then read the figures again;
+    /// true when no threshold is met any more.
+    async fn reclaimed_on_node<H: EvictionHost>(&self, host: &H) -> bool {
+        host.reclaim_disk().await;
+        match host.summary().await {
+            Ok(s) => thresholds_met(&self.settings.thresholds, &observe(&s), false).is_empty(),
+            Err(error) => {
+                tracing::error!(%error, "Eviction manager: failed to get summary stats after resource reclaim");
+                false
+            }
+        }
+    }
+
+    /// Pass after pass until `cancel`: after an eviction, wait for the pod
+    /// to be cleaned up, else for the monitoring interval.
+    pub async fn run<H: EvictionHost>(self: Arc<Self>, host: H, cancel: CancellationToken) {
+        tracing::info!("Eviction manager: starting control loop");
+        loop {
+            let evicted = tokio::select! {
+                _ = cancel.cancelled() => return,
+                e = self.synchronize(&host) => e,
+            };
+            let wait = async {
+                match evicted {
+                    Some(pod) => wait_for_cleanup(&host, &pod).await,
+                    None => tokio::time::sleep(MONITORING_INTERVAL).await,
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                () = wait => {}
+            }
+        }
+    }
+}
+
+/// waitForPodsCleanup: poll every second, for 30 s at most.
+async fn wait_for_cleanup<H: EvictionHost>(host: &H, pod: &Pod) {
+    let deadline = tokio::time::Instant::now() + POD_CLEANUP_TIMEOUT;
+    loop {
+        if host.cleaned_up(pod) {
+            tracing::info!(pod = %pod_full_name(pod), "Eviction manager: pods successfully cleaned up");
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(pod = %pod_full_name(pod), "Eviction manager: timed out waiting for pods to be cleaned up");
+            return;
+        }
+        tokio::time::sleep(POD_CLEANUP_POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::stats::{ContainerStats, FsStats, MemoryStats, NodeStats, PodReference};
+    use std::time::{SystemTime, UNIX_EPOCH};
+
+    const MI: u64 = 1 << 20;
+
+    /// An eviction the fake host was asked for: the pod's name, the grace
+    /// period, the message and the event's annotations.
+    type Evicted = (String, i64, String, BTreeMap<String, String>);
+
+    /// A host whose node has `available` memory (of 1000Mi) and
+    /// `disk_free` bytes of its root file system (of 1000), read at the
+    /// clock's time.
+    struct FakeHost {
+        clock: Clock,
+        available: Mutex<u64>,
+        disk_free: Mutex<u64>,
+        /// What a disk reclaim frees.
+        reclaim_frees: u64,
+        pods: Vec<(Arc<Pod>, u64)>,
+        evicted: Mutex<Vec<Evicted>>,
+        reclaims: Mutex<usize>,
+        events: Mutex<Vec<String>>,
+    }
+
+    fn pod(name: &str, priority: Option<i32>, static_pod: bool) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                uid: Some(format!("uid-{name}")),
+                annotations: static_pod.then(|| {
+                    BTreeMap::from([("kubernetes.io/config.source".into(), "file".into())])
+                }),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                priority,
+                termination_grace_period_seconds: Some(60),
+                containers: vec![Container {
+                    name: "c".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    impl FakeHost {
+        fn new(clock: Clock, pods: Vec<(Arc<Pod>, u64)>) -> Self {
+            FakeHost {
+                clock,
+                available: Mutex::new(900 * MI),
+                disk_free: Mutex::new(900),
+                reclaim_frees: 0,
+                pods,
+                evicted: Mutex::default(),
+                reclaims: Mutex::default(),
+                events: Mutex::default(),
+            }
+        }
+
+        fn now(&self) -> SystemTime {
+            UNIX_EPOCH + Duration::from_nanos(self.clock.now_nanos() as u64)
+        }
+
+        fn evicted(&self) -> Vec<String> {
+            self.evicted
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|e| e.0.clone())
+                .collect()
+        }
+    }
+
+    impl EvictionHost for FakeHost {
+        async fn summary(&self) -> Result<Summary, String> {
+            let time = self.now();
+            let available = *self.available.lock().unwrap();
+            let mem = |ws: u64, available: Option<u64>| MemoryStats {
+                time,
+                available_bytes: available,
+                usage_bytes: None,
+                working_set_bytes: Some(ws),
+                rss_bytes: None,
+                page_faults: None,
+                major_page_faults: None,
+            };
+            Ok(Summary {
+                node: NodeStats {
+                    memory: Some(mem(1000 * MI - available, Some(available))),
+                    fs: Some(FsStats {
+                        time,
+                        available_bytes: Some(*self.disk_free.lock().unwrap()),
+                        capacity_bytes: Some(1000),
+                        used_bytes: None,
+                        inodes_free: None,
+                        inodes: None,
+                        inodes_used: None,
+                    }),
+                    ..Default::default()
+                },
+                pods: self
+                    .pods
+                    .iter()
+                    .map(|(p, ws)| PodStats {
+                        pod_ref: PodReference {
+                            name: p.metadata.name.clone().unwrap(),
+                            namespace: "default".into(),
+                            uid: p.metadata.uid.clone().unwrap(),
+                        },
+                        containers: vec![ContainerStats {
+                            name: "c".into(),
+                            memory: Some(mem(*ws, None)),
+                            ..Default::default()
+                        }],
+                        memory: Some(mem(*ws, None)),
+                        ..Default::default()
+                    })
+                    .collect(),
+            })
+        }
+        async fn dedicated_image_fs(&self) -> bool {
+            false
+        }
+        fn active_pods(&self) -> Vec<Arc<Pod>> {
+            let gone = self.evicted();
+            self.pods
+                .iter()
+                .map(|(p, _)| p.clone())
+                .filter(|p| !gone.contains(p.metadata.name.as_ref().unwrap()))
+                .collect()
+        }
+        async fn reclaim_disk(&self) {
+            *self.reclaims.lock().unwrap() += 1;
+            *self.disk_free.lock().unwrap() += self.reclaim_frees;
+        }
+        fn evict(
+            &self,
+            pod: &Arc<Pod>,
+            grace: i64,
+            message: String,
+            annotations: BTreeMap<String, String>,
+        ) {
+            self.evicted.lock().unwrap().push((
+                pod.metadata.name.clone().unwrap(),
+                grace,
+                message,
+                annotations,
+            ));
+        }
+        fn cleaned_up(&self, _: &Pod) -> bool {
+            true
+        }
+        fn node_event(&self, reason: &str, message: String) {
+            self.events
+                .lock()
+                .unwrap()
+                .push(format!("{reason}: {message}"));
+        }
+    }
+
+    fn manager(
+        clock: Clock,
+        hard: &[(&str, &str)],
+        soft: &[(&str, &str, &str)],
+    ) -> EvictionManager {
+        let map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
+        let hard = map(hard
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect());
+        let soft_map = map(soft
+            .iter()
+            .map(|(k, v, _)| (k.to_string(), v.to_string()))
+            .collect());
+        let grace = map(soft
+            .iter()
+            .map(|(k, _, g)| (k.to_string(), g.to_string()))
+            .collect());
+        let none = BTreeMap::new();
+        let thresholds =
+            kubelet_core::eviction::parse_threshold_config(kubelet_core::eviction::Statements {
+                hard: &hard,
+                soft: &soft_map,
+                soft_grace_period: &grace,
+                minimum_reclaim: &none,
+            })
+            .unwrap();
+        EvictionManager::new(
+            Settings {
+                thresholds,
+                transition_period: Duration::from_secs(300),
+                max_pod_grace_period: 30,
+            },
+            KubeletMetrics::new("node"),
+            clock,
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn memory_pressure_evicts_the_first_ranked_pod_and_never_a_critical_one() {
+        let clock = Clock::following_tokio();
+        let host = FakeHost::new(
+            clock,
+            vec![
+                (pod("critical-hog", None, true), 800 * MI),
+                (pod("small", None, false), 10 * MI),
+                (pod("hog", None, false), 500 * MI),
+                (pod("important-hog", Some(100), false), 600 * MI),
+            ],
+        );
+        let m = manager(clock, &[("memory.available", "100Mi")], &[]);
+        assert!(m.synchronize(&host).await.is_none());
+        assert!(m.pressure().is_empty());
+        *host.available.lock().unwrap() = 50 * MI;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let evicted = m.synchronize(&host).await.expect("a pod evicted");
+        assert_eq!(evicted.metadata.name.as_deref(), Some("hog"));
+        assert_eq!(m.pressure(), vec![Pressure::Memory]);
+        let (name, grace, message, annotations) = host.evicted.lock().unwrap()[0].clone();
+        assert_eq!((name.as_str(), grace), ("hog", 1));
+        assert_eq!(
+            message,
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
+             Container c was using 500Mi, request is 0, has larger consumption of memory. "
+        );
+        assert_eq!(annotations["starved_resource"], "memory");
+        assert_eq!(
+            host.events.lock().unwrap().as_slice(),
+            ["EvictionThresholdMet: Attempting to reclaim memory"]
+        );
+        assert!(
+            m.metrics
+                .render()
+                .contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1"),
+        );
+        // Next pass, same pressure: the next one (the static pod is critical).
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let evicted = m.synchronize(&host).await.expect("a second pod evicted");
+        assert_eq!(evicted.metadata.name.as_deref(), Some("small"));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let evicted = m.synchronize(&host).await.expect("a third pod evicted");
+        assert_eq!(evicted.metadata.name.as_deref(), Some("important-hog"));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(
+            m.synchronize(&host).await.is_none(),
+            "the critical pod stays"
+        );
+        // Recovered: the condition outlasts it by the transition period.
+        *host.available.lock().unwrap() = 900 * MI;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(m.synchronize(&host).await.is_none());
+        assert_eq!(m.pressure(), vec![Pressure::Memory]);
+        tokio::time::advance(Duration::from_secs(300)).await;
+        m.synchronize(&host).await;
+        assert!(m.pressure().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn disk_pressure_reclaims_on_the_node_before_evicting() {
+        let clock = Clock::following_tokio();
+        let mut host = FakeHost::new(clock, vec![(pod("p", None, false), MI)]);
+        host.reclaim_frees = 100;
+        *host.disk_free.lock().unwrap() = 50;
+        let m = manager(clock, &[("nodefs.available", "10%")], &[]);
+        assert!(m.synchronize(&host).await.is_none(), "reclaim was enough");
+        assert_eq!(*host.reclaims.lock().unwrap(), 1);
+        assert_eq!(m.pressure(), vec![Pressure::Disk]);
+        // Reclaim not enough: a pod goes.
+        host.reclaim_frees = 0;
+        *host.disk_free.lock().unwrap() = 50;
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let evicted = m.synchronize(&host).await.expect("a pod evicted");
+        assert_eq!(evicted.metadata.name.as_deref(), Some("p"));
+        assert_eq!(*host.reclaims.lock().unwrap(), 2);
+        assert!(host.evicted.lock().unwrap()[0].2.starts_with(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 100, available: 50. "
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_soft_threshold_evicts_after_its_grace_period_with_the_capped_grace() {
+        let clock = Clock::following_tokio();
+        let host = FakeHost::new(clock, vec![(pod("p", None, false), 500 * MI)]);
+        *host.available.lock().unwrap() = 150 * MI;
+        let m = manager(clock, &[], &[("memory.available", "200Mi", "30s")]);
+        for _ in 0..3 {
+            assert!(m.synchronize(&host).await.is_none());
+            assert_eq!(m.pressure(), vec![Pressure::Memory]);
+            tokio::time::advance(Duration::from_secs(10)).await;
+        }
+        assert!(m.synchronize(&host).await.is_some(), "30 s later");
+        // min(evictionMaxPodGracePeriod 30, the pod's 60).
+        assert_eq!(host.evicted.lock().unwrap()[0].1, 30);
+    }
+}
