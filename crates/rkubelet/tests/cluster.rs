@@ -397,6 +397,16 @@ impl Kubelet {
         self.dir.path().join("manifests")
     }
 
+    /// Replace the configuration's eviction settings (the evictionHard
+    /// block) with `yaml`, for the next start.
+    fn set_eviction(&self, yaml: &str) {
+        let path = self.dir.path().join("config.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let start = text.find("evictionHard:").unwrap();
+        let end = start + text[start..].find("podLogsDir:").unwrap();
+        std::fs::write(&path, format!("{}{yaml}{}", &text[..start], &text[end..])).unwrap();
+    }
+
     /// The API pod's cgroup in the memory hierarchy, by its QoS class.
     fn pod_cgroup(&self, pod: &Value) -> PathBuf {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
@@ -2706,6 +2716,165 @@ async fn r_private_images_pull_only_with_their_pull_secret() {
         "cl-cached-ok",
         "cl-cached-none",
     ] {
+        k.api
+            .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    }
+    k.finish(&uids).await;
+}
+
+/// The eviction manager on a real node. With memory.available's threshold
+/// set 400 MiB under what the node has, a BestEffort pod that writes 800
+/// MiB into a memory emptyDir is evicted (Failed, reason Evicted, upstream's
+/// message, the DisruptionTarget condition, an annotated Evicted event)
+/// while a Guaranteed pod keeps running; the node reports MemoryPressure
+/// and refuses a BestEffort pod meanwhile, and reports it no more once the
+/// transition period has passed.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn s_memory_pressure_evicts_the_pod_over_its_request() {
+    const MI: u64 = 1 << 20;
+    let mut k = Kubelet::new("evict");
+    k.start_ready().await;
+    let node = k.api.node.clone();
+    // What the kubelet sees the node has.
+    let available = eventually("the node's available memory", START, async || {
+        let raw = k.api.run(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
+        ]);
+        let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
+        v["node"]["memory"]["availableBytes"].as_u64()
+    })
+    .await;
+    k.terminate().await;
+    let threshold = available / MI - 400;
+    k.set_eviction(&format!(
+        "evictionHard:\n  memory.available: {threshold}Mi\n\
+         evictionPressureTransitionPeriod: 30s\n"
+    ));
+    k.start_ready().await;
+
+    let mut guaranteed = pod_spec();
+    guaranteed["nodeName"] = json!(node);
+    guaranteed["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "100m", "memory": "64Mi"},
+        "limits": {"cpu": "100m", "memory": "64Mi"},
+    });
+    let mut hog = pod_spec();
+    hog["nodeName"] = json!(node);
+    hog["containers"][0]["name"] = json!("hog");
+    hog["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        format!("dd if=/dev/zero of=/fill/f bs=1M count=800 && {SLEEPER}")
+    ]);
+    hog["containers"][0]["volumeMounts"] = json!([{"name": "fill", "mountPath": "/fill"}]);
+    hog["volumes"] = json!([{"name": "fill", "emptyDir": {"medium": "Memory"}}]);
+    let mut uids = HashSet::new();
+    for (name, spec) in [("cl-guaranteed", &guaranteed), ("cl-hog", &hog)] {
+        k.api.create(&json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"app": name, TEST_LABEL: "1"}},
+            "spec": spec,
+        }));
+        let pod = eventually(&format!("{name} Running"), START, async || {
+            k.api
+                .pod(name)
+                .filter(|p| p["status"]["phase"] == "Running" || p["status"]["phase"] == "Failed")
+        })
+        .await;
+        uids.insert(uid(&pod).to_owned());
+    }
+    let hog = eventually("the hog evicted", START, async || {
+        k.api
+            .pod("cl-hog")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    // A BestEffort pod is refused while the pressure lasts.
+    let mut late = pod_spec();
+    late["nodeName"] = json!(node);
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-late", "namespace": "default",
+                     "labels": {"app": "cl-late", TEST_LABEL: "1"}},
+        "spec": late,
+    }));
+    let status = &hog["status"];
+    assert_eq!(status["reason"], "Evicted", "{status}");
+    let message = status["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(&format!(
+            "The node was low on resource: memory. Threshold quantity: {threshold}Mi, available: "
+        )) && message.contains("Container hog was using ")
+            && message.ends_with(", request is 0, has larger consumption of memory. "),
+        "{message}"
+    );
+    let disruption = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(disruption["status"], "True", "{status}");
+    assert_eq!(disruption["reason"], "TerminationByKubelet", "{status}");
+    let late = eventually("the late BestEffort pod refused", START, async || {
+        k.api
+            .pod("cl-late")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    uids.insert(uid(&late).to_owned());
+    assert_eq!(late["status"]["reason"], "Evicted", "{}", late["status"]);
+    assert_eq!(
+        late["status"]["message"],
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+    let event = eventually("the Evicted event", START, async || {
+        let list = k.api.get(&[
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "involvedObject.name=cl-hog,reason=Evicted",
+        ])?;
+        list["items"].as_array()?.first().cloned()
+    })
+    .await;
+    let annotations = &event["metadata"]["annotations"];
+    assert_eq!(annotations["offending_containers"], "hog", "{event}");
+    assert_eq!(annotations["starved_resource"], "memory", "{event}");
+    let pressure = |want: &'static str| {
+        let k = &k;
+        async move {
+            let node = k.api.node_obj()?;
+            let c = node["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "MemoryPressure")?
+                .clone();
+            (c["status"] == want).then_some(c)
+        }
+    };
+    let c = eventually("MemoryPressure reported", START, async || {
+        pressure("True").await
+    })
+    .await;
+    assert_eq!(c["reason"], "KubeletHasInsufficientMemory", "{c}");
+    // The Guaranteed pod stays, never restarted.
+    let g = k.api.pod("cl-guaranteed").unwrap();
+    assert_eq!(g["status"]["phase"], "Running", "{}", g["status"]);
+    assert_eq!(container_status(&g, "main")["restartCount"], 0);
+    eventually(
+        "MemoryPressure over after the transition period",
+        Duration::from_secs(120),
+        async || pressure("False").await,
+    )
+    .await;
+    for name in ["cl-guaranteed", "cl-hog", "cl-late"] {
         k.api
             .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
     }
