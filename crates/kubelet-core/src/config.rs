@@ -108,6 +108,7 @@ pub const DECODED_FIELDS: &[&str] = &[
     "evictionPressureTransitionPeriod",
     "evictionMaxPodGracePeriod",
     "evictionMinimumReclaim",
+    "localStorageCapacityIsolation",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -173,7 +174,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "enableDebugFlagsHandler",
     "memoryThrottlingFactor",
     "registerWithTaints",
-    "localStorageCapacityIsolation",
     "imageServiceEndpoint",
     "failCgroupV1",
     "userNamespaces",
@@ -516,6 +516,9 @@ pub struct KubeletConfiguration {
     /// `evictionMinimumReclaim`: how far past its threshold a signal must
     /// be brought once eviction starts for it.
     pub eviction_minimum_reclaim: BTreeMap<String, String>,
+    /// `localStorageCapacityIsolation`: pods over their emptyDir
+    /// `sizeLimit` or `ephemeral-storage` limits are evicted. Default true.
+    pub local_storage_capacity_isolation: bool,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -601,6 +604,7 @@ impl Default for KubeletConfiguration {
             eviction_pressure_transition_period: Duration::from_secs(300),
             eviction_max_pod_grace_period: 0,
             eviction_minimum_reclaim: BTreeMap::new(),
+            local_storage_capacity_isolation: true,
         }
     }
 }
@@ -693,6 +697,7 @@ impl KubeletConfiguration {
             "evictionPressureTransitionPeriod": d(self.eviction_pressure_transition_period),
             "evictionMaxPodGracePeriod": self.eviction_max_pod_grace_period,
             "evictionMinimumReclaim": self.eviction_minimum_reclaim,
+            "localStorageCapacityIsolation": self.local_storage_capacity_isolation,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -1399,6 +1404,11 @@ pub fn parse_kubelet_config_reporting(
             "evictionPressureTransitionPeriod" => {
                 if let Some(d) = decode_duration(field, v)? {
                     cfg.eviction_pressure_transition_period = d;
+                }
+            }
+            "localStorageCapacityIsolation" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.local_storage_capacity_isolation = b;
                 }
             }
             "evictionMaxPodGracePeriod" => {
@@ -2221,7 +2231,8 @@ mod tests {
             "evictionSoft: {memory.available: 1Gi}\n\
              evictionSoftGracePeriod: {memory.available: 1m30s}\n\
              evictionMinimumReclaim: {memory.available: 0.5Gi, nodefs.available: 5%}\n\
-             evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 20\n",
+             evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 20\n\
+             localStorageCapacityIsolation: false\n",
         )
         .unwrap();
         assert!(ignored.is_empty(), "{ignored:?}");
@@ -2241,6 +2252,7 @@ mod tests {
         let json = soft.to_v1beta1_json();
         assert_eq!(json["evictionPressureTransitionPeriod"], "30s");
         assert_eq!(json["evictionMaxPodGracePeriod"], 20);
+        assert_eq!(json["localStorageCapacityIsolation"], false);
         assert_eq!(json["evictionSoftGracePeriod"]["memory.available"], "1m30s");
         for (body, message) in [
             (

@@ -48,7 +48,7 @@ pub struct NodeStats {
     pub swap: Option<SwapStats>,
 }
 
-/// `PodStats` (pod network, volume and process stats are not reported).
+/// `PodStats` (pod network and process stats are not reported).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
@@ -60,10 +60,25 @@ pub struct PodStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// `volume`: the pod's emptyDir and configMap volumes.
+    #[serde(rename = "volume", skip_serializing_if = "Vec::is_empty")]
+    pub volume_stats: Vec<VolumeStats>,
     #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
     pub ephemeral_storage: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
+}
+
+/// `VolumeStats`: a volume's usage by its name in the pod's spec.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VolumeStats {
+    #[serde(flatten)]
+    pub fs: FsStats,
+    pub name: String,
+    /// Whether it counts as the pod's local ephemeral storage
+    /// (IsLocalEphemeralVolume: an emptyDir on disk, a configMap).
+    #[serde(skip)]
+    pub local_ephemeral: bool,
 }
 
 /// `PodReference`.
@@ -367,9 +382,14 @@ pub fn sum_swap(containers: &[ContainerStats]) -> Option<SwapStats> {
 }
 
 /// A pod's ephemeral storage (upstream's calcEphemeralStorage for the CRI
-/// provider, without volumes): the root file system's size and free space,
-/// the sum of the containers' writable layers and logs, the latest time.
-pub fn ephemeral_storage(containers: &[ContainerStats], root: &FsStats) -> FsStats {
+/// provider): the root file system's size and free space, the sum of the
+/// containers' writable layers and logs and of the local ephemeral
+/// volumes, the latest time.
+pub fn ephemeral_storage(
+    containers: &[ContainerStats],
+    volumes: &[VolumeStats],
+    root: &FsStats,
+) -> FsStats {
     let mut out = FsStats {
         used_bytes: None,
         inodes_used: None,
@@ -393,6 +413,11 @@ pub fn ephemeral_storage(containers: &[ContainerStats], root: &FsStats) -> FsSta
             out.inodes_used = add(out.inodes_used, logs.inodes_used);
             out.time = out.time.max(logs.time);
         }
+    }
+    for v in volumes.iter().filter(|v| v.local_ephemeral) {
+        out.used_bytes = add(out.used_bytes, v.fs.used_bytes);
+        out.inodes_used = add(out.inodes_used, v.fs.inodes_used);
+        out.time = out.time.max(v.fs.time);
     }
     out
 }
@@ -506,6 +531,9 @@ pub struct MemInfo {
     pub anon_pages: u64,
     pub swap_total: u64,
     pub swap_free: u64,
+    /// `Hugetlb`: the memory held as huge pages, of every size (0 where
+    /// the kernel does not say).
+    pub hugetlb: u64,
 }
 
 /// Parse /proc/meminfo (`Name:   123 kB` lines).
@@ -541,7 +569,19 @@ pub fn parse_meminfo(text: &str) -> Result<MemInfo, ParseError> {
         anon_pages: get("AnonPages")?,
         swap_total: get("SwapTotal")?,
         swap_free: get("SwapFree")?,
+        hugetlb: values.get("Hugetlb").copied().unwrap_or(0),
     })
+}
+
+/// The node's available memory as upstream's summary gives it with
+/// HugepageAwareEviction (beta, on in 1.37): capacity less the working
+/// set, less the memory held as huge pages (not usable as regular memory),
+/// never below 0.
+pub fn node_available_memory(meminfo: &MemInfo, working_set: u64) -> u64 {
+    meminfo
+        .total
+        .saturating_sub(working_set)
+        .saturating_sub(meminfo.hugetlb)
 }
 
 /// Parse a flat `name value` file (cgroup memory.stat, /proc/vmstat).
@@ -993,7 +1033,21 @@ mod tests {
                 anon_pages: 233_500 * 1024,
                 swap_total: 1024 * 1024,
                 swap_free: 512 * 1024,
+                hugetlb: 0,
             }
+        );
+        // Huge pages are not available as regular memory (upstream's
+        // HugepageAwareEviction), and available never goes below 0.
+        let huge = parse_meminfo(&format!("{text}Hugetlb:         2097152 kB\n")).unwrap();
+        assert_eq!(huge.hugetlb, 2 << 30);
+        assert_eq!(
+            node_available_memory(&huge, 4 << 30),
+            (24_684_092 * 1024) - (6 << 30)
+        );
+        assert_eq!(node_available_memory(&huge, 23 << 30), 0);
+        assert_eq!(
+            node_available_memory(&got, 4 << 30),
+            (24_684_092 * 1024) - (4 << 30)
         );
         let vmstat = parse_flat_keyed("/proc/vmstat", "pgfault 100\npgmajfault 7\n").unwrap();
         let mem = NodeMemory::from_meminfo(&got, &vmstat).unwrap();
@@ -1206,13 +1260,28 @@ vethab12: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n\
             // Logs without a writable layer are not counted (as upstream).
             c(None, Some(part(40, 100, 100))),
         ];
-        let got = ephemeral_storage(&containers, &root);
+        let got = ephemeral_storage(&containers, &[], &root);
         assert_eq!(got.time, t(30));
         assert_eq!(got.used_bytes, Some(23));
         assert_eq!(got.inodes_used, Some(6));
         assert_eq!(got.capacity_bytes, Some(1000));
         assert_eq!(got.available_bytes, Some(600));
-        assert_eq!(ephemeral_storage(&[], &root).used_bytes, None);
+        assert_eq!(ephemeral_storage(&[], &[], &root).used_bytes, None);
+        // Local ephemeral volumes count; a memory emptyDir does not.
+        let volume = |name: &str, used, local_ephemeral| VolumeStats {
+            fs: part(50, used, 1),
+            name: name.into(),
+            local_ephemeral,
+        };
+        let got = ephemeral_storage(
+            &containers,
+            &[volume("scratch", 1000, true), volume("tmpfs", 5000, false)],
+            &root,
+        );
+        assert_eq!(
+            (got.used_bytes, got.inodes_used, got.time),
+            (Some(1023), Some(7), t(50))
+        );
     }
 
     #[test]

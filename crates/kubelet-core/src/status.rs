@@ -388,13 +388,21 @@ pub fn kubelet_owned(status: &ApiPodStatus) -> ApiPodStatus {
 }
 
 /// End a status as evicted (the eviction manager's status function):
-/// Failed with reason Evicted and `message`, and the DisruptionTarget
-/// condition (TerminationByKubelet) saying the same, set at `now` the
-/// first time.
-pub fn fail_for_eviction(status: &mut ApiPodStatus, pod: &Pod, message: &str, now: &Time) {
+/// Failed with reason Evicted and `message`, and, given a time, the
+/// DisruptionTarget condition (TerminationByKubelet) saying the same, set
+/// then the first time.
+pub fn fail_for_eviction(
+    status: &mut ApiPodStatus,
+    pod: &Pod,
+    message: &str,
+    condition_at: Option<&Time>,
+) {
     status.phase = Some(PHASE_FAILED.into());
     status.reason = Some(crate::eviction::rank::REASON.into());
     status.message = Some(message.into());
+    let Some(now) = condition_at else {
+        return;
+    };
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let condition = PodCondition {
         type_: DISRUPTION_TARGET.into(),
@@ -1545,7 +1553,7 @@ mod tests {
             &mut st,
             &pod,
             "The node was low on resource: memory. ",
-            &t(10),
+            Some(&t(10)),
         );
         assert_eq!(st.phase.as_deref(), Some(PHASE_FAILED));
         assert_eq!(st.reason.as_deref(), Some("Evicted"));
@@ -1566,7 +1574,7 @@ mod tests {
             &mut st,
             &pod,
             "The node was low on resource: memory. ",
-            &t(20),
+            Some(&t(20)),
         );
         let kept = st
             .conditions
@@ -1593,6 +1601,11 @@ mod tests {
                 .iter()
                 .any(|c| c.type_ == DISRUPTION_TARGET)
         );
+        // A local storage eviction: no condition (as upstream).
+        let mut st = ApiPodStatus::default();
+        fail_for_eviction(&mut st, &pod, "Usage of EmptyDir volume ...", None);
+        assert_eq!(st.reason.as_deref(), Some("Evicted"));
+        assert!(st.conditions.is_none());
     }
 
     #[test]

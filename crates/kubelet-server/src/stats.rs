@@ -3,8 +3,10 @@
 //! pkg/kubelet/stats/cri_stats_provider.go and
 //! pkg/kubelet/metrics/collectors/resource_metrics.go). Node figures come
 //! from the host (/proc, the root memory cgroup, statvfs of the root
-//! directory), pod and container figures from the CRI's ListContainerStats;
-//! the CPU rates (usageNanoCores) from the previous sample this provider kept.
+//! directory), pod and container figures from the CRI's ListContainerStats,
+//! the pods' emptyDir and configMap volumes measured on disk (at most every
+//! [`VOLUME_STATS_PERIOD`], as upstream's volume stats); the CPU rates
+//! (usageNanoCores) from the previous sample this provider kept.
 
 use std::collections::HashMap;
 use std::io;
@@ -14,20 +16,26 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::stats::{
     ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryStats, NetworkStats, NodeMemory,
     NodeStats, ParseError, PodReference, PodStats, RlimitStats, RuntimeStats, Summary, SwapStats,
-    default_route_interface, ephemeral_storage, nanos_since_epoch, parse_flat_keyed,
-    parse_loadavg_tasks, parse_meminfo, parse_net_dev, parse_proc_stat, parse_single_int,
-    resource_metrics_text, sum_cpu_memory, sum_swap, ticks_to_nanos, time_from_nanos,
-    usage_nano_cores,
+    VolumeStats, default_route_interface, ephemeral_storage, nanos_since_epoch,
+    node_available_memory, parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_net_dev,
+    parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap,
+    ticks_to_nanos, time_from_nanos, usage_nano_cores,
 };
+use kubelet_core::volume;
 use kubelet_cri::client::CriError;
 
 use crate::NodeView;
 
 /// How long a container's CPU sample is kept without a newer one (upstream's defaultCachePeriod).
 const CPU_CACHE_PERIOD: Duration = Duration::from_secs(10 * 60);
+/// How long a volume's measured usage is kept (upstream's
+/// volumeStatsAggPeriod default): a large emptyDir is walked once a minute,
+/// not at every summary.
+pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
 /// The node's default interface when no IPv4 default route exists (upstream's choice).
 const DEFAULT_INTERFACE: &str = "eth0";
 
@@ -102,6 +110,16 @@ pub struct StatsProvider {
     /// USER_HZ, the unit of /proc/stat.
     ticks_per_second: u64,
     cpu: Mutex<CpuCache>,
+    /// Each volume directory's last measure, and when it was taken.
+    volumes: Mutex<HashMap<PathBuf, (SystemTime, VolumeUsage)>>,
+}
+
+/// A volume directory's usage and its file system's.
+#[derive(Clone, Copy, Debug, Default)]
+struct VolumeUsage {
+    bytes: u64,
+    inodes: u64,
+    fs: Option<FsUsage>,
 }
 
 impl Default for StatsProvider {
@@ -129,6 +147,7 @@ impl StatsProvider {
             clock,
             ticks_per_second,
             cpu: Mutex::new(CpuCache::default()),
+            volumes: Mutex::default(),
         }
     }
 
@@ -254,8 +273,9 @@ impl StatsProvider {
             }),
             memory: Some(MemoryStats {
                 time: now,
-                // Capacity minus working set, as for a cgroup with a limit.
-                available_bytes: Some(meminfo.total.saturating_sub(memory.working_set_bytes)),
+                // Capacity minus working set, as for a cgroup with a limit,
+                // minus huge pages.
+                available_bytes: Some(node_available_memory(&meminfo, memory.working_set_bytes)),
                 usage_bytes: Some(memory.usage_bytes),
                 working_set_bytes: Some(memory.working_set_bytes),
                 rss_bytes: Some(memory.rss_bytes),
@@ -420,16 +440,22 @@ impl StatsProvider {
         }
 
         let mut pods: Vec<PodStats> = by_sandbox.into_values().collect();
+        let specs = view.pods();
+        if root_fs_stats.is_some() {
+            self.volume_stats(&view.root_dir(), &specs, &mut pods, now)
+                .await;
+        }
         for pod in &mut pods {
             pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
             (pod.cpu, pod.memory) = sum_cpu_memory(&pod.containers);
             if let Some(root) = &root_fs_stats {
                 pod.swap = sum_swap(&pod.containers);
-                pod.ephemeral_storage = Some(ephemeral_storage(&pod.containers, root));
+                pod.ephemeral_storage =
+                    Some(ephemeral_storage(&pod.containers, &pod.volume_stats, root));
             }
         }
         // The kubelet's pods the runtime has nothing running for.
-        for pod in view.pods() {
+        for pod in specs {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if pods.iter().any(|p| p.pod_ref.uid == uid) {
                 continue;
@@ -453,6 +479,80 @@ impl StatsProvider {
             (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
         });
         Ok(pods)
+    }
+
+    /// The emptyDir and configMap volumes of the pods with stats, from
+    /// their directories under `<root-dir>/pods/<uid>/volumes`; a measure
+    /// younger than [`VOLUME_STATS_PERIOD`] is used again. The walks run on
+    /// the blocking pool.
+    async fn volume_stats(
+        &self,
+        root_dir: &Path,
+        specs: &[Pod],
+        pods: &mut [PodStats],
+        now: SystemTime,
+    ) {
+        // (pod index, volume name, local ephemeral, its directory)
+        let mut wanted = Vec::new();
+        for (i, stats) in pods.iter().enumerate() {
+            let Some(spec) = specs
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(stats.pod_ref.uid.as_str()))
+                .and_then(|p| p.spec.as_ref())
+            else {
+                continue;
+            };
+            let pod_dir = root_dir.join("pods").join(&stats.pod_ref.uid);
+            for v in spec.volumes.iter().flatten() {
+                let (plugin, local_ephemeral) = match (&v.empty_dir, &v.config_map) {
+                    (Some(e), _) => (volume::EMPTY_DIR, e.medium.as_deref() != Some("Memory")),
+                    (None, Some(_)) => (volume::CONFIG_MAP, true),
+                    _ => continue,
+                };
+                let dir = volume::volume_dir(&pod_dir, plugin, &v.name);
+                wanted.push((i, v.name.clone(), local_ephemeral, dir));
+            }
+        }
+        let stale: Vec<PathBuf> = {
+            let cache = self.volumes.lock().unwrap_or_else(PoisonError::into_inner);
+            wanted
+                .iter()
+                .filter(|(.., dir)| {
+                    cache.get(dir).is_none_or(|(at, _)| {
+                        now.duration_since(*at).unwrap_or_default() >= VOLUME_STATS_PERIOD
+                    })
+                })
+                .map(|(.., dir)| dir.clone())
+                .collect()
+        };
+        let measured = tokio::task::spawn_blocking(move || {
+            stale
+                .into_iter()
+                .filter_map(|dir| {
+                    let (bytes, inodes) = tree_usage(&dir).ok()?;
+                    let fs = statvfs(&dir).ok();
+                    Some((dir, VolumeUsage { bytes, inodes, fs }))
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        let mut cache = self.volumes.lock().unwrap_or_else(PoisonError::into_inner);
+        for (dir, usage) in measured {
+            cache.insert(dir, (now, usage));
+        }
+        // Volumes of pods gone are forgotten.
+        cache.retain(|dir, _| wanted.iter().any(|(.., d)| d == dir));
+        for (i, name, local_ephemeral, dir) in wanted {
+            let Some((at, u)) = cache.get(&dir) else {
+                continue;
+            };
+            pods[i].volume_stats.push(VolumeStats {
+                fs: FsStats::part_of(*at, u.fs.as_ref(), Some(u.bytes), Some(u.inodes)),
+                name,
+                local_ephemeral,
+            });
+        }
     }
 
     /// A container's CPU stats; the rate is the runtime's if it gives one,
@@ -635,6 +735,38 @@ async fn container_log_stats(
             None
         }
     }
+}
+
+/// Allocated bytes and inode count of a directory tree, as upstream's du
+/// of a volume: symlinks are not followed, other file systems (mounts
+/// inside it) not entered, an entry gone meanwhile not counted.
+fn tree_usage(dir: &Path) -> io::Result<(u64, u64)> {
+    let top = std::fs::symlink_metadata(dir)?;
+    let (mut bytes, mut inodes) = (top.blocks() * 512, 1);
+    let mut dirs = Vec::new();
+    if top.is_dir() {
+        dirs.push(dir.to_path_buf());
+    }
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            // A DirEntry's metadata is lstat's: links are not followed.
+            let Ok(meta) = entry.metadata() else {
+                continue;
+            };
+            if meta.dev() != top.dev() {
+                continue;
+            }
+            bytes += meta.blocks() * 512;
+            inodes += 1;
+            if meta.is_dir() {
+                dirs.push(entry.path());
+            }
+        }
+    }
+    Ok((bytes, inodes))
 }
 
 /// Allocated bytes and inode count of a directory and the entries in it
@@ -1231,5 +1363,95 @@ resource_scrape_error 0
             matches!(&err, StatsError::Read { path, .. } if path.ends_with("proc/stat")),
             "{err:?}"
         );
+    }
+
+    /// A pod's emptyDir and configMap volumes: measured on disk, counted in
+    /// its ephemeral storage (a memory emptyDir is not), reported under
+    /// `volume`, and walked again only after VOLUME_STATS_PERIOD.
+    #[tokio::test]
+    async fn volumes_are_measured_at_most_once_a_period() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapVolumeSource, EmptyDirVolumeSource, PodSpec, Volume,
+        };
+        let mut f = fixture().await;
+        let volume = |name: &str, medium: Option<&str>| Volume {
+            name: name.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: medium.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cfg = Volume {
+            name: "cfg".into(),
+            config_map: Some(ConfigMapVolumeSource::default()),
+            ..Default::default()
+        };
+        f.view.pods.push(Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("default".into()),
+                uid: Some("uid-web".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![
+                    volume("scratch", None),
+                    volume("mem", Some("Memory")),
+                    cfg,
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        let vols = f.dir.path().join("pods/uid-web/volumes");
+        let kib8 = "x".repeat(8192);
+        write(&vols.join("kubernetes.io~empty-dir/scratch/a"), &kib8);
+        write(&vols.join("kubernetes.io~empty-dir/mem/a"), &kib8);
+        write(&vols.join("kubernetes.io~configmap/cfg/key"), "v");
+        let web = |s: &Summary| {
+            s.pods
+                .iter()
+                .find(|p| p.pod_ref.uid == "uid-web")
+                .cloned()
+                .unwrap()
+        };
+        let used = |p: &PodStats, name: &str| {
+            p.volume_stats
+                .iter()
+                .find(|v| v.name == name)
+                .and_then(|v| v.fs.used_bytes)
+                .unwrap()
+        };
+        let first = web(&f.provider.get(&f.view).await.unwrap());
+        let names: Vec<&str> = first.volume_stats.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["scratch", "mem", "cfg"]);
+        let scratch = used(&first, "scratch");
+        assert!(scratch >= 8192, "{scratch}");
+        assert_eq!(first.volume_stats[0].fs.inodes_used, Some(2));
+        let containers: u64 = first
+            .containers
+            .iter()
+            .filter(|c| c.rootfs.is_some())
+            .map(|c| {
+                c.rootfs.as_ref().and_then(|r| r.used_bytes).unwrap_or(0)
+                    + c.logs.as_ref().and_then(|l| l.used_bytes).unwrap_or(0)
+            })
+            .sum();
+        assert_eq!(
+            first.ephemeral_storage.as_ref().unwrap().used_bytes,
+            Some(containers + scratch + used(&first, "cfg")),
+            "the memory emptyDir is not ephemeral storage"
+        );
+        let json = serde_json::to_value(&first).unwrap();
+        assert_eq!(json["volume"][0]["name"], "scratch");
+        assert_eq!(json["volume"][0]["usedBytes"], scratch);
+
+        write(&vols.join("kubernetes.io~empty-dir/scratch/b"), &kib8);
+        let again = web(&f.provider.get(&f.view).await.unwrap());
+        assert_eq!(used(&again, "scratch"), scratch, "not walked again yet");
+        *f.now.lock().unwrap() += VOLUME_STATS_PERIOD;
+        let later = web(&f.provider.get(&f.view).await.unwrap());
+        assert!(used(&later, "scratch") >= scratch + 8192, "walked again");
     }
 }

@@ -2,16 +2,16 @@
 //! runtime-dependent modules. Every [`MONITORING_INTERVAL`] it reads the
 //! node's stats summary (the one `/stats/summary` serves), lets
 //! `kubelet_core::eviction::decide` conclude, and keeps the node's pressure
-//! conditions for node status and admission. When a threshold is to be acted
-//! on it records EvictionThresholdMet, reclaims at the node level first (dead
+//! conditions for node status and admission. Pods over their own local
+//! storage limits (emptyDir `sizeLimit`, `ephemeral-storage`) are evicted
+//! first. When a threshold is to be acted on it records EvictionThresholdMet, reclaims at the node level first (dead
 //! containers and unused images, for disk signals), and otherwise evicts one
 //! pod, ranked as upstream ranks them, through its pod worker: Failed with
 //! reason Evicted once stopped. It then waits for that pod to be cleaned up
 //! ([`POD_CLEANUP_TIMEOUT`] at most) before the next pass.
 //!
 //! Not yet: the allocatableMemory.available signal, the containerfs
-//! signals, per-pod local storage limits (emptyDir sizeLimit, container
-//! ephemeral-storage), and memcg threshold notifications (passes are timed).
+//! signals, and memcg threshold notifications (passes are timed).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::eviction::decide::{State, observe, step, thresholds_met};
+use kubelet_core::eviction::local;
 use kubelet_core::eviction::rank::{eviction_message, is_critical, rank};
 use kubelet_core::eviction::{Pressure, Signal, Threshold};
 use kubelet_core::metrics::KubeletMetrics;
@@ -48,19 +49,23 @@ pub trait EvictionHost: Send + Sync + 'static {
     fn active_pods(&self) -> Vec<Arc<Pod>>;
     /// Remove dead containers and unused images (for disk pressure).
     fn reclaim_disk(&self) -> impl Future<Output = ()> + Send;
-    /// Stop `pod` for good with `grace`, its final status saying `message`;
-    /// record the Evicted event with `annotations`.
-    fn evict(
-        &self,
-        pod: &Arc<Pod>,
-        grace: i64,
-        message: String,
-        annotations: BTreeMap<String, String>,
-    );
+    /// Stop `pod` for good as `eviction` says.
+    fn evict(&self, pod: &Arc<Pod>, eviction: Eviction);
     /// Whether the evicted `pod` is stopped and cleaned up.
     fn cleaned_up(&self, pod: &Pod) -> bool;
     /// A Warning event about the node.
     fn node_event(&self, reason: &str, message: String);
+}
+
+/// An eviction decided: the grace period, the pod's final message, the
+/// Evicted event's annotations, and whether the status carries the
+/// DisruptionTarget condition (not for local storage limits, as upstream).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Eviction {
+    pub grace: i64,
+    pub message: String,
+    pub annotations: BTreeMap<String, String>,
+    pub disruption: bool,
 }
 
 /// The manager's settings (from the KubeletConfiguration).
@@ -71,6 +76,8 @@ pub struct Settings {
     pub transition_period: Duration,
     /// evictionMaxPodGracePeriod.
     pub max_pod_grace_period: i64,
+    /// localStorageCapacityIsolation.
+    pub local_storage_capacity_isolation: bool,
 }
 
 pub struct EvictionManager {
@@ -124,9 +131,14 @@ impl EvictionManager {
         d
     }
 
-    /// One pass (upstream's synchronize): the pod evicted, if one was.
-    pub async fn synchronize<H: EvictionHost>(&self, host: &H) -> Option<Arc<Pod>> {
-        if self.settings.thresholds.is_empty() {
+    /// One pass (upstream's synchronize): the pods evicted.
+    pub async fn synchronize<H: EvictionHost>(&self, host: &H) -> Vec<Arc<Pod>> {
+        self.pass(host).await.unwrap_or_default()
+    }
+
+    async fn pass<H: EvictionHost>(&self, host: &H) -> Option<Vec<Arc<Pod>>> {
+        let isolation = self.settings.local_storage_capacity_isolation;
+        if self.settings.thresholds.is_empty() && !isolation {
             return None;
         }
         let dedicated = self.dedicated_image_fs(host).await;
@@ -152,6 +164,17 @@ impl EvictionManager {
             pass
         };
         *self.pressure.write().unwrap_or_else(|e| e.into_inner()) = pass.pressure.clone();
+        let stats: HashMap<String, PodStats> = summary
+            .pods
+            .into_iter()
+            .map(|p| (p.pod_ref.uid.clone(), p))
+            .collect();
+        if isolation {
+            let evicted = self.local_storage_eviction(host, &active, &stats, dedicated);
+            if !evicted.is_empty() {
+                return Some(evicted);
+            }
+        }
         let (threshold, resource) = pass.reclaim()?;
         tracing::info!(
             resource = resource.as_str(),
@@ -178,11 +201,6 @@ impl EvictionManager {
             );
             return None;
         }
-        let stats: HashMap<String, PodStats> = summary
-            .pods
-            .into_iter()
-            .map(|p| (p.pod_ref.uid.clone(), p))
-            .collect();
         let mut pods = active;
         rank(&mut pods, threshold.signal, &stats, dedicated);
         tracing::info!(pods = ?pods.iter().map(|p| pod_full_name(p)).collect::<Vec<_>>(), "Eviction manager: pods ranked for eviction");
@@ -196,37 +214,85 @@ impl EvictionManager {
             let (message, annotations) =
                 eviction_message(resource, &pod, stats.get(&uid), &pass.act_on, &observations);
             tracing::info!(pod = %pod_full_name(&pod), grace, %message, "Eviction manager: evicting pod");
-            host.evict(&pod, grace, message, annotations);
+            host.evict(
+                &pod,
+                Eviction {
+                    grace,
+                    message,
+                    annotations,
+                    disruption: true,
+                },
+            );
             self.metrics.evictions.inc(&[threshold.signal.as_str()]);
-            return Some(pod);
+            return Some(vec![pod]);
         }
         tracing::info!("Eviction manager: unable to evict any pods from the node");
         None
     }
 
+    /// localStorageEviction: every active pod over one of its own local
+    /// storage limits (critical ones excepted), with a 1 s grace.
+    fn local_storage_eviction<H: EvictionHost>(
+        &self,
+        host: &H,
+        active: &[Arc<Pod>],
+        stats: &HashMap<String, PodStats>,
+        dedicated: bool,
+    ) -> Vec<Arc<Pod>> {
+        let mut evicted = Vec::new();
+        for pod in active {
+            let uid = pod.metadata.uid.as_deref().unwrap_or("");
+            let Some(exceeded) = stats
+                .get(uid)
+                .and_then(|s| local::exceeded(pod, s, dedicated))
+            else {
+                continue;
+            };
+            if is_critical(pod) {
+                tracing::error!(pod = %pod_full_name(pod), "Eviction manager: cannot evict a critical pod");
+                continue;
+            }
+            tracing::info!(pod = %pod_full_name(pod), message = %exceeded.message, "Eviction manager: evicting pod over its local storage limit");
+            host.evict(
+                pod,
+                Eviction {
+                    grace: IMMEDIATE_EVICTION_GRACE_PERIOD,
+                    message: exceeded.message,
+                    annotations: BTreeMap::new(),
+                    disruption: false,
+                },
+            );
+            self.metrics.evictions.inc(&[exceeded.signal]);
+            evicted.push(pod.clone());
+        }
+        evicted
+    }
+
     /// A hard threshold's pod gets 1 s; a soft one's at most
-    /// evictionMaxPodGracePeriod (and no more than its own).
+    /// evictionMaxPodGracePeriod (and no more than its own), and never
+    /// under 1 s (upstream's pod worker raises a kill's grace to 1 s).
     fn grace_period(&self, threshold: &Threshold, pod: &Pod) -> i64 {
         if threshold.is_hard() {
             return IMMEDIATE_EVICTION_GRACE_PERIOD;
         }
         let max = self.settings.max_pod_grace_period;
-        match pod
+        let grace = match pod
             .spec
             .as_ref()
             .and_then(|s| s.termination_grace_period_seconds)
         {
             Some(own) => max.min(own),
             None => max,
-        }
+        };
+        grace.max(IMMEDIATE_EVICTION_GRACE_PERIOD)
     }
 
     /// reclaimNodeLevelResources: collect, then read the figures again;
-    /// true when no threshold is met any more.
+    /// true when no threshold is met any more, minimum reclaim included.
     async fn reclaimed_on_node<H: EvictionHost>(&self, host: &H) -> bool {
         host.reclaim_disk().await;
         match host.summary().await {
-            Ok(s) => thresholds_met(&self.settings.thresholds, &observe(&s), false).is_empty(),
+            Ok(s) => thresholds_met(&self.settings.thresholds, &observe(&s), true).is_empty(),
             Err(error) => {
                 tracing::error!(%error, "Eviction manager: failed to get summary stats after resource reclaim");
                 false
@@ -244,9 +310,10 @@ impl EvictionManager {
                 e = self.synchronize(&host) => e,
             };
             let wait = async {
-                match evicted {
-                    Some(pod) => wait_for_cleanup(&host, &pod).await,
-                    None => tokio::time::sleep(MONITORING_INTERVAL).await,
+                if evicted.is_empty() {
+                    tokio::time::sleep(MONITORING_INTERVAL).await;
+                } else {
+                    wait_for_cleanup(&host, &evicted).await;
                 }
             };
             tokio::select! {
@@ -258,15 +325,16 @@ impl EvictionManager {
 }
 
 /// waitForPodsCleanup: poll every second, for 30 s at most.
-async fn wait_for_cleanup<H: EvictionHost>(host: &H, pod: &Pod) {
+async fn wait_for_cleanup<H: EvictionHost>(host: &H, pods: &[Arc<Pod>]) {
     let deadline = tokio::time::Instant::now() + POD_CLEANUP_TIMEOUT;
+    let names = || pods.iter().map(|p| pod_full_name(p)).collect::<Vec<_>>();
     loop {
-        if host.cleaned_up(pod) {
-            tracing::info!(pod = %pod_full_name(pod), "Eviction manager: pods successfully cleaned up");
+        if pods.iter().all(|p| host.cleaned_up(p)) {
+            tracing::info!(pods = ?names(), "Eviction manager: pods successfully cleaned up");
             return;
         }
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(pod = %pod_full_name(pod), "Eviction manager: timed out waiting for pods to be cleaned up");
+            tracing::warn!(pods = ?names(), "Eviction manager: timed out waiting for pods to be cleaned up");
             return;
         }
         tokio::time::sleep(POD_CLEANUP_POLL).await;
@@ -278,14 +346,16 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{Container, PodSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use kubelet_core::stats::{ContainerStats, FsStats, MemoryStats, NodeStats, PodReference};
+    use kubelet_core::stats::{
+        ContainerStats, FsStats, MemoryStats, NodeStats, PodReference, VolumeStats,
+    };
     use std::time::{SystemTime, UNIX_EPOCH};
 
     const MI: u64 = 1 << 20;
 
     /// An eviction the fake host was asked for: the pod's name, the grace
     /// period, the message and the event's annotations.
-    type Evicted = (String, i64, String, BTreeMap<String, String>);
+    type Evicted = (String, Eviction);
 
     /// A host whose node has `available` memory (of 1000Mi) and
     /// `disk_free` bytes of its root file system (of 1000), read at the
@@ -300,6 +370,8 @@ mod tests {
         evicted: Mutex<Vec<Evicted>>,
         reclaims: Mutex<usize>,
         events: Mutex<Vec<String>>,
+        /// Each pod's "scratch" volume holds this many bytes.
+        scratch: Mutex<u64>,
     }
 
     fn pod(name: &str, priority: Option<i32>, static_pod: bool) -> Arc<Pod> {
@@ -337,6 +409,7 @@ mod tests {
                 evicted: Mutex::default(),
                 reclaims: Mutex::default(),
                 events: Mutex::default(),
+                scratch: Mutex::default(),
             }
         }
 
@@ -396,6 +469,16 @@ mod tests {
                             ..Default::default()
                         }],
                         memory: Some(mem(*ws, None)),
+                        volume_stats: vec![VolumeStats {
+                            fs: FsStats::part_of(
+                                time,
+                                None,
+                                Some(*self.scratch.lock().unwrap()),
+                                None,
+                            ),
+                            name: "scratch".into(),
+                            local_ephemeral: true,
+                        }],
                         ..Default::default()
                     })
                     .collect(),
@@ -416,19 +499,11 @@ mod tests {
             *self.reclaims.lock().unwrap() += 1;
             *self.disk_free.lock().unwrap() += self.reclaim_frees;
         }
-        fn evict(
-            &self,
-            pod: &Arc<Pod>,
-            grace: i64,
-            message: String,
-            annotations: BTreeMap<String, String>,
-        ) {
-            self.evicted.lock().unwrap().push((
-                pod.metadata.name.clone().unwrap(),
-                grace,
-                message,
-                annotations,
-            ));
+        fn evict(&self, pod: &Arc<Pod>, eviction: Eviction) {
+            self.evicted
+                .lock()
+                .unwrap()
+                .push((pod.metadata.name.clone().unwrap(), eviction));
         }
         fn cleaned_up(&self, _: &Pod) -> bool {
             true
@@ -442,6 +517,7 @@ mod tests {
     }
 
     fn manager(
+        max_grace: i64,
         clock: Clock,
         hard: &[(&str, &str)],
         soft: &[(&str, &str, &str)],
@@ -472,7 +548,8 @@ mod tests {
             Settings {
                 thresholds,
                 transition_period: Duration::from_secs(300),
-                max_pod_grace_period: 30,
+                max_pod_grace_period: max_grace,
+                local_storage_capacity_isolation: true,
             },
             KubeletMetrics::new("node"),
             clock,
@@ -491,16 +568,24 @@ mod tests {
                 (pod("important-hog", Some(100), false), 600 * MI),
             ],
         );
-        let m = manager(clock, &[("memory.available", "100Mi")], &[]);
-        assert!(m.synchronize(&host).await.is_none());
+        let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
+        assert!(m.synchronize(&host).await.is_empty());
         assert!(m.pressure().is_empty());
         *host.available.lock().unwrap() = 50 * MI;
         tokio::time::advance(Duration::from_secs(10)).await;
-        let evicted = m.synchronize(&host).await.expect("a pod evicted");
+        let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("hog"));
         assert_eq!(m.pressure(), vec![Pressure::Memory]);
-        let (name, grace, message, annotations) = host.evicted.lock().unwrap()[0].clone();
-        assert_eq!((name.as_str(), grace), ("hog", 1));
+        let (
+            name,
+            Eviction {
+                grace,
+                message,
+                annotations,
+                disruption,
+            },
+        ) = host.evicted.lock().unwrap()[0].clone();
+        assert_eq!((name.as_str(), grace, disruption), ("hog", 1, true));
         assert_eq!(
             message,
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. \
@@ -518,20 +603,28 @@ mod tests {
         );
         // Next pass, same pressure: the next one (the static pod is critical).
         tokio::time::advance(Duration::from_secs(10)).await;
-        let evicted = m.synchronize(&host).await.expect("a second pod evicted");
+        let evicted = m
+            .synchronize(&host)
+            .await
+            .pop()
+            .expect("a second pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("small"));
         tokio::time::advance(Duration::from_secs(10)).await;
-        let evicted = m.synchronize(&host).await.expect("a third pod evicted");
+        let evicted = m
+            .synchronize(&host)
+            .await
+            .pop()
+            .expect("a third pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("important-hog"));
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(
-            m.synchronize(&host).await.is_none(),
+            m.synchronize(&host).await.is_empty(),
             "the critical pod stays"
         );
         // Recovered: the condition outlasts it by the transition period.
         *host.available.lock().unwrap() = 900 * MI;
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(m.synchronize(&host).await.is_none());
+        assert!(m.synchronize(&host).await.is_empty());
         assert_eq!(m.pressure(), vec![Pressure::Memory]);
         tokio::time::advance(Duration::from_secs(300)).await;
         m.synchronize(&host).await;
@@ -544,18 +637,18 @@ mod tests {
         let mut host = FakeHost::new(clock, vec![(pod("p", None, false), MI)]);
         host.reclaim_frees = 100;
         *host.disk_free.lock().unwrap() = 50;
-        let m = manager(clock, &[("nodefs.available", "10%")], &[]);
-        assert!(m.synchronize(&host).await.is_none(), "reclaim was enough");
+        let m = manager(30, clock, &[("nodefs.available", "10%")], &[]);
+        assert!(m.synchronize(&host).await.is_empty(), "reclaim was enough");
         assert_eq!(*host.reclaims.lock().unwrap(), 1);
         assert_eq!(m.pressure(), vec![Pressure::Disk]);
         // Reclaim not enough: a pod goes.
         host.reclaim_frees = 0;
         *host.disk_free.lock().unwrap() = 50;
         tokio::time::advance(Duration::from_secs(10)).await;
-        let evicted = m.synchronize(&host).await.expect("a pod evicted");
+        let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("p"));
         assert_eq!(*host.reclaims.lock().unwrap(), 2);
-        assert!(host.evicted.lock().unwrap()[0].2.starts_with(
+        assert!(host.evicted.lock().unwrap()[0].1.message.starts_with(
             "The node was low on resource: ephemeral-storage. Threshold quantity: 100, available: 50. "
         ));
     }
@@ -565,14 +658,66 @@ mod tests {
         let clock = Clock::following_tokio();
         let host = FakeHost::new(clock, vec![(pod("p", None, false), 500 * MI)]);
         *host.available.lock().unwrap() = 150 * MI;
-        let m = manager(clock, &[], &[("memory.available", "200Mi", "30s")]);
+        let m = manager(30, clock, &[], &[("memory.available", "200Mi", "30s")]);
         for _ in 0..3 {
-            assert!(m.synchronize(&host).await.is_none());
+            assert!(m.synchronize(&host).await.is_empty());
             assert_eq!(m.pressure(), vec![Pressure::Memory]);
             tokio::time::advance(Duration::from_secs(10)).await;
         }
-        assert!(m.synchronize(&host).await.is_some(), "30 s later");
+        assert!(!m.synchronize(&host).await.is_empty(), "30 s later");
         // min(evictionMaxPodGracePeriod 30, the pod's 60).
-        assert_eq!(host.evicted.lock().unwrap()[0].1, 30);
+        assert_eq!(host.evicted.lock().unwrap()[0].1.grace, 30);
+        // evictionMaxPodGracePeriod 0 (the default): 1 s, as upstream's pod
+        // worker makes it.
+        let host = FakeHost::new(clock, vec![(pod("p", None, false), 500 * MI)]);
+        *host.available.lock().unwrap() = 150 * MI;
+        let m = manager(0, clock, &[], &[("memory.available", "200Mi", "10s")]);
+        assert!(m.synchronize(&host).await.is_empty());
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert_eq!(m.synchronize(&host).await.len(), 1);
+        assert_eq!(host.evicted.lock().unwrap()[0].1.grace, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_over_its_empty_dir_size_limit_is_evicted_without_pressure() {
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let clock = Clock::following_tokio();
+        let mut limited = (*pod("limited", None, false)).clone();
+        limited.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "scratch".into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: Some(Quantity("1Mi".into())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
+        let host = FakeHost::new(
+            clock,
+            vec![(Arc::new(limited), MI), (pod("free", None, false), MI)],
+        );
+        let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
+        *host.scratch.lock().unwrap() = 1 << 20;
+        assert!(m.synchronize(&host).await.is_empty(), "at its limit");
+        *host.scratch.lock().unwrap() = (1 << 20) + 1;
+        let evicted = m.synchronize(&host).await;
+        assert_eq!(evicted.len(), 1);
+        let (name, e) = host.evicted.lock().unwrap()[0].clone();
+        assert_eq!(name, "limited");
+        assert_eq!(
+            e,
+            Eviction {
+                grace: 1,
+                message: "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".into(),
+                annotations: BTreeMap::new(),
+                disruption: false,
+            }
+        );
+        assert!(m.pressure().is_empty(), "no node pressure");
+        assert!(
+            m.metrics
+                .render()
+                .contains("kubelet_evictions{eviction_signal=\"emptydirfs.limit\"} 1")
+        );
     }
 }

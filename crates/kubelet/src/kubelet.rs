@@ -42,7 +42,7 @@ use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
 use crate::config::{SourceSnapshot, SourcesReady};
 use crate::events::{Involved, Recorder, WARNING};
-use crate::eviction::{EvictionHost, EvictionManager, Settings as EvictionSettings};
+use crate::eviction::{Eviction, EvictionHost, EvictionManager, Settings as EvictionSettings};
 use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
 use crate::kuberuntime::config::{NodeResources, SecurityDefaults};
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
@@ -477,6 +477,7 @@ impl Kubelet {
                 thresholds: cfg.eviction_thresholds().unwrap_or_default(),
                 transition_period: cfg.eviction_pressure_transition_period,
                 max_pod_grace_period: cfg.eviction_max_pod_grace_period,
+                local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
             },
             opts.metrics.clone(),
             opts.clock,
@@ -1409,24 +1410,20 @@ impl EvictionHost for EvictionView {
         }
     }
 
-    fn evict(
-        &self,
-        pod: &Arc<Pod>,
-        grace: i64,
-        message: String,
-        annotations: std::collections::BTreeMap<String, String>,
-    ) {
-        self.0.syncer.record_eviction(pod, message.clone());
+    fn evict(&self, pod: &Arc<Pod>, eviction: Eviction) {
+        self.0
+            .syncer
+            .record_eviction(pod, eviction.message.clone(), eviction.disruption);
         self.0.events.annotated_event(
             &Involved::pod(pod, None),
-            annotations,
+            eviction.annotations,
             WARNING,
             kubelet_core::eviction::rank::REASON,
-            message,
+            eviction.message,
         );
         self.0
             .workers
-            .evict_pod(PodTarget::from_pod(pod.clone()), Some(grace));
+            .evict_pod(PodTarget::from_pod(pod.clone()), Some(eviction.grace));
     }
 
     /// Upstream's podResourcesAreReclaimed, as the pod worker knows it: its

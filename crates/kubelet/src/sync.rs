@@ -58,9 +58,10 @@ pub struct Syncer {
     pub cm: ContainerManager,
     /// The desired pods, whose active ones the QoS cgroups follow.
     pub pods: PodManager,
-    /// Pods the eviction manager evicted, with why: once stopped they are
-    /// reported Failed with reason Evicted.
-    pub evictions: Arc<Mutex<HashMap<PodUid, String>>>,
+    /// Pods the eviction manager evicted, with why and whether with the
+    /// DisruptionTarget condition: once stopped they are reported Failed
+    /// with reason Evicted.
+    pub evictions: Arc<Mutex<HashMap<PodUid, (String, bool)>>>,
 }
 
 impl Syncer {
@@ -98,24 +99,26 @@ impl Syncer {
         // An evicted pod is reported Failed once its containers stopped
         // (upstream's status manager holds a terminal phase back until then).
         if terminal
-            && let Some(message) = self
+            && let Some((message, disruption)) = self
                 .evictions
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .get(&PodUid::of(pod))
         {
-            fail_for_eviction(&mut status, pod, message, &self.clock.now_time());
+            let condition = disruption.then(|| self.clock.now_time());
+            fail_for_eviction(&mut status, pod, message, condition.as_ref());
         }
         status
     }
 
-    /// Record that the eviction manager evicted `pod` with `message`: its
-    /// final status says so.
-    pub fn record_eviction(&self, pod: &Pod, message: String) {
+    /// Record that the eviction manager evicted `pod` with `message` (and
+    /// the DisruptionTarget condition when `disruption`): its final status
+    /// says so.
+    pub fn record_eviction(&self, pod: &Pod, message: String, disruption: bool) {
         self.evictions
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(PodUid::of(pod), message);
+            .insert(PodUid::of(pod), (message, disruption));
     }
 
     /// Whether the pod has outlived its activeDeadlineSeconds, counted from

@@ -698,7 +698,8 @@ async fn a_node_registers_and_becomes_ready() {
         addresses.contains("InternalIP") || addresses.contains("Hostname"),
         "node has addresses: {addresses}"
     );
-    // Allocatable: capacity less upstream's default hard eviction threshold.
+    // Allocatable: capacity less the hard eviction threshold (the harness's
+    // memory.available 1Mi).
     let bytes = |v: &Value| {
         let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(
             v.as_str().unwrap_or("").to_owned(),
@@ -708,7 +709,7 @@ async fn a_node_registers_and_becomes_ready() {
     let status = &node["status"];
     assert_eq!(
         bytes(&status["allocatable"]["memory"]),
-        bytes(&status["capacity"]["memory"]) - (100 << 20),
+        bytes(&status["capacity"]["memory"]) - (1 << 20),
         "{status}"
     );
     assert_eq!(status["allocatable"]["cpu"], status["capacity"]["cpu"]);
@@ -2878,6 +2879,74 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
         k.api
             .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
     }
+    k.finish(&uids).await;
+}
+
+/// A pod's own local storage limit on a real node: an emptyDir written
+/// past its `sizeLimit` gets its pod evicted (Failed, reason Evicted,
+/// upstream's message, no DisruptionTarget), with no node pressure. Volume
+/// usage is measured at most once a minute, as upstream's, hence the wait.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn t_an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
+    let mut k = Kubelet::new("sizelimit");
+    k.start_ready().await;
+    let mut spec = pod_spec();
+    spec["nodeName"] = json!(k.api.node);
+    spec["containers"][0]["command"] = json!([
+        "sh",
+        "-c",
+        format!("dd if=/dev/zero of=/scratch/f bs=1M count=8 && {SLEEPER}")
+    ]);
+    spec["containers"][0]["volumeMounts"] = json!([{"name": "scratch", "mountPath": "/scratch"}]);
+    spec["volumes"] = json!([{"name": "scratch", "emptyDir": {"sizeLimit": "4Mi"}}]);
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-sizelimit", "namespace": "default",
+                     "labels": {"app": "cl-sizelimit", TEST_LABEL: "1"}},
+        "spec": spec,
+    }));
+    let pod = eventually(
+        "evicted for its emptyDir",
+        Duration::from_secs(120),
+        async || {
+            k.api
+                .pod("cl-sizelimit")
+                .filter(|p| p["status"]["phase"] == "Failed")
+        },
+    )
+    .await;
+    let status = &pod["status"];
+    assert_eq!(status["reason"], "Evicted", "{status}");
+    assert_eq!(
+        status["message"],
+        "Usage of EmptyDir volume \"scratch\" exceeds the limit \"4Mi\". "
+    );
+    let conditions = status["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(
+        !conditions.iter().any(|c| c["type"] == "DisruptionTarget"),
+        "{status}"
+    );
+    let node = k.api.node_obj().unwrap();
+    let pressure: Vec<&Value> = node["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            c["type"].as_str().is_some_and(|t| t.ends_with("Pressure")) && c["status"] != "False"
+        })
+        .collect();
+    assert!(pressure.is_empty(), "{pressure:?}");
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-sizelimit",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
     k.finish(&uids).await;
 }
 

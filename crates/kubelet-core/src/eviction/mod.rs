@@ -5,9 +5,10 @@
 //! periods, `evictionMinimumReclaim`) and the amount a threshold keeps back
 //! from a capacity; in [`decide`] what one pass of the manager concludes
 //! from the node's figures; in [`rank`] which pod goes first and what it
-//! is told.
+//! is told; in [`local`] the pod's own local storage limits.
 
 pub mod decide;
+pub mod local;
 pub mod rank;
 
 use std::collections::BTreeMap;

@@ -96,14 +96,14 @@ fn disk_parts(signal: Signal, dedicated_image_fs: bool) -> DiskParts {
 }
 
 /// podDiskUsage in bytes (or inodes): the parts counted of every
-/// container. Local volumes count nothing yet: rkubelet's summary has no
-/// volume stats.
+/// container, and the pod's local ephemeral volumes (emptyDirs on disk,
+/// configMaps) when the signal counts them.
 fn disk_usage(stats: &PodStats, parts: DiskParts, inodes: bool) -> i64 {
     let used = |fs: Option<&FsStats>| {
         let v = fs.and_then(|f| if inodes { f.inodes_used } else { f.used_bytes });
         v.map_or(0, |v| i64::try_from(v).unwrap_or(i64::MAX))
     };
-    stats
+    let containers = stats
         .containers
         .iter()
         .map(|c| {
@@ -115,7 +115,14 @@ fn disk_usage(stats: &PodStats, parts: DiskParts, inodes: bool) -> i64 {
             let logs = if parts.logs { used(c.logs.as_ref()) } else { 0 };
             root.saturating_add(logs)
         })
-        .fold(0i64, i64::saturating_add)
+        .fold(0i64, i64::saturating_add);
+    let volumes = stats
+        .volume_stats
+        .iter()
+        .filter(|v| parts.local_volumes && v.local_ephemeral)
+        .map(|v| used(Some(&v.fs)))
+        .fold(0i64, i64::saturating_add);
+    containers.saturating_add(volumes)
 }
 
 /// cmpBool: true goes first.
@@ -170,7 +177,7 @@ pub fn rank<P: Borrow<Pod>>(
 
 /// A Quantity as upstream prints it (canonical, in its own format): binary
 /// suffixes stay binary, the rest is decimal.
-fn canonical(q: &Quantity) -> String {
+pub(super) fn canonical(q: &Quantity) -> String {
     match parse_bytes(q) {
         Ok(v) if q.0.ends_with('i') => format_binary_si(v),
         Ok(v) => format_decimal_si(v),
@@ -428,6 +435,27 @@ mod tests {
         // Inodes.
         rank(&mut pods, Signal::NodeFsInodesFree, &s, false);
         assert_eq!(names(&pods), ["log-heavy", "layer-heavy"]);
+        // A local ephemeral volume counts for nodefs; a memory emptyDir not.
+        let mut c = stats("volume-heavy", 0);
+        c.volume_stats = vec![crate::stats::VolumeStats {
+            fs: fs(2000, 9).unwrap(),
+            name: "scratch".into(),
+            local_ephemeral: true,
+        }];
+        let mut d = stats("tmpfs-heavy", 0);
+        d.volume_stats = vec![crate::stats::VolumeStats {
+            fs: fs(5000, 9).unwrap(),
+            name: "mem".into(),
+            local_ephemeral: false,
+        }];
+        let mut s = s;
+        s.extend([c, d].map(|p| (p.pod_ref.uid.clone(), p)));
+        pods.push(pod("tmpfs-heavy", None, None));
+        pods.push(pod("volume-heavy", None, None));
+        rank(&mut pods, Signal::NodeFsAvailable, &s, true);
+        assert_eq!(names(&pods)[0], "volume-heavy");
+        rank(&mut pods, Signal::ImageFsAvailable, &s, true);
+        assert_eq!(names(&pods)[0], "layer-heavy");
     }
 
     #[test]
