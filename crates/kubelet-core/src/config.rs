@@ -109,6 +109,7 @@ pub const DECODED_FIELDS: &[&str] = &[
     "evictionMaxPodGracePeriod",
     "evictionMinimumReclaim",
     "localStorageCapacityIsolation",
+    "kernelMemcgNotification",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -161,7 +162,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "showHiddenMetricsForVersion",
     "volumePluginDir",
     "providerID",
-    "kernelMemcgNotification",
     "logging",
     "enableSystemLogHandler",
     "enableSystemLogQuery",
@@ -519,6 +519,9 @@ pub struct KubeletConfiguration {
     /// `localStorageCapacityIsolation`: pods over their emptyDir
     /// `sizeLimit` or `ephemeral-storage` limits are evicted. Default true.
     pub local_storage_capacity_isolation: bool,
+    /// `kernelMemcgNotification`: the eviction manager also wakes when the
+    /// kernel says memory crossed a threshold (cgroup v1). Default false.
+    pub kernel_memcg_notification: bool,
 }
 
 /// Upstream's `TracingConfiguration`: an OTLP/gRPC collector and the share of
@@ -605,6 +608,7 @@ impl Default for KubeletConfiguration {
             eviction_max_pod_grace_period: 0,
             eviction_minimum_reclaim: BTreeMap::new(),
             local_storage_capacity_isolation: true,
+            kernel_memcg_notification: false,
         }
     }
 }
@@ -698,6 +702,7 @@ impl KubeletConfiguration {
             "evictionMaxPodGracePeriod": self.eviction_max_pod_grace_period,
             "evictionMinimumReclaim": self.eviction_minimum_reclaim,
             "localStorageCapacityIsolation": self.local_storage_capacity_isolation,
+            "kernelMemcgNotification": self.kernel_memcg_notification,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -1404,6 +1409,11 @@ pub fn parse_kubelet_config_reporting(
             "evictionPressureTransitionPeriod" => {
                 if let Some(d) = decode_duration(field, v)? {
                     cfg.eviction_pressure_transition_period = d;
+                }
+            }
+            "kernelMemcgNotification" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.kernel_memcg_notification = b;
                 }
             }
             "localStorageCapacityIsolation" => {
@@ -2232,7 +2242,7 @@ mod tests {
              evictionSoftGracePeriod: {memory.available: 1m30s}\n\
              evictionMinimumReclaim: {memory.available: 0.5Gi, nodefs.available: 5%}\n\
              evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 20\n\
-             localStorageCapacityIsolation: false\n",
+             localStorageCapacityIsolation: false\nkernelMemcgNotification: true\n",
         )
         .unwrap();
         assert!(ignored.is_empty(), "{ignored:?}");
@@ -2253,6 +2263,7 @@ mod tests {
         assert_eq!(json["evictionPressureTransitionPeriod"], "30s");
         assert_eq!(json["evictionMaxPodGracePeriod"], 20);
         assert_eq!(json["localStorageCapacityIsolation"], false);
+        assert_eq!(json["kernelMemcgNotification"], true);
         assert_eq!(json["evictionSoftGracePeriod"]["memory.available"], "1m30s");
         for (body, message) in [
             (

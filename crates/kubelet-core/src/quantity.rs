@@ -177,16 +177,21 @@ fn parse_str(s: &str) -> Result<Parsed, QuantityError> {
 /// An amount of bytes as upstream's Quantity prints a BinarySI value:
 /// with the largest of Ki, Mi, Gi, Ti, Pi, Ei that divides it.
 pub fn format_binary_si(n: i64) -> String {
-    const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    format_with_suffixes(n, 1024, ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"])
+}
+
+/// `n` with the largest of the suffixes (each `base` times the one
+/// before) that divides it.
+fn format_with_suffixes(n: i64, base: i64, suffixes: [&str; 6]) -> String {
     if n == 0 {
         return "0".to_owned();
     }
     let (mut v, mut unit) = (n, None);
-    for s in SUFFIXES {
-        if v % 1024 != 0 {
+    for s in suffixes {
+        if v % base != 0 {
             break;
         }
-        v /= 1024;
+        v /= base;
         unit = Some(s);
     }
     format!("{v}{}", unit.unwrap_or(""))
@@ -195,19 +200,7 @@ pub fn format_binary_si(n: i64) -> String {
 /// A count as upstream's Quantity prints a DecimalSI value: with the
 /// largest of k, M, G, T, P, E that divides it.
 pub fn format_decimal_si(n: i64) -> String {
-    const SUFFIXES: [&str; 6] = ["k", "M", "G", "T", "P", "E"];
-    if n == 0 {
-        return "0".to_owned();
-    }
-    let (mut v, mut unit) = (n, None);
-    for s in SUFFIXES {
-        if v % 1000 != 0 {
-            break;
-        }
-        v /= 1000;
-        unit = Some(s);
-    }
-    format!("{v}{}", unit.unwrap_or(""))
+    format_with_suffixes(n, 1000, ["k", "M", "G", "T", "P", "E"])
 }
 
 /// Milli-CPUs as upstream prints a DecimalSI cpu amount: `2`, `1500m`.

@@ -10,16 +10,23 @@
 //! reason Evicted once stopped. It then waits for that pod to be cleaned up
 //! ([`POD_CLEANUP_TIMEOUT`] at most) before the next pass.
 //!
-//! Not yet: the allocatableMemory.available signal, the containerfs
-//! signals, and memcg threshold notifications (passes are timed).
+//! With kernelMemcgNotification on a cgroup v1 host, a memory.available
+//! threshold is also registered with the kernel ([`memcg`]), whose
+//! notification starts a pass at once.
+//!
+//! Not yet: the allocatableMemory.available signal and the containerfs
+//! signals.
+
+mod memcg;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::eviction::decide::{State, observe, step, thresholds_met};
+use kubelet_core::eviction::decide::{State, memcg_threshold, observe, step, thresholds_met};
 use kubelet_core::eviction::local;
 use kubelet_core::eviction::rank::{eviction_message, is_critical, rank};
 use kubelet_core::eviction::{Pressure, Signal, Threshold};
@@ -29,6 +36,8 @@ use kubelet_core::types::pod_full_name;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::tasks::blocking;
+use memcg::MemcgNotifier;
 
 /// How often the manager looks (upstream's housekeeping period, its
 /// default evictionMonitoringPeriod).
@@ -38,6 +47,9 @@ pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 const POD_CLEANUP_POLL: Duration = Duration::from_secs(1);
 /// The grace period of a pod evicted for a hard threshold.
 const IMMEDIATE_EVICTION_GRACE_PERIOD: i64 = 1;
+/// How often the memcg thresholds follow the node's figures (upstream's
+/// notifierRefreshInterval).
+const NOTIFIER_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 
 /// What the manager acts through (the kubelet; a fake in tests).
 pub trait EvictionHost: Send + Sync + 'static {
@@ -78,6 +90,9 @@ pub struct Settings {
     pub max_pod_grace_period: i64,
     /// localStorageCapacityIsolation.
     pub local_storage_capacity_isolation: bool,
+    /// With kernelMemcgNotification on a cgroup v1 host: the memory
+    /// hierarchy's root, where memory.available's thresholds are registered.
+    pub memcg_root: Option<PathBuf>,
 }
 
 pub struct EvictionManager {
@@ -86,6 +101,8 @@ pub struct EvictionManager {
     pressure: RwLock<Vec<Pressure>>,
     /// Whether the image file system is a dedicated one, once known.
     dedicated: Mutex<Option<bool>>,
+    /// The node's memory at the last pass: usage, working set, available.
+    node_memory: Mutex<Option<(u64, u64, u64)>>,
     metrics: KubeletMetrics,
     clock: Clock,
 }
@@ -108,6 +125,7 @@ impl EvictionManager {
             state: Mutex::default(),
             pressure: RwLock::default(),
             dedicated: Mutex::default(),
+            node_memory: Mutex::default(),
             metrics,
             clock,
         }
@@ -151,6 +169,12 @@ impl EvictionManager {
             }
         };
         let observations = observe(&summary);
+        if let Some(m) = &summary.node.memory
+            && let (Some(u), Some(ws), Some(a)) =
+                (m.usage_bytes, m.working_set_bytes, m.available_bytes)
+        {
+            *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()) = Some((u, ws, a));
+        }
         let pass = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let (next, pass) = step(
@@ -300,18 +324,70 @@ impl EvictionManager {
         }
     }
 
+    /// The memcg notifiers of memory.available's thresholds at the node's
+    /// last figures (UpdateThreshold), or none where they cannot be made.
+    async fn memcg_notifiers(&self) -> Vec<(String, MemcgNotifier)> {
+        let (Some(root), Some((usage, working_set, available))) = (
+            self.settings.memcg_root.clone(),
+            *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()),
+        ) else {
+            return Vec::new();
+        };
+        let wanted: Vec<(String, i64)> = self
+            .settings
+            .thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable)
+            .map(|t| {
+                let kind = if t.is_hard() { "hard" } else { "soft" };
+                let at = memcg_threshold(t, usage, working_set, available);
+                (format!("{kind} memory eviction threshold"), at)
+            })
+            .collect();
+        let made = blocking(move || {
+            Ok(wanted
+                .into_iter()
+                .filter_map(|(what, at)| match MemcgNotifier::register(&root, at) {
+                    Ok(n) => {
+                        tracing::debug!(notifier = %what, capacity = at, "Eviction manager: setting notifier to capacity");
+                        Some((what, n))
+                    }
+                    Err(error) => {
+                        tracing::info!(notifier = %what, %error, "Eviction manager: failed to update notifier");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>())
+        })
+        .await;
+        made.unwrap_or_default()
+    }
+
     /// Pass after pass until `cancel`: after an eviction, wait for the pod
-    /// to be cleaned up, else for the monitoring interval.
+    /// to be cleaned up, else for the monitoring interval or a memcg
+    /// notification, whichever comes first.
     pub async fn run<H: EvictionHost>(self: Arc<Self>, host: H, cancel: CancellationToken) {
         tracing::info!("Eviction manager: starting control loop");
+        let mut notifiers = Vec::new();
+        let mut refreshed: Option<tokio::time::Instant> = None;
         loop {
             let evicted = tokio::select! {
                 _ = cancel.cancelled() => return,
                 e = self.synchronize(&host) => e,
             };
+            if self.settings.memcg_root.is_some()
+                && refreshed.is_none_or(|at| at.elapsed() >= NOTIFIER_REFRESH_INTERVAL)
+            {
+                notifiers = self.memcg_notifiers().await;
+                refreshed = Some(tokio::time::Instant::now());
+            }
             let wait = async {
-                if evicted.is_empty() {
+                if evicted.is_empty() && notifiers.is_empty() {
                     tokio::time::sleep(MONITORING_INTERVAL).await;
+                } else if evicted.is_empty() {
+                    if let Some(what) = memcg::wait_any(&notifiers, MONITORING_INTERVAL).await {
+                        tracing::info!("eviction manager: {what} crossed");
+                    }
                 } else {
                     wait_for_cleanup(&host, &evicted).await;
                 }
@@ -550,6 +626,7 @@ mod tests {
                 transition_period: Duration::from_secs(300),
                 max_pod_grace_period: max_grace,
                 local_storage_capacity_isolation: true,
+                memcg_root: None,
             },
             KubeletMetrics::new("node"),
             clock,

@@ -478,6 +478,7 @@ impl Kubelet {
                 transition_period: cfg.eviction_pressure_transition_period,
                 max_pod_grace_period: cfg.eviction_max_pod_grace_period,
                 local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
+                memcg_root: memcg_root(cfg, &opts.cgroups),
             },
             opts.metrics.clone(),
             opts.clock,
@@ -1356,6 +1357,27 @@ impl Kubelet {
                 pod
             })
             .collect()
+    }
+}
+
+/// Where kernelMemcgNotification registers memory thresholds: the v1
+/// memory hierarchy's root (upstream's notifier needs cgroup v1 too).
+fn memcg_root(cfg: &KubeletConfiguration, host: &HostCgroups) -> Option<PathBuf> {
+    if !cfg.kernel_memcg_notification {
+        return None;
+    }
+    match &host.layout {
+        Some(kubelet_core::cgroups::CgroupLayout::V1 { mounts })
+            if mounts.contains_key("memory") =>
+        {
+            mounts.get("memory").cloned()
+        }
+        _ => {
+            tracing::info!(
+                "Eviction manager: failed to create memory threshold notifier: memory cgroup mount point not found"
+            );
+            None
+        }
     }
 }
 

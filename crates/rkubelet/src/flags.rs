@@ -252,6 +252,10 @@ pub struct Flags {
     /// The most grace (seconds) a pod evicted for a soft threshold gets.
     #[arg(long, value_name = "SECONDS", allow_hyphen_values = true)]
     pub eviction_max_pod_grace_period: Option<i32>,
+
+    /// Wake the eviction manager on the kernel's memcg notifications (cgroup v1).
+    #[arg(long = "kernel-memcg-notification", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub kernel_memcg_notification: Option<bool>,
 }
 
 /// `k<v,...` (upstream's LangleSeparatedMapStringString).
@@ -510,6 +514,9 @@ impl Flags {
         }
         if let Some(n) = self.eviction_max_pod_grace_period {
             config.eviction_max_pod_grace_period = i64::from(n);
+        }
+        if let Some(b) = self.kernel_memcg_notification {
+            config.kernel_memcg_notification = b;
         }
     }
 
@@ -953,6 +960,7 @@ hairpinMode: none
             "--eviction-minimum-reclaim=memory.available=500Mi",
             "--eviction-pressure-transition-period=30s",
             "--eviction-max-pod-grace-period=20",
+            "--kernel-memcg-notification",
         ])
         .unwrap();
         let c = &s.config;
@@ -980,6 +988,7 @@ hairpinMode: none
             Duration::from_secs(30)
         );
         assert_eq!(c.eviction_max_pod_grace_period, 20);
+        assert!(c.kernel_memcg_notification);
         let t = c.eviction_thresholds().unwrap();
         assert_eq!(t.len(), 3);
         assert_eq!(t[2].grace_period, Duration::from_secs(90));

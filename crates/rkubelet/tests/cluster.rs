@@ -2729,7 +2729,8 @@ async fn r_private_images_pull_only_with_their_pull_secret() {
 /// message, the DisruptionTarget condition, an annotated Evicted event)
 /// while a Guaranteed pod keeps running; the node reports MemoryPressure
 /// and refuses a BestEffort pod meanwhile, and reports it no more once the
-/// transition period has passed.
+/// transition period has passed. With kernelMemcgNotification the kernel's
+/// notification of the threshold crossed starts the manager's pass.
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn s_memory_pressure_evicts_the_pod_over_its_request() {
@@ -2752,7 +2753,7 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
     let threshold = available / MI - 400;
     k.set_eviction(&format!(
         "evictionHard:\n  memory.available: {threshold}Mi\n\
-         evictionPressureTransitionPeriod: 30s\n"
+         evictionPressureTransitionPeriod: 30s\nkernelMemcgNotification: true\n"
     ));
     k.start_ready().await;
 
@@ -2860,6 +2861,11 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
             (c["status"] == want).then_some(c)
         }
     };
+    let log = std::fs::read_to_string(k.dir.path().join("rkubelet.log")).unwrap();
+    assert!(
+        log.contains("hard memory eviction threshold crossed"),
+        "the kernel's memcg notification woke the eviction manager"
+    );
     let c = eventually("MemoryPressure reported", START, async || {
         pressure("True").await
     })

@@ -242,6 +242,19 @@ pub fn step(
     (next, Pass { pressure, act_on })
 }
 
+/// The memcg usage threshold upstream's memory threshold notifier sets
+/// for `threshold` (kernelMemcgNotification): the usage at which the
+/// node's available memory reaches the threshold, given the summary's node
+/// memory (usage, working set, available) — capacity less the threshold
+/// plus the inactive file pages the working set leaves out.
+pub fn memcg_threshold(threshold: &Threshold, usage: u64, working_set: u64, available: u64) -> i64 {
+    let inactive_file = clamp(usage.saturating_sub(working_set));
+    let capacity = clamp(available.saturating_add(working_set));
+    capacity
+        .saturating_sub(threshold.value.amount_of(capacity))
+        .saturating_add(inactive_file)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,6 +337,26 @@ mod tests {
         // Missing figures are no observations.
         let empty = observe(&Summary::default());
         assert!(empty.is_empty(), "{empty:?}");
+    }
+
+    #[test]
+    fn the_memcg_threshold_as_upstream_sets_it() {
+        let t = threshold(
+            Signal::MemoryAvailable,
+            ThresholdValue::Quantity(100 * MI),
+            0,
+        );
+        // 1000Mi capacity (600 available + 400 working set), 50Mi inactive
+        // file: usage may reach 1000 - 100 + 50.
+        assert_eq!(
+            memcg_threshold(&t, 450 * MI as u64, 400 * MI as u64, 600 * MI as u64),
+            950 * MI
+        );
+        let pct = threshold(Signal::MemoryAvailable, ThresholdValue::Percentage(0.1), 0);
+        assert_eq!(
+            memcg_threshold(&pct, 400 * MI as u64, 400 * MI as u64, 600 * MI as u64),
+            1000 * MI - 104_857_601
+        );
     }
 
     #[test]
