@@ -1171,21 +1171,25 @@ impl Kubelet {
     }
 
     /// The pods admitted and not done (upstream's GetActivePods): pods only
-    /// recorded while the runtime was down have no worker yet.
+    /// recorded while the runtime was down have no worker yet. The pods are
+    /// copied out first: housekeeping takes the workers' lock before the
+    /// pod manager's, so this never holds them the other way round.
     fn active_pods(&self) -> Vec<Arc<Pod>> {
         let rejected = self
             .rejected
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        self.pod_manager.pods_where(|p| {
+        let mut pods = self.pod_manager.pods();
+        pods.retain(|p| {
             let u = PodUid::of(p);
             !rejected.contains(&u)
                 && self.workers.state(&u).is_some_and(|s| !s.is_finished())
                 && !self.status.get_pod_status(&u).is_some_and(|s| {
                     matches!(s.phase.as_deref(), Some(PHASE_SUCCEEDED | PHASE_FAILED))
                 })
-        })
+        });
+        pods
     }
 
     /// Refuse a pod: Failed with admission's reason, never started.
