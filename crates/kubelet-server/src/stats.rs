@@ -738,35 +738,53 @@ async fn container_log_stats(
 }
 
 /// Allocated bytes and inode count of a directory tree, as upstream's du
-/// of a volume: symlinks are not followed, other file systems (mounts
-/// inside it) not entered, an entry gone meanwhile not counted.
+/// of a volume. The walk goes through directory descriptors (`openat`
+/// with O_NOFOLLOW and O_DIRECTORY, `fstatat` without following), so a
+/// symlink a container puts in place of a directory, even mid-walk, never
+/// leads it out; other file systems (mounts inside it) are not entered; an
+/// entry gone meanwhile is not counted. One descriptor is open per level.
 fn tree_usage(dir: &Path) -> io::Result<(u64, u64)> {
+    use rustix::fs::{Mode, OFlags, open};
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let top = std::fs::symlink_metadata(dir)?;
-    let (mut bytes, mut inodes) = (top.blocks() * 512, 1);
-    let mut dirs = Vec::new();
+    let mut usage = (top.blocks() * 512, 1);
     if top.is_dir() {
-        dirs.push(dir.to_path_buf());
+        let fd = open(dir, flags, Mode::empty())?;
+        walk(&fd, top.dev(), &mut usage);
     }
-    while let Some(d) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
+    Ok(usage)
+}
+
+/// Add what directory `dir` holds to `usage`, on device `dev` only.
+fn walk(dir: &rustix::fd::OwnedFd, dev: u64, usage: &mut (u64, u64)) {
+    use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, openat, statat};
+    let Ok(entries) = Dir::read_from(dir) else {
+        return;
+    };
+    let mut subdirs = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        let Ok(st) = statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
-        for entry in entries.flatten() {
-            // A DirEntry's metadata is lstat's: links are not followed.
-            let Ok(meta) = entry.metadata() else {
-                continue;
-            };
-            if meta.dev() != top.dev() {
-                continue;
-            }
-            bytes += meta.blocks() * 512;
-            inodes += 1;
-            if meta.is_dir() {
-                dirs.push(entry.path());
-            }
+        if st.st_dev != dev {
+            continue;
+        }
+        usage.0 += u64::try_from(st.st_blocks).unwrap_or(0) * 512;
+        usage.1 += 1;
+        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+            subdirs.push(name.to_owned());
         }
     }
-    Ok((bytes, inodes))
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for name in subdirs {
+        if let Ok(fd) = openat(dir, name.as_c_str(), flags, Mode::empty()) {
+            walk(&fd, dev, usage);
+        }
+    }
 }
 
 /// Allocated bytes and inode count of a directory and the entries in it
@@ -1453,5 +1471,23 @@ resource_scrape_error 0
         *f.now.lock().unwrap() += VOLUME_STATS_PERIOD;
         let later = web(&f.provider.get(&f.view).await.unwrap());
         assert!(used(&later, "scratch") >= scratch + 8192, "walked again");
+    }
+
+    /// The volume walk counts what is in the tree and nothing a symlink
+    /// points at (here `/`).
+    #[test]
+    fn a_volume_walk_never_follows_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let kib8 = "x".repeat(8192);
+        write(&dir.path().join("a"), &kib8);
+        write(&dir.path().join("d/b"), &kib8);
+        std::os::unix::fs::symlink("/", dir.path().join("d/escape")).unwrap();
+        let (bytes, inodes) = tree_usage(dir.path()).unwrap();
+        // The top, a, d, d/b and the link itself.
+        assert_eq!(inodes, 5);
+        assert!((16384..1 << 20).contains(&bytes), "{bytes}");
+        // A link given as the volume itself is counted as a link.
+        let (_, inodes) = tree_usage(&dir.path().join("d/escape")).unwrap();
+        assert_eq!(inodes, 1);
     }
 }

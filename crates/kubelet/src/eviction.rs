@@ -55,8 +55,9 @@ const NOTIFIER_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 pub trait EvictionHost: Send + Sync + 'static {
     /// The node's stats summary, with new samples.
     fn summary(&self) -> impl Future<Output = Result<Summary, String>> + Send;
-    /// Whether the runtime's images live on a file system of their own.
-    fn dedicated_image_fs(&self) -> impl Future<Output = bool> + Send;
+    /// Whether the runtime's images live on a file system of their own;
+    /// None when that cannot be told now (asked again next pass).
+    fn dedicated_image_fs(&self) -> impl Future<Output = Option<bool>> + Send;
     /// The pods admitted and not yet terminal.
     fn active_pods(&self) -> Vec<Arc<Pod>>;
     /// Remove dead containers and unused images (for disk pressure).
@@ -145,8 +146,10 @@ impl EvictionManager {
             return d;
         }
         let d = host.dedicated_image_fs().await;
-        *self.dedicated.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
-        d
+        if d.is_some() {
+            *self.dedicated.lock().unwrap_or_else(|e| e.into_inner()) = d;
+        }
+        d.unwrap_or(false)
     }
 
     /// One pass (upstream's synchronize): the pods evicted.
@@ -560,8 +563,8 @@ mod tests {
                     .collect(),
             })
         }
-        async fn dedicated_image_fs(&self) -> bool {
-            false
+        async fn dedicated_image_fs(&self) -> Option<bool> {
+            Some(false)
         }
         fn active_pods(&self) -> Vec<Arc<Pod>> {
             let gone = self.evicted();

@@ -1395,14 +1395,14 @@ impl EvictionHost for EvictionView {
     }
 
     /// HasDedicatedImageFs: the runtime's image file system is on another
-    /// device than the root directory.
-    async fn dedicated_image_fs(&self) -> bool {
+    /// device than the root directory (None while that cannot be told).
+    async fn dedicated_image_fs(&self) -> Option<bool> {
         use std::os::unix::fs::MetadataExt as _;
         let info = match self.0.syncer.runtime.cri().image_fs_info().await {
             Ok(i) => i,
             Err(error) => {
                 tracing::warn!(%error, "Eviction manager: failed to get HasDedicatedImageFs");
-                return false;
+                return None;
             }
         };
         let Some(mountpoint) = info
@@ -1411,15 +1411,15 @@ impl EvictionHost for EvictionView {
             .and_then(|f| f.fs_id.as_ref())
             .map(|id| id.mountpoint.clone())
         else {
-            return false;
+            return Some(false);
         };
         let (image, root) = tokio::join!(
             tokio::fs::metadata(mountpoint),
             tokio::fs::metadata(&self.0.opts.root_dir)
         );
         match (image, root) {
-            (Ok(i), Ok(r)) => i.dev() != r.dev(),
-            _ => false,
+            (Ok(i), Ok(r)) => Some(i.dev() != r.dev()),
+            _ => None,
         }
     }
 

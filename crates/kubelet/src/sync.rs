@@ -351,13 +351,23 @@ impl Syncer {
             .destroy_pod(&target.pod_ref.uid)
             .await
             .map_err(SyncError::PodCgroupTeardown)?;
-        if why == Why::Removed {
+        // An evicted pod's containers, writable layers and logs go too, as
+        // upstream removes all of an evicted pod's containers: they are what
+        // disk pressure wants back.
+        let evicted = self
+            .evictions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&target.pod_ref.uid);
+        if why == Why::Removed || evicted {
             self.runtime.remove_pod(&target.pod_ref, &rt).await?;
+            tracing::info!(evicted, "pod removed from the runtime");
+        }
+        if why == Why::Removed {
             self.volumes
                 .remove_pod_dir(&target.pod_ref.uid)
                 .await
                 .map_err(SyncError::VolumesTeardown)?;
-            tracing::info!("pod removed from the runtime");
         }
         Ok(())
     }

@@ -2816,6 +2816,12 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
             && message.ends_with(", request is 0, has larger consumption of memory. "),
         "{message}"
     );
+    // Its containers (writable layers, logs) are removed, as upstream's.
+    let hog_uid: HashSet<String> = [uid(&hog).to_owned()].into();
+    eventually("the hog's containers removed", START, async || {
+        k.containers_of(&hog_uid).await?.is_empty().then_some(())
+    })
+    .await;
     let disruption = status["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))

@@ -159,14 +159,17 @@ pub fn rank<P: Borrow<Pod>>(
     };
     pods.sort_by(|a, b| {
         let (a, b) = (a.borrow(), b.borrow());
+        let by_priority = priority(a).cmp(&priority(b));
+        // rankPIDPressure: priority, then (process counts, not kept yet)
+        // pods without stats first.
+        if signal.resource() == Some(Resource::Pids) {
+            let no_stats = true_first(stats_of(a).is_none(), stats_of(b).is_none());
+            return by_priority.then(no_stats);
+        }
         let (sa, sb) = match (stats_of(a), stats_of(b)) {
             (Some(sa), Some(sb)) => (sa, sb),
             (sa, sb) => return true_first(sa.is_none(), sb.is_none()),
         };
-        let by_priority = priority(a).cmp(&priority(b));
-        if signal.resource() == Some(Resource::Pids) {
-            return by_priority;
-        }
         let (ua, ra, oa) = measure(a, sa);
         let (ub, rb, ob) = measure(b, sb);
         true_first(ua > ra, ub > rb)
@@ -406,10 +409,11 @@ mod tests {
                 "within-request",
             ]
         );
-        // PID pressure: priority alone (no-stats still first).
+        // PID pressure: priority first (the pod without stats, of priority
+        // 5000, goes last), then pods without stats.
         rank(&mut pods, Signal::PidAvailable, &s, false);
-        assert_eq!(names(&pods)[0], "no-stats");
-        assert_eq!(names(&pods)[5], "over-high-priority");
+        assert_eq!(names(&pods)[4], "over-high-priority");
+        assert_eq!(names(&pods)[5], "no-stats");
     }
 
     #[test]
