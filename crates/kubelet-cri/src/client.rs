@@ -565,6 +565,19 @@ impl CriClient {
         )
         .await
     }
+
+    /// Where the runtime's (first) image file system is mounted, if it
+    /// says.
+    pub async fn image_fs_mountpoint(&self) -> Result<Option<String>, CriError> {
+        Ok(self
+            .image_fs_info()
+            .await?
+            .image_filesystems
+            .into_iter()
+            .next()
+            .and_then(|f| f.fs_id)
+            .map(|id| id.mountpoint))
+    }
 }
 
 fn image_spec(image: &str) -> cri::ImageSpec {

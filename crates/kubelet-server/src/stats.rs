@@ -492,12 +492,15 @@ impl StatsProvider {
         pods: &mut [PodStats],
         now: SystemTime,
     ) {
+        let by_uid: HashMap<&str, &Pod> = specs
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+            .collect();
         // (pod index, volume name, local ephemeral, its directory)
         let mut wanted = Vec::new();
         for (i, stats) in pods.iter().enumerate() {
-            let Some(spec) = specs
-                .iter()
-                .find(|p| p.metadata.uid.as_deref() == Some(stats.pod_ref.uid.as_str()))
+            let Some(spec) = by_uid
+                .get(stats.pod_ref.uid.as_str())
                 .and_then(|p| p.spec.as_ref())
             else {
                 continue;
@@ -737,12 +740,18 @@ async fn container_log_stats(
     }
 }
 
+/// How deep a volume walk goes: a pod nesting directories without end
+/// cannot exhaust the stack or the descriptors of the thread (or of the
+/// kubelet) walking it; what lies deeper is not counted.
+const MAX_WALK_DEPTH: usize = 128;
+
 /// Allocated bytes and inode count of a directory tree, as upstream's du
 /// of a volume. The walk goes through directory descriptors (`openat`
 /// with O_NOFOLLOW and O_DIRECTORY, `fstatat` without following), so a
 /// symlink a container puts in place of a directory, even mid-walk, never
 /// leads it out; other file systems (mounts inside it) are not entered; an
-/// entry gone meanwhile is not counted. One descriptor is open per level.
+/// entry gone meanwhile is not counted. One descriptor is open per level,
+/// and no more than [`MAX_WALK_DEPTH`] levels are entered.
 fn tree_usage(dir: &Path) -> io::Result<(u64, u64)> {
     use rustix::fs::{Mode, OFlags, open};
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -750,13 +759,14 @@ fn tree_usage(dir: &Path) -> io::Result<(u64, u64)> {
     let mut usage = (top.blocks() * 512, 1);
     if top.is_dir() {
         let fd = open(dir, flags, Mode::empty())?;
-        walk(&fd, top.dev(), &mut usage);
+        walk(&fd, top.dev(), MAX_WALK_DEPTH, &mut usage);
     }
     Ok(usage)
 }
 
-/// Add what directory `dir` holds to `usage`, on device `dev` only.
-fn walk(dir: &rustix::fd::OwnedFd, dev: u64, usage: &mut (u64, u64)) {
+/// Add what directory `dir` holds to `usage`, on device `dev` only,
+/// entering at most `depth` more levels.
+fn walk(dir: &rustix::fd::OwnedFd, dev: u64, depth: usize, usage: &mut (u64, u64)) {
     use rustix::fs::{AtFlags, Dir, FileType, Mode, OFlags, openat, statat};
     let Ok(entries) = Dir::read_from(dir) else {
         return;
@@ -775,14 +785,14 @@ fn walk(dir: &rustix::fd::OwnedFd, dev: u64, usage: &mut (u64, u64)) {
         }
         usage.0 += u64::try_from(st.st_blocks).unwrap_or(0) * 512;
         usage.1 += 1;
-        if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+        if depth > 1 && FileType::from_raw_mode(st.st_mode) == FileType::Directory {
             subdirs.push(name.to_owned());
         }
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     for name in subdirs {
         if let Ok(fd) = openat(dir, name.as_c_str(), flags, Mode::empty()) {
-            walk(&fd, dev, usage);
+            walk(&fd, dev, depth - 1, usage);
         }
     }
 }
@@ -1486,6 +1496,14 @@ resource_scrape_error 0
         // The top, a, d, d/b and the link itself.
         assert_eq!(inodes, 5);
         assert!((16384..1 << 20).contains(&bytes), "{bytes}");
+        // A chain deeper than MAX_WALK_DEPTH is counted down to it.
+        let mut deep = dir.path().join("deep");
+        for _ in 0..200 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let (_, inodes) = tree_usage(&dir.path().join("deep")).unwrap();
+        assert_eq!(inodes, 1 + MAX_WALK_DEPTH as u64);
         // A link given as the volume itself is counted as a link.
         let (_, inodes) = tree_usage(&dir.path().join("d/escape")).unwrap();
         assert_eq!(inodes, 1);

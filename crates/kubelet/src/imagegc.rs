@@ -95,12 +95,11 @@ impl ImageGcManager {
             .flat_map(|c| [c.image_ref, c.image_id])
             .filter(|id| !id.is_empty())
             .collect();
-        let fs = self.cri.image_fs_info().await?;
-        let mountpoint = fs
-            .image_filesystems
-            .first()
-            .and_then(|f| f.fs_id.as_ref())
-            .map(|id| id.mountpoint.clone());
+        // Removing every unused image needs no figures of the file system.
+        let mountpoint = match goal {
+            Goal::Policy => self.cri.image_fs_mountpoint().await?,
+            Goal::AllUnused => None,
+        };
         let (capacity, available) = match mountpoint {
             Some(m) => tokio::task::spawn_blocking(move || {
                 rustix::fs::statvfs(Path::new(&m))

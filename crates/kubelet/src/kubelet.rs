@@ -1398,20 +1398,13 @@ impl EvictionHost for EvictionView {
     /// device than the root directory (None while that cannot be told).
     async fn dedicated_image_fs(&self) -> Option<bool> {
         use std::os::unix::fs::MetadataExt as _;
-        let info = match self.0.syncer.runtime.cri().image_fs_info().await {
-            Ok(i) => i,
+        let mountpoint = match self.0.syncer.runtime.cri().image_fs_mountpoint().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Some(false),
             Err(error) => {
                 tracing::warn!(%error, "Eviction manager: failed to get HasDedicatedImageFs");
                 return None;
             }
-        };
-        let Some(mountpoint) = info
-            .image_filesystems
-            .first()
-            .and_then(|f| f.fs_id.as_ref())
-            .map(|id| id.mountpoint.clone())
-        else {
-            return Some(false);
         };
         let (image, root) = tokio::join!(
             tokio::fs::metadata(mountpoint),

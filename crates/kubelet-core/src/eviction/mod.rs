@@ -196,17 +196,12 @@ impl Threshold {
 pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Threshold>, String> {
     let mut out = Vec::new();
     for (signal, val) in statements {
-        let Some(sig) = Signal::parse(signal) else {
-            return Err(format!("unsupported eviction signal {signal}"));
-        };
+        let sig = parse_signal(signal)?;
         if let Some(pct) = val.strip_suffix('%') {
             if val == "0%" || val == "100%" {
                 continue;
             }
-            let p: f32 = pct
-                .parse::<f32>()
-                .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))?
-                / 100.0;
+            let p = parse_percentage(pct)?;
             if p < 0.0 {
                 return Err(format!(
                     "eviction percentage threshold {signal} must be >= 0%: {val}"
@@ -293,14 +288,18 @@ fn parse_signal(signal: &str) -> Result<Signal, String> {
     Signal::parse(signal).ok_or_else(|| format!("unsupported eviction signal {signal}"))
 }
 
+/// parsePercentage: the number before `%`, as a share (float32).
+fn parse_percentage(pct: &str) -> Result<f32, String> {
+    pct.parse::<f32>()
+        .map(|p| p / 100.0)
+        .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))
+}
+
 /// parseMinimumReclaims' value: a positive percentage or a quantity not
 /// below zero.
 fn parse_minimum_reclaim(signal: &str, val: &str) -> Result<ThresholdValue, String> {
     if let Some(pct) = val.strip_suffix('%') {
-        let p: f32 = pct
-            .parse::<f32>()
-            .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))?
-            / 100.0;
+        let p = parse_percentage(pct)?;
         if p <= 0.0 {
             return Err(format!(
                 "eviction percentage minimum reclaim {signal} must be positive: {val}"
