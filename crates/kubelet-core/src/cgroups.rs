@@ -255,6 +255,14 @@ impl QosCgroups {
     }
 }
 
+/// Where the pods' cgroups are: the host's cgroup file system and the QoS
+/// parents (what the stats provider reads usage from).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodCgroups {
+    pub layout: CgroupLayout,
+    pub qos: QosCgroups,
+}
+
 /// `pod<uid>`, when the UID is one path component.
 fn pod_cgroup_dir(uid: &str) -> Option<String> {
     (!uid.is_empty() && !uid.contains(['/', '\0'])).then(|| format!("{POD_CGROUP_PREFIX}{uid}"))

@@ -48,7 +48,7 @@ pub struct NodeStats {
     pub swap: Option<SwapStats>,
 }
 
-/// `PodStats` (pod network and process stats are not reported).
+/// `PodStats` (pod network stats are not reported).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStats {
@@ -67,6 +67,16 @@ pub struct PodStats {
     pub ephemeral_storage: Option<FsStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
+    /// The processes of the pod's containers.
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+/// `ProcessStats`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ProcessStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
 }
 
 /// `VolumeStats`: a volume's usage by its name in the pod's spec.
@@ -600,9 +610,10 @@ pub fn parse_flat_keyed<'a>(
     Ok(out)
 }
 
-/// Node memory figures (cAdvisor's for the root cgroup).
+/// A cgroup's memory figures as cAdvisor reads them (the root cgroup's
+/// for the node).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeMemory {
+pub struct MemoryReading {
     pub usage_bytes: u64,
     pub working_set_bytes: u64,
     pub rss_bytes: u64,
@@ -610,13 +621,13 @@ pub struct NodeMemory {
     pub major_page_faults: u64,
 }
 
-impl NodeMemory {
+impl MemoryReading {
     /// From the cgroup v1 root: memory.usage_in_bytes and memory.stat; the
     /// working set is usage minus inactive file pages, as cAdvisor computes it.
     pub fn from_cgroup_v1(
         usage_in_bytes: u64,
         memory_stat: &HashMap<&str, u64>,
-    ) -> Result<NodeMemory, ParseError> {
+    ) -> Result<MemoryReading, ParseError> {
         const FILE: &str = "memory.stat";
         let get = |name: &str| {
             memory_stat
@@ -624,12 +635,35 @@ impl NodeMemory {
                 .copied()
                 .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
         };
-        Ok(NodeMemory {
+        Ok(MemoryReading {
             usage_bytes: usage_in_bytes,
             working_set_bytes: usage_in_bytes.saturating_sub(get("total_inactive_file")?),
             rss_bytes: get("total_rss")?,
             page_faults: get("total_pgfault")?,
             major_page_faults: get("total_pgmajfault")?,
+        })
+    }
+
+    /// From a cgroup v2 directory: memory.current and memory.stat; the
+    /// working set drops inactive file pages, rss is the anonymous memory
+    /// (cAdvisor's v2 reading).
+    pub fn from_cgroup_v2(
+        current: u64,
+        memory_stat: &HashMap<&str, u64>,
+    ) -> Result<MemoryReading, ParseError> {
+        const FILE: &str = "memory.stat";
+        let get = |name: &str| {
+            memory_stat
+                .get(name)
+                .copied()
+                .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
+        };
+        Ok(MemoryReading {
+            usage_bytes: current,
+            working_set_bytes: current.saturating_sub(get("inactive_file")?),
+            rss_bytes: get("anon")?,
+            page_faults: get("pgfault")?,
+            major_page_faults: get("pgmajfault")?,
         })
     }
 
@@ -639,7 +673,7 @@ impl NodeMemory {
     pub fn from_meminfo(
         meminfo: &MemInfo,
         vmstat: &HashMap<&str, u64>,
-    ) -> Result<NodeMemory, ParseError> {
+    ) -> Result<MemoryReading, ParseError> {
         const FILE: &str = "/proc/vmstat";
         let get = |name: &str| {
             vmstat
@@ -648,7 +682,7 @@ impl NodeMemory {
                 .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
         };
         let usage = meminfo.total.saturating_sub(meminfo.free);
-        Ok(NodeMemory {
+        Ok(MemoryReading {
             usage_bytes: usage,
             working_set_bytes: usage.saturating_sub(meminfo.inactive_file),
             rss_bytes: meminfo.anon_pages,
@@ -656,6 +690,68 @@ impl NodeMemory {
             major_page_faults: get("pgmajfault")?,
         })
     }
+}
+
+/// One cgroup's CPU, memory and process figures, read from its files (what
+/// cAdvisor reads for a container or pod cgroup).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CgroupUsage {
+    /// Cumulative CPU time in nanoseconds.
+    pub cpu_usage_ns: u64,
+    pub memory: MemoryReading,
+    /// The memory limit; None when unlimited.
+    pub memory_limit: Option<u64>,
+    /// The processes in the cgroup itself (its cgroup.procs).
+    pub processes: u64,
+}
+
+impl CgroupUsage {
+    /// The summary's memory stats: availableBytes is the limit less the
+    /// working set when there is a limit (cadvisorInfoToCPUandMemoryStats).
+    pub fn memory_stats(&self, time: SystemTime) -> MemoryStats {
+        let m = &self.memory;
+        MemoryStats {
+            time,
+            available_bytes: self
+                .memory_limit
+                .map(|limit| limit.saturating_sub(m.working_set_bytes)),
+            usage_bytes: Some(m.usage_bytes),
+            working_set_bytes: Some(m.working_set_bytes),
+            rss_bytes: Some(m.rss_bytes),
+            page_faults: Some(m.page_faults),
+            major_page_faults: Some(m.major_page_faults),
+        }
+    }
+}
+
+/// Limits above this count as none (upstream's isMemoryUnlimited: cgroup
+/// v1 writes its "no limit" as a page-rounded i64::MAX).
+const UNLIMITED_MEMORY: u64 = 1 << 62;
+
+/// memory.limit_in_bytes (v1) or memory.max (v2): None when unlimited.
+pub fn parse_memory_limit(file: &'static str, text: &str) -> Result<Option<u64>, ParseError> {
+    match text.trim() {
+        "max" => Ok(None),
+        value => {
+            let limit = parse_u64(file, "limit", value)?;
+            Ok((limit <= UNLIMITED_MEMORY).then_some(limit))
+        }
+    }
+}
+
+/// A v2 cpu.stat's usage_usec, in nanoseconds.
+pub fn parse_cpu_stat_usage(text: &str) -> Result<u64, ParseError> {
+    const FILE: &str = "cpu.stat";
+    let usec = parse_flat_keyed(FILE, text)?
+        .get("usage_usec")
+        .copied()
+        .ok_or_else(|| parse_err(FILE, "no usage_usec line"))?;
+    Ok(usec.saturating_mul(1000))
+}
+
+/// The number of processes a cgroup.procs lists.
+pub fn count_procs(text: &str) -> u64 {
+    text.lines().filter(|l| !l.trim().is_empty()).count() as u64
 }
 
 /// Interfaces cAdvisor leaves out of the node's network stats.
@@ -1050,7 +1146,7 @@ mod tests {
             (24_684_092 * 1024) - (4 << 30)
         );
         let vmstat = parse_flat_keyed("/proc/vmstat", "pgfault 100\npgmajfault 7\n").unwrap();
-        let mem = NodeMemory::from_meminfo(&got, &vmstat).unwrap();
+        let mem = MemoryReading::from_meminfo(&got, &vmstat).unwrap();
         assert_eq!(mem.usage_bytes, (24_684_092 - 20_033_508) * 1024);
         assert_eq!(
             mem.working_set_bytes,
@@ -1068,15 +1164,73 @@ mod tests {
     }
 
     #[test]
+    fn cgroup_v2_files() {
+        let stat = "anon 4096\nfile 8192\ninactive_file 6000\npgfault 12\npgmajfault 3\n";
+        let parsed = parse_flat_keyed("memory.stat", stat).unwrap();
+        let mem = MemoryReading::from_cgroup_v2(20_000, &parsed).unwrap();
+        assert_eq!(
+            mem,
+            MemoryReading {
+                usage_bytes: 20_000,
+                working_set_bytes: 14_000,
+                rss_bytes: 4096,
+                page_faults: 12,
+                major_page_faults: 3,
+            }
+        );
+        let missing = parse_flat_keyed("memory.stat", "anon 1\n").unwrap();
+        let err = MemoryReading::from_cgroup_v2(1, &missing).unwrap_err();
+        assert_eq!(err.to_string(), "memory.stat: no inactive_file line");
+
+        let cpu = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n";
+        assert_eq!(parse_cpu_stat_usage(cpu).unwrap(), 1_500_000);
+        assert!(parse_cpu_stat_usage("user_usec 1\n").is_err());
+
+        for (text, want) in [
+            ("max\n", None),
+            ("268435456\n", Some(268_435_456)),
+            // cgroup v1's "no limit".
+            ("9223372036854771712\n", None),
+            ("4611686018427387904", Some(1 << 62)),
+        ] {
+            assert_eq!(
+                parse_memory_limit("memory.max", text).unwrap(),
+                want,
+                "{text}"
+            );
+        }
+        assert!(parse_memory_limit("memory.max", "lots").is_err());
+
+        assert_eq!(count_procs(""), 0);
+        assert_eq!(count_procs("1\n27\n300\n"), 3);
+
+        let usage = CgroupUsage {
+            cpu_usage_ns: 1,
+            memory: mem,
+            memory_limit: Some(16_000),
+            processes: 1,
+        };
+        let at = UNIX_EPOCH + Duration::from_secs(5);
+        let stats = usage.memory_stats(at);
+        assert_eq!(stats.available_bytes, Some(2_000));
+        assert_eq!(stats.working_set_bytes, Some(14_000));
+        let unlimited = CgroupUsage {
+            memory_limit: None,
+            ..usage
+        };
+        assert_eq!(unlimited.memory_stats(at).available_bytes, None);
+    }
+
+    #[test]
     fn cgroup_memory_stat() {
         let stat = "cache 1\nrss 2\ntotal_cache 3576799232\ntotal_rss 238714880\n\
                     total_pgfault 249737472\ntotal_pgmajfault 68513\n\
                     total_inactive_file 1655640064\n";
         let parsed = parse_flat_keyed("memory.stat", stat).unwrap();
-        let mem = NodeMemory::from_cgroup_v1(3_815_206_912, &parsed).unwrap();
+        let mem = MemoryReading::from_cgroup_v1(3_815_206_912, &parsed).unwrap();
         assert_eq!(
             mem,
-            NodeMemory {
+            MemoryReading {
                 usage_bytes: 3_815_206_912,
                 working_set_bytes: 3_815_206_912 - 1_655_640_064,
                 rss_bytes: 238_714_880,
@@ -1091,14 +1245,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            NodeMemory::from_cgroup_v1(5, &parsed)
+            MemoryReading::from_cgroup_v1(5, &parsed)
                 .unwrap()
                 .working_set_bytes,
             0
         );
         let missing = parse_flat_keyed("memory.stat", "total_rss 1\n").unwrap();
         assert_eq!(
-            NodeMemory::from_cgroup_v1(5, &missing)
+            MemoryReading::from_cgroup_v1(5, &missing)
                 .unwrap_err()
                 .to_string(),
             "memory.stat: no total_inactive_file line"

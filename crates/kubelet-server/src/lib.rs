@@ -25,6 +25,7 @@ use std::path::PathBuf;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::cgroups::PodCgroups;
 use kubelet_cri::client::CriClient;
 
 /// The response body of every handler: boxed so that handlers can stream
@@ -59,4 +60,9 @@ pub trait NodeView: Send + Sync + 'static {
     fn metrics_text(&self) -> String;
     /// The Prometheus text of `/metrics/probes`.
     fn probe_metrics_text(&self) -> String;
+    /// Where the pods' cgroups are, for their usage; None (the default):
+    /// pods have no cgroups of their own and their usage is the runtime's.
+    fn pod_cgroups(&self) -> Option<PodCgroups> {
+        None
+    }
 }

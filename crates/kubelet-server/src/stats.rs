@@ -3,10 +3,15 @@
 //! pkg/kubelet/stats/cri_stats_provider.go and
 //! pkg/kubelet/metrics/collectors/resource_metrics.go). Node figures come
 //! from the host (/proc, the root memory cgroup, statvfs of the root
-//! directory), pod and container figures from the CRI's ListContainerStats,
-//! the pods' emptyDir and configMap volumes measured on disk (at most every
-//! [`VOLUME_STATS_PERIOD`], as upstream's volume stats); the CPU rates
-//! (usageNanoCores) from the previous sample this provider kept.
+//! directory); pod and container CPU, memory and process counts from the
+//! pod cgroups the container manager made and the container cgroups under
+//! them (what upstream reads through cAdvisor), or from the CRI's
+//! ListContainerStats where pods have no cgroups of their own; writable
+//! layers from ListContainerStats; the pods' emptyDir and configMap
+//! volumes measured on disk (at most every [`VOLUME_STATS_PERIOD`], as
+//! upstream's volume stats); the CPU rates (usageNanoCores) from the
+//! previous sample this provider kept. The eviction manager reads the same
+//! provider.
 
 use std::collections::HashMap;
 use std::io;
@@ -17,16 +22,18 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::cgroups::{CgroupLayout, CgroupName, PodCgroups};
 use kubelet_core::stats::{
-    ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryStats, NetworkStats, NodeMemory,
-    NodeStats, ParseError, PodReference, PodStats, RlimitStats, RuntimeStats, Summary, SwapStats,
-    VolumeStats, default_route_interface, ephemeral_storage, nanos_since_epoch,
-    node_available_memory, parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_net_dev,
-    parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap,
-    ticks_to_nanos, time_from_nanos, usage_nano_cores,
+    CgroupUsage, ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryReading, MemoryStats,
+    NetworkStats, NodeStats, ParseError, PodReference, PodStats, RlimitStats, RuntimeStats,
+    Summary, SwapStats, VolumeStats, count_procs, default_route_interface, ephemeral_storage,
+    nanos_since_epoch, node_available_memory, parse_cpu_stat_usage, parse_flat_keyed,
+    parse_loadavg_tasks, parse_meminfo, parse_memory_limit, parse_net_dev, parse_proc_stat,
+    parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap, ticks_to_nanos,
+    time_from_nanos, usage_nano_cores,
 };
 use kubelet_core::volume;
-use kubelet_cri::client::CriError;
+use kubelet_cri::client::{CriClient, CriError};
 
 use crate::NodeView;
 
@@ -36,6 +43,13 @@ const CPU_CACHE_PERIOD: Duration = Duration::from_secs(10 * 60);
 /// volumeStatsAggPeriod default): a large emptyDir is walked once a minute,
 /// not at every summary.
 pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
+/// How old the runtime's container stats may be when pods have cgroups of
+/// their own (only their writable layers are read then) and
+/// `/stats/summary` is asked: the eviction manager refreshes them every
+/// 10 s and containerd measures its snapshots every 10 s, so a scrape
+/// rarely waits for ListContainerStats, which costs containerd a call to
+/// every container's shim.
+pub const RUNTIME_STATS_MAX_AGE: Duration = Duration::from_secs(15);
 /// The node's default interface when no IPv4 default route exists (upstream's choice).
 const DEFAULT_INTERFACE: &str = "eth0";
 
@@ -53,6 +67,8 @@ pub enum StatsError {
         what: &'static str,
         source: CriError,
     },
+    #[error("no {0} cgroup hierarchy is mounted")]
+    NoController(&'static str),
     #[error("failed to get imageFs stats: imageFs information is unavailable")]
     NoImageFs,
     #[error("failed to encode the summary: {0}")]
@@ -78,11 +94,27 @@ struct CpuRecord {
     nano_cores: Option<u64>,
 }
 
-/// The previous CPU samples: the node's and each container's (by id).
+/// The previous CPU samples: the node's, each container's (by id) and each
+/// pod cgroup's (by pod UID).
 #[derive(Debug, Default)]
 struct CpuCache {
     node: Option<CpuRecord>,
     containers: HashMap<String, CpuRecord>,
+    pods: HashMap<String, CpuRecord>,
+}
+
+/// Whose CPU samples.
+#[derive(Clone, Copy, Debug)]
+enum Sampled {
+    Container,
+    Pod,
+}
+
+/// A pod's stats as they are gathered, with its cgroup and that cgroup's
+/// usage when it has one.
+struct PodEntry {
+    stats: PodStats,
+    cgroup: Option<(CgroupName, CgroupUsage)>,
 }
 
 /// The record to keep after reading `cur`: the rate since `prev`, if it can be computed.
@@ -112,6 +144,9 @@ pub struct StatsProvider {
     cpu: Mutex<CpuCache>,
     /// Each volume directory's last measure, and when it was taken.
     volumes: Mutex<HashMap<PathBuf, (SystemTime, VolumeUsage)>>,
+    /// The runtime's last container stats, and when they were asked, for
+    /// writable layers (kept only where pods have cgroups of their own).
+    runtime: Mutex<Option<(SystemTime, Arc<Vec<cri::ContainerStats>>)>>,
 }
 
 /// A volume directory's usage and its file system's.
@@ -148,6 +183,7 @@ impl StatsProvider {
             ticks_per_second,
             cpu: Mutex::new(CpuCache::default()),
             volumes: Mutex::default(),
+            runtime: Mutex::default(),
         }
     }
 
@@ -165,21 +201,25 @@ impl StatsProvider {
         } else {
             Scope::Full
         };
-        let summary = self.build(view, scope, true).await?;
+        let summary = self.build(view, scope, true, RUNTIME_STATS_MAX_AGE).await?;
         Ok(serde_json::to_value(&summary)?)
     }
 
-    /// The whole summary with new CPU samples (what the eviction manager
-    /// reads each pass, as upstream's summary provider Get(updateStats)).
+    /// The whole summary with new CPU samples and the runtime's latest
+    /// figures (what the eviction manager reads each pass, as upstream's
+    /// summary provider Get(updateStats)).
     pub async fn get(&self, view: &dyn NodeView) -> Result<Summary, StatsError> {
-        self.build(view, Scope::Full, true).await
+        self.build(view, Scope::Full, true, Duration::ZERO).await
     }
 
     /// `/metrics/resource` as upstream's Prometheus text. A failure to gather
     /// the stats is not an error of the endpoint: it is logged and reported
     /// as `resource_scrape_error 1`, as upstream does.
     pub async fn resource_metrics(&self, view: &dyn NodeView) -> String {
-        match self.build(view, Scope::CpuAndMemory, false).await {
+        match self
+            .build(view, Scope::CpuAndMemory, false, RUNTIME_STATS_MAX_AGE)
+            .await
+        {
             Ok(summary) => resource_metrics_text(Some(&summary)),
             Err(err) => {
                 tracing::error!(%err, "Error getting summary for resourceMetric prometheus endpoint");
@@ -188,12 +228,15 @@ impl StatsProvider {
         }
     }
 
-    /// Gather a summary; `update` takes new CPU samples (else rates come from the kept ones).
+    /// Gather a summary; `update` takes new CPU samples (else rates come
+    /// from the kept ones); the runtime's writable-layer figures may be
+    /// `max_age` old.
     async fn build(
         &self,
         view: &dyn NodeView,
         scope: Scope,
         update: bool,
+        max_age: Duration,
     ) -> Result<Summary, StatsError> {
         let now = (self.clock)();
         let mut node = self.node_stats(now, update).await?;
@@ -210,7 +253,7 @@ impl StatsProvider {
             }
             Scope::CpuAndMemory => None,
         };
-        let pods = self.pod_stats(view, now, root_fs, update).await?;
+        let pods = self.pod_stats(view, now, root_fs, update, max_age).await?;
         Ok(Summary { node, pods })
     }
 
@@ -245,7 +288,7 @@ impl StatsProvider {
                 Ok(usage) => {
                     let usage = parse_single_int("memory.usage_in_bytes", &usage)?;
                     let stat = self.read(self.host.memory_cgroup.join("memory.stat"))?;
-                    NodeMemory::from_cgroup_v1(
+                    MemoryReading::from_cgroup_v1(
                         u64::try_from(usage).unwrap_or(0),
                         &parse_flat_keyed("memory.stat", &stat)?,
                     )?
@@ -253,7 +296,10 @@ impl StatsProvider {
                 // No cgroup v1 memory controller (cgroup v2): /proc/meminfo and /proc/vmstat.
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     let vmstat = self.read(self.host.proc.join("vmstat"))?;
-                    NodeMemory::from_meminfo(&meminfo, &parse_flat_keyed("/proc/vmstat", &vmstat)?)?
+                    MemoryReading::from_meminfo(
+                        &meminfo,
+                        &parse_flat_keyed("/proc/vmstat", &vmstat)?,
+                    )?
                 }
                 Err(source) => {
                     return Err(StatsError::Read {
@@ -339,13 +385,19 @@ impl StatsProvider {
         }
     }
 
-    /// Pods with running containers (from the CRI), then the kubelet's other pods bare.
+    /// Pods with running containers (from the CRI), then the kubelet's other
+    /// pods bare. Where pods have cgroups of their own, CPU, memory and
+    /// process counts are read from the pod's and its containers' cgroups
+    /// (as upstream reads them through cAdvisor), and the runtime's
+    /// ListContainerStats is asked only for the full summary's writable
+    /// layers; else the runtime's figures are all there is.
     async fn pod_stats(
         &self,
         view: &dyn NodeView,
         now: SystemTime,
         root_fs: Option<FsUsage>,
         update: bool,
+        max_age: Duration,
     ) -> Result<Vec<PodStats>, StatsError> {
         let cri = view.cri();
         let cri_err = |what| move |source| StatsError::Cri { what, source };
@@ -363,58 +415,112 @@ impl StatsProvider {
             .list_pod_sandbox(None)
             .await
             .map_err(cri_err("pod sandboxes"))?;
-        let stats = cri
-            .list_container_stats(None)
-            .await
-            .map_err(cri_err("container stats"))?;
+        let cgroups = view.pod_cgroups();
+        let stats = match (&cgroups, root_fs) {
+            // Every figure is the runtime's: the latest.
+            (None, _) => Arc::new(
+                cri.list_container_stats(None)
+                    .await
+                    .map_err(cri_err("container stats"))?,
+            ),
+            (Some(_), Some(_)) => self.runtime_stats(&cri, now, max_age).await?,
+            (Some(_), None) => Arc::default(),
+        };
+        let specs = view.pods();
+        let by_uid: HashMap<&str, &Pod> = specs
+            .iter()
+            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+            .collect();
 
-        let containers: HashMap<&str, &cri::Container> =
-            containers.iter().map(|c| (c.id.as_str(), c)).collect();
+        let stats: HashMap<&str, &cri::ContainerStats> = stats
+            .iter()
+            .filter_map(|s| Some((s.attributes.as_ref()?.id.as_str(), s)))
+            .collect();
         let sandboxes: HashMap<&str, &cri::PodSandbox> =
             sandboxes.iter().map(|s| (s.id.as_str(), s)).collect();
         let root_fs_stats = root_fs.map(|usage| FsStats::from_usage(now, &usage));
         let mut mountpoints: HashMap<String, Option<FsUsage>> = HashMap::new();
 
-        let mut by_sandbox: HashMap<&str, PodStats> = HashMap::new();
-        for stat in &stats {
-            let Some(attributes) = &stat.attributes else {
+        let mut by_sandbox: HashMap<&str, PodEntry> = HashMap::new();
+        for container in &containers {
+            let stat = stats.get(container.id.as_str()).copied();
+            // Without cgroups of its own a container is reported only with the runtime's figures.
+            if cgroups.is_none() && stat.is_none() {
                 continue;
-            };
-            let Some(container) = containers.get(attributes.id.as_str()) else {
-                continue;
-            };
+            }
             let Some(sandbox) = sandboxes.get(container.pod_sandbox_id.as_str()) else {
                 continue;
             };
             let Some(meta) = &sandbox.metadata else {
                 continue;
             };
-            let pod = by_sandbox
-                .entry(sandbox.id.as_str())
-                .or_insert_with(|| PodStats {
-                    pod_ref: PodReference {
-                        name: meta.name.clone(),
-                        namespace: meta.namespace.clone(),
-                        uid: meta.uid.clone(),
-                    },
-                    // The summary API's pod start time is the sandbox's creation.
-                    start_time: Some(time_from_nanos(sandbox.created_at)),
-                    ..Default::default()
+            let entry = by_sandbox.entry(sandbox.id.as_str()).or_insert_with(|| {
+                let cgroup = cgroups.as_ref().and_then(|c| {
+                    self.pod_cgroup(c, by_uid.get(meta.uid.as_str()).copied(), &meta.uid)
                 });
-            let name = attributes
+                PodEntry {
+                    stats: PodStats {
+                        pod_ref: PodReference {
+                            name: meta.name.clone(),
+                            namespace: meta.namespace.clone(),
+                            uid: meta.uid.clone(),
+                        },
+                        // The summary API's pod start time is the sandbox's creation.
+                        start_time: Some(time_from_nanos(sandbox.created_at)),
+                        ..Default::default()
+                    },
+                    cgroup,
+                }
+            });
+            let name = container
                 .metadata
                 .as_ref()
                 .map(|m| m.name.clone())
                 .unwrap_or_default();
+            // A container's cgroup is named by its id under the pod's
+            // (containerd's cgroupfs path: parent/id).
+            let usage = match (&cgroups, &entry.cgroup) {
+                (Some(c), Some((pod, _))) => self
+                    .cgroup_usage(&c.layout, &pod.child(&container.id))
+                    .inspect_err(|err| tracing::debug!(%err, id = %container.id, "no cgroup stats"))
+                    .ok(),
+                _ => None,
+            };
+            let (cpu, memory) = match (usage, stat) {
+                (Some(u), _) => {
+                    let sample = CpuSample {
+                        timestamp_ns: nanos_since_epoch(now),
+                        usage_core_nano_seconds: u.cpu_usage_ns,
+                    };
+                    (
+                        self.cgroup_cpu(Sampled::Container, &container.id, sample, now, update),
+                        u.memory_stats(now),
+                    )
+                }
+                (None, stat) => (
+                    self.container_cpu(
+                        &container.id,
+                        stat.and_then(|s| s.cpu.as_ref()),
+                        now,
+                        update,
+                    ),
+                    container_memory(stat.and_then(|s| s.memory.as_ref()), now),
+                ),
+            };
+            if let Some(u) = usage {
+                let count = entry.stats.process_stats.get_or_insert_default();
+                count.process_count = Some(count.process_count.unwrap_or(0) + u.processes);
+            }
+            let pod = &mut entry.stats;
             let mut cs = ContainerStats {
                 start_time: Some(time_from_nanos(container.created_at)),
-                cpu: Some(self.container_cpu(&attributes.id, stat.cpu.as_ref(), now, update)),
-                memory: Some(container_memory(stat.memory.as_ref(), now)),
+                cpu: Some(cpu),
+                memory: Some(memory),
                 ..Default::default()
             };
             if let Some(root) = &root_fs_stats {
-                cs.swap = Some(container_swap(stat.swap.as_ref(), now));
-                if let Some(layer) = &stat.writable_layer {
+                cs.swap = Some(container_swap(stat.and_then(|s| s.swap.as_ref()), now));
+                if let Some(layer) = stat.and_then(|s| s.writable_layer.as_ref()) {
                     let fs = match &layer.fs_id {
                         Some(id) => *mountpoints
                             .entry(id.mountpoint.clone())
@@ -435,27 +541,46 @@ impl StatsProvider {
             cs.name = name;
             pod.containers.push(cs);
         }
+
+        let mut pods = Vec::with_capacity(by_sandbox.len());
+        for entry in by_sandbox.into_values() {
+            let mut pod = entry.stats;
+            pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
+            // The pod cgroup holds the sandbox and the pod overhead too
+            // (addPodCPUMemoryStats reads it first); without one, the sum
+            // of the containers'.
+            (pod.cpu, pod.memory) = match entry.cgroup {
+                Some((_, u)) => {
+                    let sample = CpuSample {
+                        timestamp_ns: nanos_since_epoch(now),
+                        usage_core_nano_seconds: u.cpu_usage_ns,
+                    };
+                    let uid = pod.pod_ref.uid.clone();
+                    (
+                        Some(self.cgroup_cpu(Sampled::Pod, &uid, sample, now, update)),
+                        Some(u.memory_stats(now)),
+                    )
+                }
+                None => sum_cpu_memory(&pod.containers),
+            };
+            pods.push(pod);
+        }
         if update {
             self.forget_old_samples(now);
         }
-
-        let mut pods: Vec<PodStats> = by_sandbox.into_values().collect();
-        let specs = view.pods();
         if root_fs_stats.is_some() {
-            self.volume_stats(&view.root_dir(), &specs, &mut pods, now)
+            self.volume_stats(&view.root_dir(), &by_uid, &mut pods, now)
                 .await;
         }
-        for pod in &mut pods {
-            pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
-            (pod.cpu, pod.memory) = sum_cpu_memory(&pod.containers);
-            if let Some(root) = &root_fs_stats {
+        if let Some(root) = &root_fs_stats {
+            for pod in &mut pods {
                 pod.swap = sum_swap(&pod.containers);
                 pod.ephemeral_storage =
                     Some(ephemeral_storage(&pod.containers, &pod.volume_stats, root));
             }
         }
         // The kubelet's pods the runtime has nothing running for.
-        for pod in specs {
+        for pod in &specs {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             if pods.iter().any(|p| p.pod_ref.uid == uid) {
                 continue;
@@ -481,6 +606,150 @@ impl StatsProvider {
         Ok(pods)
     }
 
+    /// The runtime's container stats, asked again when the kept ones are
+    /// older than `max_age`.
+    async fn runtime_stats(
+        &self,
+        cri: &CriClient,
+        now: SystemTime,
+        max_age: Duration,
+    ) -> Result<Arc<Vec<cri::ContainerStats>>, StatsError> {
+        let kept = self
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((at, stats)) = kept
+            && now.duration_since(at).unwrap_or(Duration::MAX) < max_age
+        {
+            return Ok(stats);
+        }
+        let stats =
+            Arc::new(
+                cri.list_container_stats(None)
+                    .await
+                    .map_err(|source| StatsError::Cri {
+                        what: "container stats",
+                        source,
+                    })?,
+            );
+        *self.runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, stats.clone()));
+        Ok(stats)
+    }
+
+    /// The pod's cgroup and its usage: where its QoS class puts it when the
+    /// kubelet knows the pod, else the first of the three places a pod
+    /// cgroup may be that can be read.
+    fn pod_cgroup(
+        &self,
+        cgroups: &PodCgroups,
+        spec: Option<&Pod>,
+        uid: &str,
+    ) -> Option<(CgroupName, CgroupUsage)> {
+        let candidates: Vec<CgroupName> = match spec {
+            Some(pod) => cgroups.qos.pod(pod, uid).into_iter().collect(),
+            None => cgroups
+                .qos
+                .pod_candidates(uid)
+                .into_iter()
+                .flatten()
+                .collect(),
+        };
+        candidates.into_iter().find_map(|name| {
+            let usage = self.cgroup_usage(&cgroups.layout, &name).ok()?;
+            Some((name, usage))
+        })
+    }
+
+    /// One cgroup's CPU time, memory and processes: cpuacct and memory
+    /// (v1) or the unified directory (v2).
+    fn cgroup_usage(
+        &self,
+        layout: &CgroupLayout,
+        name: &CgroupName,
+    ) -> Result<CgroupUsage, StatsError> {
+        let rel = name.relative();
+        let int = |file: &'static str, text: String| -> Result<u64, StatsError> {
+            Ok(u64::try_from(parse_single_int(file, &text)?).unwrap_or(0))
+        };
+        match layout {
+            CgroupLayout::V1 { mounts } => {
+                let dir = |controller: &'static str| {
+                    mounts
+                        .get(controller)
+                        .map(|m| m.join(&rel))
+                        .ok_or(StatsError::NoController(controller))
+                };
+                let (cpu, memory) = (dir("cpuacct")?, dir("memory")?);
+                let cpu_usage_ns = int("cpuacct.usage", self.read(cpu.join("cpuacct.usage"))?)?;
+                let usage = int(
+                    "memory.usage_in_bytes",
+                    self.read(memory.join("memory.usage_in_bytes"))?,
+                )?;
+                let stat = self.read(memory.join("memory.stat"))?;
+                let limit = self.read(memory.join("memory.limit_in_bytes"))?;
+                Ok(CgroupUsage {
+                    cpu_usage_ns,
+                    memory: MemoryReading::from_cgroup_v1(
+                        usage,
+                        &parse_flat_keyed("memory.stat", &stat)?,
+                    )?,
+                    memory_limit: parse_memory_limit("memory.limit_in_bytes", &limit)?,
+                    processes: count_procs(&self.read(cpu.join("cgroup.procs"))?),
+                })
+            }
+            CgroupLayout::V2 { root, .. } => {
+                let dir = root.join(&rel);
+                let cpu_usage_ns = parse_cpu_stat_usage(&self.read(dir.join("cpu.stat"))?)?;
+                let current = int("memory.current", self.read(dir.join("memory.current"))?)?;
+                let stat = self.read(dir.join("memory.stat"))?;
+                let limit = self.read(dir.join("memory.max"))?;
+                Ok(CgroupUsage {
+                    cpu_usage_ns,
+                    memory: MemoryReading::from_cgroup_v2(
+                        current,
+                        &parse_flat_keyed("memory.stat", &stat)?,
+                    )?,
+                    memory_limit: parse_memory_limit("memory.max", &limit)?,
+                    processes: count_procs(&self.read(dir.join("cgroup.procs"))?),
+                })
+            }
+        }
+    }
+
+    /// CPU stats from a cgroup's cumulative usage, the rate from the kept
+    /// sample (taking this one when `update`).
+    fn cgroup_cpu(
+        &self,
+        which: Sampled,
+        id: &str,
+        sample: CpuSample,
+        now: SystemTime,
+        update: bool,
+    ) -> CpuStats {
+        CpuStats {
+            time: now,
+            usage_nano_cores: self.cpu_rate(which, id, sample, update),
+            usage_core_nano_seconds: Some(sample.usage_core_nano_seconds),
+        }
+    }
+
+    /// The rate since the kept sample of `id`; with `update`, `sample` is kept instead.
+    fn cpu_rate(&self, which: Sampled, id: &str, sample: CpuSample, update: bool) -> Option<u64> {
+        let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = match which {
+            Sampled::Container => &mut cache.containers,
+            Sampled::Pod => &mut cache.pods,
+        };
+        if update {
+            let record = next_record(kept.get(id).copied(), sample);
+            kept.insert(id.to_owned(), record);
+            record.nano_cores
+        } else {
+            kept.get(id).and_then(|r| r.nano_cores)
+        }
+    }
+
     /// The emptyDir and configMap volumes of the pods with stats, from
     /// their directories under `<root-dir>/pods/<uid>/volumes`; a measure
     /// younger than [`VOLUME_STATS_PERIOD`] is used again. The walks run on
@@ -488,14 +757,10 @@ impl StatsProvider {
     async fn volume_stats(
         &self,
         root_dir: &Path,
-        specs: &[Pod],
+        by_uid: &HashMap<&str, &Pod>,
         pods: &mut [PodStats],
         now: SystemTime,
     ) {
-        let by_uid: HashMap<&str, &Pod> = specs
-            .iter()
-            .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
-            .collect();
         // (pod index, volume name, local ephemeral, its directory)
         let mut wanted = Vec::new();
         for (i, stats) in pods.iter().enumerate() {
@@ -577,20 +842,16 @@ impl StatsProvider {
         let usage = cpu.usage_core_nano_seconds.as_ref().map(|v| v.value);
         let nano_cores = match (&cpu.usage_nano_cores, usage) {
             (Some(reported), _) => Some(reported.value),
-            (None, usage) => {
-                let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
-                match usage {
-                    Some(usage) if update => {
-                        let sample = CpuSample {
-                            timestamp_ns: cpu.timestamp,
-                            usage_core_nano_seconds: usage,
-                        };
-                        let record = next_record(cache.containers.get(id).copied(), sample);
-                        cache.containers.insert(id.to_owned(), record);
-                        record.nano_cores
-                    }
-                    _ => cache.containers.get(id).and_then(|r| r.nano_cores),
-                }
+            (None, Some(usage)) => {
+                let sample = CpuSample {
+                    timestamp_ns: cpu.timestamp,
+                    usage_core_nano_seconds: usage,
+                };
+                self.cpu_rate(Sampled::Container, id, sample, update)
+            }
+            (None, None) => {
+                let cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+                cache.containers.get(id).and_then(|r| r.nano_cores)
             }
         };
         CpuStats {
@@ -604,9 +865,9 @@ impl StatsProvider {
     fn forget_old_samples(&self, now: SystemTime) {
         let horizon = nanos_since_epoch(now).saturating_sub(CPU_CACHE_PERIOD.as_nanos() as i64);
         let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
-        cache
-            .containers
-            .retain(|_, r| r.sample.timestamp_ns >= horizon);
+        let fresh = |_: &String, r: &mut CpuRecord| r.sample.timestamp_ns >= horizon;
+        cache.containers.retain(fresh);
+        cache.pods.retain(fresh);
     }
 }
 
@@ -836,6 +1097,7 @@ mod tests {
         pods: Vec<Pod>,
         logs_root: PathBuf,
         root_dir: PathBuf,
+        cgroups: Option<PodCgroups>,
     }
 
     impl NodeView for TestView {
@@ -865,6 +1127,9 @@ mod tests {
         }
         fn probe_metrics_text(&self) -> String {
             String::new()
+        }
+        fn pod_cgroups(&self) -> Option<PodCgroups> {
+            self.cgroups.clone()
         }
     }
 
@@ -1024,6 +1289,7 @@ mod tests {
             pods: vec![idle],
             logs_root,
             root_dir: dir.path().to_path_buf(),
+            cgroups: None,
         };
         let (clock, now) = clock(UNIX_EPOCH + Duration::from_millis(1_700_000_100_500));
         let provider = StatsProvider::with_host(fake_host(dir.path(), true), clock, 100);
@@ -1199,6 +1465,118 @@ mod tests {
             json!({"time": "2023-11-14T22:15:00Z", "swapAvailableBytes": 0, "swapUsageBytes": 0})
         );
         drop(f.dir);
+    }
+
+    /// A cgroup v1 directory `rel` under the cpuacct and memory
+    /// hierarchies in `root`, with this CPU time, memory usage (of which
+    /// 1 MB inactive file pages), limit and processes.
+    fn fake_cgroup(root: &Path, rel: &str, cpu_ns: u64, usage: u64, limit: u64, procs: &str) {
+        let cpu = root.join("cpuacct").join(rel);
+        let memory = root.join("memory").join(rel);
+        write(&cpu.join("cpuacct.usage"), &format!("{cpu_ns}\n"));
+        write(&cpu.join("cgroup.procs"), procs);
+        write(&memory.join("memory.usage_in_bytes"), &format!("{usage}\n"));
+        write(&memory.join("memory.limit_in_bytes"), &format!("{limit}\n"));
+        write(
+            &memory.join("memory.stat"),
+            "total_inactive_file 1000000\ntotal_rss 500000\ntotal_pgfault 40\n\
+             total_pgmajfault 4\n",
+        );
+    }
+
+    #[tokio::test]
+    async fn pod_and_container_usage_come_from_their_cgroups() {
+        let mut f = fixture().await;
+        let root = f.dir.path().join("cgroup");
+        let pod = "kubepods/burstable/poduid-web";
+        // The pod cgroup holds the sandbox too: more than its one container.
+        fake_cgroup(
+            &root,
+            pod,
+            5_000_000_000,
+            10_000_000,
+            9_223_372_036_854_771_712,
+            "",
+        );
+        let app = format!("{pod}/{}", f.app);
+        fake_cgroup(&root, &app, 3_000_000_000, 8_000_000, 64 << 20, "12\n13\n");
+        f.view.cgroups = Some(PodCgroups {
+            layout: CgroupLayout::V1 {
+                mounts: [
+                    ("cpuacct".to_owned(), root.join("cpuacct")),
+                    ("memory".to_owned(), root.join("memory")),
+                ]
+                .into(),
+            },
+            qos: kubelet_core::cgroups::QosCgroups::new("/"),
+        });
+
+        let s = f.provider.summary(&f.view, false).await.unwrap();
+        let web = &s["pods"][1];
+        assert_eq!(web["podRef"]["name"], "web");
+        assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 5_000_000_000u64);
+        assert_eq!(web["memory"]["usageBytes"], 10_000_000);
+        assert_eq!(web["memory"]["workingSetBytes"], 9_000_000);
+        assert_eq!(web["memory"]["rssBytes"], 500_000);
+        // No limit on the pod cgroup: nothing available to report.
+        assert!(web["memory"].get("availableBytes").is_none(), "{web}");
+        assert_eq!(web["process_stats"]["process_count"], 2);
+        let c = &web["containers"][0];
+        assert_eq!(c["name"], "app");
+        // The cgroup's figures, not the runtime's (1.5 s, 2 MB).
+        assert_eq!(c["cpu"]["usageCoreNanoSeconds"], 3_000_000_000u64);
+        assert_eq!(c["memory"]["workingSetBytes"], 7_000_000);
+        assert_eq!(c["memory"]["availableBytes"], (64 << 20) - 7_000_000);
+        assert_eq!(c["memory"]["pageFaults"], 40);
+        // The writable layer is still the runtime's.
+        assert_eq!(c["rootfs"]["usedBytes"], 4096);
+        assert_eq!(f.fake.calls("ListContainerStats"), 1);
+
+        // Ten seconds and two CPU-seconds later: 0.2 cores for the pod.
+        *f.now.lock().unwrap() += Duration::from_secs(10);
+        fake_cgroup(
+            &root,
+            pod,
+            7_000_000_000,
+            10_000_000,
+            9_223_372_036_854_771_712,
+            "",
+        );
+        fake_cgroup(&root, &app, 4_000_000_000, 8_000_000, 64 << 20, "12\n");
+        let s = f.provider.summary(&f.view, true).await.unwrap();
+        let web = &s["pods"][1];
+        assert_eq!(web["cpu"]["usageNanoCores"], 200_000_000);
+        assert_eq!(web["containers"][0]["cpu"]["usageNanoCores"], 100_000_000);
+        assert_eq!(web["process_stats"]["process_count"], 1);
+        // CPU and memory alone need nothing of the runtime but its lists.
+        assert_eq!(f.fake.calls("ListContainerStats"), 1);
+        let text = f.provider.resource_metrics(&f.view).await;
+        assert!(
+            text.contains("pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"web\"} 7 "),
+            "{text}"
+        );
+        assert_eq!(f.fake.calls("ListContainerStats"), 1);
+
+        // A container whose cgroup is gone (it just stopped) keeps the
+        // runtime's figures; the pod's own cgroup still counts.
+        std::fs::remove_dir_all(root.join("cpuacct").join(&app)).unwrap();
+        let s = f.provider.summary(&f.view, false).await.unwrap();
+        let web = &s["pods"][1];
+        assert_eq!(
+            web["containers"][0]["cpu"]["usageCoreNanoSeconds"],
+            1_500_000_000u64
+        );
+        assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
+        assert!(web.get("process_stats").is_none(), "{web}");
+        // The runtime's figures are kept for the summary's writable layers
+        // until they are RUNTIME_STATS_MAX_AGE old; the eviction manager's
+        // reading always asks.
+        assert_eq!(f.fake.calls("ListContainerStats"), 1);
+        *f.now.lock().unwrap() += RUNTIME_STATS_MAX_AGE;
+        f.provider.summary(&f.view, false).await.unwrap();
+        assert_eq!(f.fake.calls("ListContainerStats"), 2);
+        f.provider.get(&f.view).await.unwrap();
+        assert_eq!(f.fake.calls("ListContainerStats"), 3);
     }
 
     #[tokio::test]

@@ -1493,6 +1493,9 @@ impl NodeView for Kubelet {
     fn probe_metrics_text(&self) -> String {
         self.syncer.prober.probe_metrics_text()
     }
+    fn pod_cgroups(&self) -> Option<kubelet_core::cgroups::PodCgroups> {
+        self.syncer.cm.pod_cgroups()
+    }
 }
 
 impl Health for Kubelet {

@@ -1536,6 +1536,20 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
     })
     .await;
     assert_eq!(summary["node"]["nodeName"], node.as_str());
+    // The pod's figures come from its cgroups: the process count (which the
+    // runtime's stats do not give) of its two containers, a working set.
+    let pod = summary["pods"]
+        .as_array()
+        .and_then(|p| p.iter().find(|p| p["podRef"]["name"] == "cl-api"))
+        .expect("cl-api in the summary");
+    assert!(
+        pod["process_stats"]["process_count"].as_u64().unwrap_or(0) >= 2,
+        "{pod}"
+    );
+    assert!(
+        pod["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0,
+        "{pod}"
+    );
     assert!(
         summary["node"]["memory"]["workingSetBytes"]
             .as_u64()

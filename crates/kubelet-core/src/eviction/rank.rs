@@ -7,8 +7,7 @@
 //!   the signal counts: writable layers, logs and local volumes on one file
 //!   system; logs and local volumes for nodefs and writable layers for
 //!   imagefs when the runtime's image file system is a dedicated one;
-//! - pids: lower priority first (rkubelet does not count a pod's processes
-//!   yet, so the process tie-break upstream makes is not made).
+//! - pids: lower priority first, then the most processes.
 //!
 //! A pod without stats goes before one with them, as upstream ranks it.
 
@@ -125,6 +124,15 @@ fn disk_usage(stats: &PodStats, parts: DiskParts, inodes: bool) -> i64 {
     containers.saturating_add(volumes)
 }
 
+/// processUsage: the pod's process count, 0 when unknown.
+fn processes(stats: &PodStats) -> u64 {
+    stats
+        .process_stats
+        .as_ref()
+        .and_then(|p| p.process_count)
+        .unwrap_or(0)
+}
+
 /// cmpBool: true goes first.
 fn true_first(a: bool, b: bool) -> Ordering {
     b.cmp(&a)
@@ -160,11 +168,13 @@ pub fn rank<P: Borrow<Pod>>(
     pods.sort_by(|a, b| {
         let (a, b) = (a.borrow(), b.borrow());
         let by_priority = priority(a).cmp(&priority(b));
-        // rankPIDPressure: priority, then (process counts, not kept yet)
-        // pods without stats first.
+        // rankPIDPressure: priority, then pods without stats first, then
+        // the most processes.
         if signal.resource() == Some(Resource::Pids) {
-            let no_stats = true_first(stats_of(a).is_none(), stats_of(b).is_none());
-            return by_priority.then(no_stats);
+            return by_priority.then_with(|| match (stats_of(a), stats_of(b)) {
+                (Some(sa), Some(sb)) => processes(sb).cmp(&processes(sa)),
+                (sa, sb) => true_first(sa.is_none(), sb.is_none()),
+            });
         }
         let (sa, sb) = match (stats_of(a), stats_of(b)) {
             (Some(sa), Some(sb)) => (sa, sb),
@@ -299,7 +309,7 @@ pub fn eviction_message(
 mod tests {
     use super::*;
     use crate::eviction::decide::Observation;
-    use crate::stats::{ContainerStats, MemoryStats, PodReference};
+    use crate::stats::{ContainerStats, MemoryStats, PodReference, ProcessStats};
     use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use std::time::{Duration, UNIX_EPOCH};
@@ -410,10 +420,25 @@ mod tests {
             ]
         );
         // PID pressure: priority first (the pod without stats, of priority
-        // 5000, goes last), then pods without stats.
+        // 5000, goes last), then pods without stats, then the most processes.
+        let mut s = s;
+        for (uid, count) in [("over-small", 40), ("within-request", 7), ("over-big", 3)] {
+            s.get_mut(&format!("uid-{uid}")).unwrap().process_stats = Some(ProcessStats {
+                process_count: Some(count),
+            });
+        }
         rank(&mut pods, Signal::PidAvailable, &s, false);
-        assert_eq!(names(&pods)[4], "over-high-priority");
-        assert_eq!(names(&pods)[5], "no-stats");
+        assert_eq!(
+            names(&pods),
+            [
+                "over-small",
+                "within-request",
+                "over-big",
+                "besteffort",
+                "over-high-priority",
+                "no-stats",
+            ]
+        );
     }
 
     #[test]

@@ -33,6 +33,10 @@ impl Cgroupfs {
         self.layout.version()
     }
 
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
     pub fn hugepage_sizes(&self) -> &[u64] {
         &self.hugepage_sizes
     }

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{
-    CgroupLayout, CgroupName, PodCgroupPolicy, QosCgroups, ResourceConfig, hugepage_size_of_dir,
-    less_reserved, limits_config, pod_uid_of, qos_resource_configs,
+    CgroupLayout, CgroupName, PodCgroupPolicy, PodCgroups, QosCgroups, ResourceConfig,
+    hugepage_size_of_dir, less_reserved, limits_config, pod_uid_of, qos_resource_configs,
 };
 use kubelet_core::config::{
     CgroupDriver, ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE, ENFORCE_PODS,
@@ -285,6 +285,14 @@ impl ContainerManager {
             .and_then(|i| i.qos.pod(pod, &PodUid::of(pod).0))
             .map(|n| n.to_cgroupfs())
             .unwrap_or_default()
+    }
+
+    /// Where pod cgroups are; None when pods have none of their own.
+    pub fn pod_cgroups(&self) -> Option<PodCgroups> {
+        self.0.as_ref().map(|i| PodCgroups {
+            layout: i.fs.layout().clone(),
+            qos: i.qos.clone(),
+        })
     }
 
     /// `f` on the manager, off the async workers; `disabled` when
