@@ -30,6 +30,9 @@ pub struct PodActions {
     /// start): removed before their replacement is created, so no duplicate
     /// survives.
     pub containers_to_remove: Vec<String>,
+    /// Running containers whose resources are updated in place (an
+    /// admitted resize), shrinking ones first.
+    pub containers_to_update: Vec<crate::resize::ContainerUpdate>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,10 +65,20 @@ pub struct StartContainer {
 }
 
 /// The hash recorded on a container (`io.kubernetes.container.hash`): a
-/// change of the container's spec changes it, which restarts the container.
-/// FNV-1a over the container's canonical JSON, printed in hex as upstream.
+/// change of it restarts the container. FNV-1a over the container's JSON
+/// without its resources and resize policy, printed in hex as upstream:
+/// resources change in place, through a resize. Upstream hashes only the
+/// name and image, the rest of an API pod's container being immutable;
+/// rkubelet hashes the rest too because a static pod's manifest edit
+/// reaches it as an update of the same pod (see `static_pod_uid`), which
+/// restarts the containers whose spec changed.
 pub fn container_hash(container: &Container) -> String {
-    let json = serde_json::to_vec(container).unwrap_or_default();
+    let hashed = Container {
+        resources: None,
+        resize_policy: None,
+        ..container.clone()
+    };
+    let json = serde_json::to_vec(&hashed).unwrap_or_default();
     let mut h: u32 = 0x811c_9dc5;
     for b in json {
         h ^= u32::from(b);
@@ -333,7 +346,7 @@ impl PodActions {
         });
     }
 
-    fn kill(&mut self, c: &ContainerStatus, reason: String, grace: Option<i64>) {
+    pub(crate) fn kill(&mut self, c: &ContainerStatus, reason: String, grace: Option<i64>) {
         self.containers_to_kill.push(KillContainer {
             id: c.id.clone(),
             name: c.name.clone(),
@@ -1431,6 +1444,9 @@ mod tests {
         let p = pod("Always", &["a"]);
         let c = &p.spec.as_ref().unwrap().containers[0];
         let mut c2 = c.clone();
+        assert_eq!(container_hash(c), container_hash(&c2));
+        // Resources change in place; the rest needs a new container.
+        c2.resources = Some(Default::default());
         assert_eq!(container_hash(c), container_hash(&c2));
         c2.args = Some(vec!["x".into()]);
         assert_ne!(container_hash(c), container_hash(&c2));

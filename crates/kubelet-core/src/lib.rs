@@ -37,6 +37,7 @@ pub mod probe;
 pub mod pullrecords;
 pub mod quantity;
 pub mod reference;
+pub mod resize;
 pub mod resources;
 pub mod runtime;
 pub mod security;

@@ -383,6 +383,27 @@ impl CriClient {
         .map(drop)
     }
 
+    /// UpdateContainerResources: a running container's Linux resources
+    /// (an in-place resize).
+    pub async fn update_container_resources(
+        &self,
+        id: &str,
+        linux: cri::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "UpdateContainerResources",
+            self.timeout,
+            c.update_container_resources(cri::UpdateContainerResourcesRequest {
+                container_id: id.into(),
+                linux: Some(linux),
+                ..Default::default()
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
     pub async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
         self.call(

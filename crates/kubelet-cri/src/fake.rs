@@ -1299,9 +1299,13 @@ impl RuntimeService for Backend {
         &self,
         request: Request<cri::UpdateContainerResourcesRequest>,
     ) -> RpcResult<cri::UpdateContainerResourcesResponse> {
-        let id = request.into_inner().container_id;
+        let request = request.into_inner();
         self.call("UpdateContainerResources", |s| {
-            s.container_mut(&id)?;
+            let c = s.container_mut(&request.container_id)?;
+            // What a test reads back through container_config.
+            if let Some(linux) = request.linux.clone() {
+                c.config.linux.get_or_insert_default().resources = Some(linux);
+            }
             Ok(cri::UpdateContainerResourcesResponse {})
         })
         .await

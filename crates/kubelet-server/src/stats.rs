@@ -43,13 +43,15 @@ const CPU_CACHE_PERIOD: Duration = Duration::from_secs(10 * 60);
 /// volumeStatsAggPeriod default): a large emptyDir is walked once a minute,
 /// not at every summary.
 pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
-/// How old the runtime's container stats may be when pods have cgroups of
-/// their own (only their writable layers are read then) and
-/// `/stats/summary` is asked: the eviction manager refreshes them every
-/// 10 s and containerd measures its snapshots every 10 s, so a scrape
-/// rarely waits for ListContainerStats, which costs containerd a call to
+/// How old the pod and container cgroup readings, and the runtime's
+/// container stats where pods have cgroups of their own (only their
+/// writable layers are read then), may be when the kubelet API asks for a
+/// summary: the eviction manager reads them afresh every 10 s, cAdvisor
+/// keeps its readings about as long, and containerd measures its snapshots
+/// every 10 s; so a scrape every second rarely reads every pod's cgroup
+/// files or waits for ListContainerStats, which costs containerd a call to
 /// every container's shim.
-pub const RUNTIME_STATS_MAX_AGE: Duration = Duration::from_secs(15);
+pub const SUMMARY_MAX_AGE: Duration = Duration::from_secs(15);
 /// The node's default interface when no IPv4 default route exists (upstream's choice).
 const DEFAULT_INTERFACE: &str = "eth0";
 
@@ -114,7 +116,7 @@ enum Sampled {
 /// usage when it has one.
 struct PodEntry {
     stats: PodStats,
-    cgroup: Option<(CgroupName, CgroupUsage)>,
+    cgroup: Option<(CgroupName, SystemTime, CgroupUsage)>,
 }
 
 /// The record to keep after reading `cur`: the rate since `prev`, if it can be computed.
@@ -147,6 +149,9 @@ pub struct StatsProvider {
     /// The runtime's last container stats, and when they were asked, for
     /// writable layers (kept only where pods have cgroups of their own).
     runtime: Mutex<Option<(SystemTime, Arc<Vec<cri::ContainerStats>>)>>,
+    /// Each pod and container cgroup's last reading: when it was read, the
+    /// usage, and the last summary that asked for it.
+    cgroups: Mutex<HashMap<CgroupName, (SystemTime, CgroupUsage, SystemTime)>>,
 }
 
 /// A volume directory's usage and its file system's.
@@ -184,6 +189,7 @@ impl StatsProvider {
             cpu: Mutex::new(CpuCache::default()),
             volumes: Mutex::default(),
             runtime: Mutex::default(),
+            cgroups: Mutex::default(),
         }
     }
 
@@ -201,7 +207,7 @@ impl StatsProvider {
         } else {
             Scope::Full
         };
-        let summary = self.build(view, scope, true, RUNTIME_STATS_MAX_AGE).await?;
+        let summary = self.build(view, scope, true, SUMMARY_MAX_AGE).await?;
         Ok(serde_json::to_value(&summary)?)
     }
 
@@ -217,7 +223,7 @@ impl StatsProvider {
     /// as `resource_scrape_error 1`, as upstream does.
     pub async fn resource_metrics(&self, view: &dyn NodeView) -> String {
         match self
-            .build(view, Scope::CpuAndMemory, false, RUNTIME_STATS_MAX_AGE)
+            .build(view, Scope::CpuAndMemory, false, SUMMARY_MAX_AGE)
             .await
         {
             Ok(summary) => resource_metrics_text(Some(&summary)),
@@ -456,7 +462,8 @@ impl StatsProvider {
             };
             let entry = by_sandbox.entry(sandbox.id.as_str()).or_insert_with(|| {
                 let cgroup = cgroups.as_ref().and_then(|c| {
-                    self.pod_cgroup(c, by_uid.get(meta.uid.as_str()).copied(), &meta.uid)
+                    let spec = by_uid.get(meta.uid.as_str()).copied();
+                    self.pod_cgroup(c, spec, &meta.uid, now, max_age)
                 });
                 PodEntry {
                     stats: PodStats {
@@ -480,23 +487,17 @@ impl StatsProvider {
             // A container's cgroup is named by its id under the pod's
             // (containerd's cgroupfs path: parent/id).
             let usage = match (&cgroups, &entry.cgroup) {
-                (Some(c), Some((pod, _))) => self
-                    .cgroup_usage(&c.layout, &pod.child(&container.id))
+                (Some(c), Some((pod, ..))) => self
+                    .cgroup_reading(&c.layout, &pod.child(&container.id), now, max_age)
                     .inspect_err(|err| tracing::debug!(%err, id = %container.id, "no cgroup stats"))
                     .ok(),
                 _ => None,
             };
             let (cpu, memory) = match (usage, stat) {
-                (Some(u), _) => {
-                    let sample = CpuSample {
-                        timestamp_ns: nanos_since_epoch(now),
-                        usage_core_nano_seconds: u.cpu_usage_ns,
-                    };
-                    (
-                        self.cgroup_cpu(Sampled::Container, &container.id, sample, now, update),
-                        u.memory_stats(now),
-                    )
-                }
+                (Some((at, u)), _) => (
+                    self.cgroup_cpu(Sampled::Container, &container.id, at, &u, update),
+                    u.memory_stats(at),
+                ),
                 (None, stat) => (
                     self.container_cpu(
                         &container.id,
@@ -507,7 +508,7 @@ impl StatsProvider {
                     container_memory(stat.and_then(|s| s.memory.as_ref()), now),
                 ),
             };
-            if let Some(u) = usage {
+            if let Some((_, u)) = usage {
                 let count = entry.stats.process_stats.get_or_insert_default();
                 count.process_count = Some(count.process_count.unwrap_or(0) + u.processes);
             }
@@ -550,15 +551,11 @@ impl StatsProvider {
             // (addPodCPUMemoryStats reads it first); without one, the sum
             // of the containers'.
             (pod.cpu, pod.memory) = match entry.cgroup {
-                Some((_, u)) => {
-                    let sample = CpuSample {
-                        timestamp_ns: nanos_since_epoch(now),
-                        usage_core_nano_seconds: u.cpu_usage_ns,
-                    };
+                Some((_, at, u)) => {
                     let uid = pod.pod_ref.uid.clone();
                     (
-                        Some(self.cgroup_cpu(Sampled::Pod, &uid, sample, now, update)),
-                        Some(u.memory_stats(now)),
+                        Some(self.cgroup_cpu(Sampled::Pod, &uid, at, &u, update)),
+                        Some(u.memory_stats(at)),
                     )
                 }
                 None => sum_cpu_memory(&pod.containers),
@@ -568,6 +565,12 @@ impl StatsProvider {
         if update {
             self.forget_old_samples(now);
         }
+        // Readings of cgroups this summary did not ask for (gone pods and
+        // containers) are dropped.
+        self.cgroups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|_, (.., seen)| *seen == now);
         if root_fs_stats.is_some() {
             self.volume_stats(&view.root_dir(), &by_uid, &mut pods, now)
                 .await;
@@ -645,7 +648,9 @@ impl StatsProvider {
         cgroups: &PodCgroups,
         spec: Option<&Pod>,
         uid: &str,
-    ) -> Option<(CgroupName, CgroupUsage)> {
+        now: SystemTime,
+        max_age: Duration,
+    ) -> Option<(CgroupName, SystemTime, CgroupUsage)> {
         let candidates: Vec<CgroupName> = match spec {
             Some(pod) => cgroups.qos.pod(pod, uid).into_iter().collect(),
             None => cgroups
@@ -656,9 +661,38 @@ impl StatsProvider {
                 .collect(),
         };
         candidates.into_iter().find_map(|name| {
-            let usage = self.cgroup_usage(&cgroups.layout, &name).ok()?;
-            Some((name, usage))
+            let (at, usage) = self
+                .cgroup_reading(&cgroups.layout, &name, now, max_age)
+                .ok()?;
+            Some((name, at, usage))
         })
+    }
+
+    /// A cgroup's usage and when it was read: read again when the kept
+    /// reading is `max_age` old (cAdvisor's housekeeping keeps its readings
+    /// about as long), so a scrape every second does not read every pod's
+    /// cgroup files each time.
+    fn cgroup_reading(
+        &self,
+        layout: &CgroupLayout,
+        name: &CgroupName,
+        now: SystemTime,
+        max_age: Duration,
+    ) -> Result<(SystemTime, CgroupUsage), StatsError> {
+        let mut cache = self.cgroups.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((at, usage, seen)) = cache.get_mut(name)
+            && now.duration_since(*at).unwrap_or(Duration::MAX) < max_age
+        {
+            *seen = now;
+            return Ok((*at, *usage));
+        }
+        drop(cache);
+        let usage = self.cgroup_usage(layout, name)?;
+        self.cgroups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone(), (now, usage, now));
+        Ok((now, usage))
     }
 
     /// One cgroup's CPU time, memory and processes: cpuacct and memory
@@ -717,18 +751,22 @@ impl StatsProvider {
         }
     }
 
-    /// CPU stats from a cgroup's cumulative usage, the rate from the kept
-    /// sample (taking this one when `update`).
+    /// CPU stats from a cgroup's reading taken `at`, the rate from the
+    /// kept sample (taking this one when `update`).
     fn cgroup_cpu(
         &self,
         which: Sampled,
         id: &str,
-        sample: CpuSample,
-        now: SystemTime,
+        at: SystemTime,
+        usage: &CgroupUsage,
         update: bool,
     ) -> CpuStats {
+        let sample = CpuSample {
+            timestamp_ns: nanos_since_epoch(at),
+            usage_core_nano_seconds: usage.cpu_usage_ns,
+        };
         CpuStats {
-            time: now,
+            time: at,
             usage_nano_cores: self.cpu_rate(which, id, sample, update),
             usage_core_nano_seconds: Some(sample.usage_core_nano_seconds),
         }
@@ -741,12 +779,15 @@ impl StatsProvider {
             Sampled::Container => &mut cache.containers,
             Sampled::Pod => &mut cache.pods,
         };
-        if update {
-            let record = next_record(kept.get(id).copied(), sample);
+        let prev = kept.get(id).copied();
+        // A reading taken again from the cache is not a new sample.
+        let newer = prev.is_none_or(|p| p.sample.timestamp_ns < sample.timestamp_ns);
+        if update && newer {
+            let record = next_record(prev, sample);
             kept.insert(id.to_owned(), record);
             record.nano_cores
         } else {
-            kept.get(id).and_then(|r| r.nano_cores)
+            prev.and_then(|r| r.nano_cores)
         }
     }
 
@@ -1532,7 +1573,8 @@ mod tests {
         assert_eq!(c["rootfs"]["usedBytes"], 4096);
         assert_eq!(f.fake.calls("ListContainerStats"), 1);
 
-        // Ten seconds and two CPU-seconds later: 0.2 cores for the pod.
+        // Ten seconds and two CPU-seconds later the readings are kept
+        // (younger than SUMMARY_MAX_AGE): nothing is read again.
         *f.now.lock().unwrap() += Duration::from_secs(10);
         fake_cgroup(
             &root,
@@ -1543,10 +1585,20 @@ mod tests {
             "",
         );
         fake_cgroup(&root, &app, 4_000_000_000, 8_000_000, 64 << 20, "12\n");
+        let s = f.provider.summary(&f.view, false).await.unwrap();
+        assert_eq!(
+            s["pods"][1]["cpu"]["usageCoreNanoSeconds"],
+            5_000_000_000u64
+        );
+        assert_eq!(f.fake.calls("ListContainerStats"), 1);
+        // Twenty seconds after the first reading: read again; 0.1 cores for
+        // the pod, 0.05 for its container.
+        *f.now.lock().unwrap() += Duration::from_secs(10);
         let s = f.provider.summary(&f.view, true).await.unwrap();
         let web = &s["pods"][1];
-        assert_eq!(web["cpu"]["usageNanoCores"], 200_000_000);
-        assert_eq!(web["containers"][0]["cpu"]["usageNanoCores"], 100_000_000);
+        assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
+        assert_eq!(web["cpu"]["usageNanoCores"], 100_000_000);
+        assert_eq!(web["containers"][0]["cpu"]["usageNanoCores"], 50_000_000);
         assert_eq!(web["process_stats"]["process_count"], 1);
         // CPU and memory alone need nothing of the runtime but its lists.
         assert_eq!(f.fake.calls("ListContainerStats"), 1);
@@ -1558,8 +1610,10 @@ mod tests {
         assert_eq!(f.fake.calls("ListContainerStats"), 1);
 
         // A container whose cgroup is gone (it just stopped) keeps the
-        // runtime's figures; the pod's own cgroup still counts.
+        // runtime's figures, asked again as they are SUMMARY_MAX_AGE old;
+        // the pod's own cgroup still counts.
         std::fs::remove_dir_all(root.join("cpuacct").join(&app)).unwrap();
+        *f.now.lock().unwrap() += SUMMARY_MAX_AGE;
         let s = f.provider.summary(&f.view, false).await.unwrap();
         let web = &s["pods"][1];
         assert_eq!(
@@ -1568,13 +1622,8 @@ mod tests {
         );
         assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
         assert!(web.get("process_stats").is_none(), "{web}");
-        // The runtime's figures are kept for the summary's writable layers
-        // until they are RUNTIME_STATS_MAX_AGE old; the eviction manager's
-        // reading always asks.
-        assert_eq!(f.fake.calls("ListContainerStats"), 1);
-        *f.now.lock().unwrap() += RUNTIME_STATS_MAX_AGE;
-        f.provider.summary(&f.view, false).await.unwrap();
         assert_eq!(f.fake.calls("ListContainerStats"), 2);
+        // The eviction manager's reading always asks.
         f.provider.get(&f.view).await.unwrap();
         assert_eq!(f.fake.calls("ListContainerStats"), 3);
     }

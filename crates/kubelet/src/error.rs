@@ -181,6 +181,10 @@ pub enum SyncError {
     /// Its cgroup could not be removed: the pod is not let go.
     #[error("{0}")]
     PodCgroupTeardown(#[source] CmError),
+    /// A running container's resources could not be updated in place
+    /// (PodResizeInProgress, with reason Error, says why); tried again.
+    #[error("{0}")]
+    Resize(String),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,

@@ -36,6 +36,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::allocation::{AllocationManager, ResizeOutcome};
 use crate::clock::Clock;
 use crate::cm::{CmError, ContainerManager, HostCgroups, node_capacity};
 use crate::config::file::FileSource;
@@ -517,6 +518,7 @@ impl Kubelet {
             cm,
             pods: PodManager::default(),
             evictions: Arc::default(),
+            allocation: AllocationManager::new(events.clone(), opts.clock),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -1085,6 +1087,11 @@ impl Kubelet {
                         self.reject(&pod, r);
                         continue;
                     }
+                    if update.op == PodOperation::Add {
+                        self.syncer.allocation.admit(&pod);
+                    } else if pod.metadata.deletion_timestamp.is_none() {
+                        self.handle_resize(&pod);
+                    }
                     if pod.metadata.deletion_timestamp.is_some() {
                         let grace = pod.metadata.deletion_grace_period_seconds;
                         tracing::info!(pod = %name, %uid, ?grace, "pod is being deleted");
@@ -1137,6 +1144,31 @@ impl Kubelet {
         })
     }
 
+    /// A pod whose spec resources may have changed (a resize): admitted
+    /// as upstream admits a resize, against this node and the other pods'
+    /// allocations; a resize that does not fit waits (PodResizePending).
+    fn handle_resize(&self, pod: &Pod) -> ResizeOutcome {
+        self.syncer
+            .allocation
+            .handle_resize(pod, || self.admit_to_node(pod))
+    }
+
+    /// Try the resizes that wait again (upstream's periodic retry): each
+    /// one admitted now is synced.
+    fn retry_deferred_resizes(&self) {
+        for uid in self.syncer.allocation.deferred() {
+            let Some(pod) = self.pod_manager.get(&uid) else {
+                continue;
+            };
+            if self.handle_resize(&pod) == ResizeOutcome::Allocated {
+                tracing::info!(%uid, "deferred resize admitted");
+                self.workers.update_pod(pod);
+            }
+        }
+    }
+
+    /// Admission against this node and the other active pods, with the
+    /// resources each is allocated.
     fn admit_to_node(&self, pod: &Pod) -> Result<(), Rejection> {
         let Some(reg) = &self.opts.registration else {
             return Ok(());
@@ -1165,6 +1197,7 @@ impl Kubelet {
             .active_pods()
             .into_iter()
             .filter(|p| PodUid::of(p) != uid)
+            .map(|p| self.syncer.allocation.allocated_pod(&p))
             .collect();
         let active: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         admit(pod, &node, &active)
@@ -1285,6 +1318,8 @@ impl Kubelet {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .retain(|uid, _| keep(uid));
+        self.syncer.allocation.retain(keep);
+        self.retry_deferred_resizes();
         self.syncer
             .evictions
             .lock()

@@ -5,6 +5,7 @@
 //! Three owners of state: the pod manager (desired), the pod workers
 //! (actual), the status manager (reported).
 
+pub mod allocation;
 pub mod clock;
 pub mod cm;
 pub mod config;

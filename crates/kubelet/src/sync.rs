@@ -19,6 +19,7 @@ use kubelet_core::types::PodUid;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::allocation::AllocationManager;
 use crate::clock::Clock;
 use crate::cm::{CmError, ContainerManager};
 use crate::error::{SyncError, waiting_reasons};
@@ -62,6 +63,8 @@ pub struct Syncer {
     /// DisruptionTarget condition: once stopped they are reported Failed
     /// with reason Evicted.
     pub evictions: Arc<Mutex<HashMap<PodUid, (String, bool)>>>,
+    /// The pods' allocated and actuated resources (in-place resize).
+    pub allocation: AllocationManager,
 }
 
 impl Syncer {
@@ -108,6 +111,7 @@ impl Syncer {
             let condition = disruption.then(|| self.clock.now_time());
             fail_for_eviction(&mut status, pod, message, condition.as_ref());
         }
+        self.allocation.set_status(pod, &mut status);
         status
     }
 
@@ -271,13 +275,29 @@ impl Syncer {
         {
             return Err(SyncError::NetworkNotReady(e));
         }
-        self.ensure_pod_cgroup(&pod, &rt).await?;
+        // Containers and the pod cgroup get the resources the pod is
+        // allocated (a resize not admitted yet waits).
+        let allocated = self.allocation.allocated_pod(&pod);
+        self.ensure_pod_cgroup(&allocated, &rt).await?;
         // The pod's directories and volumes, before any container.
         let volumes = self.volumes.mount_pod(&pod).await?;
+        let actuated = self.allocation.actuated(&allocated);
         let result = self
             .runtime
-            .sync_pod(&pod, &rt, &self.prober.results(), &volumes)
+            .sync_pod(&allocated, &rt, &self.prober.results(), &volumes, &actuated)
             .await?;
+        let running: Vec<&str> = rt.running_containers().map(|c| c.name.as_str()).collect();
+        let changed: Vec<String> = result
+            .started
+            .iter()
+            .chain(&result.resized)
+            .cloned()
+            .collect();
+        self.allocation
+            .actuated_containers(&allocated, &changed, &running);
+        if let Some(e) = &result.resize_error {
+            self.allocation.resize_failed(&allocated, e);
+        }
         self.reasons
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -285,7 +305,7 @@ impl Syncer {
                 target.pod_ref.uid.clone(),
                 waiting_reasons(&result.failures),
             );
-        if result.started > 0 {
+        if !result.started.is_empty() || !result.resized.is_empty() {
             // Report what just started now, not at the next relist.
             let now = self.runtime.get_pod_status(&target.pod_ref).await?;
             self.report(&pod, self.api_status(&pod, &now, false));
@@ -294,7 +314,9 @@ impl Syncer {
             // crash-loop back-off).
             self.report(&pod, self.api_status(&pod, &rt, false));
         }
-        if result.failures.is_empty() {
+        if let Some(e) = result.resize_error {
+            Err(SyncError::Resize(e))
+        } else if result.failures.is_empty() {
             Ok(false)
         } else {
             Err(SyncError::StartFailed(result.failures))

@@ -1543,3 +1543,95 @@ async fn an_orphaned_pod_cgroup_is_removed_and_a_wanted_one_kept() {
     assert_eq!(node.running("a").len(), 1);
     k.stop().await;
 }
+
+/// A manifest whose containers `a` and `b` have these cpu and memory
+/// requests and limits; `b` restarts on a memory resize.
+fn sized(a_cpu: &str, b_memory: &str) -> String {
+    pod("sized", &[("a", "sleep 1000")], "")
+        + &format!(
+            "    resources:\n      requests: {{cpu: {a_cpu}, memory: 64Mi}}\n      limits: {{cpu: {a_cpu}, memory: 64Mi}}\n"
+        )
+        + &format!(
+            "  - name: b\n    image: {IMAGE}\n    command: [\"sh\", \"-c\", \"sleep 1000\"]\n"
+        )
+        + "    resizePolicy:\n    - {resourceName: memory, restartPolicy: RestartContainer}\n"
+        + &format!(
+            "    resources:\n      requests: {{cpu: 100m, memory: {b_memory}}}\n      limits: {{cpu: 100m, memory: {b_memory}}}\n"
+        )
+}
+
+#[tokio::test]
+async fn a_resources_edit_resizes_running_containers_in_place_or_restarts_them() {
+    let node = Node::new().await;
+    node.write("sized.yaml", &sized("500m", "32Mi"));
+    let k = node.start();
+    node.fake
+        .wait_for("a and b run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("b").len() == 1
+        })
+        .await;
+    let (a, b) = (
+        node.running("a")[0].id.clone(),
+        node.running("b")[0].id.clone(),
+    );
+    let quota = |id: &str| {
+        node.fake
+            .container_config(id)
+            .and_then(|c| c.linux?.resources)
+            .map(|r| (r.cpu_quota, r.memory_limit_in_bytes))
+    };
+    assert_eq!(quota(&a), Some((50_000, 64 << 20)));
+
+    // a's cpu grows: updated in place, not restarted.
+    node.write("sized.yaml", &sized("1", "32Mi"));
+    node.fake
+        .wait_for("a's quota updated", WAIT, |_| {
+            quota(&a) == Some((100_000, 64 << 20))
+        })
+        .await;
+    assert_eq!(node.fake.calls("UpdateContainerResources"), 1);
+    assert_eq!(node.running("a")[0].id, a, "a keeps running");
+    assert_eq!(restart_count(&node.running("a")[0]), "0");
+    assert_eq!(node.running("b")[0].id, b, "b untouched");
+    let resources = |name: &str| {
+        k.kubelet.pods_with_status().into_iter().find_map(|p| {
+            let statuses = p.status?.container_statuses?;
+            let s = statuses.into_iter().find(|s| s.name == name)?;
+            Some((s.allocated_resources?, s.resources?))
+        })
+    };
+    eventually("a's status shows the new cpu", || {
+        resources("a").is_some_and(|(allocated, actual)| {
+            allocated["cpu"].0 == "1" && actual.limits.unwrap_or_default()["cpu"].0 == "1"
+        })
+    })
+    .await;
+    let conditions = || {
+        k.kubelet
+            .pods_with_status()
+            .into_iter()
+            .flat_map(|p| p.status.and_then(|s| s.conditions).unwrap_or_default())
+            .map(|c| c.type_)
+            .collect::<Vec<_>>()
+    };
+    eventually("the resize is complete", || {
+        !conditions().iter().any(|c| c.starts_with("PodResize"))
+    })
+    .await;
+
+    // b's memory changes under RestartContainer: a new b with the new limit.
+    node.write("sized.yaml", &sized("1", "48Mi"));
+    node.fake
+        .wait_for("b restarted", WAIT, |_| {
+            node.running("b")
+                .first()
+                .is_some_and(|b| restart_count(b) == "1")
+        })
+        .await;
+    let new_b = node.running("b")[0].id.clone();
+    assert_ne!(new_b, b);
+    assert_eq!(quota(&new_b), Some((10_000, 48 << 20)));
+    assert_eq!(node.running("a")[0].id, a, "a keeps running");
+    assert_eq!(node.ready_sandboxes(), 1, "same sandbox");
+    k.stop().await;
+}

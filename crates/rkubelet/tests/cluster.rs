@@ -2978,6 +2978,131 @@ async fn t_an_empty_dir_over_its_size_limit_gets_its_pod_evicted() {
 
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
+    let mut k = Kubelet::new("resize");
+    k.start_ready().await;
+    let mut spec = pod_spec();
+    spec["nodeName"] = json!(k.api.node);
+    spec["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "100m", "memory": "32Mi"},
+        "limits": {"cpu": "200m", "memory": "64Mi"},
+    });
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-resize", "namespace": "default",
+                     "labels": {"app": "cl-resize", TEST_LABEL: "1"}},
+        "spec": spec,
+    }));
+    let pod = eventually("cl-resize Running", START, async || {
+        k.api.pod("cl-resize").filter(running_with_ip)
+    })
+    .await;
+    let pod_uid = uid(&pod).to_owned();
+    let (cid, _) = container_of(&pod);
+    let cid = cid.trim_start_matches("containerd://").to_owned();
+    let cgroup = |file: &str| {
+        let dir = k
+            .cgroups
+            .dir("cpu")
+            .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(cgroup("cpu.cfs_quota_us"), "20000");
+
+    let resize = |cpu_request: &str, cpu_limit: &str| {
+        let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
+            "requests": {"cpu": cpu_request}, "limits": {"cpu": cpu_limit}}}]}});
+        k.api.ok(&[
+            "patch",
+            "pod",
+            "cl-resize",
+            "-n",
+            "default",
+            "--subresource",
+            "resize",
+            "-p",
+            &patch.to_string(),
+        ]);
+    };
+    // The cpu limit doubles: the running container's quota follows, no restart.
+    resize("100m", "400m");
+    let pod = eventually("the resize applied and reported", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        let c = &p["status"]["containerStatuses"][0];
+        let conditions = p["status"]["conditions"].as_array()?.clone();
+        (c["resources"]["limits"]["cpu"] == "400m"
+            && !conditions.iter().any(|c| {
+                c["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("PodResize"))
+            }))
+        .then_some(p)
+    })
+    .await;
+    let c = &pod["status"]["containerStatuses"][0];
+    assert_eq!(c["restartCount"], 0, "{c}");
+    assert_eq!(c["allocatedResources"]["cpu"], "100m", "{c}");
+    assert_eq!(
+        container_of(&pod).0.trim_start_matches("containerd://"),
+        cid
+    );
+    assert_eq!(cgroup("cpu.cfs_quota_us"), "40000");
+    let events = k.api.ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        "involvedObject.name=cl-resize",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    assert!(events.contains("ResizeStarted"), "{events}");
+    assert!(events.contains("ResizeCompleted"), "{events}");
+
+    // More cpu than the node has: the resize waits, Deferred, and the
+    // container keeps what it runs with.
+    resize("100", "100");
+    let pod = eventually("the resize deferred", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        let pending = p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizePending")?
+            .clone();
+        Some((p, pending))
+    })
+    .await;
+    let (pod, pending) = pod;
+    assert_eq!(pending["reason"], "Deferred", "{pending}");
+    assert!(
+        pending["message"].as_str().is_some_and(
+            |m| m.starts_with("Node didn't have enough resource: cpu, requested: 100000")
+        ),
+        "{pending}"
+    );
+    let c = &pod["status"]["containerStatuses"][0];
+    assert_eq!(c["resources"]["limits"]["cpu"], "400m", "{c}");
+    assert_eq!(cgroup("cpu.cfs_quota_us"), "40000");
+
+    let uids: HashSet<String> = [pod_uid].into();
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-resize",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
     let app = "cl-outage";
     let mut k = Kubelet::new("outage");

@@ -281,8 +281,8 @@ fn calculate_linux_resources(
 }
 
 /// A container's Linux resources from its requests and limits, with its
-/// oom_score_adj.
-fn linux_resources(
+/// oom_score_adj (at creation, and for an in-place resize).
+pub fn linux_resources(
     pod: &Pod,
     c: &Container,
     node: NodeResources,

@@ -31,6 +31,7 @@ use kubelet_core::gc::{GcCandidate, evictable};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::pullrecords::{Check, ImagePullSecret};
 use kubelet_core::reference::parse_normalized;
+use kubelet_core::resize::Allocation;
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, ProbeView, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
@@ -74,7 +75,11 @@ pub struct PodRef {
 pub struct SyncResult {
     pub failures: Vec<StartFailure>,
     /// Containers started by this sync.
-    pub started: usize,
+    pub started: Vec<String>,
+    /// Running containers whose resources were updated in place.
+    pub resized: Vec<String>,
+    /// Why updating a container's resources failed.
+    pub resize_error: Option<String>,
 }
 
 /// The sandbox a pod's containers start in: its config, the pod's IPs and
@@ -388,11 +393,14 @@ impl RuntimeManager {
         status: &PodStatus,
         probes: &(dyn ProbeView + Sync),
         volumes: &PodVolumes,
+        actuated: &Allocation,
     ) -> Result<SyncResult, SyncError> {
-        let actions: PodActions = compute_pod_actions(pod, status, probes);
+        let mut actions: PodActions = compute_pod_actions(pod, status, probes);
+        actions.add_resizes(pod, status, actuated);
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult::default();
+        self.resize_step(pod, &actions, &mut result).await;
         let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
             return Ok(result);
         };
@@ -425,7 +433,7 @@ impl RuntimeManager {
                 .await
             {
                 Ok(id) => {
-                    result.started += 1;
+                    result.started.push(c.name.clone());
                     self.post_start_step(pod, c, &id, status, grace, &about)
                         .await?
                 }
@@ -440,6 +448,42 @@ impl RuntimeManager {
             }
         }
         Ok(result)
+    }
+
+    /// SyncPod's resize step (doPodResizeAction, after the pod cgroup took
+    /// the allocation): each running container to update is given the
+    /// Linux resources of its allocation, shrinking ones first. The first
+    /// failure stops the step and is kept; the pod is synced again.
+    async fn resize_step(&self, pod: &Pod, actions: &PodActions, result: &mut SyncResult) {
+        for update in &actions.containers_to_update {
+            let spec = match update.kind {
+                ContainerKind::Init => init_containers(pod).get(update.index),
+                _ => regular_containers(pod).get(update.index),
+            };
+            let Some(c) = spec else {
+                continue;
+            };
+            let applied = match config::linux_resources(pod, c, self.host.resources) {
+                Ok(linux) => self
+                    .cri
+                    .update_container_resources(&update.id, linux)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match applied {
+                Ok(()) => {
+                    tracing::info!(container = %c.name, "container resources updated in place");
+                    result.resized.push(c.name.clone());
+                }
+                Err(e) => {
+                    let message = format!("failed to resize container {}: {e}", c.name);
+                    tracing::warn!(%message);
+                    result.resize_error = Some(message);
+                    return;
+                }
+            }
+        }
     }
 
     /// SyncPod's first step: stop the pod or the containers compute-pod-actions
@@ -1816,6 +1860,7 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
+                &Default::default(),
             )
             .await;
         assert!(synced.is_err());
@@ -1833,10 +1878,11 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
+                &Default::default(),
             )
             .await
             .unwrap();
-        assert_eq!(synced.started, 0);
+        assert!(synced.started.is_empty());
         assert_eq!(
             messages("Failed"),
             ["Error: injected error for CreateContainer"]
@@ -1851,6 +1897,7 @@ mod tests {
                 &userns,
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
+                &Default::default(),
                 &Default::default(),
             )
             .await;
@@ -1871,6 +1918,7 @@ mod tests {
                 &bad_image,
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
+                &Default::default(),
                 &Default::default(),
             )
             .await
