@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::watcher;
 
+use kubelet_core::status::is_kubelet_condition;
 use kubelet_core::types::{SOURCE_API, SourceSnapshot, keys};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -66,12 +67,37 @@ pub async fn patch_status(api: &ApiClient, pod: &Pod, status: &PodStatus) -> Res
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let patch = serde_json::json!({
         "metadata": { "uid": pod.metadata.uid },
-        "status": status,
+        "status": status_patch(pod, status),
     });
     pods_in(api.client(), ns)
         .patch_status(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("{}/status", what(ns, name)), e))
+}
+
+/// The status as a strategic merge patch over `pod`'s: conditions merge by
+/// type, so a condition the kubelet owns and no longer reports (a resize's
+/// PodResizePending or PodResizeInProgress once over) is deleted
+/// explicitly, as upstream's two-way patch from the API's status does.
+fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
+    let mut patch = serde_json::to_value(status).unwrap_or_default();
+    let reported = |kind: &str| status.conditions.iter().flatten().any(|c| c.type_ == kind);
+    let gone: Vec<serde_json::Value> = pod
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .filter(|c| is_kubelet_condition(&c.type_) && !reported(&c.type_))
+        .map(|c| serde_json::json!({"type": c.type_, "$patch": "delete"}))
+        .collect();
+    if !gone.is_empty()
+        && let Some(object) = patch.as_object_mut()
+        && let serde_json::Value::Array(list) = object
+            .entry("conditions")
+            .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+    {
+        list.extend(gone);
+    }
+    patch
 }
 
 /// Delete a pod the kubelet has finished with: grace period 0 and a UID
@@ -167,4 +193,50 @@ pub async fn patch_event(
         .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("events/{namespace}/{name}"), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodCondition;
+
+    use super::*;
+
+    fn condition(kind: &str) -> PodCondition {
+        PodCondition {
+            type_: kind.into(),
+            status: "True".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_kubelet_condition_no_longer_reported_is_deleted() {
+        let pod = Pod {
+            status: Some(PodStatus {
+                conditions: Some(vec![
+                    condition("Ready"),
+                    condition("PodResizeInProgress"),
+                    // A readiness gate's: someone else's to remove.
+                    condition("example.com/gate"),
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let status = PodStatus {
+            conditions: Some(vec![condition("Ready")]),
+            ..Default::default()
+        };
+        let patch = status_patch(&pod, &status);
+        assert_eq!(
+            patch["conditions"],
+            serde_json::json!([
+                {"type": "Ready", "status": "True"},
+                {"type": "PodResizeInProgress", "$patch": "delete"},
+            ])
+        );
+        // Nothing to delete: the status as it is.
+        let same = status_patch(&Pod::default(), &status);
+        assert_eq!(same, serde_json::to_value(&status).unwrap());
+    }
 }

@@ -3064,10 +3064,24 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     assert!(events.contains("ResizeStarted"), "{events}");
     assert!(events.contains("ResizeCompleted"), "{events}");
 
-    // More cpu than the node has: the resize waits, Deferred, and the
-    // container keeps what it runs with.
-    resize("100", "100");
-    let pod = eventually("the resize deferred", START, async || {
+    // More cpu than is left beside another pod: the resize waits,
+    // Deferred, and the container keeps what it runs with.
+    let mut other = pod_spec();
+    other["nodeName"] = json!(k.api.node);
+    other["containers"][0]["resources"] = json!({"requests": {"cpu": "1"}});
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-resize-other", "namespace": "default",
+                     "labels": {"app": "cl-resize-other", TEST_LABEL: "1"}},
+        "spec": other,
+    }));
+    let other = eventually("cl-resize-other Running", START, async || {
+        k.api.pod("cl-resize-other").filter(running_with_ip)
+    })
+    .await;
+    resize("1500m", "1500m");
+    let (pod, pending) = eventually("the resize deferred", START, async || {
         let p = k.api.pod("cl-resize")?;
         let pending = p["status"]["conditions"]
             .as_array()?
@@ -3077,19 +3091,36 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
         Some((p, pending))
     })
     .await;
-    let (pod, pending) = pod;
     assert_eq!(pending["reason"], "Deferred", "{pending}");
-    assert!(
-        pending["message"].as_str().is_some_and(
-            |m| m.starts_with("Node didn't have enough resource: cpu, requested: 100000")
-        ),
-        "{pending}"
+    assert_eq!(
+        pending["message"],
+        "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000",
     );
     let c = &pod["status"]["containerStatuses"][0];
     assert_eq!(c["resources"]["limits"]["cpu"], "400m", "{c}");
     assert_eq!(cgroup("cpu.cfs_quota_us"), "40000");
 
-    let uids: HashSet<String> = [pod_uid].into();
+    // The other pod goes: the waiting resize is admitted and applied.
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-resize-other",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    eventually("the deferred resize applied", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        let c = &p["status"]["containerStatuses"][0];
+        let conditions = p["status"]["conditions"].as_array()?.clone();
+        (c["resources"]["limits"]["cpu"] == "1500m"
+            && !conditions.iter().any(|c| c["type"] == "PodResizePending"))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(cgroup("cpu.cfs_quota_us"), "150000");
+
+    let uids: HashSet<String> = [pod_uid, uid(&other).to_owned()].into();
     k.api.ok(&[
         "delete",
         "pod",
