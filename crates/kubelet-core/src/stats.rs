@@ -622,26 +622,23 @@ pub struct MemoryReading {
 }
 
 impl MemoryReading {
-    /// From the cgroup v1 root: memory.usage_in_bytes and memory.stat; the
+    /// From a cgroup v1 directory (the root's for the node):
+    /// memory.usage_in_bytes and memory.stat's hierarchical totals; the
     /// working set is usage minus inactive file pages, as cAdvisor computes it.
     pub fn from_cgroup_v1(
         usage_in_bytes: u64,
         memory_stat: &HashMap<&str, u64>,
     ) -> Result<MemoryReading, ParseError> {
-        const FILE: &str = "memory.stat";
-        let get = |name: &str| {
-            memory_stat
-                .get(name)
-                .copied()
-                .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
-        };
-        Ok(MemoryReading {
-            usage_bytes: usage_in_bytes,
-            working_set_bytes: usage_in_bytes.saturating_sub(get("total_inactive_file")?),
-            rss_bytes: get("total_rss")?,
-            page_faults: get("total_pgfault")?,
-            major_page_faults: get("total_pgmajfault")?,
-        })
+        Self::from_memory_stat(
+            usage_in_bytes,
+            memory_stat,
+            [
+                "total_inactive_file",
+                "total_rss",
+                "total_pgfault",
+                "total_pgmajfault",
+            ],
+        )
     }
 
     /// From a cgroup v2 directory: memory.current and memory.stat; the
@@ -651,6 +648,20 @@ impl MemoryReading {
         current: u64,
         memory_stat: &HashMap<&str, u64>,
     ) -> Result<MemoryReading, ParseError> {
+        Self::from_memory_stat(
+            current,
+            memory_stat,
+            ["inactive_file", "anon", "pgfault", "pgmajfault"],
+        )
+    }
+
+    /// `usage` with memory.stat's lines named `[inactive file, rss, page
+    /// faults, major page faults]`.
+    fn from_memory_stat(
+        usage: u64,
+        memory_stat: &HashMap<&str, u64>,
+        [inactive, rss, faults, major]: [&str; 4],
+    ) -> Result<MemoryReading, ParseError> {
         const FILE: &str = "memory.stat";
         let get = |name: &str| {
             memory_stat
@@ -659,11 +670,11 @@ impl MemoryReading {
                 .ok_or_else(|| parse_err(FILE, format!("no {name} line")))
         };
         Ok(MemoryReading {
-            usage_bytes: current,
-            working_set_bytes: current.saturating_sub(get("inactive_file")?),
-            rss_bytes: get("anon")?,
-            page_faults: get("pgfault")?,
-            major_page_faults: get("pgmajfault")?,
+            usage_bytes: usage,
+            working_set_bytes: usage.saturating_sub(get(inactive)?),
+            rss_bytes: get(rss)?,
+            page_faults: get(faults)?,
+            major_page_faults: get(major)?,
         })
     }
 

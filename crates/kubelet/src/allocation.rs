@@ -205,31 +205,31 @@ impl AllocationManager {
     pub fn actuated_containers(&self, pod: &Pod, changed: &[String], running: &[&str]) {
         let uid = PodUid::of(pod);
         let allocation = allocation_of(pod);
-        let mut state = self.lock();
-        let actuated = state.actuated.entry(uid.clone()).or_default();
+        let mut guard = self.lock();
+        let State {
+            allocated,
+            actuated,
+            conditions,
+        } = &mut *guard;
+        let actuated = actuated.entry(uid.clone()).or_default();
         for (name, r) in &allocation {
             if changed.contains(name) || !running.contains(&name.as_str()) {
                 actuated.insert(name.clone(), r.clone());
             }
         }
-        let actuated = actuated.clone();
         // Against the allocation now: a resize admitted during this sync
         // is not done.
-        let done = state
-            .allocated
+        let done = allocated
             .get(&uid)
             .unwrap_or(&allocation)
             .iter()
             .all(|(name, r)| actuated.get(name).is_none_or(|a| a == r));
-        let in_progress = state
-            .conditions
-            .get(&uid)
-            .is_some_and(|c| c.in_progress.is_some());
-        if done && in_progress {
-            if let Some(c) = state.conditions.get_mut(&uid) {
-                c.in_progress = None;
-            }
-            drop(state);
+        let finished = done
+            && conditions
+                .get_mut(&uid)
+                .is_some_and(|c| c.in_progress.take().is_some());
+        drop(guard);
+        if finished {
             let generation = pod.metadata.generation.unwrap_or(0);
             self.events.event(
                 &Involved::pod(pod, None),
@@ -271,7 +271,8 @@ impl AllocationManager {
         let Some(allocated) = state.allocated.get(&uid) else {
             return;
         };
-        let actuated = state.actuated.get(&uid).cloned().unwrap_or_default();
+        let none = Allocation::new();
+        let actuated = state.actuated.get(&uid).unwrap_or(&none);
         for list in [
             status.container_statuses.as_mut(),
             status.init_container_statuses.as_mut(),
@@ -279,7 +280,7 @@ impl AllocationManager {
         .into_iter()
         .flatten()
         {
-            set_container_resources(list, allocated, &actuated);
+            set_container_resources(list, allocated, actuated);
         }
         let Some(conditions) = state.conditions.get(&uid) else {
             return;
