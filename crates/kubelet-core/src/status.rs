@@ -637,6 +637,15 @@ pub fn generate_api_pod_status(
         ),
         condition("PodScheduled", true, None, None),
     ]);
+    // PodObservedGenerationTracking (GA): the kubelet's conditions and the
+    // status say which generation of the spec they are about.
+    let generation = pod.metadata.generation;
+    for c in conditions
+        .iter_mut()
+        .filter(|c| is_kubelet_condition(&c.type_))
+    {
+        c.observed_generation = generation;
+    }
 
     let ips: Vec<PodIP> = if host_network {
         Vec::new()
@@ -653,6 +662,7 @@ pub fn generate_api_pod_status(
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         ephemeral_container_statuses: (!ephemeral_statuses.is_empty())
             .then_some(ephemeral_statuses),
+        observed_generation: generation,
         ..Default::default()
     }
 }
@@ -1250,6 +1260,22 @@ mod tests {
             &NoProbes,
             false,
         )
+    }
+
+    #[test]
+    fn the_status_and_the_kubelet_conditions_carry_the_observed_generation() {
+        use ContainerState::*;
+        let mut p = pod("Always", &["a"]);
+        let s = api_status(&p, vec![ctr("a", Running, 0, 0)]);
+        assert_eq!(s.observed_generation, None, "a pod without a generation");
+        p.metadata.generation = Some(4);
+        let s = api_status(&p, vec![ctr("a", Running, 0, 0)]);
+        assert_eq!(s.observed_generation, Some(4));
+        let conditions = s.conditions.unwrap();
+        assert_eq!(conditions.len(), 5);
+        for c in conditions {
+            assert_eq!(c.observed_generation, Some(4), "{}", c.type_);
+        }
     }
 
     #[test]
