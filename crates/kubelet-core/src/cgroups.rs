@@ -48,6 +48,23 @@ pub fn milli_cpu_to_quota(milli_cpu: i64, period: u64) -> i64 {
     quota.max(MIN_QUOTA_PERIOD)
 }
 
+/// SharesToMilliCPU: the cpu request cpu.shares stands for.
+pub fn shares_to_milli_cpu(shares: u64) -> i64 {
+    if shares < MIN_SHARES {
+        return 0;
+    }
+    (shares * MILLI_CPU_TO_CPU as u64).div_ceil(SHARES_PER_CPU as u64) as i64
+}
+
+/// QuotaToMilliCPU: the cpu limit a quota over `period` µs stands for
+/// (0: no limit).
+pub fn quota_to_milli_cpu(quota: i64, period: u64) -> i64 {
+    if quota <= 0 || period == 0 {
+        return 0;
+    }
+    quota.saturating_mul(MILLI_CPU_TO_CPU) / period as i64
+}
+
 /// getCPUWeight: cgroup v2's cpu.weight for cpu.shares.
 pub fn cpu_weight(shares: u64) -> u64 {
     if shares >= MAX_SHARES {
@@ -206,6 +223,42 @@ pub fn pod_resource_config(pod: &Pod, policy: &PodCgroupPolicy) -> ResourceConfi
         Qos::BestEffort => out.cpu_shares = Some(MIN_SHARES),
     }
     out
+}
+
+/// A pod cgroup's writes for a resize from `current` to `target`
+/// (doPodResizeAction): first, before the containers are updated, each
+/// cpu and memory value is the larger of the two, so the containers' new
+/// values fit under it (cgroup v1 refuses a child cpu quota above its
+/// parent's); then, after them, `target` itself, when it differs. A
+/// limit only `current` has is lifted (-1) rather than left as it was.
+pub fn resize_stages(
+    current: &ResourceConfig,
+    target: &ResourceConfig,
+) -> (ResourceConfig, Option<ResourceConfig>) {
+    let mut last = target.clone();
+    if current.cpu_quota.is_some() {
+        last.cpu_quota.get_or_insert(-1);
+    }
+    if current.memory.is_some() {
+        last.memory.get_or_insert(-1);
+    }
+    // -1 (or unset: a new cgroup's value) is no limit, the largest.
+    let larger = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (None, None) => None,
+        (a, b) => {
+            let (a, b) = (a.unwrap_or(-1), b.unwrap_or(-1));
+            Some(if a < 0 || b < 0 { -1 } else { a.max(b) })
+        }
+    };
+    let mut first = last.clone();
+    first.cpu_shares = current.cpu_shares.max(last.cpu_shares);
+    first.cpu_quota = larger(current.cpu_quota, last.cpu_quota);
+    first.memory = larger(current.memory, last.memory);
+    if first == last {
+        (last, None)
+    } else {
+        (first, Some(last))
+    }
 }
 
 /// The QoS cgroups under cgroupRoot: Guaranteed pods sit directly in
@@ -669,6 +722,83 @@ mod tests {
         }
         for (shares, weight) in [(2, 1), (1024, 39), (262_144, 10_000), (102, 4)] {
             assert_eq!(cpu_weight(shares), weight, "{shares}");
+        }
+        // Read back as upstream reads a pod cgroup: a request's shares
+        // round trip (ceil), a quota over its period.
+        for (shares, milli) in [(0, 0), (2, 2), (102, 100), (1024, 1000), (256, 250)] {
+            assert_eq!(shares_to_milli_cpu(shares), milli, "{shares} shares");
+        }
+        for (quota, period, milli) in [
+            (-1, 100_000, 0),
+            (20_000, 100_000, 200),
+            (12_500, 50_000, 250),
+        ] {
+            assert_eq!(quota_to_milli_cpu(quota, period), milli, "{quota}/{period}");
+        }
+    }
+
+    #[test]
+    fn resize_widens_the_pod_cgroup_before_the_containers_and_narrows_it_after() {
+        let cfg = |shares: u64, quota: Option<i64>, memory: Option<i64>| ResourceConfig {
+            cpu_shares: Some(shares),
+            cpu_quota: quota,
+            cpu_period: quota.map(|_| QUOTA_PERIOD),
+            memory,
+            ..ResourceConfig::default()
+        };
+        let cases = [
+            (
+                "no change: one write",
+                cfg(512, Some(50_000), Some(1 << 30)),
+                cfg(512, Some(50_000), Some(1 << 30)),
+                cfg(512, Some(50_000), Some(1 << 30)),
+                None,
+            ),
+            (
+                "growth: the target first, nothing after",
+                cfg(512, Some(50_000), Some(1 << 30)),
+                cfg(1024, Some(100_000), Some(1 << 31)),
+                cfg(1024, Some(100_000), Some(1 << 31)),
+                None,
+            ),
+            (
+                "shrink: the old values first, the target after",
+                cfg(1024, Some(100_000), Some(1 << 31)),
+                cfg(512, Some(50_000), Some(1 << 30)),
+                cfg(1024, Some(100_000), Some(1 << 31)),
+                Some(cfg(512, Some(50_000), Some(1 << 30))),
+            ),
+            (
+                "cpu up, memory down: each the larger first",
+                cfg(512, Some(50_000), Some(1 << 31)),
+                cfg(1024, Some(100_000), Some(1 << 30)),
+                cfg(1024, Some(100_000), Some(1 << 31)),
+                Some(cfg(1024, Some(100_000), Some(1 << 30))),
+            ),
+            (
+                "a limit gained: unlimited until the containers have theirs",
+                cfg(512, None, None),
+                cfg(512, Some(50_000), None),
+                ResourceConfig {
+                    cpu_quota: Some(-1),
+                    ..cfg(512, Some(50_000), None)
+                },
+                Some(cfg(512, Some(50_000), None)),
+            ),
+            (
+                "a limit lost: lifted, not left",
+                cfg(512, Some(50_000), Some(1 << 30)),
+                cfg(512, None, None),
+                ResourceConfig {
+                    cpu_quota: Some(-1),
+                    memory: Some(-1),
+                    ..cfg(512, None, None)
+                },
+                None,
+            ),
+        ];
+        for (name, current, target, first, last) in cases {
+            assert_eq!(resize_stages(&current, &target), (first, last), "{name}");
         }
     }
 

@@ -14,8 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use crate::admission::{LABEL_OS, NODE_OS};
 use crate::cgroups::node_allocatable;
 use crate::eviction::{Pressure, Threshold, hard_eviction_reservation};
-use crate::quantity::{format_binary_si, format_milli};
-use crate::resources::Amounts;
+use crate::resources::{Amounts, to_quantities};
 use crate::status::transition_time;
 
 /// What the kubelet knows about its host, gathered once (and the images, on
@@ -167,17 +166,7 @@ pub fn node_status(
         ("hugepages-1Gi".to_owned(), q("0".into())),
         ("hugepages-2Mi".to_owned(), q("0".into())),
     ]);
-    let allocatable: BTreeMap<String, Quantity> = allocatable(facts)
-        .into_iter()
-        .map(|(k, v)| {
-            let text = match k.as_str() {
-                "cpu" => format_milli(v),
-                "pods" => v.to_string(),
-                _ => format_binary_si(v),
-            };
-            (k, q(text))
-        })
-        .collect();
+    let allocatable = to_quantities(&allocatable(facts));
     let mut addresses: Vec<NodeAddress> = facts
         .node_ips
         .iter()
@@ -238,6 +227,7 @@ pub fn node_status(
             }),
         }),
         images: Some(images),
+        declared_features: Some(DECLARED_FEATURES.iter().map(|f| f.to_string()).collect()),
         node_info: Some(NodeSystemInfo {
             architecture: facts.architecture.clone(),
             boot_id: facts.boot_id.clone(),
@@ -253,6 +243,14 @@ pub fn node_status(
         ..Default::default()
     }
 }
+
+/// The node features rkubelet declares (`status.declaredFeatures`, from
+/// upstream's nodedeclaredfeatures registry): the API server refuses a pod
+/// update, and the scheduler a pod, that needs a feature its node does
+/// not declare. rkubelet resizes pod-level resources; it does not resize
+/// non-sidecar init containers or memory-backed volumes, nor run the other
+/// features of the registry, so it does not declare them.
+pub const DECLARED_FEATURES: &[&str] = &["InPlacePodLevelResourcesVerticalScaling"];
 
 /// Whether two statuses differ in anything but heartbeat times: an unchanged
 /// status is only re-sent every nodeStatusReportFrequency.
@@ -474,6 +472,10 @@ mod tests {
         assert_eq!(alloc["cpu"].0, "1500m");
         assert_eq!(alloc["memory"].0, "2972Mi");
         assert_eq!(alloc["pods"].0, "110");
+        assert_eq!(
+            s.declared_features.as_deref(),
+            Some(&["InPlacePodLevelResourcesVerticalScaling".to_string()][..])
+        );
         assert_eq!(ready_status(&s), Some("True"));
         let labels = node_labels(&facts(), &BTreeMap::from([("role".into(), "edge".into())]));
         assert_eq!(labels["kubernetes.io/hostname"], "node1");

@@ -1,6 +1,7 @@
-//! In-place pod resize (InPlacePodVerticalScaling, upstream's allocation
-//! manager and computePodResizeAction). Three records of a pod's container
-//! resources: the spec's (desired, changed through the `resize`
+//! In-place pod resize (InPlacePodVerticalScaling and
+//! InPlacePodLevelResourcesVerticalScaling, upstream's allocation manager
+//! and computePodResizeAction). Three records of a pod's container and
+//! pod-level resources: the spec's (desired, changed through the `resize`
 //! subresource), the allocation (what the kubelet admitted; a resize that
 //! does not fit next to the other pods waits, `PodResizePending`), and the
 //! actuated (what the runtime and the pod cgroup were last given; while it
@@ -14,10 +15,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerStatus as ApiContainerStatus, Pod, PodCondition, ResourceRequirements,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::actions::{ContainerKind, PodActions, init_containers, is_sidecar, regular_containers};
-use crate::quantity::{parse_bytes, parse_cpu_millis};
+use crate::cgroups::{
+    MIN_SHARES, PodCgroupPolicy, pod_resource_config, quota_to_milli_cpu, shares_to_milli_cpu,
+};
+use crate::quantity::{format_binary_si, format_milli, parse_bytes, parse_cpu_millis};
+use crate::resources::{pod_limits, pod_requests, to_quantities};
 use crate::runtime::{ContainerState, PodStatus};
 
 /// The pod condition while a resize waits to be admitted.
@@ -31,34 +37,51 @@ pub const REASON_INFEASIBLE: &str = "Infeasible";
 /// PodResizeInProgress's reason when applying it failed.
 pub const REASON_ERROR: &str = "Error";
 
-/// Each container's resources by name (upstream's PodResourceInfo): init
-/// and regular containers.
-pub type Allocation = BTreeMap<String, ResourceRequirements>;
-
-/// The pod's containers' resources as its spec gives them.
-pub fn allocation_of(pod: &Pod) -> Allocation {
-    init_containers(pod)
-        .iter()
-        .chain(regular_containers(pod))
-        .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
-        .collect()
+/// A pod's resources as a resize sees them (upstream's PodResourceInfo).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allocation {
+    /// Each container's resources by name: init and regular containers.
+    pub containers: BTreeMap<String, ResourceRequirements>,
+    /// The pod-level resources (`spec.resources`).
+    pub pod: Option<ResourceRequirements>,
 }
 
-/// The pod with its containers' resources replaced by `allocation`'s
-/// (UpdatePodFromAllocation); None when they are the same already.
+impl Allocation {
+    /// The named container's resources.
+    pub fn container(&self, name: &str) -> Option<&ResourceRequirements> {
+        self.containers.get(name)
+    }
+}
+
+/// The pod's resources as its spec gives them.
+pub fn allocation_of(pod: &Pod) -> Allocation {
+    Allocation {
+        containers: init_containers(pod)
+            .iter()
+            .chain(regular_containers(pod))
+            .map(|c| (c.name.clone(), c.resources.clone().unwrap_or_default()))
+            .collect(),
+        pod: pod.spec.as_ref().and_then(|s| s.resources.clone()),
+    }
+}
+
+/// The pod with its containers' and pod-level resources replaced by
+/// `allocation`'s (UpdatePodFromAllocation); None when they are the same
+/// already.
 pub fn with_allocation(pod: &Pod, allocation: &Allocation) -> Option<Pod> {
     if allocation_of(pod) == *allocation {
         return None;
     }
     let mut out = pod.clone();
     let spec = out.spec.as_mut()?;
+    spec.resources.clone_from(&allocation.pod);
     let lists = spec
         .init_containers
         .iter_mut()
         .flatten()
         .chain(spec.containers.iter_mut());
     for c in lists {
-        if let Some(r) = allocation.get(&c.name) {
+        if let Some(r) = allocation.container(&c.name) {
             c.resources = Some(r.clone()).filter(|r| *r != ResourceRequirements::default());
         }
     }
@@ -66,7 +89,8 @@ pub fn with_allocation(pod: &Pod, allocation: &Allocation) -> Option<Pod> {
 }
 
 /// A container's four resize-relevant values (containerResourcesFromRequirements):
-/// milli-CPUs and bytes, 0 when not given.
+/// milli-CPUs and bytes, 0 when not given. A limit the container does not
+/// set is the pod-level one (GetLimits), as the container is given it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ResourceValues {
     pub cpu_request: i64,
@@ -76,11 +100,21 @@ pub struct ResourceValues {
 }
 
 impl ResourceValues {
-    pub fn of(r: Option<&ResourceRequirements>) -> ResourceValues {
-        let get = |list: Option<&BTreeMap<String, _>>, name: &str, cpu: bool| {
+    pub fn of(
+        r: Option<&ResourceRequirements>,
+        pod_level: Option<&ResourceRequirements>,
+    ) -> ResourceValues {
+        let get = |r: Option<&ResourceRequirements>, limits: bool, name: &str| {
+            let list = r.and_then(|r| {
+                if limits {
+                    r.limits.as_ref()
+                } else {
+                    r.requests.as_ref()
+                }
+            });
             list.and_then(|l| l.get(name))
                 .and_then(|q| {
-                    if cpu {
+                    if name == "cpu" {
                         parse_cpu_millis(q).ok()
                     } else {
                         parse_bytes(q).ok()
@@ -88,13 +122,15 @@ impl ResourceValues {
                 })
                 .unwrap_or(0)
         };
-        let requests = r.and_then(|r| r.requests.as_ref());
-        let limits = r.and_then(|r| r.limits.as_ref());
+        let limit = |name: &str| match get(r, true, name) {
+            0 => get(pod_level, true, name),
+            own => own,
+        };
         ResourceValues {
-            cpu_request: get(requests, "cpu", true),
-            cpu_limit: get(limits, "cpu", true),
-            memory_request: get(requests, "memory", false),
-            memory_limit: get(limits, "memory", false),
+            cpu_request: get(r, false, "cpu"),
+            cpu_limit: limit("cpu"),
+            memory_request: get(r, false, "memory"),
+            memory_limit: limit("memory"),
         }
     }
 }
@@ -112,11 +148,17 @@ pub enum Resize {
     Restart,
 }
 
-/// determineContainerResize over the container's resources: `actuated`
-/// is what it runs with.
-pub fn container_resize(c: &Container, actuated: Option<&ResourceRequirements>) -> Resize {
-    let desired = ResourceValues::of(c.resources.as_ref());
-    let current = ResourceValues::of(actuated);
+/// determineContainerResize over the container's resources within the
+/// pod-level ones `pod`: `actuated` and `actuated_pod` are what it runs
+/// with.
+pub fn container_resize(
+    c: &Container,
+    pod: Option<&ResourceRequirements>,
+    actuated: Option<&ResourceRequirements>,
+    actuated_pod: Option<&ResourceRequirements>,
+) -> Resize {
+    let desired = ResourceValues::of(c.resources.as_ref(), pod);
+    let current = ResourceValues::of(actuated, actuated_pod);
     if desired == current {
         return Resize::Keep;
     }
@@ -186,7 +228,13 @@ impl PodActions {
             if self.containers_to_kill.iter().any(|k| k.id == running.id) {
                 continue;
             }
-            match container_resize(spec, actuated.get(&spec.name)) {
+            let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+            match container_resize(
+                spec,
+                pod_level,
+                actuated.container(&spec.name),
+                actuated.pod.as_ref(),
+            ) {
                 Resize::Keep => {}
                 Resize::Restart => {
                     self.kill(
@@ -215,6 +263,96 @@ impl PodActions {
         // Shrinks first (stable: in spec order within each group).
         updates.sort_by_key(|(shrinks, _)| !shrinks);
         self.containers_to_update = updates.into_iter().map(|(_, u)| u).collect();
+    }
+}
+
+/// The memory limits a resize lowers or adds (validateMemoryResizeAction):
+/// the pod cgroup's, and each running container's to be updated in place,
+/// in bytes. Each is checked against what it uses before the resize goes
+/// on: the kernel cannot take a limit below the usage.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryDecreases {
+    pub pod: Option<i64>,
+    /// (container name, new limit).
+    pub containers: Vec<(String, i64)>,
+}
+
+impl MemoryDecreases {
+    /// Which of `pod`'s (the allocated pod's) memory limits are lower
+    /// than, or absent from, its `actuated` ones; `pod_cgroup` and
+    /// `actuated_cgroup` are its pod cgroup's values (None: no pod
+    /// cgroups); `updates` the containers to update in place.
+    pub fn of(
+        pod: &Pod,
+        actuated: &Allocation,
+        pod_cgroup: Option<i64>,
+        actuated_cgroup: Option<i64>,
+        updates: &[ContainerUpdate],
+    ) -> MemoryDecreases {
+        let pod_level = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+        let decreasing =
+            |desired: i64, current: i64| desired > 0 && (current <= 0 || desired < current);
+        let containers = init_containers(pod)
+            .iter()
+            .chain(regular_containers(pod))
+            .filter(|c| updates.iter().any(|u| u.name == c.name))
+            .filter_map(|c| {
+                let desired = ResourceValues::of(c.resources.as_ref(), pod_level).memory_limit;
+                let current =
+                    ResourceValues::of(actuated.container(&c.name), actuated.pod.as_ref())
+                        .memory_limit;
+                decreasing(desired, current).then(|| (c.name.clone(), desired))
+            })
+            .collect();
+        MemoryDecreases {
+            pod: pod_cgroup.filter(|d| decreasing(*d, actuated_cgroup.unwrap_or(-1))),
+            containers,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pod.is_none() && self.containers.is_empty()
+    }
+
+    /// Why the resize cannot go on, given the pod's usage and each
+    /// container's (by name), as upstream words it; None when every new
+    /// limit is above what is used. A usage not known is an error too.
+    pub fn check(
+        &self,
+        pod_usage: Option<u64>,
+        container_usage: &[(String, Option<u64>)],
+    ) -> Option<String> {
+        let mut errs = Vec::new();
+        if let Some(limit) = self.pod {
+            match pod_usage {
+                None => errs.push("missing pod memory usage".to_owned()),
+                Some(u) if u >= limit as u64 => errs.push(format!(
+                    "attempting to set pod memory limit ({limit}) below current usage ({u})"
+                )),
+                Some(_) => {}
+            }
+        }
+        for (name, limit) in &self.containers {
+            let usage = container_usage
+                .iter()
+                .find(|(n, _)| n == name)
+                .and_then(|(_, u)| *u);
+            match usage {
+                None => errs.push(format!("missing container {name:?} memory usage")),
+                Some(u) if u >= *limit as u64 => errs.push(format!(
+                    "attempting to set container {name:?} memory limit ({limit}) below current usage ({u})"
+                )),
+                Some(_) => {}
+            }
+        }
+        match errs.len() {
+            0 => None,
+            1 => Some(format!("cannot decrease memory limits: {}", errs[0])),
+            _ => Some(format!(
+                "cannot decrease memory limits: [{}]",
+                errs.join(", ")
+            )),
+        }
     }
 }
 
@@ -307,23 +445,91 @@ pub fn set_container_resources(
 ) {
     for s in statuses {
         if let Some(requests) = allocated
-            .get(&s.name)
+            .container(&s.name)
             .and_then(|r| r.requests.clone())
             .filter(|r| !r.is_empty())
         {
             s.allocated_resources = Some(requests);
         }
         let running = s.state.as_ref().is_some_and(|st| st.running.is_some());
-        if running && let Some(r) = actuated.get(&s.name).or_else(|| allocated.get(&s.name)) {
+        if running
+            && let Some(r) = actuated
+                .container(&s.name)
+                .or_else(|| allocated.container(&s.name))
+        {
             s.resources = Some(r.clone());
         }
     }
 }
 
+/// The least cpu limit a pod cgroup's quota is read back as (MinMilliCPULimit).
+const MIN_MILLI_CPU_LIMIT: i64 = 10;
+
+/// The pod's `status.allocatedResources` (PodRequests of the allocated
+/// pod) and `status.resources` (convertToAPIPodLevelResourcesStatus). A pod
+/// not running reports its effective allocation: its pod-level resources
+/// with PodRequests and PodLimits for requests and limits. A running pod
+/// with a pod cgroup (`policy`) reports what its cgroup was set to for the
+/// `actuated` pod, as upstream reads it back: the cpu request from
+/// cpu.shares (above the minimum shares), the cpu limit from the quota
+/// (above 10m), the memory limit; the memory request is the allocated one.
+/// A limit the cgroup does not set is not reported (upstream's cgroup v2
+/// reading; on v1 it reads an unlimited memory.limit_in_bytes back as a
+/// limit of 2^63 − 4096 bytes).
+pub fn pod_resources_status(
+    allocated: &Pod,
+    actuated: &Pod,
+    running: bool,
+    policy: Option<&PodCgroupPolicy>,
+) -> (
+    Option<BTreeMap<String, Quantity>>,
+    Option<ResourceRequirements>,
+) {
+    let requests = pod_requests(allocated);
+    let allocated_resources = Some(to_quantities(&requests)).filter(|r| !r.is_empty());
+    let mut out = allocated
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.clone())
+        .unwrap_or_default();
+    match policy.filter(|_| running) {
+        None => {
+            out.requests = Some(to_quantities(&requests));
+            out.limits = Some(to_quantities(&pod_limits(allocated)));
+        }
+        Some(policy) => {
+            let cfg = pod_resource_config(actuated, policy);
+            let spec_cpu = requests.get("cpu").copied().unwrap_or(0);
+            let reqs = out.requests.get_or_insert_default();
+            if let Some(shares) = cfg.cpu_shares {
+                let milli = shares_to_milli_cpu(shares);
+                if milli > MIN_SHARES as i64 || spec_cpu > MIN_SHARES as i64 {
+                    reqs.insert("cpu".into(), Quantity(format_milli(milli)));
+                }
+            }
+            if let Some(&memory) = requests.get("memory") {
+                reqs.entry("memory".into())
+                    .or_insert_with(|| Quantity(format_binary_si(memory)));
+            }
+            let limits = out.limits.get_or_insert_default();
+            let cpu_limit =
+                quota_to_milli_cpu(cfg.cpu_quota.unwrap_or(-1), cfg.cpu_period.unwrap_or(0));
+            if cpu_limit > MIN_MILLI_CPU_LIMIT {
+                limits.insert("cpu".into(), Quantity(format_milli(cpu_limit)));
+            }
+            if let Some(memory) = cfg.memory.filter(|m| *m > 0) {
+                limits.insert("memory".into(), Quantity(format_binary_si(memory)));
+            }
+        }
+    }
+    out.requests = out.requests.filter(|r| !r.is_empty());
+    out.limits = out.limits.filter(|l| !l.is_empty());
+    (allocated_resources, Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{ContainerResizePolicy, PodSpec};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;
     use crate::runtime::ContainerStatus;
@@ -398,8 +604,26 @@ mod tests {
             ),
         ];
         for (name, c, want) in cases {
-            assert_eq!(container_resize(&c, Some(&actuated)), want, "{name}");
+            assert_eq!(
+                container_resize(&c, None, Some(&actuated), None),
+                want,
+                "{name}"
+            );
         }
+        // A container without limits follows its pod's pod-level limits.
+        let unlimited = Container {
+            name: "c".into(),
+            ..Default::default()
+        };
+        let (small, large) = (requirements("", "128Mi"), requirements("", "256Mi"));
+        assert_eq!(
+            container_resize(&unlimited, Some(&large), None, Some(&small)),
+            Resize::Update { shrinks: false }
+        );
+        assert_eq!(
+            container_resize(&unlimited, Some(&small), None, Some(&small)),
+            Resize::Keep
+        );
     }
 
     fn pod(containers: Vec<Container>) -> Pod {
@@ -438,10 +662,13 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let actuated: Allocation = ["grow", "shrink", "restart", "stopped", "same"]
-            .iter()
-            .map(|n| (n.to_string(), requirements("500m", "128Mi")))
-            .collect();
+        let actuated = Allocation {
+            containers: ["grow", "shrink", "restart", "stopped", "same"]
+                .iter()
+                .map(|n| (n.to_string(), requirements("500m", "128Mi")))
+                .collect(),
+            pod: None,
+        };
         let mut actions = PodActions::default();
         actions.add_resizes(&p, &status, &actuated);
         let names: Vec<&str> = actions
@@ -470,6 +697,77 @@ mod tests {
     }
 
     #[test]
+    fn memory_decreases_are_checked_against_usage() {
+        let mib = 1 << 20;
+        let p = pod(vec![
+            container("down", "100m", "64Mi", &[]),
+            container("up", "100m", "256Mi", &[]),
+            container(
+                "restarted",
+                "100m",
+                "32Mi",
+                &[("memory", "RestartContainer")],
+            ),
+        ]);
+        let actuated = Allocation {
+            containers: ["down", "up", "restarted"]
+                .iter()
+                .map(|n| (n.to_string(), requirements("100m", "128Mi")))
+                .collect(),
+            pod: None,
+        };
+        let status = PodStatus {
+            containers: ["down", "up", "restarted"]
+                .iter()
+                .map(|n| running(n, &format!("id-{n}")))
+                .collect(),
+            ..Default::default()
+        };
+        let mut actions = PodActions::default();
+        actions.add_resizes(&p, &status, &actuated);
+        let d = MemoryDecreases::of(
+            &p,
+            &actuated,
+            Some(352 * mib),
+            Some(384 * mib),
+            &actions.containers_to_update,
+        );
+        // The restarted container starts afresh with its new limit.
+        assert_eq!(
+            d,
+            MemoryDecreases {
+                pod: Some(352 * mib),
+                containers: vec![("down".into(), 64 * mib)],
+            }
+        );
+        assert_eq!(
+            d.check(Some(100 * mib as u64), &[("down".into(), Some(1 << 20))]),
+            None
+        );
+        assert_eq!(
+            d.check(
+                Some(100 * mib as u64),
+                &[("down".into(), Some(64 * mib as u64))]
+            ),
+            Some(format!(
+                "cannot decrease memory limits: attempting to set container \"down\" memory limit ({}) below current usage ({})",
+                64 * mib,
+                64 * mib
+            ))
+        );
+        assert_eq!(
+            d.check(None, &[("down".into(), None)]),
+            Some(
+                "cannot decrease memory limits: [missing pod memory usage, missing container \"down\" memory usage]"
+                    .into()
+            )
+        );
+        // Growth only: nothing to check.
+        let none = MemoryDecreases::of(&p, &actuated, Some(512 * mib), Some(384 * mib), &[]);
+        assert!(none.is_empty());
+    }
+
+    #[test]
     fn event_messages_as_upstream() {
         let p = pod(vec![container("c", "1", "", &[])]);
         assert_eq!(
@@ -482,13 +780,103 @@ mod tests {
         );
     }
 
+    fn with_pod_level(mut p: Pod, cpu: &str, memory: &str) -> Pod {
+        p.spec.as_mut().unwrap().resources = Some(requirements(cpu, memory));
+        p
+    }
+
     #[test]
     fn allocation_round_trip() {
-        let spec = pod(vec![container("a", "1", "1Gi", &[])]);
-        let allocated = allocation_of(&pod(vec![container("a", "500m", "512Mi", &[])]));
+        let spec = with_pod_level(pod(vec![container("a", "1", "1Gi", &[])]), "2", "2Gi");
+        let allocated = allocation_of(&with_pod_level(
+            pod(vec![container("a", "500m", "512Mi", &[])]),
+            "1",
+            "1Gi",
+        ));
+        assert_eq!(allocated.pod, Some(requirements("1", "1Gi")));
         let back = with_allocation(&spec, &allocated).expect("differs");
         assert_eq!(allocation_of(&back), allocated);
         assert!(with_allocation(&back, &allocated).is_none());
+        // A pod-level change alone is a change.
+        let pod_only = with_pod_level(pod(vec![container("a", "500m", "512Mi", &[])]), "2", "1Gi");
+        assert!(with_allocation(&pod_only, &allocated).is_some());
+    }
+
+    #[test]
+    fn pod_level_status_resources_as_upstream_reports_them() {
+        let q = |s: &str| Quantity(s.into());
+        let policy = PodCgroupPolicy::default();
+        let mut burstable = container("a", "250m", "", &[]);
+        burstable.resources = Some(ResourceRequirements {
+            requests: Some([("cpu".to_string(), q("250m")), ("memory".into(), q("64Mi"))].into()),
+            ..Default::default()
+        });
+        let cases = [
+            (
+                "pod-level, not running: the spec's, requests and limits aggregated",
+                with_pod_level(pod(vec![container("a", "100m", "", &[])]), "200m", "128Mi"),
+                false,
+                Some(vec![("cpu", "200m"), ("memory", "128Mi")]),
+                vec![("cpu", "200m"), ("memory", "128Mi")],
+                vec![("cpu", "200m"), ("memory", "128Mi")],
+            ),
+            (
+                "pod-level, running: read back from the cgroup values",
+                with_pod_level(pod(vec![container("a", "100m", "", &[])]), "200m", "128Mi"),
+                true,
+                Some(vec![("cpu", "200m"), ("memory", "128Mi")]),
+                vec![("cpu", "200m"), ("memory", "128Mi")],
+                vec![("cpu", "200m"), ("memory", "128Mi")],
+            ),
+            (
+                "containers only, running, Burstable: no limit the cgroup lacks",
+                pod(vec![burstable]),
+                true,
+                Some(vec![("cpu", "250m"), ("memory", "64Mi")]),
+                vec![("cpu", "250m"), ("memory", "64Mi")],
+                vec![],
+            ),
+            (
+                "BestEffort, running: nothing requested, nothing limited",
+                pod(vec![Container {
+                    name: "a".into(),
+                    ..Default::default()
+                }]),
+                true,
+                None,
+                vec![],
+                vec![],
+            ),
+        ];
+        for (name, p, running, allocated, requests, limits) in cases {
+            let (got_allocated, got) = pod_resources_status(&p, &p, running, Some(&policy));
+            let list = |pairs: Vec<(&str, &str)>| -> BTreeMap<String, Quantity> {
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), q(v)))
+                    .collect()
+            };
+            assert_eq!(
+                got_allocated,
+                allocated.map(list),
+                "{name}: allocatedResources"
+            );
+            let got = got.expect("resources");
+            let some = |l: BTreeMap<String, Quantity>| Some(l).filter(|l| !l.is_empty());
+            assert_eq!(got.requests, some(list(requests)), "{name}: requests");
+            assert_eq!(got.limits, some(list(limits)), "{name}: limits");
+        }
+        // Running, the cgroup still at the old values: what it has.
+        let allocated = with_pod_level(pod(vec![container("a", "100m", "", &[])]), "400m", "256Mi");
+        let actuated = with_pod_level(pod(vec![container("a", "100m", "", &[])]), "200m", "128Mi");
+        let (_, got) = pod_resources_status(&allocated, &actuated, true, Some(&policy));
+        let got = got.unwrap();
+        assert_eq!(got.limits.unwrap()["cpu"], q("200m"));
+        assert_eq!(
+            got.requests.unwrap()["memory"],
+            q("256Mi"),
+            "the allocated memory request"
+        );
     }
 
     #[test]
@@ -508,12 +896,18 @@ mod tests {
                 ..Default::default()
             },
         ];
-        let allocated: Allocation = [
-            ("a".to_string(), requirements("1", "1Gi")),
-            ("b".to_string(), requirements("2", "")),
-        ]
-        .into();
-        let actuated: Allocation = [("a".to_string(), requirements("500m", "1Gi"))].into();
+        let allocated = Allocation {
+            containers: [
+                ("a".to_string(), requirements("1", "1Gi")),
+                ("b".to_string(), requirements("2", "")),
+            ]
+            .into(),
+            pod: None,
+        };
+        let actuated = Allocation {
+            containers: [("a".to_string(), requirements("500m", "1Gi"))].into(),
+            pod: None,
+        };
         set_container_resources(&mut statuses, &allocated, &actuated);
         assert_eq!(
             statuses[0].allocated_resources.as_ref().unwrap()["cpu"],

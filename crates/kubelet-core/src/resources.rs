@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use crate::quantity::{parse_bytes, parse_cpu_millis};
+use crate::quantity::{
+    format_binary_si, format_decimal_si, format_milli, parse_bytes, parse_cpu_millis,
+};
 
 /// Resource name → amount (milli-CPUs for `cpu`).
 pub type Amounts = BTreeMap<String, i64>;
@@ -122,6 +124,12 @@ fn pod_level(pod: &Pod, limits: bool) -> Amounts {
         .collect()
 }
 
+/// The pod-level limits (`spec.resources.limits`) of the resources
+/// supported there.
+pub fn pod_level_limits(pod: &Pod) -> Amounts {
+    pod_level(pod, true)
+}
+
 /// Whether the pod sets pod-level resources (IsPodLevelResourcesSet).
 pub fn pod_level_resources_set(pod: &Pod) -> bool {
     !pod_level(pod, false).is_empty() || !pod_level(pod, true).is_empty()
@@ -162,6 +170,23 @@ pub fn pod_limits(pod: &Pod) -> Amounts {
         }
     }
     limits
+}
+
+/// Amounts as API quantities, written as upstream's Quantity prints them:
+/// milli-CPUs for `cpu`, BinarySI for bytes (memory, ephemeral-storage,
+/// hugepages), DecimalSI for counts.
+pub fn to_quantities(list: &Amounts) -> BTreeMap<String, Quantity> {
+    list.iter()
+        .map(|(k, &v)| {
+            let text = match k.as_str() {
+                "cpu" => format_milli(v),
+                "memory" | "ephemeral-storage" => format_binary_si(v),
+                _ if k.starts_with(HUGEPAGES_PREFIX) => format_binary_si(v),
+                _ => format_decimal_si(v),
+            };
+            (k.clone(), Quantity(text))
+        })
+        .collect()
 }
 
 /// Hugepage amounts by page size in bytes (`hugepages-2Mi` → 2097152).

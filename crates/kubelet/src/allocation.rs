@@ -1,12 +1,13 @@
 //! The allocation manager (upstream's pkg/kubelet/allocation, with the
 //! actuated state the runtime manager keeps): for each pod, the resources
-//! the kubelet admitted (allocated) and those its running containers were
-//! last given (actuated), and the resize conditions. A resize (the pod's
-//! spec resources changed through the `resize` subresource) is admitted
-//! against the node and the other pods' allocations, else it waits
+//! (its containers' and pod-level) the kubelet admitted (allocated) and
+//! those its running containers and pod cgroup were last given
+//! (actuated), and the resize conditions. A resize (the pod's spec
+//! resources changed through the `resize` subresource) is admitted against
+//! the node and the other pods' allocations, else it waits
 //! (`PodResizePending`, Deferred); once admitted, SyncPod works with the
-//! allocated pod and brings the running containers to it
-//! (`PodResizeInProgress` until it has). The records live in memory: after
+//! allocated pod and brings the pod cgroup and the running containers to
+//! it (`PodResizeInProgress` until it has). The records live in memory: after
 //! a restart every pod is admitted again with its spec's resources (upstream
 //! keeps them in checkpoint files).
 
@@ -15,10 +16,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 use kubelet_core::admission::Rejection;
+use kubelet_core::cgroups::PodCgroupPolicy;
 use kubelet_core::resize::{
     Allocation, EVENT_COMPLETED, EVENT_DEFERRED, EVENT_ERROR, EVENT_STARTED,
     POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING, REASON_DEFERRED, REASON_ERROR, ResizeConditions,
-    allocation_of, resize_condition, resize_message, set_container_resources, with_allocation,
+    allocation_of, pod_resources_status, resize_condition, resize_message, set_container_resources,
+    with_allocation,
 };
 use kubelet_core::types::PodUid;
 
@@ -49,14 +52,22 @@ pub struct AllocationManager {
     state: Arc<Mutex<State>>,
     events: Recorder,
     clock: Clock,
+    /// How pod cgroups are set (None: pods have none), for the pod-level
+    /// resources reported.
+    pod_cgroups: Option<PodCgroupPolicy>,
 }
 
 impl AllocationManager {
-    pub fn new(events: Recorder, clock: Clock) -> AllocationManager {
+    pub fn new(
+        events: Recorder,
+        clock: Clock,
+        pod_cgroups: Option<PodCgroupPolicy>,
+    ) -> AllocationManager {
         AllocationManager {
             state: Arc::default(),
             events,
             clock,
+            pod_cgroups,
         }
     }
 
@@ -199,10 +210,18 @@ impl AllocationManager {
     }
 
     /// After SyncPod: `changed` containers of the allocated `pod` now run
-    /// with its resources (started, or updated in place), and those not in
-    /// `running` will start with them. When no running container differs
-    /// from the allocation any more, the resize is complete.
-    pub fn actuated_containers(&self, pod: &Pod, changed: &[String], running: &[&str]) {
+    /// with its resources (started, or updated in place), those not in
+    /// `running` will start with them, and the pod cgroup has its
+    /// pod-level resources when `pod_cgroup` says so. When neither any
+    /// running container nor the pod cgroup differs from the allocation
+    /// any more, the resize is complete.
+    pub fn record_actuated(
+        &self,
+        pod: &Pod,
+        changed: &[String],
+        running: &[&str],
+        pod_cgroup: bool,
+    ) {
         let uid = PodUid::of(pod);
         let allocation = allocation_of(pod);
         let mut guard = self.lock();
@@ -212,18 +231,22 @@ impl AllocationManager {
             conditions,
         } = &mut *guard;
         let actuated = actuated.entry(uid.clone()).or_default();
-        for (name, r) in &allocation {
+        for (name, r) in &allocation.containers {
             if changed.contains(name) || !running.contains(&name.as_str()) {
-                actuated.insert(name.clone(), r.clone());
+                actuated.containers.insert(name.clone(), r.clone());
             }
+        }
+        if pod_cgroup {
+            actuated.pod = allocation.pod.clone();
         }
         // Against the allocation now: a resize admitted during this sync
         // is not done.
-        let done = allocated
-            .get(&uid)
-            .unwrap_or(&allocation)
-            .iter()
-            .all(|(name, r)| actuated.get(name).is_none_or(|a| a == r));
+        let target = allocated.get(&uid).unwrap_or(&allocation);
+        let done = target.pod == actuated.pod
+            && target
+                .containers
+                .iter()
+                .all(|(name, r)| actuated.container(name).is_none_or(|a| a == r));
         let finished = done
             && conditions
                 .get_mut(&uid)
@@ -263,16 +286,26 @@ impl AllocationManager {
         );
     }
 
-    /// The resize parts of the pod's status: the containers'
-    /// allocatedResources and resources, the resize conditions.
+    /// The resize parts of the pod's status: the pod's and its
+    /// containers' allocatedResources and resources, the resize
+    /// conditions.
     pub fn set_status(&self, pod: &Pod, status: &mut ApiPodStatus) {
         let uid = PodUid::of(pod);
         let state = self.lock();
         let Some(allocated) = state.allocated.get(&uid) else {
             return;
         };
-        let none = Allocation::new();
-        let actuated = state.actuated.get(&uid).unwrap_or(&none);
+        let actuated = state.actuated.get(&uid).unwrap_or(allocated);
+        let running = status.phase.as_deref() == Some("Running");
+        let allocated_pod = with_allocation(pod, allocated);
+        let allocated_pod = allocated_pod.as_ref().unwrap_or(pod);
+        let actuated_pod = with_allocation(allocated_pod, actuated);
+        (status.allocated_resources, status.resources) = pod_resources_status(
+            allocated_pod,
+            actuated_pod.as_ref().unwrap_or(allocated_pod),
+            running,
+            self.pod_cgroups.as_ref(),
+        );
         for list in [
             status.container_statuses.as_mut(),
             status.init_container_statuses.as_mut(),

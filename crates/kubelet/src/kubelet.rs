@@ -515,10 +515,10 @@ impl Kubelet {
             metrics: opts.metrics.clone(),
             first_seen: Arc::default(),
             clock: opts.clock,
+            allocation: AllocationManager::new(events.clone(), opts.clock, cm.pod_cgroup_policy()),
             cm,
             pods: PodManager::default(),
             evictions: Arc::default(),
-            allocation: AllocationManager::new(events.clone(), opts.clock),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),

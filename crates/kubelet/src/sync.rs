@@ -7,8 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::actions::PodActions;
+use kubelet_core::cgroups::pod_resource_config;
 use kubelet_core::lifecycle::Why;
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::resize::{Allocation, MemoryDecreases, with_allocation};
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
     PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED, WaitingReasons, fail_for_deadline,
@@ -21,7 +24,7 @@ use tracing::Instrument;
 
 use crate::allocation::AllocationManager;
 use crate::clock::Clock;
-use crate::cm::{CmError, ContainerManager};
+use crate::cm::{CmError, ContainerManager, PodNarrowing};
 use crate::error::{SyncError, waiting_reasons};
 use crate::events::{Involved, WARNING};
 use crate::kuberuntime::config::host_network;
@@ -147,11 +150,63 @@ impl Syncer {
         })
     }
 
+    /// validateMemoryResizeAction: why the resize from `actuated` to the
+    /// `allocated` pod cannot lower a memory limit now (the pod cgroup's,
+    /// or a running container's to be updated in place, at or below what
+    /// it uses), if it cannot.
+    async fn memory_decrease_blocked(
+        &self,
+        allocated: &Arc<Pod>,
+        actuated_pod: &Pod,
+        actuated: &Allocation,
+        rt: &PodStatus,
+    ) -> Option<String> {
+        let mut actions = PodActions::default();
+        actions.add_resizes(allocated, rt, actuated);
+        let policy = self.cm.pod_cgroup_policy();
+        let memory = |p: &Pod| {
+            policy
+                .as_ref()
+                .and_then(|policy| pod_resource_config(p, policy).memory)
+        };
+        let decreases = MemoryDecreases::of(
+            allocated,
+            actuated,
+            memory(allocated),
+            memory(actuated_pod),
+            &actions.containers_to_update,
+        );
+        if decreases.is_empty() {
+            return None;
+        }
+        let ids: Vec<(String, String)> = actions
+            .containers_to_update
+            .iter()
+            .filter(|u| decreases.containers.iter().any(|(n, _)| *n == u.name))
+            .map(|u| (u.name.clone(), u.id.clone()))
+            .collect();
+        let (pod_usage, usage) = self
+            .cm
+            .memory_usage(
+                allocated.clone(),
+                ids.iter().map(|(_, id)| id.clone()).collect(),
+            )
+            .await;
+        let by_name: Vec<(String, Option<u64>)> =
+            ids.into_iter().map(|(n, _)| n).zip(usage).collect();
+        decreases.check(pod_usage, &by_name)
+    }
+
     /// The pod's cgroup, before its sandbox (upstream's SyncPod step), its
     /// values set again when it exists. A pod that runs without one (started
     /// before cgroupsPerQOS) is killed first, to come back under its QoS
     /// cgroup; a RestartPolicy Never pod so killed gets none.
-    async fn ensure_pod_cgroup(&self, pod: &Arc<Pod>, rt: &PodStatus) -> Result<(), SyncError> {
+    async fn ensure_pod_cgroup(
+        &self,
+        pod: &Arc<Pod>,
+        actuated: Arc<Pod>,
+        rt: &PodStatus,
+    ) -> Result<Option<PodNarrowing>, SyncError> {
         let fail = |source: CmError| {
             self.runtime.events().event(
                 &Involved::pod(pod, None),
@@ -173,14 +228,14 @@ impl Syncer {
                     let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref())
                         == Some("Never");
                     if never {
-                        return Ok(());
+                        return Ok(None);
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "killing a pod without its cgroup"),
             }
         }
         self.cm
-            .ensure_pod(pod.clone(), exists, || self.active_pods())
+            .ensure_pod(pod.clone(), actuated, exists, || self.active_pods())
             .await
             .map_err(fail)
     }
@@ -278,14 +333,46 @@ impl Syncer {
         // Containers and the pod cgroup get the resources the pod is
         // allocated (a resize not admitted yet waits).
         let allocated = self.allocation.allocated_pod(&pod);
-        self.ensure_pod_cgroup(&allocated, &rt).await?;
+        let actuated = self.allocation.actuated(&allocated);
+        let actuated_pod = with_allocation(&allocated, &actuated)
+            .map(Arc::new)
+            .unwrap_or_else(|| allocated.clone());
+        // A resize that would set a memory limit below what is used waits
+        // (with PodResizeInProgress, Error): the pod cgroup and the running
+        // containers keep what they have.
+        let blocked = self
+            .memory_decrease_blocked(&allocated, &actuated_pod, &actuated, &rt)
+            .await;
+        let cgroup_pod = if blocked.is_some() {
+            &actuated_pod
+        } else {
+            &allocated
+        };
+        let narrowing = self
+            .ensure_pod_cgroup(cgroup_pod, actuated_pod.clone(), &rt)
+            .await?;
         // The pod's directories and volumes, before any container.
         let volumes = self.volumes.mount_pod(&pod).await?;
-        let actuated = self.allocation.actuated(&allocated);
-        let result = self
+        let resize_from = blocked.is_none().then_some(&actuated);
+        let mut result = self
             .runtime
-            .sync_pod(&allocated, &rt, &self.prober.results(), &volumes, &actuated)
+            .sync_pod(
+                &allocated,
+                &rt,
+                &self.prober.results(),
+                &volumes,
+                resize_from,
+            )
             .await?;
+        if blocked.is_some() {
+            result.resize_error = blocked;
+        }
+        // A resize's pod cgroup narrows once its containers have theirs.
+        if let Some(narrowing) = narrowing.filter(|_| result.resize_error.is_none())
+            && let Err(e) = self.cm.narrow_pod(narrowing).await
+        {
+            result.resize_error = Some(format!("failed to resize the pod cgroup: {e}"));
+        }
         let running: Vec<&str> = rt.running_containers().map(|c| c.name.as_str()).collect();
         let changed: Vec<String> = result
             .started
@@ -293,8 +380,12 @@ impl Syncer {
             .chain(&result.resized)
             .cloned()
             .collect();
-        self.allocation
-            .actuated_containers(&allocated, &changed, &running);
+        self.allocation.record_actuated(
+            &allocated,
+            &changed,
+            &running,
+            result.resize_error.is_none(),
+        );
         if let Some(e) = &result.resize_error {
             self.allocation.resize_failed(&allocated, e);
         }

@@ -3120,7 +3120,178 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     .await;
     assert_eq!(cgroup("cpu.cfs_quota_us"), "150000");
 
-    let uids: HashSet<String> = [pod_uid, uid(&other).to_owned()].into();
+    // A shrink: the pod cgroup's quota narrows after the container's (the
+    // kernel refuses a pod quota below a container's).
+    let pod_cgroup = |file: &str| {
+        let dir = k
+            .cgroups
+            .dir("cpu")
+            .join(format!("kubepods/burstable/pod{pod_uid}"));
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(pod_cgroup("cpu.cfs_quota_us"), "150000");
+    resize("100m", "200m");
+    eventually("the shrink applied", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        let c = &p["status"]["containerStatuses"][0];
+        let conditions = p["status"]["conditions"].as_array()?.clone();
+        (c["resources"]["limits"]["cpu"] == "200m"
+            && !conditions.iter().any(|c| {
+                c["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("PodResize"))
+            }))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(cgroup("cpu.cfs_quota_us"), "20000");
+    assert_eq!(pod_cgroup("cpu.cfs_quota_us"), "20000");
+
+    // A memory limit below what the container uses: the resize stops with
+    // PodResizeInProgress (Error) and the container keeps its limit.
+    let memory_limit = || {
+        let dir = k
+            .cgroups
+            .dir("memory")
+            .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
+        std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(memory_limit(), (64 << 20).to_string());
+    let resize_memory = |memory: &str| {
+        let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
+            "requests": {"memory": memory}, "limits": {"memory": memory}}}]}});
+        k.api.ok(&[
+            "patch",
+            "pod",
+            "cl-resize",
+            "-n",
+            "default",
+            "--subresource",
+            "resize",
+            "-p",
+            &patch.to_string(),
+        ]);
+    };
+    resize_memory("10Ki");
+    let in_progress = eventually("the resize stopped below usage", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizeInProgress" && c["reason"] == "Error")
+            .cloned()
+    })
+    .await;
+    let message = in_progress["message"].as_str().unwrap_or_default();
+    // The pod cgroup's limit (its only container's) is below its usage too.
+    assert!(
+        message.starts_with("cannot decrease memory limits: [attempting to set pod memory limit (10240) below current usage (")
+            && message.contains(
+                "attempting to set container \"main\" memory limit (10240) below current usage ("
+            ),
+        "{in_progress}"
+    );
+    assert_eq!(memory_limit(), (64 << 20).to_string());
+    resize_memory("64Mi");
+    eventually("the resize back applied", START, async || {
+        let p = k.api.pod("cl-resize")?;
+        let conditions = p["status"]["conditions"].as_array()?.clone();
+        (!conditions.iter().any(|c| {
+            c["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("PodResize"))
+        }))
+        .then_some(())
+    })
+    .await;
+
+    // Pod-level resources: a container without limits is given the pod's,
+    // and a resize of them reaches the pod cgroup and that container.
+    let mut plr = pod_spec();
+    plr["nodeName"] = json!(k.api.node);
+    plr["resources"] = json!({
+        "requests": {"cpu": "100m", "memory": "32Mi"},
+        "limits": {"cpu": "200m", "memory": "64Mi"},
+    });
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-resize-plr", "namespace": "default",
+                     "labels": {"app": "cl-resize-plr", TEST_LABEL: "1"}},
+        "spec": plr,
+    }));
+    let plr = eventually("cl-resize-plr Running", START, async || {
+        k.api.pod("cl-resize-plr").filter(running_with_ip)
+    })
+    .await;
+    assert_eq!(plr["status"]["allocatedResources"]["cpu"], "100m", "{plr}");
+    assert_eq!(plr["status"]["resources"]["limits"]["cpu"], "200m", "{plr}");
+    assert_eq!(
+        plr["status"]["observedGeneration"], plr["metadata"]["generation"],
+        "{plr}"
+    );
+    let plr_uid = uid(&plr).to_owned();
+    let (plr_cid, _) = container_of(&plr);
+    let plr_cid = plr_cid.trim_start_matches("containerd://").to_owned();
+    let plr_cgroup = |sub: &str| {
+        let dir = k
+            .cgroups
+            .dir("cpu")
+            .join(format!("kubepods/burstable/pod{plr_uid}{sub}"));
+        std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let in_container = format!("/{plr_cid}");
+    assert_eq!(plr_cgroup(""), "20000");
+    assert_eq!(plr_cgroup(&in_container), "20000", "the pod's limit");
+    let patch = json!({"spec": {"resources": {
+        "requests": {"cpu": "100m", "memory": "32Mi"},
+        "limits": {"cpu": "400m", "memory": "64Mi"}}}});
+    k.api.ok(&[
+        "patch",
+        "pod",
+        "cl-resize-plr",
+        "-n",
+        "default",
+        "--subresource",
+        "resize",
+        "-p",
+        &patch.to_string(),
+    ]);
+    let plr = eventually("the pod-level resize applied", START, async || {
+        let p = k.api.pod("cl-resize-plr")?;
+        let conditions = p["status"]["conditions"].as_array()?.clone();
+        (p["status"]["resources"]["limits"]["cpu"] == "400m"
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && !conditions.iter().any(|c| {
+                c["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("PodResize"))
+            }))
+        .then_some(p)
+    })
+    .await;
+    assert_eq!(plr_cgroup(""), "40000");
+    assert_eq!(plr_cgroup(&in_container), "40000", "the pod's new limit");
+    assert_eq!(plr["status"]["containerStatuses"][0]["restartCount"], 0);
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-resize-plr",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+
+    let uids: HashSet<String> = [pod_uid, uid(&other).to_owned(), plr_uid].into();
     k.api.ok(&[
         "delete",
         "pod",

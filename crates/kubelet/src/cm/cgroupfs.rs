@@ -147,6 +147,23 @@ impl Cgroupfs {
         Ok(())
     }
 
+    /// The memory `name` uses now, in bytes: v1's memory.usage_in_bytes,
+    /// v2's memory.current.
+    pub fn memory_usage(&self, name: &CgroupName) -> io::Result<u64> {
+        let path = match &self.layout {
+            CgroupLayout::V1 { mounts } => mounts
+                .get("memory")
+                .ok_or_else(|| io::Error::other("no memory hierarchy"))?
+                .join(name.relative())
+                .join("memory.usage_in_bytes"),
+            CgroupLayout::V2 { root, .. } => root.join(name.relative()).join("memory.current"),
+        };
+        std::fs::read_to_string(&path)?
+            .trim()
+            .parse()
+            .map_err(io::Error::other)
+    }
+
     /// Remove `name` and what is below it, from every hierarchy; what is
     /// already gone is fine.
     pub fn destroy(&self, name: &CgroupName) -> io::Result<()> {

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{
     CgroupLayout, CgroupName, PodCgroupPolicy, PodCgroups, QosCgroups, ResourceConfig,
-    hugepage_size_of_dir, less_reserved, limits_config, pod_uid_of, qos_resource_configs,
+    hugepage_size_of_dir, less_reserved, limits_config, pod_resource_config, pod_uid_of,
+    qos_resource_configs, resize_stages,
 };
 use kubelet_core::config::{
     CgroupDriver, ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE, ENFORCE_PODS,
@@ -30,6 +31,14 @@ pub use cgroupfs::Cgroupfs;
 
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use crate::tasks::blocking;
+
+/// The values a pod cgroup narrows to once a resize's containers have
+/// theirs.
+#[derive(Debug)]
+pub struct PodNarrowing {
+    cgroup: CgroupName,
+    config: ResourceConfig,
+}
 
 /// What the host's cgroups are, read once at start.
 #[derive(Clone, Debug, Default)]
@@ -225,6 +234,11 @@ impl ContainerManager {
         self.0.is_some()
     }
 
+    /// How pod cgroups are set, when pods get them.
+    pub fn pod_cgroup_policy(&self) -> Option<PodCgroupPolicy> {
+        self.0.as_ref().map(|i| i.policy)
+    }
+
     /// Set up the node-allocatable and QoS cgroups (upstream's setupNode
     /// and QOS manager Start, then the node-allocatable enforcement).
     pub async fn start(&self, active: Vec<Arc<Pod>>) -> Result<(), CmError> {
@@ -319,21 +333,63 @@ impl ContainerManager {
 
     /// EnsureExists: the pod's cgroup made (after the QoS cgroups are
     /// updated for the `active` pods, read only then) or, when it `exists`,
-    /// its values set again: a static pod keeps its UID across an edit of
-    /// its resources, and a set cut short by a crash is finished.
+    /// its values set again for the allocated `pod`: a static pod keeps its
+    /// UID across an edit of its resources, and a set cut short by a crash
+    /// is finished. A resize from the `actuated` pod's values that lowers
+    /// one is widened first ([`resize_stages`]): the narrowing this returns
+    /// is for [`ContainerManager::narrow_pod`] once the containers have
+    /// theirs.
     pub async fn ensure_pod(
         &self,
         pod: Arc<Pod>,
+        actuated: Arc<Pod>,
         exists: bool,
         active: impl FnOnce() -> Vec<Arc<Pod>>,
-    ) -> Result<(), CmError> {
+    ) -> Result<Option<PodNarrowing>, CmError> {
         let active = if exists || !self.enabled() {
             Vec::new()
         } else {
             active()
         };
-        self.off_workers((), move |i| i.ensure_pod(&pod, exists, &active))
-            .await
+        self.off_workers(None, move |i| {
+            i.ensure_pod(&pod, &actuated, exists, &active)
+        })
+        .await
+    }
+
+    /// The memory the pod's cgroup uses now and, for each container id,
+    /// its cgroup under it (containerd's cgroupfs `<parent>/<id>`); None
+    /// where it cannot be read, or when pods have no cgroups.
+    pub async fn memory_usage(
+        &self,
+        pod: Arc<Pod>,
+        containers: Vec<String>,
+    ) -> (Option<u64>, Vec<Option<u64>>) {
+        let none = (None, vec![None; containers.len()]);
+        let read = self
+            .off_workers(none.clone(), move |i| {
+                let name = i.pod_cgroup(&pod)?;
+                let usage = |n: &CgroupName| i.fs.memory_usage(n).ok();
+                Ok((
+                    usage(&name),
+                    containers.iter().map(|c| usage(&name.child(c))).collect(),
+                ))
+            })
+            .await;
+        read.unwrap_or(none)
+    }
+
+    /// A resize's second write to a pod cgroup (see
+    /// [`ContainerManager::ensure_pod`]).
+    pub async fn narrow_pod(&self, narrowing: PodNarrowing) -> Result<(), CmError> {
+        self.off_workers((), move |i| {
+            i.fs.set(&narrowing.cgroup, &narrowing.config)
+                .map_err(cgroup_err(
+                    "failed to update container for",
+                    &narrowing.cgroup,
+                ))
+        })
+        .await
     }
 
     /// UpdateCgroups: the QoS cgroups' values for the pods now active.
@@ -487,21 +543,33 @@ impl Inner {
         Ok(())
     }
 
-    fn ensure_pod(&self, pod: &Pod, exists: bool, active: &[Arc<Pod>]) -> Result<(), CmError> {
+    fn ensure_pod(
+        &self,
+        pod: &Pod,
+        actuated: &Pod,
+        exists: bool,
+        active: &[Arc<Pod>],
+    ) -> Result<Option<PodNarrowing>, CmError> {
         let name = self.pod_cgroup(pod)?;
-        let cfg = kubelet_core::cgroups::pod_resource_config(pod, &self.policy);
+        let cfg = pod_resource_config(pod, &self.policy);
         if exists {
-            return self
-                .fs
-                .set(&name, &cfg)
-                .map_err(cgroup_err("failed to update container for", &name));
+            let current = pod_resource_config(actuated, &self.policy);
+            let (first, last) = resize_stages(&current, &cfg);
+            self.fs
+                .set(&name, &first)
+                .map_err(cgroup_err("failed to update container for", &name))?;
+            return Ok(last.map(|config| PodNarrowing {
+                cgroup: name,
+                config,
+            }));
         }
         if let Err(e) = self.update_qos(active) {
             tracing::info!(error = %e, "Failed to update QoS cgroups while syncing pod");
         }
         self.fs
             .create(&name, &cfg)
-            .map_err(cgroup_err("failed to create container for", &name))
+            .map_err(cgroup_err("failed to create container for", &name))?;
+        Ok(None)
     }
 
     fn destroy_pod(&self, uid: &str) -> Result<(), CmError> {

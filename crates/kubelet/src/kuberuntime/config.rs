@@ -315,6 +315,18 @@ pub fn linux_resources(
         Some(q) => Some(parse_bytes(q).map_err(|e| err(field("requests", "memory"), &e))?),
         None => mem_limit,
     };
+    // getCPULimit, getMemoryLimit: a container without a limit of its
+    // own, in a pod with pod-level resources, is given the pod's.
+    let (cpu_limit, mem_limit) = if resources::pod_level_resources_set(pod) {
+        let pod_limits = resources::pod_level_limits(pod);
+        let or_pod = |own: Option<i64>, res: &str| {
+            own.filter(|v| *v != 0)
+                .or_else(|| pod_limits.get(res).copied())
+        };
+        (or_pod(cpu_limit, "cpu"), or_pod(mem_limit, "memory"))
+    } else {
+        (cpu_limit, mem_limit)
+    };
     Ok(cri::LinuxContainerResources {
         oom_score_adj: oom_score_adj(pod, mem_request, node.memory),
         ..calculate_linux_resources(cpu_request, cpu_limit, mem_limit.unwrap_or(0), node)
@@ -631,6 +643,46 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_container_without_limits_gets_the_pod_level_ones() {
+        let list = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                    .collect(),
+            )
+        };
+        let mut p = pod();
+        let spec = p.spec.as_mut().unwrap();
+        spec.resources = Some(ResourceRequirements {
+            limits: list(&[("cpu", "200m"), ("memory", "128Mi")]),
+            ..Default::default()
+        });
+        let mut own = spec.containers[0].clone();
+        own.resources = Some(ResourceRequirements {
+            limits: list(&[("memory", "64Mi")]),
+            ..Default::default()
+        });
+        let mut none = own.clone();
+        none.resources = None;
+        let cases = [
+            ("no limits: the pod's", &none, 20_000, 128 << 20),
+            ("its own memory limit wins", &own, 20_000, 64 << 20),
+        ];
+        for (name, c, quota, memory) in cases {
+            let r = linux_resources(&p, c, NODE).unwrap();
+            assert_eq!(
+                (r.cpu_quota, r.memory_limit_in_bytes),
+                (quota, memory),
+                "{name}"
+            );
+        }
+        // Without pod-level resources a container without limits has none.
+        let r = linux_resources(&pod(), &none, NODE).unwrap();
+        assert_eq!((r.cpu_quota, r.memory_limit_in_bytes), (0, 0));
     }
 
     #[test]

@@ -393,10 +393,12 @@ impl RuntimeManager {
         status: &PodStatus,
         probes: &(dyn ProbeView + Sync),
         volumes: &PodVolumes,
-        actuated: &Allocation,
+        resize_from: Option<&Allocation>,
     ) -> Result<SyncResult, SyncError> {
         let mut actions: PodActions = compute_pod_actions(pod, status, probes);
-        actions.add_resizes(pod, status, actuated);
+        if let Some(actuated) = resize_from {
+            actions.add_resizes(pod, status, actuated);
+        }
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult::default();
@@ -1860,7 +1862,7 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
-                &Default::default(),
+                None,
             )
             .await;
         assert!(synced.is_err());
@@ -1878,7 +1880,7 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
-                &Default::default(),
+                None,
             )
             .await
             .unwrap();
@@ -1898,7 +1900,7 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
-                &Default::default(),
+                None,
             )
             .await;
         assert!(synced.is_err());
@@ -1919,7 +1921,7 @@ mod tests {
                 &PodStatus::default(),
                 &kubelet_core::runtime::NoProbes,
                 &Default::default(),
-                &Default::default(),
+                None,
             )
             .await
             .unwrap();
