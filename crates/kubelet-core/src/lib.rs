@@ -12,6 +12,7 @@ pub mod actions;
 pub mod admission;
 pub mod backoff;
 pub mod cgroups;
+pub mod checkpoint;
 pub mod config;
 pub mod credentials;
 pub mod crilog;

@@ -37,14 +37,32 @@ pub const REASON_INFEASIBLE: &str = "Infeasible";
 /// PodResizeInProgress's reason when applying it failed.
 pub const REASON_ERROR: &str = "Error";
 
-/// A pod's resources as a resize sees them (upstream's PodResourceInfo).
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A pod's resources as a resize sees them (upstream's PodResourceInfo,
+/// serialized as upstream's checkpoints write it).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Allocation {
     /// Each container's resources by name: init and regular containers.
+    #[serde(rename = "ContainerResources", default)]
     pub containers: BTreeMap<String, ResourceRequirements>,
     /// The pod-level resources (`spec.resources`).
+    #[serde(rename = "PodLevelResources", default)]
     pub pod: Option<ResourceRequirements>,
 }
+
+/// The allocated or actuated resources of every pod by UID, as upstream's
+/// `allocated_pods_state` and `actuated_pods_state` checkpoints hold them
+/// (PodResourceCheckpointInfo).
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct AllocationCheckpoint {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub entries: BTreeMap<String, Allocation>,
+}
+
+/// The file upstream's allocation manager checkpoints allocations in,
+/// under the root directory.
+pub const ALLOCATED_PODS_STATE: &str = "allocated_pods_state";
+/// The file upstream's runtime manager checkpoints what it actuated in.
+pub const ACTUATED_PODS_STATE: &str = "actuated_pods_state";
 
 impl Allocation {
     /// The named container's resources.
@@ -800,6 +818,29 @@ mod tests {
         // A pod-level change alone is a change.
         let pod_only = with_pod_level(pod(vec![container("a", "500m", "512Mi", &[])]), "2", "1Gi");
         assert!(with_allocation(&pod_only, &allocated).is_some());
+    }
+
+    #[test]
+    fn checkpoints_read_upstreams_entries() {
+        // An entry as the upstream kubelet v1.37.2 writes it.
+        let data = r#"{"entries":{"u1":{"ContainerResources":{"c":{"limits":{"cpu":"1"},"requests":{"cpu":"500m"}}},"PodLevelResources":{"limits":{"memory":"1Gi"}},"EmptyDirVolumeLimits":null}}}"#;
+        let cp: AllocationCheckpoint = serde_json::from_str(data).unwrap();
+        let a = &cp.entries["u1"];
+        assert_eq!(
+            a.container("c").unwrap().requests.as_ref().unwrap()["cpu"].0,
+            "500m"
+        );
+        assert_eq!(
+            a.pod.as_ref().unwrap().limits.as_ref().unwrap()["memory"].0,
+            "1Gi"
+        );
+        let again: AllocationCheckpoint =
+            serde_json::from_str(&serde_json::to_string(&cp).unwrap()).unwrap();
+        assert_eq!(again, cp);
+        assert_eq!(
+            serde_json::to_string(&AllocationCheckpoint::default()).unwrap(),
+            "{}"
+        );
     }
 
     #[test]

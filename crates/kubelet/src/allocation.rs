@@ -7,32 +7,45 @@
 //! the node and the other pods' allocations, else it waits
 //! (`PodResizePending`, Deferred); once admitted, SyncPod works with the
 //! allocated pod and brings the pod cgroup and the running containers to
-//! it (`PodResizeInProgress` until it has). The records live in memory: after
-//! a restart every pod is admitted again with its spec's resources (upstream
-//! keeps them in checkpoint files).
+//! it (`PodResizeInProgress` until it has). Both records are kept in
+//! upstream's checkpoint files under the root directory
+//! (`allocated_pods_state`, `actuated_pods_state`), written by one task
+//! after each change: after a restart a pod keeps what it was allocated (a
+//! resize not yet admitted is admitted again) and what it runs with. A
+//! write lost to a crash is safe: a lost allocation is admitted again from
+//! the spec, a lost actuation applied again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 use kubelet_core::admission::Rejection;
 use kubelet_core::cgroups::PodCgroupPolicy;
+use kubelet_core::checkpoint;
 use kubelet_core::resize::{
-    Allocation, EVENT_COMPLETED, EVENT_DEFERRED, EVENT_ERROR, EVENT_STARTED,
-    POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING, REASON_DEFERRED, REASON_ERROR, ResizeConditions,
-    allocation_of, pod_resources_status, resize_condition, resize_message, set_container_resources,
-    with_allocation,
+    ACTUATED_PODS_STATE, ALLOCATED_PODS_STATE, Allocation, AllocationCheckpoint, EVENT_COMPLETED,
+    EVENT_DEFERRED, EVENT_ERROR, EVENT_STARTED, POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING,
+    REASON_DEFERRED, REASON_ERROR, ResizeConditions, allocation_of, pod_resources_status,
+    resize_condition, resize_message, set_container_resources, with_allocation,
 };
 use kubelet_core::types::PodUid;
 
 use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
+use crate::files::write_file;
+use crate::tasks::blocking;
 
 #[derive(Debug, Default)]
 struct State {
     allocated: HashMap<PodUid, Allocation>,
     actuated: HashMap<PodUid, Allocation>,
     conditions: HashMap<PodUid, ResizeConditions>,
+    /// Pods whose resize waits for every source to be heard from.
+    after_sources: HashSet<PodUid>,
 }
 
 /// What a resize came to.
@@ -55,24 +68,77 @@ pub struct AllocationManager {
     /// How pod cgroups are set (None: pods have none), for the pod-level
     /// resources reported.
     pod_cgroups: Option<PodCgroupPolicy>,
+    /// The directory of the checkpoint files.
+    dir: PathBuf,
+    /// The records changed since the checkpoints were written.
+    changed: Arc<Notify>,
 }
 
 impl AllocationManager {
+    /// The manager, with the records the checkpoint files in `dir` hold (a
+    /// file missing or corrupt holds none).
     pub fn new(
         events: Recorder,
         clock: Clock,
         pod_cgroups: Option<PodCgroupPolicy>,
+        dir: &Path,
     ) -> AllocationManager {
+        let state = State {
+            allocated: read_checkpoint(&dir.join(ALLOCATED_PODS_STATE)),
+            actuated: read_checkpoint(&dir.join(ACTUATED_PODS_STATE)),
+            conditions: HashMap::new(),
+            after_sources: HashSet::new(),
+        };
         AllocationManager {
-            state: Arc::default(),
+            state: Arc::new(Mutex::new(state)),
             events,
             clock,
             pod_cgroups,
+            dir: dir.to_owned(),
+            changed: Arc::default(),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The records changed: the checkpoint task writes them.
+    fn changed(&self) {
+        self.changed.notify_one();
+    }
+
+    /// Write the checkpoint files after each change until `token` is
+    /// cancelled, then once more; an unchanged file is not written again.
+    pub async fn write_checkpoints(self, token: CancellationToken) {
+        let mut written: [Vec<u8>; 2] = Default::default();
+        loop {
+            let stop = tokio::select! {
+                _ = token.cancelled() => true,
+                _ = self.changed.notified() => false,
+            };
+            let files = {
+                let state = self.lock();
+                [
+                    (ALLOCATED_PODS_STATE, checkpoint_of(&state.allocated)),
+                    (ACTUATED_PODS_STATE, checkpoint_of(&state.actuated)),
+                ]
+            };
+            for (i, (name, bytes)) in files.into_iter().enumerate() {
+                if bytes == written[i] {
+                    continue;
+                }
+                let path = self.dir.join(name);
+                let data = bytes.clone();
+                match blocking(move || write_file(&path, &data)).await {
+                    Ok(()) => written[i] = bytes,
+                    Err(e) => tracing::warn!(file = name, error = %e, "writing a checkpoint"),
+                }
+            }
+            if stop {
+                return;
+            }
+        }
     }
 
     /// The pod was admitted: it is allocated its spec's resources, unless
@@ -82,6 +148,21 @@ impl AllocationManager {
             .allocated
             .entry(PodUid::of(pod))
             .or_insert_with(|| allocation_of(pod));
+        self.changed();
+    }
+
+    /// The pod with the resources it is allocated, if it has an
+    /// allocation (one kept across a restart): what it is admitted with.
+    pub fn allocated_if_any(&self, pod: &Arc<Pod>) -> Arc<Pod> {
+        let state = self.lock();
+        match state
+            .allocated
+            .get(&PodUid::of(pod))
+            .and_then(|a| with_allocation(pod, a))
+        {
+            Some(p) => Arc::new(p),
+            None => pod.clone(),
+        }
     }
 
     /// The pod with the resources it is allocated: what SyncPod creates
@@ -89,11 +170,16 @@ impl AllocationManager {
     /// (not admitted through the API: a static or file pod) gets its spec's.
     pub fn allocated_pod(&self, pod: &Arc<Pod>) -> Arc<Pod> {
         let mut state = self.lock();
-        let allocated = state
+        let uid = PodUid::of(pod);
+        if !state.allocated.contains_key(&uid) {
+            state.allocated.insert(uid.clone(), allocation_of(pod));
+            self.changed();
+        }
+        match state
             .allocated
-            .entry(PodUid::of(pod))
-            .or_insert_with(|| allocation_of(pod));
-        match with_allocation(pod, allocated) {
+            .get(&uid)
+            .and_then(|a| with_allocation(pod, a))
+        {
             Some(p) => Arc::new(p),
             None => pod.clone(),
         }
@@ -126,6 +212,7 @@ impl AllocationManager {
             Ok(()) => {
                 let mut state = self.lock();
                 state.allocated.insert(uid.clone(), desired);
+                self.changed();
                 let conditions = state.conditions.entry(uid).or_default();
                 conditions.pending = None;
                 conditions.in_progress = Some(resize_condition(
@@ -181,14 +268,34 @@ impl AllocationManager {
         }
     }
 
-    /// The pods whose resize waits (to be tried again).
+    /// A pod seen before every source was (after a restart): if its spec
+    /// differs from its allocation, the resize is handled with the
+    /// deferred ones, once every pod is known (upstream's sourcesReady).
+    pub fn resize_after_sources(&self, pod: &Pod) {
+        let uid = PodUid::of(pod);
+        let mut state = self.lock();
+        if state
+            .allocated
+            .get(&uid)
+            .is_some_and(|a| *a != allocation_of(pod))
+        {
+            state.after_sources.insert(uid);
+        }
+    }
+
+    /// The pods whose resize waits (to be tried again): those deferred,
+    /// and those that waited for the sources (taken).
     pub fn deferred(&self) -> Vec<PodUid> {
-        self.lock()
-            .conditions
-            .iter()
-            .filter(|(_, c)| c.pending.is_some())
-            .map(|(uid, _)| uid.clone())
-            .collect()
+        let mut state = self.lock();
+        let mut uids: HashSet<PodUid> = std::mem::take(&mut state.after_sources);
+        uids.extend(
+            state
+                .conditions
+                .iter()
+                .filter(|(_, c)| c.pending.is_some())
+                .map(|(uid, _)| uid.clone()),
+        );
+        uids.into_iter().collect()
     }
 
     /// What the pod's containers were last given; a pod seen for the first
@@ -206,6 +313,7 @@ impl AllocationManager {
             .cloned()
             .unwrap_or_else(|| allocation_of(pod));
         state.actuated.insert(uid, initial.clone());
+        self.changed();
         initial
     }
 
@@ -229,6 +337,7 @@ impl AllocationManager {
             allocated,
             actuated,
             conditions,
+            ..
         } = &mut *guard;
         let actuated = actuated.entry(uid.clone()).or_default();
         for (name, r) in &allocation.containers {
@@ -239,6 +348,7 @@ impl AllocationManager {
         if pod_cgroup {
             actuated.pod = allocation.pod.clone();
         }
+        self.changed();
         // Against the allocation now: a resize admitted during this sync
         // is not done.
         let target = allocated.get(&uid).unwrap_or(&allocation);
@@ -327,8 +437,162 @@ impl AllocationManager {
     /// Forget the pods `keep` does not name (housekeeping).
     pub fn retain(&self, keep: impl Fn(&PodUid) -> bool) {
         let mut state = self.lock();
+        let before = state.allocated.len() + state.actuated.len();
         state.allocated.retain(|uid, _| keep(uid));
         state.actuated.retain(|uid, _| keep(uid));
         state.conditions.retain(|uid, _| keep(uid));
+        state.after_sources.retain(|uid| keep(uid));
+        if state.allocated.len() + state.actuated.len() != before {
+            self.changed();
+        }
+    }
+}
+
+/// The records a checkpoint file holds: none when it is missing, or
+/// corrupt (said in the log; upstream refuses to start on a corrupt one,
+/// rkubelet admits those pods again from their specs).
+fn read_checkpoint(path: &Path) -> HashMap<PodUid, Allocation> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return HashMap::new(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "reading a checkpoint");
+            return HashMap::new();
+        }
+    };
+    match checkpoint::decode::<AllocationCheckpoint>(&bytes) {
+        Ok(cp) => cp
+            .entries
+            .into_iter()
+            .map(|(uid, a)| (PodUid(uid), a))
+            .collect(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "a checkpoint not used");
+            HashMap::new()
+        }
+    }
+}
+
+/// `records` as a checkpoint file's bytes.
+fn checkpoint_of(records: &HashMap<PodUid, Allocation>) -> Vec<u8> {
+    let cp = AllocationCheckpoint {
+        entries: records
+            .iter()
+            .map(|(uid, a)| (uid.0.clone(), a.clone()))
+            .collect(),
+    };
+    checkpoint::encode(&cp).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(cpu: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "c".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn cpu_of(p: &Pod) -> String {
+        p.spec.as_ref().unwrap().containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["cpu"]
+            .0
+            .clone()
+    }
+
+    fn manager(dir: &Path) -> AllocationManager {
+        AllocationManager::new(
+            Recorder::log_only("n".into()),
+            Clock::following_tokio(),
+            None,
+            dir,
+        )
+    }
+
+    /// Run the checkpoint writer until what is pending is written.
+    async fn checkpoint(m: &AllocationManager) {
+        let token = CancellationToken::new();
+        token.cancel();
+        m.clone().write_checkpoints(token).await;
+    }
+
+    #[tokio::test]
+    async fn allocations_and_actuations_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = manager(dir.path());
+        m.admit(&pod("500m"));
+        m.actuated(&pod("500m"));
+        checkpoint(&m).await;
+        let file = std::fs::read(dir.path().join(ALLOCATED_PODS_STATE)).unwrap();
+        let cp: AllocationCheckpoint = checkpoint::decode(&file).unwrap();
+        assert_eq!(
+            cpu_of(&with_allocation(&pod("1"), &cp.entries["u1"]).unwrap()),
+            "500m"
+        );
+
+        // After a restart the spec asks for more: the pod is allocated
+        // what it was, and runs with what it was given, until the resize
+        // is admitted.
+        let again = manager(dir.path());
+        let spec = pod("1");
+        assert_eq!(cpu_of(&again.allocated_if_any(&spec)), "500m");
+        assert_eq!(cpu_of(&again.allocated_pod(&spec)), "500m");
+        assert_eq!(
+            again
+                .actuated(&spec)
+                .container("c")
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["cpu"]
+                .0,
+            "500m"
+        );
+        assert_eq!(
+            again.handle_resize(&spec, || Ok(())),
+            ResizeOutcome::Allocated
+        );
+        assert_eq!(cpu_of(&again.allocated_pod(&spec)), "1");
+    }
+
+    #[tokio::test]
+    async fn a_corrupt_checkpoint_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = manager(dir.path());
+        m.admit(&pod("500m"));
+        checkpoint(&m).await;
+        let path = dir.path().join(ALLOCATED_PODS_STATE);
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("500m", "900m");
+        std::fs::write(&path, text).unwrap();
+        let again = manager(dir.path());
+        assert_eq!(cpu_of(&again.allocated_if_any(&pod("1"))), "1");
     }
 }

@@ -515,7 +515,12 @@ impl Kubelet {
             metrics: opts.metrics.clone(),
             first_seen: Arc::default(),
             clock: opts.clock,
-            allocation: AllocationManager::new(events.clone(), opts.clock, cm.pod_cgroup_policy()),
+            allocation: AllocationManager::new(
+                events.clone(),
+                opts.clock,
+                cm.pod_cgroup_policy(),
+                &opts.root_dir,
+            ),
             cm,
             pods: PodManager::default(),
             evictions: Arc::default(),
@@ -901,6 +906,11 @@ impl Kubelet {
         self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
             pleg.run(pleg_tx, token)
         });
+        let allocation = self.syncer.allocation.clone();
+        self.tasks.spawn(
+            tracing::info_span!("allocation_checkpoints"),
+            move |token| allocation.write_checkpoints(token),
+        );
         let (runtime, state) = (self.syncer.runtime.clone(), self.runtime_state.clone());
         self.tasks
             .spawn(tracing::info_span!("container_gc"), move |token| {
@@ -1001,7 +1011,7 @@ impl Kubelet {
                 last_error.clear();
             }
             for update in std::mem::take(&mut deferred) {
-                self.handle_update(update);
+                self.handle_update(update, &sources_ready);
             }
             backoff.reset();
             *self
@@ -1019,7 +1029,7 @@ impl Kubelet {
             };
             let iteration = Instant::now();
             match wake {
-                Wake::Update(update) => self.handle_update(update),
+                Wake::Update(update) => self.handle_update(update, &sources_ready),
                 Wake::Pleg(events) => self.handle_pleg(events),
                 Wake::Resync(uid) => {
                     if let Some(pod) = self.pod_manager.get(&uid) {
@@ -1032,7 +1042,7 @@ impl Kubelet {
                     // Sources mark themselves ready after sending: take what
                     // they sent first, so no wanted pod looks like an orphan.
                     while let Ok(update) = updates.try_recv() {
-                        self.handle_update(update);
+                        self.handle_update(update, &sources_ready);
                     }
                     let start = Instant::now();
                     self.housekeeping(&sources_ready);
@@ -1061,7 +1071,7 @@ impl Kubelet {
         }
     }
 
-    fn handle_update(&self, update: PodUpdate) {
+    fn handle_update(&self, update: PodUpdate, sources_ready: &SourcesReady) {
         for pod in update.pods {
             let uid = PodUid::of(&pod);
             let name = kubelet_core::types::pod_full_name(&pod);
@@ -1079,18 +1089,28 @@ impl Kubelet {
                         continue;
                     }
                     tracing::info!(op = ?update.op, pod = %name, %uid, source = update.source, "pod update");
+                    // Admitted with what it is allocated (kept across a
+                    // restart), a resize since then handled after.
                     if update.op == PodOperation::Add
                         && update.source == SOURCE_API
                         && pod.metadata.deletion_timestamp.is_none()
-                        && let Err(r) = self.admit(&pod)
+                        && let Err(r) = self.admit(&self.syncer.allocation.allocated_if_any(&pod))
                     {
                         self.reject(&pod, r);
                         continue;
                     }
                     if update.op == PodOperation::Add {
                         self.syncer.allocation.admit(&pod);
-                    } else if pod.metadata.deletion_timestamp.is_none() {
-                        self.handle_resize(&pod);
+                    }
+                    // A resize is admitted against every pod the sources
+                    // want: until all have been heard from (after a
+                    // restart), it waits for housekeeping.
+                    if pod.metadata.deletion_timestamp.is_none() {
+                        if sources_ready.all_ready() {
+                            self.handle_resize(&pod);
+                        } else {
+                            self.syncer.allocation.resize_after_sources(&pod);
+                        }
                     }
                     if pod.metadata.deletion_timestamp.is_some() {
                         let grace = pod.metadata.deletion_grace_period_seconds;

@@ -12,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod events;
 pub mod eviction;
+pub mod files;
 pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;

@@ -15,13 +15,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use k8s_cri::v1 as cri;
 use kubelet_core::credentials::Credential;
+
+use crate::files::{TMP_SUFFIX, write_file};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::pullrecords::{
     self, Check, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePulledRecord,
@@ -29,8 +31,6 @@ use kubelet_core::pullrecords::{
 };
 
 use crate::clock::Clock;
-
-const TMP_SUFFIX: &str = ".tmp";
 
 /// The two record directories.
 #[derive(Debug)]
@@ -350,26 +350,6 @@ fn record_files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         })
         .filter_map(|e| fs::read(e.path()).ok().map(|b| (e.path(), b)))
         .collect()
-}
-
-/// Write `bytes` to `path` through a temporary file renamed over it
-/// (mode 0600), as upstream's writeFile.
-fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(TMP_SUFFIX);
-    let tmp = PathBuf::from(tmp);
-    let written = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
 }
 
 fn remove_file(path: &Path) -> io::Result<()> {

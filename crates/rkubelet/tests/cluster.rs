@@ -3305,6 +3305,123 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
 
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn v_a_deferred_resize_waits_across_a_restart() {
+    let mut k = Kubelet::new("resize-restart");
+    k.start_ready().await;
+    let create = |name: &str, resources: Value| {
+        let mut spec = pod_spec();
+        spec["nodeName"] = json!(k.api.node);
+        spec["containers"][0]["resources"] = resources;
+        k.api.create(&json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default",
+                         "labels": {"app": name, TEST_LABEL: "1"}},
+            "spec": spec,
+        }));
+    };
+    create(
+        "cl-deferred",
+        json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "200m"}}),
+    );
+    create("cl-deferred-other", json!({"requests": {"cpu": "1500m"}}));
+    let mut uids = HashSet::new();
+    for name in ["cl-deferred", "cl-deferred-other"] {
+        let p = eventually("both Running", START, async || {
+            k.api.pod(name).filter(running_with_ip)
+        })
+        .await;
+        uids.insert(uid(&p).to_owned());
+    }
+    let pod = k.api.pod("cl-deferred").unwrap();
+    let deferred_uid = uid(&pod).to_owned();
+    let shares_file = k
+        .cgroups
+        .dir("cpu")
+        .join(format!("kubepods/burstable/pod{}", uid(&pod)))
+        .join("cpu.shares");
+    let shares = || {
+        std::fs::read_to_string(&shares_file)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(shares(), "102");
+    let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
+        "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}});
+    k.api.ok(&[
+        "patch",
+        "pod",
+        "cl-deferred",
+        "-n",
+        "default",
+        "--subresource",
+        "resize",
+        "-p",
+        &patch.to_string(),
+    ]);
+    // The ResizeDeferred events of the pod (repeats counted).
+    fn deferred_events(api: &Api, uid: &str) -> u32 {
+        let selector = format!("involvedObject.uid={uid},reason=ResizeDeferred");
+        let counts = api.ok(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &selector,
+            "-o",
+            "jsonpath={range .items[*]}{.count}{\"\\n\"}{end}",
+        ]);
+        counts
+            .lines()
+            .filter_map(|l| l.trim().parse::<u32>().ok())
+            .sum()
+    }
+    eventually("the resize deferred", START, async || {
+        (deferred_events(&k.api, &deferred_uid) >= 1).then_some(())
+    })
+    .await;
+
+    // Killed and started again, rkubelet keeps the pod's allocation (its
+    // checkpoint): the resize is admitted again, deferred again, and the
+    // pod cgroup keeps its shares.
+    k.kill9();
+    k.start_ready().await;
+    eventually("the resize deferred again", START, async || {
+        (deferred_events(&k.api, &deferred_uid) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(shares(), "102");
+    let pod = k.api.pod("cl-deferred").unwrap();
+    let c = &pod["status"]["containerStatuses"][0];
+    assert_eq!(c["allocatedResources"]["cpu"], "100m", "{c}");
+
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-deferred-other",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    eventually("the resize applied", START, async || {
+        (shares() == "1024").then_some(())
+    })
+    .await;
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-deferred",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
     let app = "cl-outage";
     let mut k = Kubelet::new("outage");

@@ -1,0 +1,31 @@
+//! Small files the kubelet keeps under its root directory.
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// What a file being written is called until it is renamed over its
+/// name.
+pub const TMP_SUFFIX: &str = ".tmp";
+
+/// Write `bytes` to `path` through a temporary file renamed over it
+/// (mode 0600), as upstream's writeFile: a reader, or a crash, sees the
+/// old content or the new, never a part.
+pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(TMP_SUFFIX);
+    let tmp = PathBuf::from(tmp);
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
