@@ -23,7 +23,7 @@ use crate::cgroups::{
     MIN_SHARES, PodCgroupPolicy, pod_resource_config, quota_to_milli_cpu, shares_to_milli_cpu,
 };
 use crate::quantity::{format_binary_si, format_milli, parse_bytes, parse_cpu_millis};
-use crate::resources::{pod_limits, pod_requests, to_quantities};
+use crate::resources::{pod_quantities, pod_requests};
 use crate::runtime::{ContainerState, PodStatus};
 
 /// The pod condition while a resize waits to be admitted.
@@ -504,7 +504,7 @@ pub fn pod_resources_status(
     Option<ResourceRequirements>,
 ) {
     let requests = pod_requests(allocated);
-    let allocated_resources = Some(to_quantities(&requests)).filter(|r| !r.is_empty());
+    let allocated_resources = Some(pod_quantities(allocated, false)).filter(|r| !r.is_empty());
     let mut out = allocated
         .spec
         .as_ref()
@@ -512,8 +512,8 @@ pub fn pod_resources_status(
         .unwrap_or_default();
     match policy.filter(|_| running) {
         None => {
-            out.requests = Some(to_quantities(&requests));
-            out.limits = Some(to_quantities(&pod_limits(allocated)));
+            out.requests = Some(pod_quantities(allocated, false));
+            out.limits = Some(pod_quantities(allocated, true));
         }
         Some(policy) => {
             let cfg = pod_resource_config(actuated, policy);
@@ -907,6 +907,10 @@ mod tests {
             assert_eq!(got.requests, some(list(requests)), "{name}: requests");
             assert_eq!(got.limits, some(list(limits)), "{name}: limits");
         }
+        // Pod-level quantities as written, however odd (upstream keeps them).
+        let odd = with_pod_level(pod(vec![container("a", "", "", &[])]), "4m", "10m");
+        let (got_allocated, _) = pod_resources_status(&odd, &odd, false, Some(&policy));
+        assert_eq!(got_allocated.unwrap()["memory"], q("10m"));
         // Running, the cgroup still at the old values: what it has.
         let allocated = with_pod_level(pod(vec![container("a", "100m", "", &[])]), "400m", "256Mi");
         let actuated = with_pod_level(pod(vec![container("a", "100m", "", &[])]), "200m", "128Mi");

@@ -189,6 +189,34 @@ pub fn to_quantities(list: &Amounts) -> BTreeMap<String, Quantity> {
         .collect()
 }
 
+/// The pod-level requests (defaulted from its limits) or limits as the
+/// spec writes them, of the resources supported there.
+fn pod_level_written(pod: &Pod, limits: bool) -> BTreeMap<String, Quantity> {
+    let r = pod.spec.as_ref().and_then(|s| s.resources.as_ref());
+    let mut out: BTreeMap<String, Quantity> = r.and_then(|r| r.limits.clone()).unwrap_or_default();
+    if !limits {
+        out.extend(r.and_then(|r| r.requests.clone()).unwrap_or_default());
+    }
+    out.retain(|k, _| supported_at_pod_level(k));
+    out
+}
+
+/// PodRequests (`limits`: PodLimits) as API quantities: what the pod-level
+/// resources name as the spec writes them (when there is no overhead to
+/// add: upstream's sums keep a quantity as written, `10m` of memory
+/// included), the rest as [`to_quantities`] writes it.
+pub fn pod_quantities(pod: &Pod, limits: bool) -> BTreeMap<String, Quantity> {
+    let mut out = if limits {
+        to_quantities(&pod_limits(pod))
+    } else {
+        to_quantities(&pod_requests(pod))
+    };
+    if pod_overhead(pod).is_empty() {
+        out.extend(pod_level_written(pod, limits));
+    }
+    out
+}
+
 /// Hugepage amounts by page size in bytes (`hugepages-2Mi` → 2097152).
 pub fn hugepages(list: &Amounts) -> BTreeMap<u64, i64> {
     let mut out = BTreeMap::new();
