@@ -2253,7 +2253,10 @@ mod tests {
         assert_eq!(s.grace_period, Duration::from_secs(90));
         assert_eq!(
             s.min_reclaim,
-            Some(crate::eviction::ThresholdValue::Quantity(512 << 20))
+            Some(crate::eviction::ThresholdValue::Quantity(
+                512 << 20,
+                crate::eviction::Written::BinarySI
+            ))
         );
         assert_eq!(
             soft.eviction_pressure_transition_period,

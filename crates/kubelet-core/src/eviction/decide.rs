@@ -258,7 +258,7 @@ pub fn memcg_threshold(threshold: &Threshold, usage: u64, working_set: u64, avai
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eviction::ThresholdValue;
+    use crate::eviction::{ThresholdValue, Written};
     use crate::stats::{MemoryStats, NodeStats, RlimitStats, RuntimeStats};
     use std::time::UNIX_EPOCH;
 
@@ -343,7 +343,7 @@ mod tests {
     fn the_memcg_threshold_as_upstream_sets_it() {
         let t = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             0,
         );
         // 1000Mi capacity (600 available + 400 working set), 50Mi inactive
@@ -363,7 +363,7 @@ mod tests {
     fn thresholds_met_with_and_without_minimum_reclaim() {
         let mut t = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             0,
         );
         t.min_reclaim = Some(ThresholdValue::Percentage(0.05));
@@ -392,7 +392,7 @@ mod tests {
     fn a_hard_threshold_acts_at_once_and_pressure_outlasts_it() {
         let hard = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             0,
         );
         let period = Duration::from_secs(300);
@@ -428,7 +428,7 @@ mod tests {
     fn a_soft_threshold_waits_for_its_grace_period() {
         let soft = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             30,
         );
         let period = Duration::from_secs(1);
@@ -458,10 +458,10 @@ mod tests {
     fn a_met_threshold_holds_until_its_minimum_reclaim_is_done() {
         let mut hard = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             0,
         );
-        hard.min_reclaim = Some(ThresholdValue::Quantity(50 * MI));
+        hard.min_reclaim = Some(ThresholdValue::Quantity(50 * MI, Written::BinarySI));
         let period = Duration::ZERO;
         let (s, pass) = step(&State::default(), &[hard], memory(90 * MI, 1), 1, period);
         assert_eq!(pass.act_on, vec![hard]);
@@ -483,7 +483,7 @@ mod tests {
         );
         let mem = threshold(
             Signal::MemoryAvailable,
-            ThresholdValue::Quantity(100 * MI),
+            ThresholdValue::Quantity(100 * MI, Written::BinarySI),
             0,
         );
         let low = |signal| {

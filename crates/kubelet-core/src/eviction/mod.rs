@@ -156,16 +156,36 @@ pub fn default_eviction_hard() -> BTreeMap<String, String> {
 /// A threshold's value: an amount, or a share of the capacity.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ThresholdValue {
-    Quantity(i64),
+    /// An amount, and the format it was written in (upstream prints a
+    /// threshold back as written: `500M` stays `500M`).
+    Quantity(i64, Written),
     /// 0 to 1 (float32 upstream).
     Percentage(f32),
+}
+
+/// A quantity's format as the API's Quantity keeps it: binary suffixes
+/// (`Ki`, `Mi`, ...) are BinarySI, the rest DecimalSI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    BinarySI,
+    DecimalSI,
+}
+
+impl Written {
+    pub fn of(text: &str) -> Written {
+        if text.ends_with('i') {
+            Written::BinarySI
+        } else {
+            Written::DecimalSI
+        }
+    }
 }
 
 impl ThresholdValue {
     /// GetThresholdQuantity: the amount this value is of `capacity`.
     pub fn amount_of(self, capacity: i64) -> i64 {
         match self {
-            ThresholdValue::Quantity(q) => q,
+            ThresholdValue::Quantity(q, _) => q,
             ThresholdValue::Percentage(p) => (capacity as f64 * f64::from(p)) as i64,
         }
     }
@@ -228,7 +248,7 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
         }
         out.push(Threshold {
             signal: sig,
-            value: ThresholdValue::Quantity(q),
+            value: ThresholdValue::Quantity(q, Written::of(val)),
             grace_period: Duration::ZERO,
             min_reclaim: None,
         });
@@ -313,7 +333,7 @@ fn parse_minimum_reclaim(signal: &str, val: &str) -> Result<ThresholdValue, Stri
             "negative eviction minimum reclaim specified for {signal}"
         ));
     }
-    Ok(ThresholdValue::Quantity(q))
+    Ok(ThresholdValue::Quantity(q, Written::of(val)))
 }
 
 /// hardEvictionReservation: what the hard thresholds keep back, as node

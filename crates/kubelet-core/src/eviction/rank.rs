@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::decide::Observations;
-use super::{Resource, Signal, Threshold, ThresholdValue};
+use super::{Resource, Signal, Threshold, ThresholdValue, Written};
 use crate::quantity::{format_binary_si, format_decimal_si, parse_bytes};
 use crate::resources::{pod_level_resources_set, pod_requests};
 use crate::stats::{FsStats, PodStats};
@@ -198,10 +198,10 @@ pub(super) fn canonical(q: &Quantity) -> String {
     }
 }
 
-/// A threshold's or an observation's amount as upstream prints it: bytes
-/// and every percentage as BinarySI, counts as DecimalSI.
-fn amount(signal: Signal, v: i64, percentage: bool) -> String {
-    if signal.counts_bytes() || percentage {
+/// An observation's amount as upstream prints it: bytes as BinarySI,
+/// counts as DecimalSI.
+fn amount(signal: Signal, v: i64) -> String {
+    if signal.counts_bytes() {
         format_binary_si(v)
     } else {
         format_decimal_si(v)
@@ -224,11 +224,16 @@ pub fn eviction_message(
         .filter(|t| t.signal.resource() == Some(resource))
         .find_map(|t| Some((t, observations.get(&t.signal)?)))
     {
-        let pct = matches!(t.value, ThresholdValue::Percentage(_));
+        // GetThresholdQuantity: a quantity as it was written, a
+        // percentage of the capacity as BinarySI.
+        let threshold = match t.value {
+            ThresholdValue::Quantity(v, Written::DecimalSI) => format_decimal_si(v),
+            ThresholdValue::Quantity(v, Written::BinarySI) => format_binary_si(v),
+            ThresholdValue::Percentage(_) => format_binary_si(t.value.amount_of(o.capacity)),
+        };
         message.push_str(&format!(
-            "Threshold quantity: {}, available: {}. ",
-            amount(t.signal, t.value.amount_of(o.capacity), pct),
-            amount(t.signal, o.available, false),
+            "Threshold quantity: {threshold}, available: {}. ",
+            amount(t.signal, o.available),
         ));
     }
     let Some(stats) = stats else {
@@ -505,7 +510,7 @@ mod tests {
     fn the_eviction_message_as_upstream_writes_it() {
         let t = Threshold {
             signal: Signal::MemoryAvailable,
-            value: ThresholdValue::Quantity(100 * MI as i64),
+            value: ThresholdValue::Quantity(100 * MI as i64, Written::BinarySI),
             grace_period: Duration::ZERO,
             min_reclaim: None,
         };
@@ -558,6 +563,16 @@ mod tests {
             "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. "
         );
         assert!(annotations.is_empty());
+        // A quantity prints as it was written: 500M stays 500M.
+        let decimal = Threshold {
+            value: ThresholdValue::Quantity(500_000_000, Written::of("500M")),
+            ..t
+        };
+        let (message, _) = eviction_message(Resource::Memory, &p, None, &[decimal], &obs);
+        assert_eq!(
+            message,
+            "The node was low on resource: memory. Threshold quantity: 500M, available: 80Mi. "
+        );
         // Percentages print as BinarySI; inode counts as DecimalSI.
         let inodes = Threshold {
             signal: Signal::NodeFsInodesFree,
