@@ -622,6 +622,7 @@ impl KubeletConfiguration {
             soft: &self.eviction_soft,
             soft_grace_period: &self.eviction_soft_grace_period,
             minimum_reclaim: &self.eviction_minimum_reclaim,
+            enforce_node_allocatable: &self.enforce_node_allocatable,
         })
     }
 

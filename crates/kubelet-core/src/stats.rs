@@ -24,7 +24,9 @@ pub struct Summary {
     pub pods: Vec<PodStats>,
 }
 
-/// `NodeStats` (systemContainers, which need per-cgroup accounting, are not reported).
+/// `NodeStats`. Of the system containers only `pods` (the node-allocatable
+/// cgroup, when pods have cgroups) is reported: rkubelet does not account
+/// its own and the runtime's cgroups apart.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStats {
@@ -46,7 +48,12 @@ pub struct NodeStats {
     pub rlimit: Option<RlimitStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system_containers: Vec<ContainerStats>,
 }
+
+/// The system container of the pods' cgroup (SystemContainerPods).
+pub const SYSTEM_CONTAINER_PODS: &str = "pods";
 
 /// `PodStats` (pod network stats are not reported).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]

@@ -26,11 +26,11 @@ use kubelet_core::cgroups::{CgroupLayout, CgroupName, PodCgroups};
 use kubelet_core::stats::{
     CgroupUsage, ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryReading, MemoryStats,
     NetworkStats, NodeStats, ParseError, PodReference, PodStats, RlimitStats, RuntimeStats,
-    Summary, SwapStats, VolumeStats, count_procs, default_route_interface, ephemeral_storage,
-    nanos_since_epoch, node_available_memory, parse_cpu_stat_usage, parse_flat_keyed,
-    parse_loadavg_tasks, parse_meminfo, parse_memory_limit, parse_net_dev, parse_proc_stat,
-    parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap, ticks_to_nanos,
-    time_from_nanos, usage_nano_cores,
+    SYSTEM_CONTAINER_PODS, Summary, SwapStats, VolumeStats, count_procs, default_route_interface,
+    ephemeral_storage, nanos_since_epoch, node_available_memory, parse_cpu_stat_usage,
+    parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_memory_limit, parse_net_dev,
+    parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap,
+    ticks_to_nanos, time_from_nanos, usage_nano_cores,
 };
 use kubelet_core::volume;
 use kubelet_cri::client::{CriClient, CriError};
@@ -103,6 +103,7 @@ struct CpuCache {
     node: Option<CpuRecord>,
     containers: HashMap<String, CpuRecord>,
     pods: HashMap<String, CpuRecord>,
+    system: HashMap<String, CpuRecord>,
 }
 
 /// Whose CPU samples.
@@ -110,6 +111,8 @@ struct CpuCache {
 enum Sampled {
     Container,
     Pod,
+    /// A system container, by name.
+    System,
 }
 
 /// A pod's stats as they are gathered, with its cgroup and that cgroup's
@@ -259,6 +262,26 @@ impl StatsProvider {
             }
             Scope::CpuAndMemory => None,
         };
+        // The pods' cgroup (kubepods) as the `pods` system container: its
+        // memory available is what allocatableMemory.available observes.
+        if let Some(cgroups) = view.pod_cgroups()
+            && let Ok((at, usage)) =
+                self.cgroup_reading(&cgroups.layout, &cgroups.qos.root, now, max_age)
+        {
+            node.system_containers.push(ContainerStats {
+                name: SYSTEM_CONTAINER_PODS.to_owned(),
+                start_time: None,
+                cpu: Some(self.cgroup_cpu(
+                    Sampled::System,
+                    SYSTEM_CONTAINER_PODS,
+                    at,
+                    &usage,
+                    update,
+                )),
+                memory: Some(usage.memory_stats(at)),
+                ..ContainerStats::default()
+            });
+        }
         let pods = self.pod_stats(view, now, root_fs, update, max_age).await?;
         Ok(Summary { node, pods })
     }
@@ -778,6 +801,7 @@ impl StatsProvider {
         let kept = match which {
             Sampled::Container => &mut cache.containers,
             Sampled::Pod => &mut cache.pods,
+            Sampled::System => &mut cache.system,
         };
         let prev = kept.get(id).copied();
         // A reading taken again from the cache is not a new sample.
@@ -909,6 +933,7 @@ impl StatsProvider {
         let fresh = |_: &String, r: &mut CpuRecord| r.sample.timestamp_ns >= horizon;
         cache.containers.retain(fresh);
         cache.pods.retain(fresh);
+        cache.system.retain(fresh);
     }
 }
 
@@ -1541,6 +1566,8 @@ mod tests {
         );
         let app = format!("{pod}/{}", f.app);
         fake_cgroup(&root, &app, 3_000_000_000, 8_000_000, 64 << 20, "12\n13\n");
+        // The node-allocatable cgroup, limited to allocatable memory.
+        fake_cgroup(&root, "kubepods", 7_000_000_000, 21_000_000, 1 << 30, "");
         f.view.cgroups = Some(PodCgroups {
             layout: CgroupLayout::V1 {
                 mounts: [
@@ -1553,6 +1580,16 @@ mod tests {
         });
 
         let s = f.provider.summary(&f.view, false).await.unwrap();
+        // kubepods as the `pods` system container (allocatableMemory.available).
+        let system = &s["node"]["systemContainers"];
+        assert_eq!(system.as_array().map(Vec::len), Some(1), "{system}");
+        assert_eq!(system[0]["name"], "pods");
+        assert_eq!(system[0]["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
+        assert_eq!(system[0]["memory"]["workingSetBytes"], 20_000_000);
+        assert_eq!(
+            system[0]["memory"]["availableBytes"],
+            (1 << 30) - 20_000_000
+        );
         let web = &s["pods"][1];
         assert_eq!(web["podRef"]["name"], "web");
         assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 5_000_000_000u64);

@@ -31,7 +31,7 @@ use kubelet_core::eviction::local;
 use kubelet_core::eviction::rank::{eviction_message, is_critical, rank};
 use kubelet_core::eviction::{Pressure, Signal, Threshold};
 use kubelet_core::metrics::KubeletMetrics;
-use kubelet_core::stats::{PodStats, Summary};
+use kubelet_core::stats::{MemoryStats, PodStats, SYSTEM_CONTAINER_PODS, Summary};
 use kubelet_core::types::pod_full_name;
 use tokio_util::sync::CancellationToken;
 
@@ -94,6 +94,9 @@ pub struct Settings {
     /// With kernelMemcgNotification on a cgroup v1 host: the memory
     /// hierarchy's root, where memory.available's thresholds are registered.
     pub memcg_root: Option<PathBuf>,
+    /// The pods' cgroup (kubepods) under `memcg_root`, where
+    /// allocatableMemory.available's are.
+    pub memcg_pods: Option<PathBuf>,
 }
 
 pub struct EvictionManager {
@@ -102,8 +105,9 @@ pub struct EvictionManager {
     pressure: RwLock<Vec<Pressure>>,
     /// Whether the image file system is a dedicated one, once known.
     dedicated: Mutex<Option<bool>>,
-    /// The node's memory at the last pass: usage, working set, available.
-    node_memory: Mutex<Option<(u64, u64, u64)>>,
+    /// The node's memory at the last pass (usage, working set, available),
+    /// and the pods' cgroup's.
+    node_memory: Mutex<MemoryFigures>,
     metrics: KubeletMetrics,
     clock: Clock,
 }
@@ -117,6 +121,20 @@ fn has_node_reclaim(signal: Signal, dedicated_image_fs: bool) -> bool {
         Signal::ImageFsAvailable | Signal::ImageFsInodesFree => true,
         _ => false,
     }
+}
+
+/// Usage, working set and available bytes of the node and of the pods'
+/// cgroup, as the last summary gave them.
+#[derive(Clone, Copy, Debug, Default)]
+struct MemoryFigures {
+    node: Option<(u64, u64, u64)>,
+    pods: Option<(u64, u64, u64)>,
+}
+
+/// A summary memory figure's usage, working set and available bytes.
+fn memory_figures(m: Option<&MemoryStats>) -> Option<(u64, u64, u64)> {
+    let m = m?;
+    Some((m.usage_bytes?, m.working_set_bytes?, m.available_bytes?))
 }
 
 impl EvictionManager {
@@ -172,12 +190,15 @@ impl EvictionManager {
             }
         };
         let observations = observe(&summary);
-        if let Some(m) = &summary.node.memory
-            && let (Some(u), Some(ws), Some(a)) =
-                (m.usage_bytes, m.working_set_bytes, m.available_bytes)
-        {
-            *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()) = Some((u, ws, a));
-        }
+        let pods = summary
+            .node
+            .system_containers
+            .iter()
+            .find(|c| c.name == SYSTEM_CONTAINER_PODS);
+        *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()) = MemoryFigures {
+            node: memory_figures(summary.node.memory.as_ref()),
+            pods: memory_figures(pods.and_then(|c| c.memory.as_ref())),
+        };
         let pass = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let (next, pass) = step(
@@ -328,29 +349,42 @@ impl EvictionManager {
     }
 
     /// The memcg notifiers of memory.available's thresholds at the node's
-    /// last figures (UpdateThreshold), or none where they cannot be made.
+    /// last figures, and of allocatableMemory.available's at the pods'
+    /// cgroup's (UpdateThreshold), or none where they cannot be made.
     async fn memcg_notifiers(&self) -> Vec<(String, MemcgNotifier)> {
-        let (Some(root), Some((usage, working_set, available))) = (
-            self.settings.memcg_root.clone(),
-            *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()),
-        ) else {
-            return Vec::new();
-        };
-        let wanted: Vec<(String, i64)> = self
+        let figures = *self.node_memory.lock().unwrap_or_else(|e| e.into_inner());
+        let wanted: Vec<(String, PathBuf, i64)> = self
             .settings
             .thresholds
             .iter()
-            .filter(|t| t.signal == Signal::MemoryAvailable)
-            .map(|t| {
-                let kind = if t.is_hard() { "hard" } else { "soft" };
+            .filter_map(|t| {
+                let (cgroup, (usage, working_set, available), allocatable) = match t.signal {
+                    Signal::MemoryAvailable => {
+                        (self.settings.memcg_root.clone()?, figures.node?, "")
+                    }
+                    Signal::AllocatableMemoryAvailable => (
+                        self.settings.memcg_pods.clone()?,
+                        figures.pods?,
+                        "allocatable ",
+                    ),
+                    _ => return None,
+                };
+                let hard = if t.is_hard() { "hard " } else { "" };
                 let at = memcg_threshold(t, usage, working_set, available);
-                (format!("{kind} memory eviction threshold"), at)
+                Some((
+                    format!("{hard}{allocatable}memory eviction threshold"),
+                    cgroup,
+                    at,
+                ))
             })
             .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
         let made = blocking(move || {
             Ok(wanted
                 .into_iter()
-                .filter_map(|(what, at)| match MemcgNotifier::register(&root, at) {
+                .filter_map(|(what, cgroup, at)| match MemcgNotifier::register(&cgroup, at) {
                     Ok(n) => {
                         tracing::debug!(notifier = %what, capacity = at, "Eviction manager: setting notifier to capacity");
                         Some((what, n))
@@ -442,6 +476,8 @@ mod tests {
     struct FakeHost {
         clock: Clock,
         available: Mutex<u64>,
+        /// The pods' cgroup's available memory, when it reports one.
+        pods_available: Mutex<Option<u64>>,
         disk_free: Mutex<u64>,
         /// What a disk reclaim frees.
         reclaim_frees: u64,
@@ -482,6 +518,7 @@ mod tests {
             FakeHost {
                 clock,
                 available: Mutex::new(900 * MI),
+                pods_available: Mutex::default(),
                 disk_free: Mutex::new(900),
                 reclaim_frees: 0,
                 pods,
@@ -522,6 +559,17 @@ mod tests {
             Ok(Summary {
                 node: NodeStats {
                     memory: Some(mem(1000 * MI - available, Some(available))),
+                    system_containers: self
+                        .pods_available
+                        .lock()
+                        .unwrap()
+                        .map(|a| ContainerStats {
+                            name: SYSTEM_CONTAINER_PODS.into(),
+                            memory: Some(mem(800 * MI - a, Some(a))),
+                            ..Default::default()
+                        })
+                        .into_iter()
+                        .collect(),
                     fs: Some(FsStats {
                         time,
                         available_bytes: Some(*self.disk_free.lock().unwrap()),
@@ -601,6 +649,17 @@ mod tests {
         hard: &[(&str, &str)],
         soft: &[(&str, &str, &str)],
     ) -> EvictionManager {
+        manager_enforcing(max_grace, clock, hard, soft, &[])
+    }
+
+    /// [`manager`] with these enforceNodeAllocatable keys.
+    fn manager_enforcing(
+        max_grace: i64,
+        clock: Clock,
+        hard: &[(&str, &str)],
+        soft: &[(&str, &str, &str)],
+        enforce: &[String],
+    ) -> EvictionManager {
         let map = |pairs: Vec<(String, String)>| pairs.into_iter().collect::<BTreeMap<_, _>>();
         let hard = map(hard
             .iter()
@@ -621,6 +680,7 @@ mod tests {
                 soft: &soft_map,
                 soft_grace_period: &grace,
                 minimum_reclaim: &none,
+                enforce_node_allocatable: enforce,
             })
             .unwrap();
         EvictionManager::new(
@@ -630,6 +690,7 @@ mod tests {
                 max_pod_grace_period: max_grace,
                 local_storage_capacity_isolation: true,
                 memcg_root: None,
+                memcg_pods: None,
             },
             KubeletMetrics::new("node"),
             clock,
@@ -709,6 +770,45 @@ mod tests {
         tokio::time::advance(Duration::from_secs(300)).await;
         m.synchronize(&host).await;
         assert!(m.pressure().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pods_cgroup_short_of_memory_evicts_with_allocatable_memory_available() {
+        let clock = Clock::following_tokio();
+        let host = FakeHost::new(
+            clock,
+            vec![
+                (pod("small", None, false), 10 * MI),
+                (pod("hog", None, false), 500 * MI),
+            ],
+        );
+        let m = manager_enforcing(
+            30,
+            clock,
+            &[("memory.available", "100Mi")],
+            &[],
+            &["pods".to_owned()],
+        );
+        *host.pods_available.lock().unwrap() = Some(300 * MI);
+        assert!(m.synchronize(&host).await.is_empty());
+        // The node has memory to spare (900Mi); the pods' cgroup does not.
+        *host.pods_available.lock().unwrap() = Some(50 * MI);
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
+        assert_eq!(evicted.metadata.name.as_deref(), Some("hog"));
+        assert_eq!(m.pressure(), vec![Pressure::Memory]);
+        let message = host.evicted.lock().unwrap()[0].1.message.clone();
+        assert!(
+            message.starts_with(
+                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
+            ),
+            "{message}"
+        );
+        // Without `pods` enforced there is no such threshold.
+        let host = FakeHost::new(clock, vec![(pod("hog", None, false), 500 * MI)]);
+        *host.pods_available.lock().unwrap() = Some(50 * MI);
+        let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
+        assert!(m.synchronize(&host).await.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

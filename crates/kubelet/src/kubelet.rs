@@ -472,6 +472,7 @@ impl Kubelet {
                 opts.clock,
             ))
         };
+        let memcg = memcg_root(cfg, &opts.cgroups);
         let eviction = Arc::new(EvictionManager::new(
             EvictionSettings {
                 // The configuration's validation refuses bad thresholds first.
@@ -479,7 +480,14 @@ impl Kubelet {
                 transition_period: cfg.eviction_pressure_transition_period,
                 max_pod_grace_period: cfg.eviction_max_pod_grace_period,
                 local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
-                memcg_root: memcg_root(cfg, &opts.cgroups),
+                memcg_pods: memcg.as_ref().filter(|_| cfg.cgroups_per_qos).map(|root| {
+                    root.join(
+                        kubelet_core::cgroups::QosCgroups::new(&cfg.cgroup_root)
+                            .root
+                            .relative(),
+                    )
+                }),
+                memcg_root: memcg,
             },
             opts.metrics.clone(),
             opts.clock,

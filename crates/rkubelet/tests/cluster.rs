@@ -1556,6 +1556,19 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
             .unwrap_or(0)
             > 0
     );
+    // The pods' cgroup as the `pods` system container, with the pod's
+    // working set in its own and room left under its limit.
+    let system = &summary["node"]["systemContainers"][0];
+    assert_eq!(system["name"], "pods", "{system}");
+    let pods_ws = system["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
+    assert!(
+        pods_ws >= pod["memory"]["workingSetBytes"].as_u64().unwrap_or(0),
+        "{system}"
+    );
+    assert!(
+        system["memory"]["availableBytes"].as_u64().unwrap_or(0) > 0,
+        "{system}"
+    );
     let resource = k.api.ok(&[
         "get",
         "--raw",

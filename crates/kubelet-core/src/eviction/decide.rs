@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{Pressure, Resource, Signal, Threshold};
-use crate::stats::{FsStats, Summary, nanos_since_epoch};
+use crate::stats::{FsStats, SYSTEM_CONTAINER_PODS, Summary, nanos_since_epoch};
 
 /// A signal's figure: what is left of what there is, and when it was read
 /// (0: not known).
@@ -53,7 +53,8 @@ fn observe_fs(out: &mut Observations, fs: &FsStats, bytes: Signal, inodes: Signa
 }
 
 /// makeSignalObservations: memory.available from the node's memory (its
-/// capacity is available plus working set), nodefs from the root
+/// capacity is available plus working set), allocatableMemory.available
+/// likewise from the `pods` system container, nodefs from the root
 /// directory's file system, imagefs from the runtime's image file system,
 /// pid.available from the node's process limit. A figure the summary lacks
 /// is no observation (its thresholds cannot be met).
@@ -65,6 +66,24 @@ pub fn observe(summary: &Summary) -> Observations {
     {
         out.insert(
             Signal::MemoryAvailable,
+            Observation {
+                available: clamp(a),
+                capacity: clamp(a.saturating_add(ws)),
+                time: nanos_since_epoch(m.time),
+            },
+        );
+    }
+    // The pods' cgroup: its capacity is what it may use (available plus
+    // working set), node allocatable's memory.
+    if let Some(m) = node
+        .system_containers
+        .iter()
+        .find(|c| c.name == SYSTEM_CONTAINER_PODS)
+        .and_then(|c| c.memory.as_ref())
+        && let (Some(a), Some(ws)) = (m.available_bytes, m.working_set_bytes)
+    {
+        out.insert(
+            Signal::AllocatableMemoryAvailable,
             Observation {
                 available: clamp(a),
                 capacity: clamp(a.saturating_add(ws)),
@@ -318,6 +337,19 @@ mod tests {
                     max_pid: Some(4096),
                     num_of_running_processes: Some(96),
                 }),
+                system_containers: vec![crate::stats::ContainerStats {
+                    name: SYSTEM_CONTAINER_PODS.into(),
+                    memory: Some(MemoryStats {
+                        time: t,
+                        available_bytes: Some(200),
+                        usage_bytes: Some(650),
+                        working_set_bytes: Some(600),
+                        rss_bytes: None,
+                        page_faults: None,
+                        major_page_faults: None,
+                    }),
+                    ..Default::default()
+                }],
                 ..Default::default()
             },
             pods: Vec::new(),
@@ -330,6 +362,7 @@ mod tests {
             time: at,
         };
         assert_eq!(o[&Signal::MemoryAvailable], obs(300, 1000));
+        assert_eq!(o[&Signal::AllocatableMemoryAvailable], obs(200, 800));
         assert_eq!(o[&Signal::NodeFsAvailable], obs(40, 100));
         assert_eq!(o[&Signal::NodeFsInodesFree], obs(7, 10));
         assert_eq!(o[&Signal::ImageFsAvailable], obs(5, 50));

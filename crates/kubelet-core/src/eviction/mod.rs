@@ -263,13 +263,16 @@ pub struct Statements<'a> {
     pub soft: &'a BTreeMap<String, String>,
     pub soft_grace_period: &'a BTreeMap<String, String>,
     pub minimum_reclaim: &'a BTreeMap<String, String>,
+    /// enforceNodeAllocatable: with `pods`, each hard memory.available
+    /// threshold has an allocatableMemory.available copy.
+    pub enforce_node_allocatable: &'a [String],
 }
 
 /// ParseThresholdConfig: the hard thresholds, then the soft ones with
 /// their grace periods, each with its minimum reclaim; upstream's words
-/// when a statement cannot be read. (The allocatableMemory.available
-/// copies upstream adds when `pods` is enforced are not made: rkubelet
-/// does not observe the pods cgroup's memory yet.)
+/// when a statement cannot be read; then, when `pods` is enforced, an
+/// allocatableMemory.available copy of each hard memory.available threshold
+/// (addAllocatableThresholds).
 pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, String> {
     let mut out = parse_thresholds(s.hard)?;
     let soft = parse_thresholds(s.soft)?;
@@ -300,6 +303,20 @@ pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, Strin
         for t in out.iter_mut().filter(|t| t.signal == sig) {
             t.min_reclaim = Some(value);
         }
+    }
+    if s.enforce_node_allocatable
+        .iter()
+        .any(|k| k == crate::config::ENFORCE_PODS)
+    {
+        let copies: Vec<Threshold> = out
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
+            .map(|t| Threshold {
+                signal: Signal::AllocatableMemoryAvailable,
+                ..*t
+            })
+            .collect();
+        out.extend(copies);
     }
     Ok(out)
 }
@@ -371,6 +388,35 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn enforcing_pods_adds_an_allocatable_copy_of_each_hard_memory_threshold() {
+        let hard = map(&[("memory.available", "100Mi"), ("nodefs.available", "10%")]);
+        let soft = map(&[("memory.available", "300Mi")]);
+        let grace = map(&[("memory.available", "30s")]);
+        let none = BTreeMap::new();
+        let enforce = |keys: &[&str]| -> Vec<Threshold> {
+            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+            parse_threshold_config(Statements {
+                hard: &hard,
+                soft: &soft,
+                soft_grace_period: &grace,
+                minimum_reclaim: &none,
+                enforce_node_allocatable: &keys,
+            })
+            .unwrap()
+        };
+        let with_pods = enforce(&["pods"]);
+        let copies: Vec<&Threshold> = with_pods
+            .iter()
+            .filter(|t| t.signal == Signal::AllocatableMemoryAvailable)
+            .collect();
+        assert_eq!(copies.len(), 1, "{with_pods:?}");
+        assert!(copies[0].is_hard());
+        assert_eq!(copies[0].value.amount_of(0), 100 << 20);
+        assert_eq!(with_pods.len(), 4);
+        assert_eq!(enforce(&["system-reserved"]).len(), 3);
     }
 
     #[test]
