@@ -2249,7 +2249,15 @@ mod tests {
         assert!(ignored.is_empty(), "{ignored:?}");
         soft.validate().unwrap();
         let t = soft.eviction_thresholds().unwrap();
-        assert_eq!(t.len(), 6, "five defaults and one soft");
+        assert_eq!(
+            t.len(),
+            7,
+            "five defaults, one soft, the allocatable copy of the hard memory one"
+        );
+        assert_eq!(
+            t[6].signal,
+            crate::eviction::Signal::AllocatableMemoryAvailable
+        );
         let s = t.iter().find(|t| !t.is_hard()).unwrap();
         assert_eq!(s.grace_period, Duration::from_secs(90));
         assert_eq!(

@@ -41,12 +41,24 @@ pub const REASON_ERROR: &str = "Error";
 /// serialized as upstream's checkpoints write it).
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Allocation {
-    /// Each container's resources by name: init and regular containers.
-    #[serde(rename = "ContainerResources", default)]
+    /// Each container's resources by name: init and regular containers
+    /// (upstream writes `null` for a pod it has only pod-level resources of).
+    #[serde(
+        rename = "ContainerResources",
+        default,
+        deserialize_with = "null_as_empty"
+    )]
     pub containers: BTreeMap<String, ResourceRequirements>,
     /// The pod-level resources (`spec.resources`).
     #[serde(rename = "PodLevelResources", default)]
     pub pod: Option<ResourceRequirements>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<BTreeMap<String, ResourceRequirements>, D::Error> {
+    let map: Option<BTreeMap<String, ResourceRequirements>> = serde::Deserialize::deserialize(d)?;
+    Ok(map.unwrap_or_default())
 }
 
 /// The allocated or actuated resources of every pod by UID, as upstream's
@@ -512,7 +524,7 @@ pub fn pod_resources_status(
         .unwrap_or_default();
     match policy.filter(|_| running) {
         None => {
-            out.requests = Some(pod_quantities(allocated, false));
+            out.requests = allocated_resources.clone();
             out.limits = Some(pod_quantities(allocated, true));
         }
         Some(policy) => {
@@ -823,7 +835,7 @@ mod tests {
     #[test]
     fn checkpoints_read_upstreams_entries() {
         // An entry as the upstream kubelet v1.37.2 writes it.
-        let data = r#"{"entries":{"u1":{"ContainerResources":{"c":{"limits":{"cpu":"1"},"requests":{"cpu":"500m"}}},"PodLevelResources":{"limits":{"memory":"1Gi"}},"EmptyDirVolumeLimits":null}}}"#;
+        let data = r#"{"entries":{"u1":{"ContainerResources":{"c":{"limits":{"cpu":"1"},"requests":{"cpu":"500m"}}},"PodLevelResources":{"limits":{"memory":"1Gi"}},"EmptyDirVolumeLimits":null},"u2":{"ContainerResources":null,"PodLevelResources":{"limits":{"cpu":"1"}},"EmptyDirVolumeLimits":null}}}"#;
         let cp: AllocationCheckpoint = serde_json::from_str(data).unwrap();
         let a = &cp.entries["u1"];
         assert_eq!(
@@ -834,6 +846,8 @@ mod tests {
             a.pod.as_ref().unwrap().limits.as_ref().unwrap()["memory"].0,
             "1Gi"
         );
+        // Only pod-level resources recorded yet (SetPodLevelResources first).
+        assert!(cp.entries["u2"].containers.is_empty());
         let again: AllocationCheckpoint =
             serde_json::from_str(&serde_json::to_string(&cp).unwrap()).unwrap();
         assert_eq!(again, cp);

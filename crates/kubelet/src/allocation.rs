@@ -11,15 +11,19 @@
 //! upstream's checkpoint files under the root directory
 //! (`allocated_pods_state`, `actuated_pods_state`), written by one task
 //! after each change: after a restart a pod keeps what it was allocated (a
-//! resize not yet admitted is admitted again) and what it runs with. A
-//! write lost to a crash is safe: a lost allocation is admitted again from
-//! the spec, a lost actuation applied again.
+//! resize not yet admitted is admitted again) and what it runs with. An
+//! admitted resize is applied only once the files hold its allocation
+//! ([`AllocationManager::persisted`]), so a crash never leaves containers
+//! with resources no record holds; a lost actuation is applied again.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tokio::sync::Notify;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
@@ -72,6 +76,10 @@ pub struct AllocationManager {
     dir: PathBuf,
     /// The records changed since the checkpoints were written.
     changed: Arc<Notify>,
+    /// How many changes were made, and how many of them the checkpoint
+    /// files hold.
+    version: Arc<AtomicU64>,
+    persisted: watch::Sender<u64>,
 }
 
 impl AllocationManager {
@@ -96,6 +104,8 @@ impl AllocationManager {
             pod_cgroups,
             dir: dir.to_owned(),
             changed: Arc::default(),
+            version: Arc::default(),
+            persisted: watch::Sender::new(0),
         }
     }
 
@@ -105,7 +115,21 @@ impl AllocationManager {
 
     /// The records changed: the checkpoint task writes them.
     fn changed(&self) {
+        self.version.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_one();
+    }
+
+    /// Whether the checkpoint files hold every change made so far, waiting
+    /// up to `within` for the writer: an admitted resize is applied only
+    /// once its allocation is on disk (upstream writes it before), so a
+    /// crash never leaves containers running with resources no record
+    /// holds.
+    pub async fn persisted(&self, within: Duration) -> bool {
+        let target = self.version.load(Ordering::Acquire);
+        let mut rx = self.persisted.subscribe();
+        tokio::time::timeout(within, rx.wait_for(|v| *v >= target))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// Write the checkpoint files after each change until `token` is
@@ -117,6 +141,8 @@ impl AllocationManager {
                 _ = token.cancelled() => true,
                 _ = self.changed.notified() => false,
             };
+            // The snapshot holds at least the changes counted so far.
+            let version = self.version.load(Ordering::Acquire);
             let files = {
                 let state = self.lock();
                 [
@@ -124,6 +150,7 @@ impl AllocationManager {
                     (ACTUATED_PODS_STATE, checkpoint_of(&state.actuated)),
                 ]
             };
+            let mut all = true;
             for (i, (name, bytes)) in files.into_iter().enumerate() {
                 if bytes == written[i] {
                     continue;
@@ -132,8 +159,14 @@ impl AllocationManager {
                 let data = bytes.clone();
                 match blocking(move || write_file(&path, &data)).await {
                     Ok(()) => written[i] = bytes,
-                    Err(e) => tracing::warn!(file = name, error = %e, "writing a checkpoint"),
+                    Err(e) => {
+                        all = false;
+                        tracing::warn!(file = name, error = %e, "writing a checkpoint");
+                    }
                 }
+            }
+            if all {
+                self.persisted.send_replace(version);
             }
             if stop {
                 return;
@@ -154,15 +187,7 @@ impl AllocationManager {
     /// The pod with the resources it is allocated, if it has an
     /// allocation (one kept across a restart): what it is admitted with.
     pub fn allocated_if_any(&self, pod: &Arc<Pod>) -> Arc<Pod> {
-        let state = self.lock();
-        match state
-            .allocated
-            .get(&PodUid::of(pod))
-            .and_then(|a| with_allocation(pod, a))
-        {
-            Some(p) => Arc::new(p),
-            None => pod.clone(),
-        }
+        pod_with(pod, self.lock().allocated.get(&PodUid::of(pod)))
     }
 
     /// The pod with the resources it is allocated: what SyncPod creates
@@ -175,14 +200,7 @@ impl AllocationManager {
             state.allocated.insert(uid.clone(), allocation_of(pod));
             self.changed();
         }
-        match state
-            .allocated
-            .get(&uid)
-            .and_then(|a| with_allocation(pod, a))
-        {
-            Some(p) => Arc::new(p),
-            None => pod.clone(),
-        }
+        pod_with(pod, state.allocated.get(&uid))
     }
 
     /// A pod whose spec resources may have changed (handlePodResourcesResize):
@@ -448,6 +466,14 @@ impl AllocationManager {
     }
 }
 
+/// `pod` with `allocation`'s resources (itself when they are the same).
+fn pod_with(pod: &Arc<Pod>, allocation: Option<&Allocation>) -> Arc<Pod> {
+    match allocation.and_then(|a| with_allocation(pod, a)) {
+        Some(p) => Arc::new(p),
+        None => pod.clone(),
+    }
+}
+
 /// The records a checkpoint file holds: none when it is missing, or
 /// corrupt (said in the log; upstream refuses to start on a corrupt one,
 /// rkubelet admits those pods again from their specs).
@@ -579,6 +605,27 @@ mod tests {
             ResizeOutcome::Allocated
         );
         assert_eq!(cpu_of(&again.allocated_pod(&spec)), "1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_persisted_once_the_writer_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = manager(dir.path());
+        assert!(
+            m.persisted(Duration::from_secs(1)).await,
+            "nothing to write"
+        );
+        m.admit(&pod("500m"));
+        assert!(!m.persisted(Duration::from_secs(1)).await);
+        checkpoint(&m).await;
+        assert!(m.persisted(Duration::ZERO).await);
+        // A write that fails leaves it unpersisted.
+        let mut other = (*pod("1")).clone();
+        other.metadata.uid = Some("u2".into());
+        m.admit(&other);
+        std::fs::remove_dir_all(dir.path()).unwrap();
+        checkpoint(&m).await;
+        assert!(!m.persisted(Duration::from_secs(1)).await);
     }
 
     #[tokio::test]

@@ -195,10 +195,16 @@ impl EvictionManager {
             .system_containers
             .iter()
             .find(|c| c.name == SYSTEM_CONTAINER_PODS);
-        *self.node_memory.lock().unwrap_or_else(|e| e.into_inner()) = MemoryFigures {
-            node: memory_figures(summary.node.memory.as_ref()),
-            pods: memory_figures(pods.and_then(|c| c.memory.as_ref())),
-        };
+        // A figure this summary lacks keeps its last value.
+        {
+            let mut kept = self.node_memory.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(node) = memory_figures(summary.node.memory.as_ref()) {
+                kept.node = Some(node);
+            }
+            if let Some(pods) = memory_figures(pods.and_then(|c| c.memory.as_ref())) {
+                kept.pods = Some(pods);
+            }
+        }
         let pass = {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             let (next, pass) = step(

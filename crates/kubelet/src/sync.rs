@@ -5,13 +5,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
+use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::PodActions;
 use kubelet_core::cgroups::pod_resource_config;
 use kubelet_core::lifecycle::Why;
 use kubelet_core::metrics::KubeletMetrics;
-use kubelet_core::resize::{Allocation, MemoryDecreases, with_allocation};
+use kubelet_core::resize::{Allocation, MemoryDecreases, allocation_of, with_allocation};
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
     PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED, WaitingReasons, fail_for_deadline,
@@ -35,6 +37,11 @@ use crate::prober::ProbeManager;
 use crate::runtime_state::RuntimeState;
 use crate::status_manager::StatusManager;
 use crate::volumes::VolumeManager;
+
+/// How long SyncPod waits for an admitted resize's allocation to reach the
+/// checkpoint files before it applies the resize (else it reports an
+/// error and tries again at the next sync).
+const CHECKPOINT_WAIT: Duration = Duration::from_secs(5);
 
 /// What the transaction scripts work with.
 #[derive(Clone)]
@@ -179,22 +186,36 @@ impl Syncer {
         if decreases.is_empty() {
             return None;
         }
-        let ids: Vec<(String, String)> = actions
+        // The pod's usage from its cgroup (a pod-level decrease needs one),
+        // each container's from the runtime's stats, as upstream reads them.
+        let pod_usage = match decreases.pod {
+            Some(_) => self.cm.pod_memory_usage(allocated.clone()).await,
+            None => None,
+        };
+        let mut usage = Vec::new();
+        for u in actions
             .containers_to_update
             .iter()
             .filter(|u| decreases.containers.iter().any(|(n, _)| *n == u.name))
-            .map(|u| (u.name.clone(), u.id.clone()))
-            .collect();
-        let (pod_usage, usage) = self
-            .cm
-            .memory_usage(
-                allocated.clone(),
-                ids.iter().map(|(_, id)| id.clone()).collect(),
-            )
-            .await;
-        let by_name: Vec<(String, Option<u64>)> =
-            ids.into_iter().map(|(n, _)| n).zip(usage).collect();
-        decreases.check(pod_usage, &by_name)
+        {
+            let filter = cri::ContainerStatsFilter {
+                id: u.id.clone(),
+                ..Default::default()
+            };
+            let bytes = match self.runtime.cri().list_container_stats(Some(filter)).await {
+                Ok(stats) => stats
+                    .first()
+                    .and_then(|s| s.memory.as_ref())
+                    .and_then(|m| m.usage_bytes.as_ref())
+                    .map(|v| v.value),
+                Err(e) => {
+                    tracing::warn!(container = %u.name, error = %e, "reading memory usage for a resize");
+                    None
+                }
+            };
+            usage.push((u.name.clone(), bytes));
+        }
+        decreases.check(pod_usage, &usage)
     }
 
     /// The pod's cgroup, before its sandbox (upstream's SyncPod step), its
@@ -340,9 +361,15 @@ impl Syncer {
         // A resize that would set a memory limit below what is used waits
         // (with PodResizeInProgress, Error): the pod cgroup and the running
         // containers keep what they have.
-        let blocked = self
-            .memory_decrease_blocked(&allocated, &actuated_pod, &actuated, &rt)
-            .await;
+        let resizing = actuated != allocation_of(&allocated);
+        let blocked = if resizing && !self.allocation.persisted(CHECKPOINT_WAIT).await {
+            Some("failed to checkpoint the pod's allocation".to_owned())
+        } else if resizing {
+            self.memory_decrease_blocked(&allocated, &actuated_pod, &actuated, &rt)
+                .await
+        } else {
+            None
+        };
         let cgroup_pod = if blocked.is_some() {
             &actuated_pod
         } else {

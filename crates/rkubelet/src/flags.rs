@@ -990,7 +990,8 @@ hairpinMode: none
         assert_eq!(c.eviction_max_pod_grace_period, 20);
         assert!(c.kernel_memcg_notification);
         let t = c.eviction_thresholds().unwrap();
-        assert_eq!(t.len(), 3);
+        // Two hard, one soft, and the hard memory one's allocatable copy.
+        assert_eq!(t.len(), 4);
         assert_eq!(t[2].grace_period, Duration::from_secs(90));
         // A soft threshold needs its grace period.
         let err = settings(&["--eviction-soft=memory.available<2Gi"])

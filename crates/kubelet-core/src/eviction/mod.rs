@@ -179,6 +179,14 @@ impl Written {
             Written::DecimalSI
         }
     }
+
+    /// `v` as a Quantity in this format prints (canonical).
+    pub fn format(self, v: i64) -> String {
+        match self {
+            Written::BinarySI => crate::quantity::format_binary_si(v),
+            Written::DecimalSI => crate::quantity::format_decimal_si(v),
+        }
+    }
 }
 
 impl ThresholdValue {

@@ -192,8 +192,7 @@ pub fn rank<P: Borrow<Pod>>(
 /// suffixes stay binary, the rest is decimal.
 pub(super) fn canonical(q: &Quantity) -> String {
     match parse_bytes(q) {
-        Ok(v) if q.0.ends_with('i') => format_binary_si(v),
-        Ok(v) => format_decimal_si(v),
+        Ok(v) => Written::of(&q.0).format(v),
         Err(_) => q.0.clone(),
     }
 }
@@ -227,8 +226,7 @@ pub fn eviction_message(
         // GetThresholdQuantity: a quantity as it was written, a
         // percentage of the capacity as BinarySI.
         let threshold = match t.value {
-            ThresholdValue::Quantity(v, Written::DecimalSI) => format_decimal_si(v),
-            ThresholdValue::Quantity(v, Written::BinarySI) => format_binary_si(v),
+            ThresholdValue::Quantity(v, written) => written.format(v),
             ThresholdValue::Percentage(_) => format_binary_si(t.value.amount_of(o.capacity)),
         };
         message.push_str(&format!(

@@ -357,26 +357,16 @@ impl ContainerManager {
         .await
     }
 
-    /// The memory the pod's cgroup uses now and, for each container id,
-    /// its cgroup under it (containerd's cgroupfs `<parent>/<id>`); None
-    /// where it cannot be read, or when pods have no cgroups.
-    pub async fn memory_usage(
-        &self,
-        pod: Arc<Pod>,
-        containers: Vec<String>,
-    ) -> (Option<u64>, Vec<Option<u64>>) {
-        let none = (None, vec![None; containers.len()]);
-        let read = self
-            .off_workers(none.clone(), move |i| {
-                let name = i.pod_cgroup(&pod)?;
-                let usage = |n: &CgroupName| i.fs.memory_usage(n).ok();
-                Ok((
-                    usage(&name),
-                    containers.iter().map(|c| usage(&name.child(c))).collect(),
-                ))
-            })
-            .await;
-        read.unwrap_or(none)
+    /// The memory the pod's cgroup uses now; None where it cannot be
+    /// read, or when pods have no cgroups.
+    pub async fn pod_memory_usage(&self, pod: Arc<Pod>) -> Option<u64> {
+        self.off_workers(None, move |i| {
+            let name = i.pod_cgroup(&pod)?;
+            Ok(i.fs.memory_usage(&name).ok())
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     /// A resize's second write to a pod cgroup (see
