@@ -724,12 +724,19 @@ pub fn transition_time(previous: Option<(&str, Option<&Time>)>, status: &str, no
 }
 
 /// Carry over what must not change from one status to the next: the start
-/// time and, for conditions whose status did not flip, their transition
-/// time (upstream's status manager does this on every SetPodStatus).
+/// time, an observedGeneration that never goes back (a sync may work from
+/// an older copy of the pod) and, for conditions whose status did not flip,
+/// their transition time (upstream's status manager does this on every
+/// SetPodStatus).
 pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time) {
     new.start_time = old
         .and_then(|o| o.start_time.clone())
         .or_else(|| Some(now.clone()));
+    if let Some(kept) = old.and_then(|o| o.observed_generation)
+        && new.observed_generation.is_none_or(|g| g < kept)
+    {
+        new.observed_generation = Some(kept);
+    }
     // Conditions others own keep the times their writers gave them.
     for c in new
         .conditions
@@ -1517,6 +1524,12 @@ mod tests {
         );
         carry_over(&mut second, Some(&first), &t1);
         assert_eq!(second.start_time, Some(t0.clone()));
+        // The observed generation never goes back.
+        let mut newer = second.clone();
+        newer.observed_generation = Some(3);
+        second.observed_generation = Some(2);
+        carry_over(&mut second, Some(&newer), &t1);
+        assert_eq!(second.observed_generation, Some(3));
         let get = |s: &ApiPodStatus, t: &str| {
             s.conditions
                 .as_ref()
