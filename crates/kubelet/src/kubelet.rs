@@ -1111,10 +1111,12 @@ impl Kubelet {
                         self.syncer.allocation.admit(&pod);
                     }
                     // A resize is admitted against every pod the sources
-                    // want: until all have been heard from (after a
-                    // restart), it waits for housekeeping.
+                    // want: one found as a pod is added (after a restart)
+                    // waits for housekeeping, when every pod sent with it
+                    // has been admitted; so does one before the sources
+                    // have all been heard from.
                     if pod.metadata.deletion_timestamp.is_none() {
-                        if sources_ready.all_ready() {
+                        if update.op == PodOperation::Update && sources_ready.all_ready() {
                             self.handle_resize(&pod);
                         } else {
                             self.syncer.allocation.resize_after_sources(&pod);
