@@ -55,6 +55,16 @@ pub struct NodeStats {
 /// The system container of the pods' cgroup (SystemContainerPods).
 pub const SYSTEM_CONTAINER_PODS: &str = "pods";
 
+impl NodeStats {
+    /// The pods' cgroup's memory (the `pods` system container's), if reported.
+    pub fn pods_memory(&self) -> Option<&MemoryStats> {
+        self.system_containers
+            .iter()
+            .find(|c| c.name == SYSTEM_CONTAINER_PODS)
+            .and_then(|c| c.memory.as_ref())
+    }
+}
+
 /// `PodStats` (pod network stats are not reported).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

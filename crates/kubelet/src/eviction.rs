@@ -31,7 +31,7 @@ use kubelet_core::eviction::local;
 use kubelet_core::eviction::rank::{eviction_message, is_critical, rank};
 use kubelet_core::eviction::{Pressure, Signal, Threshold};
 use kubelet_core::metrics::KubeletMetrics;
-use kubelet_core::stats::{MemoryStats, PodStats, SYSTEM_CONTAINER_PODS, Summary};
+use kubelet_core::stats::{MemoryStats, PodStats, Summary};
 use kubelet_core::types::pod_full_name;
 use tokio_util::sync::CancellationToken;
 
@@ -190,18 +190,13 @@ impl EvictionManager {
             }
         };
         let observations = observe(&summary);
-        let pods = summary
-            .node
-            .system_containers
-            .iter()
-            .find(|c| c.name == SYSTEM_CONTAINER_PODS);
         // A figure this summary lacks keeps its last value.
         {
             let mut kept = self.node_memory.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(node) = memory_figures(summary.node.memory.as_ref()) {
                 kept.node = Some(node);
             }
-            if let Some(pods) = memory_figures(pods.and_then(|c| c.memory.as_ref())) {
+            if let Some(pods) = memory_figures(summary.node.pods_memory()) {
                 kept.pods = Some(pods);
             }
         }
@@ -570,7 +565,7 @@ mod tests {
                         .lock()
                         .unwrap()
                         .map(|a| ContainerStats {
-                            name: SYSTEM_CONTAINER_PODS.into(),
+                            name: kubelet_core::stats::SYSTEM_CONTAINER_PODS.into(),
                             memory: Some(mem(800 * MI - a, Some(a))),
                             ..Default::default()
                         })

@@ -273,6 +273,41 @@ fn uid(obj: &Value) -> &str {
 }
 
 /// Running, with a pod IP, every container running, not being deleted.
+/// A cgroup file's value, trimmed ("" when it cannot be read).
+fn cgroup_value(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Patch the pod's `resize` subresource.
+fn resize_pod(api: &Api, name: &str, patch: &Value) {
+    api.ok(&[
+        "patch",
+        "pod",
+        name,
+        "-n",
+        "default",
+        "--subresource",
+        "resize",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+/// Whether the pod reports conditions and none of them is a resize
+/// pending or in progress.
+fn resize_settled(pod: &Value) -> bool {
+    pod["status"]["conditions"].as_array().is_some_and(|cs| {
+        !cs.iter().any(|c| {
+            c["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("PodResize"))
+        })
+    })
+}
+
 fn running_with_ip(pod: &Value) -> bool {
     let st = &pod["status"];
     let containers_run = st["containerStatuses"]
@@ -3019,41 +3054,21 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
             .cgroups
             .dir("cpu")
             .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
-        std::fs::read_to_string(dir.join(file))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+        cgroup_value(&dir.join(file))
     };
     assert_eq!(cgroup("cpu.cfs_quota_us"), "20000");
 
     let resize = |cpu_request: &str, cpu_limit: &str| {
         let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
             "requests": {"cpu": cpu_request}, "limits": {"cpu": cpu_limit}}}]}});
-        k.api.ok(&[
-            "patch",
-            "pod",
-            "cl-resize",
-            "-n",
-            "default",
-            "--subresource",
-            "resize",
-            "-p",
-            &patch.to_string(),
-        ]);
+        resize_pod(&k.api, "cl-resize", &patch);
     };
     // The cpu limit doubles: the running container's quota follows, no restart.
     resize("100m", "400m");
     let pod = eventually("the resize applied and reported", START, async || {
         let p = k.api.pod("cl-resize")?;
         let c = &p["status"]["containerStatuses"][0];
-        let conditions = p["status"]["conditions"].as_array()?.clone();
-        (c["resources"]["limits"]["cpu"] == "400m"
-            && !conditions.iter().any(|c| {
-                c["type"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("PodResize"))
-            }))
-        .then_some(p)
+        (c["resources"]["limits"]["cpu"] == "400m" && resize_settled(&p)).then_some(p)
     })
     .await;
     let c = &pod["status"]["containerStatuses"][0];
@@ -3140,24 +3155,14 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
             .cgroups
             .dir("cpu")
             .join(format!("kubepods/burstable/pod{pod_uid}"));
-        std::fs::read_to_string(dir.join(file))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+        cgroup_value(&dir.join(file))
     };
     assert_eq!(pod_cgroup("cpu.cfs_quota_us"), "150000");
     resize("100m", "200m");
     eventually("the shrink applied", START, async || {
         let p = k.api.pod("cl-resize")?;
         let c = &p["status"]["containerStatuses"][0];
-        let conditions = p["status"]["conditions"].as_array()?.clone();
-        (c["resources"]["limits"]["cpu"] == "200m"
-            && !conditions.iter().any(|c| {
-                c["type"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("PodResize"))
-            }))
-        .then_some(())
+        (c["resources"]["limits"]["cpu"] == "200m" && resize_settled(&p)).then_some(())
     })
     .await;
     assert_eq!(cgroup("cpu.cfs_quota_us"), "20000");
@@ -3170,26 +3175,13 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
             .cgroups
             .dir("memory")
             .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
-        std::fs::read_to_string(dir.join("memory.limit_in_bytes"))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+        cgroup_value(&dir.join("memory.limit_in_bytes"))
     };
     assert_eq!(memory_limit(), (64 << 20).to_string());
     let resize_memory = |memory: &str| {
         let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
             "requests": {"memory": memory}, "limits": {"memory": memory}}}]}});
-        k.api.ok(&[
-            "patch",
-            "pod",
-            "cl-resize",
-            "-n",
-            "default",
-            "--subresource",
-            "resize",
-            "-p",
-            &patch.to_string(),
-        ]);
+        resize_pod(&k.api, "cl-resize", &patch);
     };
     resize_memory("10Ki");
     let in_progress = eventually("the resize stopped below usage", START, async || {
@@ -3214,13 +3206,7 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     resize_memory("64Mi");
     eventually("the resize back applied", START, async || {
         let p = k.api.pod("cl-resize")?;
-        let conditions = p["status"]["conditions"].as_array()?.clone();
-        (!conditions.iter().any(|c| {
-            c["type"]
-                .as_str()
-                .is_some_and(|t| t.starts_with("PodResize"))
-        }))
-        .then_some(())
+        resize_settled(&p).then_some(())
     })
     .await;
 
@@ -3257,10 +3243,7 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
             .cgroups
             .dir("cpu")
             .join(format!("kubepods/burstable/pod{plr_uid}{sub}"));
-        std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
+        cgroup_value(&dir.join("cpu.cfs_quota_us"))
     };
     let in_container = format!("/{plr_cid}");
     assert_eq!(plr_cgroup(""), "20000");
@@ -3268,27 +3251,12 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     let patch = json!({"spec": {"resources": {
         "requests": {"cpu": "100m", "memory": "32Mi"},
         "limits": {"cpu": "400m", "memory": "64Mi"}}}});
-    k.api.ok(&[
-        "patch",
-        "pod",
-        "cl-resize-plr",
-        "-n",
-        "default",
-        "--subresource",
-        "resize",
-        "-p",
-        &patch.to_string(),
-    ]);
+    resize_pod(&k.api, "cl-resize-plr", &patch);
     let plr = eventually("the pod-level resize applied", START, async || {
         let p = k.api.pod("cl-resize-plr")?;
-        let conditions = p["status"]["conditions"].as_array()?.clone();
         (p["status"]["resources"]["limits"]["cpu"] == "400m"
             && p["status"]["observedGeneration"] == p["metadata"]["generation"]
-            && !conditions.iter().any(|c| {
-                c["type"]
-                    .as_str()
-                    .is_some_and(|t| t.starts_with("PodResize"))
-            }))
+            && resize_settled(&p))
         .then_some(p)
     })
     .await;
@@ -3353,26 +3321,11 @@ async fn v_a_deferred_resize_waits_across_a_restart() {
         .dir("cpu")
         .join(format!("kubepods/burstable/pod{}", uid(&pod)))
         .join("cpu.shares");
-    let shares = || {
-        std::fs::read_to_string(&shares_file)
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
-    };
+    let shares = || cgroup_value(&shares_file);
     assert_eq!(shares(), "102");
     let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
         "requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}});
-    k.api.ok(&[
-        "patch",
-        "pod",
-        "cl-deferred",
-        "-n",
-        "default",
-        "--subresource",
-        "resize",
-        "-p",
-        &patch.to_string(),
-    ]);
+    resize_pod(&k.api, "cl-deferred", &patch);
     // The ResizeDeferred events of the pod (repeats counted).
     fn deferred_events(api: &Api, uid: &str) -> u32 {
         let selector = format!("involvedObject.uid={uid},reason=ResizeDeferred");

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{Pressure, Resource, Signal, Threshold};
-use crate::stats::{FsStats, SYSTEM_CONTAINER_PODS, Summary, nanos_since_epoch};
+use crate::stats::{FsStats, MemoryStats, Summary, nanos_since_epoch};
 
 /// A signal's figure: what is left of what there is, and when it was read
 /// (0: not known).
@@ -61,35 +61,11 @@ fn observe_fs(out: &mut Observations, fs: &FsStats, bytes: Signal, inodes: Signa
 pub fn observe(summary: &Summary) -> Observations {
     let mut out = Observations::new();
     let node = &summary.node;
-    if let Some(m) = &node.memory
-        && let (Some(a), Some(ws)) = (m.available_bytes, m.working_set_bytes)
-    {
-        out.insert(
-            Signal::MemoryAvailable,
-            Observation {
-                available: clamp(a),
-                capacity: clamp(a.saturating_add(ws)),
-                time: nanos_since_epoch(m.time),
-            },
-        );
+    if let Some(o) = node.memory.as_ref().and_then(memory_observation) {
+        out.insert(Signal::MemoryAvailable, o);
     }
-    // The pods' cgroup: its capacity is what it may use (available plus
-    // working set), node allocatable's memory.
-    if let Some(m) = node
-        .system_containers
-        .iter()
-        .find(|c| c.name == SYSTEM_CONTAINER_PODS)
-        .and_then(|c| c.memory.as_ref())
-        && let (Some(a), Some(ws)) = (m.available_bytes, m.working_set_bytes)
-    {
-        out.insert(
-            Signal::AllocatableMemoryAvailable,
-            Observation {
-                available: clamp(a),
-                capacity: clamp(a.saturating_add(ws)),
-                time: nanos_since_epoch(m.time),
-            },
-        );
+    if let Some(o) = node.pods_memory().and_then(memory_observation) {
+        out.insert(Signal::AllocatableMemoryAvailable, o);
     }
     if let Some(fs) = &node.fs {
         observe_fs(
@@ -120,6 +96,17 @@ pub fn observe(summary: &Summary) -> Observations {
         );
     }
     out
+}
+
+/// A memory figure's observation: what is available, of a capacity of
+/// available plus working set.
+fn memory_observation(m: &MemoryStats) -> Option<Observation> {
+    let (a, ws) = (m.available_bytes?, m.working_set_bytes?);
+    Some(Observation {
+        available: clamp(a),
+        capacity: clamp(a.saturating_add(ws)),
+        time: nanos_since_epoch(m.time),
+    })
 }
 
 /// thresholdsMet: the thresholds whose signal is below them (each with its
@@ -338,7 +325,7 @@ mod tests {
                     num_of_running_processes: Some(96),
                 }),
                 system_containers: vec![crate::stats::ContainerStats {
-                    name: SYSTEM_CONTAINER_PODS.into(),
+                    name: crate::stats::SYSTEM_CONTAINER_PODS.into(),
                     memory: Some(MemoryStats {
                         time: t,
                         available_bytes: Some(200),
