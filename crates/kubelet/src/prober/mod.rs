@@ -97,7 +97,7 @@ impl std::fmt::Debug for ProbeManager {
 
 /// The containers that are probed: regular containers and sidecars
 /// (init containers with restartPolicy Always).
-fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+pub(super) fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
     let spec = pod.spec.as_ref();
     let sidecars = spec
         .and_then(|s| s.init_containers.as_ref())
@@ -150,12 +150,12 @@ impl ProbeManager {
                     container: container.name.clone(),
                     kind,
                 };
-                self.start_worker(key, pod, container, spec);
+                self.start_worker(key, pod, spec);
             }
         }
     }
 
-    fn start_worker(&self, key: WorkerKey, pod: &Arc<Pod>, container: &Container, spec: &Probe) {
+    fn start_worker(&self, key: WorkerKey, pod: &Arc<Pod>, spec: &Probe) {
         let shared = &self.shared;
         let mut workers = shared.workers();
         if let Some(old) = workers.get(&key) {
@@ -175,8 +175,6 @@ impl ProbeManager {
             id,
             key: key.clone(),
             pod: pod.clone(),
-            container: container.clone(),
-            spec: spec.clone(),
             shared: shared.clone(),
         };
         let token = shared.tasks.spawn(span, |token| worker.run(token));

@@ -28,10 +28,17 @@ const MAX_PROBE_RETRIES: usize = 3;
 pub(crate) struct Worker {
     pub id: u64,
     pub key: WorkerKey,
+    /// The pod as the worker was started for it; the container and its
+    /// probe are read from it (a changed probe gets a new worker).
     pub pod: Arc<Pod>,
-    pub container: Container,
-    pub spec: Probe,
     pub shared: Arc<Shared>,
+}
+
+/// The container a worker probes, and its probe, in the worker's pod.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    container: &'a Container,
+    spec: &'a Probe,
 }
 
 /// Why a probe produced no result.
@@ -51,7 +58,7 @@ impl Worker {
     fn labels(&self) -> ProbeLabels {
         ProbeLabels {
             kind: self.kind(),
-            container: self.container.name.clone(),
+            container: self.key.container.clone(),
             pod: self.pod.metadata.name.clone().unwrap_or_default(),
             namespace: self.pod.metadata.namespace.clone().unwrap_or_default(),
             pod_uid: self.key.uid.to_string(),
@@ -60,13 +67,26 @@ impl Worker {
 
     /// Probe every period until cancelled or the container is done for.
     pub async fn run(self, token: CancellationToken) {
-        let timing = ProbeTiming::of(self.kind(), &self.spec);
+        let pod = self.pod.clone();
+        let Some(target) = super::probed_containers(&pod)
+            .find(|c| c.name == self.key.container)
+            .and_then(|container| {
+                Some(Target {
+                    container,
+                    spec: self.kind().spec(container)?,
+                })
+            })
+        else {
+            // Started only for a probe the pod has.
+            return self.finish(None);
+        };
+        let timing = ProbeTiming::of(self.kind(), target.spec);
         let mut state = ProbeState::new(self.kind(), timing);
         // Workers started together (a kubelet restart) spread out over a period.
         if self.shared.start.elapsed() < timing.period {
             let jitter = timing.period.mul_f64(fraction(&self.key));
             tokio::select! {
-                _ = token.cancelled() => return self.finish(&state),
+                _ = token.cancelled() => return self.finish(state.container_id()),
                 _ = tokio::time::sleep(jitter) => {}
             }
         }
@@ -75,7 +95,7 @@ impl Worker {
         loop {
             let keep_going = tokio::select! {
                 _ = token.cancelled() => false,
-                keep = self.do_probe(&mut state, timing) => keep,
+                keep = self.do_probe(target, &mut state, timing) => keep,
             };
             if !keep_going {
                 break;
@@ -85,16 +105,16 @@ impl Worker {
                 _ = ticker.tick() => {}
             }
         }
-        self.finish(&state);
+        self.finish(state.container_id());
     }
 
     /// Clean up: the container's result and metrics go, unless another
     /// worker replaced this one (it owns them now).
-    fn finish(&self, state: &ProbeState) {
+    fn finish(&self, container_id: Option<&str>) {
         if !self.shared.worker_ended(&self.key, self.id) {
             return;
         }
-        if let Some(id) = state.container_id() {
+        if let Some(id) = container_id {
             self.shared.results.remove(self.kind(), id);
         }
         self.shared.metrics.forget(&self.labels());
@@ -114,7 +134,12 @@ impl Worker {
     }
 
     /// One tick; false ends the worker.
-    async fn do_probe(&self, state: &mut ProbeState, timing: ProbeTiming) -> bool {
+    async fn do_probe(
+        &self,
+        target: Target<'_>,
+        state: &mut ProbeState,
+        timing: ProbeTiming,
+    ) -> bool {
         let started = Instant::now();
         let Some(status) = self.shared.status.get_pod_status(&self.key.uid) else {
             // Not created yet, or already forgotten.
@@ -124,7 +149,7 @@ impl Worker {
             status.phase.as_deref(),
             Some(PHASE_SUCCEEDED | PHASE_FAILED)
         );
-        let view = self.container_view(&status);
+        let view = self.container_view(target.container, &status);
         let tick = state.tick(terminal, view.as_ref());
         for update in tick.updates {
             self.apply(update);
@@ -138,17 +163,21 @@ impl Worker {
             return true;
         };
         let pod_ip = status.pod_ip.as_deref().unwrap_or("");
-        let mut outcome = self.probe(&container_id, pod_ip, timing.timeout).await;
+        let mut outcome = self
+            .probe(target, &container_id, pod_ip, timing.timeout)
+            .await;
         for _ in 1..MAX_PROBE_RETRIES {
             if outcome.is_ok() {
                 break;
             }
-            outcome = self.probe(&container_id, pod_ip, timing.timeout).await;
+            outcome = self
+                .probe(target, &container_id, pod_ip, timing.timeout)
+                .await;
         }
         let kind = self.kind();
         let result = match outcome {
             Err(e) => {
-                tracing::debug!(pod = %self.key.uid, container = %self.container.name, %kind, error = %e, "probe errored");
+                tracing::debug!(pod = %self.key.uid, container = %self.key.container, %kind, error = %e, "probe errored");
                 self.event(
                     "Unhealthy",
                     format!("{kind} probe errored and resulted in unknown state: {e}"),
@@ -166,7 +195,7 @@ impl Worker {
                     ProbeResult::Success
                 }
                 Outcome::Failure => {
-                    tracing::debug!(pod = %self.key.uid, container = %self.container.name, %kind, output = %r.output, "probe failed");
+                    tracing::debug!(pod = %self.key.uid, container = %self.key.container, %kind, output = %r.output, "probe failed");
                     self.event("Unhealthy", format!("{kind} probe failed: {}", r.output));
                     ProbeResult::Failure
                 }
@@ -183,17 +212,20 @@ impl Worker {
 
     async fn probe(
         &self,
+        target: Target<'_>,
         container_id: &str,
         pod_ip: &str,
         timeout: Duration,
     ) -> Result<super::handlers::HandlerResult, ProbeError> {
-        let action = probe_action(&self.spec, &self.container, pod_ip)?;
-        Ok(run_action(&self.shared.cri, container_id, &action, timeout).await?)
+        let action = probe_action(target.spec, target.container, pod_ip)?;
+        // On the heap while it runs: the handlers' futures (a gRPC call, an
+        // HTTP exchange) are kilobytes, which every idle worker would hold.
+        Ok(Box::pin(run_action(&self.shared.cri, container_id, &action, timeout)).await?)
     }
 
     fn event(&self, reason: &str, message: String) {
         self.shared.events.event(
-            &Involved::pod(&self.pod, Some(&self.container.name)),
+            &Involved::pod(&self.pod, Some(&self.key.container)),
             WARNING,
             reason,
             message,
@@ -202,8 +234,8 @@ impl Worker {
 
     /// The container as the last computed status shows it: a regular
     /// container first, else an init container (sidecars), with an id.
-    fn container_view(&self, status: &PodStatus) -> Option<ContainerView> {
-        let name = &self.container.name;
+    fn container_view(&self, container: &Container, status: &PodStatus) -> Option<ContainerView> {
+        let name = &container.name;
         let c = status
             .container_statuses
             .iter()
@@ -213,7 +245,7 @@ impl Worker {
         let id = raw_container_id(c.container_id.as_deref().unwrap_or("")).to_owned();
         // Started once the startup probe passed (upstream reads this back
         // from the status it computed from the same result).
-        let started = self.container.startup_probe.is_none()
+        let started = container.startup_probe.is_none()
             || self.shared.results.get(ProbeKind::Startup, &id) == Some(ProbeResult::Success);
         let state = c.state.as_ref();
         let running = state.and_then(|s| s.running.as_ref());
@@ -231,7 +263,7 @@ impl Worker {
             terminated: exit_code.is_some(),
             started,
             restartable: exit_code
-                .is_none_or(|code| container_should_restart(&self.container, &self.pod, code)),
+                .is_none_or(|code| container_should_restart(container, &self.pod, code)),
         })
     }
 }
