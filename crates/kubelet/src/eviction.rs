@@ -5,7 +5,8 @@
 //! conditions for node status and admission. Pods over their own local
 //! storage limits (emptyDir `sizeLimit`, `ephemeral-storage`) are evicted
 //! first. When a threshold is to be acted on it records EvictionThresholdMet, reclaims at the node level first (dead
-//! containers and unused images, for disk signals), and otherwise evicts one
+//! containers, the last ones of pods that ran to their end, and unused
+//! images, for disk signals), and otherwise evicts one
 //! pod, ranked as upstream ranks them, through its pod worker: Failed with
 //! reason Evicted once stopped. It then waits for that pod to be cleaned up
 //! ([`POD_CLEANUP_TIMEOUT`] at most) before the next pass.
@@ -14,8 +15,8 @@
 //! threshold is also registered with the kernel ([`memcg`]), whose
 //! notification starts a pass at once.
 //!
-//! Not yet: the allocatableMemory.available signal and the containerfs
-//! signals.
+//! Not yet: the containerfs signals (a separate filesystem for writable
+//! layers, KubeletSeparateDiskGC).
 
 mod memcg;
 

@@ -3,7 +3,7 @@
 //! workers (upstream's kubelet.go Run / syncLoop / syncLoopIteration /
 //! HandlePodCleanups).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
@@ -929,7 +929,7 @@ impl Kubelet {
                     token,
                     move || {
                         let runtime = runtime.clone();
-                        async move { runtime.garbage_collect().await }
+                        async move { runtime.garbage_collect(&HashSet::new()).await }
                     },
                 )
             });
@@ -1486,7 +1486,10 @@ impl EvictionHost for EvictionView {
     }
 
     async fn reclaim_disk(&self) {
-        if let Err(error) = self.0.syncer.runtime.garbage_collect().await {
+        // DeleteAllUnusedContainers: the pods that ran to their end keep
+        // nothing in the runtime either.
+        let done = self.0.workers.finished();
+        if let Err(error) = self.0.syncer.runtime.garbage_collect(&done).await {
             tracing::warn!(%error, "Eviction manager: removing dead containers");
         }
         if let Err(error) = self.0.image_gc.delete_unused().await {

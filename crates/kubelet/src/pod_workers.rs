@@ -267,6 +267,16 @@ impl<S: PodSyncer> PodWorkers<S> {
         self.map().get(uid).map(|w| w.lock().state)
     }
 
+    /// The pods whose worker is done: stopped and cleaned up (upstream's
+    /// ShouldPodRuntimeBeRemoved).
+    pub fn finished(&self) -> HashSet<PodUid> {
+        self.map()
+            .iter()
+            .filter(|(_, w)| w.lock().state.is_finished())
+            .map(|(uid, _)| uid.clone())
+            .collect()
+    }
+
     pub fn known(&self) -> HashSet<PodUid> {
         self.map().keys().cloned().collect()
     }

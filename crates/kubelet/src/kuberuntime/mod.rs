@@ -7,7 +7,7 @@ pub mod config;
 pub mod hooks;
 pub mod mounts;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -27,7 +27,7 @@ use kubelet_core::dns::{
 };
 use kubelet_core::duration::format_go_duration;
 use kubelet_core::flowcontrol::{self, KeyedBackoff, PullBackoff};
-use kubelet_core::gc::{GcCandidate, evictable};
+use kubelet_core::gc::{GcCandidate, SandboxCandidate, evictable, evictable_sandboxes};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::pullrecords::{Check, ImagePullSecret};
 use kubelet_core::reference::parse_normalized;
@@ -1381,8 +1381,10 @@ impl RuntimeManager {
 
     /// Container garbage collection: remove exited containers beyond the
     /// newest one per container of each pod, with their log files (only
-    /// files under podLogsDir). Returns how many were removed.
-    pub async fn garbage_collect(&self) -> Result<usize, CriError> {
+    /// files under podLogsDir). The pods in `unused` (pods that ran to their
+    /// end, under disk pressure) lose every container that is not running,
+    /// and then their sandboxes. Returns how many containers were removed.
+    pub async fn garbage_collect(&self, unused: &HashSet<PodUid>) -> Result<usize, CriError> {
         let containers = self.cri.list_containers(None).await?;
         let candidates: Vec<GcCandidate> = containers
             .iter()
@@ -1396,8 +1398,9 @@ impl RuntimeManager {
                 })
             })
             .collect();
-        let mut removed = 0;
-        for id in evictable(&candidates, 1) {
+        let is_unused = |uid: &str| unused.contains(&PodUid::from(uid));
+        let mut removed = HashSet::new();
+        for id in evictable(&candidates, 1, is_unused) {
             let log = self
                 .cri
                 .container_status(&id)
@@ -1408,7 +1411,6 @@ impl RuntimeManager {
                 tracing::warn!(container = %id, error = %e, "garbage collection: removing a dead container");
                 continue;
             }
-            removed += 1;
             if let Some(path) = log.filter(|p| self.owns_log(p)) {
                 match std::fs::remove_file(&path) {
                     Ok(()) => {}
@@ -1418,8 +1420,34 @@ impl RuntimeManager {
                     }
                 }
             }
+            removed.insert(id);
         }
-        Ok(removed)
+        if !unused.is_empty() {
+            let held: Vec<&str> = containers
+                .iter()
+                .filter(|c| !removed.contains(&c.id))
+                .map(|c| c.pod_sandbox_id.as_str())
+                .collect();
+            let sandboxes: Vec<SandboxCandidate> = self
+                .cri
+                .list_pod_sandbox(None)
+                .await?
+                .into_iter()
+                .filter_map(|sb| {
+                    Some(SandboxCandidate {
+                        pod_uid: sb.metadata?.uid,
+                        ready: sb.state == cri::PodSandboxState::SandboxReady as i32,
+                        id: sb.id,
+                    })
+                })
+                .collect();
+            for id in evictable_sandboxes(&sandboxes, &held, is_unused) {
+                if let Err(e) = ok_if_not_found(self.cri.remove_pod_sandbox(&id).await) {
+                    tracing::warn!(sandbox = %id, error = %e, "garbage collection: removing a sandbox");
+                }
+            }
+        }
+        Ok(removed.len())
     }
 
     /// Whether `path` is a log file the kubelet placed: absolute, under
@@ -1802,7 +1830,8 @@ mod tests {
             std::fs::write(logs.join(format!("a/{attempt}.log")), "x").unwrap();
             ids.push(id);
         }
-        assert_eq!(rm.garbage_collect().await.unwrap(), 2);
+        let live = HashSet::new();
+        assert_eq!(rm.garbage_collect(&live).await.unwrap(), 2);
         let left: Vec<String> = fake.containers().into_iter().map(|c| c.id).collect();
         assert_eq!(left, [ids[2].clone()]);
         assert!(!logs.join("a/0.log").exists() && !logs.join("a/1.log").exists());
@@ -1811,10 +1840,19 @@ mod tests {
             "the kept instance keeps its log"
         );
         assert_eq!(
-            rm.garbage_collect().await.unwrap(),
+            rm.garbage_collect(&live).await.unwrap(),
             0,
             "nothing more to collect"
         );
+        // Under disk pressure the pod, done, loses its last container; its
+        // sandbox goes once it is not ready.
+        let done = HashSet::from([PodUid::from("u1")]);
+        assert_eq!(rm.garbage_collect(&done).await.unwrap(), 1);
+        assert!(fake.containers().is_empty() && !logs.join("a/2.log").exists());
+        assert_eq!(fake.sandboxes().len(), 1, "a ready sandbox stays");
+        cri.stop_pod_sandbox(&sb).await.unwrap();
+        assert_eq!(rm.garbage_collect(&done).await.unwrap(), 0);
+        assert!(fake.sandboxes().is_empty());
     }
 
     /// Failure events carry the runtime's reason, as upstream's (`Error: <message>`,
