@@ -10,6 +10,7 @@
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
 //!                            [--probes N] [--scrape[=false] | --no-scrape]
 //!                            [--view[=false] | --no-view]
+//!                            [--evict[=false] | --no-evict]
 //!                            [--only rkubelet|upstream] [--work DIR]
 //!
 //! `DIR` is what `hack/cluster.sh up NODE` made: admin.conf,
@@ -43,7 +44,14 @@
 //!      per failed probe), and the API requests of the whole phase from the
 //!      burst on (the window alone hides the burst's failures, and events
 //!      that the spam filter, having spent a pod's tokens then, drops later);
-//!   7. delete its pods, stop it, delete the Node and its Lease, and remove
+//!   7. with `--evict` (the default), the eviction phase: restart it with
+//!      `kernelMemcgNotification: true` and a memory.available threshold
+//!      400 MiB below what the node has, then run a BestEffort pod that
+//!      fills 800 MiB of a memory-backed emptyDir; the time from the
+//!      threshold crossed (the bench reads the root memory cgroup as the
+//!      kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
+//!      file, whose mtime says when);
+//!   8. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
@@ -85,13 +93,29 @@ const CRI_TIMEOUT: Duration = Duration::from_secs(30);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a burst's delete may take until all its pods are gone.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(90);
+/// The eviction phase: its threshold this far below the node's available
+/// memory, and its pod filling twice as much.
+const EVICT_MARGIN_MIB: u64 = 400;
+const EVICT_FILL_MIB: u64 = 800;
+/// How long after a restart the eviction phase waits before its pod: more
+/// than one eviction monitoring period (10 s), so that both kubelets' managers
+/// have run a pass and registered their memcg notifiers.
+const EVICT_WARMUP: Duration = Duration::from_secs(12);
+/// How long the eviction phase waits for the SIGTERM.
+const EVICT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often the eviction phase reads the node's memory and looks for the
+/// pod's SIGTERM file.
+const EVICT_SAMPLE: Duration = Duration::from_millis(10);
+/// The group of the eviction phase's pod.
+const EVICT_GROUP: &str = "evict";
 /// rkubelet's HTTPS port: the default `port`, which its config leaves unset.
 const RKUBELET_PORT: u16 = 10250;
 
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
     [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] \
-    [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] [--only rkubelet|upstream] \
+    [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] \
+    [--evict[=false] | --no-evict] [--only rkubelet|upstream] \
     [--work DIR]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -137,6 +161,8 @@ struct Args {
     scrape: bool,
     /// The pod view (what a pod sees of itself under each kubelet).
     view: bool,
+    /// The eviction phase: threshold crossed → SIGTERM.
+    evict: bool,
     only: Option<Which>,
     work: Option<PathBuf>,
 }
@@ -166,6 +192,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut probes = 100;
     let mut scrape = true;
     let mut view = true;
+    let mut evict = true;
     let mut only = None;
     let mut work = None;
     let secs = |v: String, name: &str| -> anyhow::Result<Duration> {
@@ -215,6 +242,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
             "--view" => view = bool_flag("--view", inline.as_deref())?,
             "--no-view" => view = !bool_flag("--no-view", inline.as_deref())?,
+            "--evict" => evict = bool_flag("--evict", inline.as_deref())?,
+            "--no-evict" => evict = !bool_flag("--no-evict", inline.as_deref())?,
             "--only" => {
                 only = Some(match value("--only")?.as_str() {
                     "rkubelet" => Which::Rkubelet,
@@ -249,6 +278,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         probes,
         scrape,
         view,
+        evict,
         only,
         work,
     })
@@ -314,6 +344,9 @@ struct KResults {
     windows: Vec<Window>,
     /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
     view: Option<String>,
+    /// From a memory.available threshold crossed to the pod's SIGTERM
+    /// (with `--evict`).
+    eviction: Option<Duration>,
     hwm_kib: Option<u64>,
     failed: Option<String>,
     notes: Vec<String>,
@@ -592,6 +625,54 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
         });
     }
     serde_json::from_value(v).context("building a pod")
+}
+
+/// The eviction phase's pod: BestEffort, it fills [`EVICT_FILL_MIB`] of a
+/// memory-backed emptyDir (charged to its memory cgroup) in the background,
+/// so that its SIGTERM trap runs at once, writing `term` into the emptyDir.
+fn hog_pod(name: &str, node: &str) -> anyhow::Result<Pod> {
+    let mut v = serde_json::to_value(pod(name, node, EVICT_GROUP)?)?;
+    let c = &mut v["spec"]["containers"][0];
+    c["command"] = serde_json::json!([
+        "sh",
+        "-c",
+        format!(
+            "trap ': > /fill/term; exit 0' TERM; \
+             dd if=/dev/zero of=/fill/f bs=1M count={EVICT_FILL_MIB} 2>/dev/null & wait; \
+             sleep 3600 & wait"
+        )
+    ]);
+    c["volumeMounts"] = serde_json::json!([{"name": "fill", "mountPath": "/fill"}]);
+    v["spec"]["volumes"] = serde_json::json!([{"name": "fill", "emptyDir": {"medium": "Memory"}}]);
+    serde_json::from_value(v).context("building the eviction pod")
+}
+
+/// Every [`EVICT_SAMPLE`] until `term` appears or [`EVICT_TIMEOUT`] after
+/// the threshold was crossed: when the node's available memory first fell
+/// below `threshold` bytes, and the mtime of `term` (the pod's SIGTERM).
+fn watch_eviction(
+    threshold: u64,
+    term: &Path,
+) -> anyhow::Result<(std::time::SystemTime, Option<std::time::SystemTime>)> {
+    let start = Instant::now();
+    let mut crossed = None;
+    loop {
+        if crossed.is_none() && procfs::node_available_memory()? < threshold {
+            crossed = Some((std::time::SystemTime::now(), Instant::now()));
+        }
+        if let Ok(meta) = std::fs::metadata(term) {
+            let at = meta.modified().context("the SIGTERM file's mtime")?;
+            let (crossed, _) = crossed.context("SIGTERM before the threshold was seen crossed")?;
+            return Ok((crossed, Some(at)));
+        }
+        match crossed {
+            Some((at, seen)) if seen.elapsed() > EVICT_TIMEOUT => return Ok((at, None)),
+            None if start.elapsed() > EVICT_TIMEOUT + EVICT_TIMEOUT => {
+                bail!("the node's available memory never fell below {threshold} bytes")
+            }
+            _ => std::thread::sleep(EVICT_SAMPLE),
+        }
+    }
 }
 
 impl Ctx {
@@ -1099,7 +1180,77 @@ impl Ctx {
             }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
+        if self.args.evict {
+            match self.eviction(which, k, dir).await {
+                Ok(latency) => r.eviction = latency,
+                Err(e) => r.notes.push(format!("eviction phase: {e:#}")),
+            }
+            // The restarted kubelet's peak is not the run's.
+            r.hwm_kib = r
+                .hwm_kib
+                .max(procfs::memory(k.pid()).ok().map(|m| m.hwm_kib));
+        }
         Ok(())
+    }
+
+    /// The eviction phase: restart the kubelet with a memory.available
+    /// threshold [`EVICT_MARGIN_MIB`] below what the node has and memcg
+    /// notifications on, run a pod that fills [`EVICT_FILL_MIB`] of memory,
+    /// and time the threshold crossed to the pod's SIGTERM. None when no
+    /// SIGTERM came within [`EVICT_TIMEOUT`] (noted).
+    async fn eviction(
+        &self,
+        which: Which,
+        k: &mut Kubelet,
+        dir: &Path,
+    ) -> anyhow::Result<Option<Duration>> {
+        const MIB: u64 = 1 << 20;
+        let hwm = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
+        let available = procfs::node_available_memory()?;
+        let threshold_mib = (available / MIB)
+            .checked_sub(EVICT_MARGIN_MIB)
+            .context("the node has less memory available than the phase's margin")?;
+        println!("    stop for the eviction phase: {}", k.stop().await?);
+        let (restarted, _) = self.spawn(which, dir, Some(threshold_mib))?;
+        *k = restarted;
+        if !k.wait_ready().await? {
+            bail!(
+                "{} did not start its sync loop after the restart",
+                which.name()
+            );
+        }
+        tokio::time::sleep(EVICT_WARMUP).await;
+        let name = format!("{POD_PREFIX}{EVICT_GROUP}-0");
+        let created = self
+            .pods()
+            .create(&PostParams::default(), &hog_pod(&name, &self.args.node)?)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        let uid = created.metadata.uid.context("the created pod has no UID")?;
+        let term = dir
+            .join("root/pods")
+            .join(&uid)
+            .join("volumes/kubernetes.io~empty-dir/fill/term");
+        let threshold = threshold_mib * MIB;
+        let watch = tokio::task::spawn_blocking(move || watch_eviction(threshold, &term));
+        let outcome = watch.await.context("the eviction watch")?;
+        self.delete_group(EVICT_GROUP, k, TEARDOWN_TIMEOUT).await?;
+        let (crossed, term) = outcome?;
+        let Some(term) = term else {
+            self.note(format!(
+                "eviction phase: no SIGTERM within {EVICT_TIMEOUT:?} of the threshold \
+                 ({threshold_mib} MiB available) crossed"
+            ));
+            return Ok(None);
+        };
+        let latency = term.duration_since(crossed).unwrap_or_default();
+        println!(
+            "    eviction: memory.available < {threshold_mib}Mi, SIGTERM {:.0} ms after it was crossed \
+             (peak VmHWM before the restart {:.1} MiB)",
+            ms(latency),
+            hwm.map_or(f64::NAN, |kib| kib as f64 / 1024.0)
+        );
+        Ok(Some(latency))
     }
 
     /// Run the view pod to its end; its log (read from the kubelet's
@@ -1157,7 +1308,7 @@ impl Ctx {
                 Err(e) => r.notes.push(format!("runtime floor not measured: {e:#}")),
             }
         }
-        let (mut k, port) = match self.spawn(which, dir) {
+        let (mut k, port) = match self.spawn(which, dir, None) {
             Ok(k) => k,
             Err(e) => {
                 r.failed = Some(format!("{e:#}"));
@@ -1173,8 +1324,11 @@ impl Ctx {
             eprintln!("rkubelet-bench: {}: {e:#}", which.name());
             r.failed = Some(format!("{e:#}"));
         }
-        // Peak RSS of the whole run, failed or not, while it still runs.
-        r.hwm_kib = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
+        // Peak RSS of the whole run, failed or not, while it still runs
+        // (before a restart, the phases kept the peak until then).
+        r.hwm_kib = r
+            .hwm_kib
+            .max(procfs::memory(k.pid()).ok().map(|m| m.hwm_kib));
         if let Err(e) = self.reset(Some(&mut k)).await {
             r.notes.push(format!("cleanup after it: {e:#}"));
         }
@@ -1194,7 +1348,14 @@ impl Ctx {
     }
 
     /// Start the kubelet; returns it and its HTTPS port.
-    fn spawn(&self, which: Which, dir: &Path) -> anyhow::Result<(Kubelet, u16)> {
+    /// With `evict_below_mib`, a memory.available hard threshold there and
+    /// memcg notifications on (the eviction phase).
+    fn spawn(
+        &self,
+        which: Which,
+        dir: &Path,
+        evict_below_mib: Option<u64>,
+    ) -> anyhow::Result<(Kubelet, u16)> {
         let root = dir.join("root");
         let logs = dir.join("pod-logs");
         for d in [&root, &logs] {
@@ -1220,13 +1381,15 @@ impl Ctx {
             Which::Rkubelet => {
                 args.push("--container-runtime-endpoint".into());
                 args.push(self.args.endpoint.clone().into());
-                (rkubelet_config(&logs, &ca), RKUBELET_PORT)
+                (rkubelet_config(&logs, &ca, evict_below_mib), RKUBELET_PORT)
             }
             Which::Upstream => {
                 args.push("--cert-dir".into());
                 args.push(root.join("pki").into());
                 let port = free_port()?;
-                (upstream_config(&self.args.endpoint, &ca, &logs, port), port)
+                let config =
+                    upstream_config(&self.args.endpoint, &ca, &logs, port, evict_below_mib);
+                (config, port)
             }
         };
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
@@ -1364,27 +1527,41 @@ impl Ctx {
 /// authorization allows). Image GC is off and the eviction thresholds are
 /// 1 %, as for the upstream kubelet below: the images are imported, the
 /// disk possibly nearly full.
-fn rkubelet_config(logs: &Path, ca: &Path) -> String {
+fn rkubelet_config(logs: &Path, ca: &Path, evict_below_mib: Option<u64>) -> String {
     format!(
         "kind: KubeletConfiguration\n\
          apiVersion: kubelet.config.k8s.io/v1beta1\n\
          imageGCHighThresholdPercent: 100\n\
-         evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  \
+         evictionHard:\n  memory.available: {}\n  nodefs.available: 1%\n  \
            imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
+         kernelMemcgNotification: {}\n\
          podLogsDir: {}\n\
          healthzPort: 0\n\
          readOnlyPort: 0\n\
          authentication:\n  \
            x509:\n    \
              clientCAFile: {}\n",
+        memory_available(evict_below_mib),
+        evict_below_mib.is_some(),
         logs.display(),
         ca.display()
     )
 }
 
+/// The memory.available hard threshold: the eviction phase's, else 1Mi.
+fn memory_available(evict_below_mib: Option<u64>) -> String {
+    format!("{}Mi", evict_below_mib.unwrap_or(1))
+}
+
 /// The upstream kubelet's configuration for this environment (a container:
 /// cgroup v1, no systemd, no CAP_SYS_RESOURCE, disk possibly nearly full).
-fn upstream_config(endpoint: &str, ca: &Path, logs: &Path, port: u16) -> String {
+fn upstream_config(
+    endpoint: &str,
+    ca: &Path,
+    logs: &Path,
+    port: u16,
+    evict_below_mib: Option<u64>,
+) -> String {
     format!(
         r#"kind: KubeletConfiguration
 apiVersion: kubelet.config.k8s.io/v1beta1
@@ -1408,11 +1585,14 @@ readOnlyPort: 0
 resolvConf: /etc/resolv.conf
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {{memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
+evictionHard: {{memory.available: "{memory}", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}}
+kernelMemcgNotification: {memcg}
 localStorageCapacityIsolation: false
 "#,
         ca = ca.display(),
         logs = logs.display(),
+        memory = memory_available(evict_below_mib),
+        memcg = evict_below_mib.is_some(),
     )
 }
 
@@ -1659,6 +1839,13 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             2,
         ));
     }
+    if args.evict {
+        rows.push((
+            "eviction: memory.available crossed → SIGTERM (ms)".into(),
+            Box::new(|r| r.eviction.map(ms)),
+            0,
+        ));
+    }
     rows.push((
         "peak VmHWM over the run (MiB)".into(),
         Box::new(|r| r.hwm_kib.map(mib)),
@@ -1812,11 +1999,39 @@ prober_probe_duration_seconds_count{probe_type="Liveness"} 9
 
     #[test]
     fn rkubelet_trusts_the_cluster_ca() {
-        let text = rkubelet_config(Path::new("/w/logs"), Path::new("/c/pki/ca.crt"));
+        let text = rkubelet_config(Path::new("/w/logs"), Path::new("/c/pki/ca.crt"), None);
         assert!(
             text.ends_with("authentication:\n  x509:\n    clientCAFile: /c/pki/ca.crt\n"),
             "{text}"
         );
         assert!(text.contains("\npodLogsDir: /w/logs\n"), "{text}");
+        assert!(text.contains("  memory.available: 1Mi\n"), "{text}");
+        assert!(
+            text.contains("\nkernelMemcgNotification: false\n"),
+            "{text}"
+        );
+    }
+
+    /// The eviction phase restarts both kubelets with the same threshold
+    /// and memcg notifications on; its pod fills memory in the background.
+    #[test]
+    fn the_eviction_phase_configures_both_kubelets_alike() {
+        let (logs, ca) = (Path::new("/w/logs"), Path::new("/c/pki/ca.crt"));
+        let rk = rkubelet_config(logs, ca, Some(3000));
+        assert!(rk.contains("  memory.available: 3000Mi\n"), "{rk}");
+        assert!(rk.contains("\nkernelMemcgNotification: true\n"), "{rk}");
+        let up = upstream_config("unix:///c.sock", ca, logs, 1, Some(3000));
+        assert!(up.contains("memory.available: \"3000Mi\""), "{up}");
+        assert!(up.contains("\nkernelMemcgNotification: true\n"), "{up}");
+        let hog = serde_json::to_value(hog_pod("rkb-evict-0", "n").unwrap()).unwrap();
+        assert_eq!(hog["spec"]["volumes"][0]["emptyDir"]["medium"], "Memory");
+        let script = hog["spec"]["containers"][0]["command"][2].as_str().unwrap();
+        assert!(
+            script.starts_with("trap ': > /fill/term; exit 0' TERM; "),
+            "{script}"
+        );
+        assert!(script.contains("count=800 2>/dev/null & wait;"), "{script}");
+        assert!(!parse(&["--no-evict"]).unwrap().evict);
+        assert!(parse(&[]).unwrap().evict);
     }
 }

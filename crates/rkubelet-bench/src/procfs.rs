@@ -69,6 +69,30 @@ pub fn mib(kib: u64) -> f64 {
     kib as f64 / 1024.0
 }
 
+/// The node's available memory as the kubelets' eviction managers compute
+/// memory.available on cgroup v1: MemTotal less the root memory cgroup's
+/// working set (usage less inactive file pages).
+pub fn node_available_memory() -> anyhow::Result<u64> {
+    use kubelet_core::stats;
+    let read =
+        |path: &str| std::fs::read_to_string(path).with_context(|| format!("reading {path}"));
+    let meminfo = stats::parse_meminfo(&read("/proc/meminfo")?)?;
+    let usage = read("/sys/fs/cgroup/memory/memory.usage_in_bytes")?;
+    let usage: u64 = usage
+        .trim()
+        .parse()
+        .with_context(|| format!("memory.usage_in_bytes: {usage:?}"))?;
+    let stat = read("/sys/fs/cgroup/memory/memory.stat")?;
+    let root = stats::MemoryReading::from_cgroup_v1(
+        usage,
+        &stats::parse_flat_keyed("memory.stat", &stat)?,
+    )?;
+    Ok(stats::node_available_memory(
+        &meminfo,
+        root.working_set_bytes,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
