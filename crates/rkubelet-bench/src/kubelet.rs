@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tokio::process::{Child, Command};
 
-/// Log line rkubelet prints once its sync loop runs.
-const READY_LINE: &str = "starting the sync loop";
-/// How long to wait for [`READY_LINE`].
+/// What rkubelet and the upstream kubelet log once their sync loop runs.
+const READY_LINES: [&str; 2] = ["starting the sync loop", "Starting kubelet main sync loop"];
+/// How long to wait for one of [`READY_LINES`].
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// SIGTERM to SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -25,6 +25,9 @@ pub struct Kubelet {
     name: &'static str,
     pub manifest_dir: PathBuf,
     pub log_path: PathBuf,
+    /// Where this process's part of the log starts (a restarted kubelet
+    /// appends to its predecessor's).
+    log_start: usize,
 }
 
 impl Kubelet {
@@ -78,7 +81,7 @@ impl Kubelet {
         )
     }
 
-    /// Start `binary` with `args`, stdout and stderr to `log_path`.
+    /// Start `binary` with `args`, stdout and stderr appended to `log_path`.
     /// `manifest_dir` is only used by the static-pod bench.
     pub fn start(
         name: &'static str,
@@ -87,8 +90,12 @@ impl Kubelet {
         log_path: PathBuf,
         manifest_dir: PathBuf,
     ) -> anyhow::Result<Kubelet> {
-        let log =
-            File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .with_context(|| format!("opening {}", log_path.display()))?;
+        let log_start = usize::try_from(log.metadata()?.len())?;
         let log2 = log.try_clone().context("duplicating the log file handle")?;
         let child = Command::new(binary)
             .args(args)
@@ -107,6 +114,7 @@ impl Kubelet {
             name,
             manifest_dir,
             log_path,
+            log_start,
         })
     }
 
@@ -132,7 +140,9 @@ impl Kubelet {
         let start = Instant::now();
         while start.elapsed() < READY_TIMEOUT {
             self.check_alive()?;
-            if std::fs::read_to_string(&self.log_path).is_ok_and(|log| log.contains(READY_LINE)) {
+            let log = std::fs::read(&self.log_path).unwrap_or_default();
+            let own = String::from_utf8_lossy(log.get(self.log_start..).unwrap_or_default());
+            if READY_LINES.iter().any(|line| own.contains(line)) {
                 return Ok(true);
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
