@@ -1181,14 +1181,12 @@ impl Ctx {
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         if self.args.evict {
+            // The peak of the run so far: the phase restarts the kubelet.
+            r.hwm_kib = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
             match self.eviction(which, k, dir).await {
                 Ok(latency) => r.eviction = latency,
                 Err(e) => r.notes.push(format!("eviction phase: {e:#}")),
             }
-            // The restarted kubelet's peak is not the run's.
-            r.hwm_kib = r
-                .hwm_kib
-                .max(procfs::memory(k.pid()).ok().map(|m| m.hwm_kib));
         }
         Ok(())
     }
@@ -1205,7 +1203,6 @@ impl Ctx {
         dir: &Path,
     ) -> anyhow::Result<Option<Duration>> {
         const MIB: u64 = 1 << 20;
-        let hwm = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
         let available = procfs::node_available_memory()?;
         let threshold_mib = (available / MIB)
             .checked_sub(EVICT_MARGIN_MIB)
@@ -1245,10 +1242,8 @@ impl Ctx {
         };
         let latency = term.duration_since(crossed).unwrap_or_default();
         println!(
-            "    eviction: memory.available < {threshold_mib}Mi, SIGTERM {:.0} ms after it was crossed \
-             (peak VmHWM before the restart {:.1} MiB)",
-            ms(latency),
-            hwm.map_or(f64::NAN, |kib| kib as f64 / 1024.0)
+            "    eviction: memory.available < {threshold_mib}Mi, SIGTERM {:.0} ms after it was crossed",
+            ms(latency)
         );
         Ok(Some(latency))
     }
