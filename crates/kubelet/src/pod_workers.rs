@@ -415,7 +415,10 @@ async fn run_worker<S: PodSyncer>(
                 worker.lock().running = Some((step, token.clone()));
                 let started = Instant::now();
                 let outcome = tokio::select! {
-                    r = run_step(&*syncer, step, state, &target) => r,
+                    // On the heap while it runs: a step's future (SyncPod's
+                    // every await) is tens of kilobytes, which each pod's
+                    // idle worker would otherwise hold for the pod's life.
+                    r = Box::pin(run_step(&*syncer, step, state, &target)) => r,
                     _ = token.cancelled() => Err(SyncError::Interrupted),
                 };
                 worker.lock().running = None;
