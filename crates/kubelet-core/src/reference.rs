@@ -20,7 +20,9 @@ static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
     let host = format!(r"(?:{domain_component}(?:\.{domain_component})*|\[[a-fA-F0-9:]+\])");
     let domain = format!("{host}(?::[0-9]+)?");
     let name = format!("(?:{domain}/)?{path_component}(?:/{path_component})*");
-    let tag = r"[\w][\w.-]{0,127}";
+    // Go's \w is ASCII; the regex crate's is Unicode, whose 128 bounded
+    // copies would also cost megabytes for the life of the process.
+    let tag = r"(?-u:\w)(?-u:[\w.-]){0,127}";
     let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
     Regex::new(&format!("^({name})(?::({tag}))?(?:@({digest}))?$")).expect("a valid pattern")
 });
@@ -117,7 +119,8 @@ mod tests {
             })
         };
         let sha = format!("sha256:{}", "a".repeat(64));
-        let cases: Vec<(String, Result<Reference, String>)> = vec![
+        let cases: Vec<(String, Result<Reference, String>)> =
+            vec![
             (
                 "busybox".into(),
                 ok("docker.io/library/busybox", None, None),
@@ -148,6 +151,16 @@ mod tests {
             ),
             ("busy box".into(), Err("invalid reference format".into())),
             ("busybox:".into(), Err("invalid reference format".into())),
+            // A tag's word characters are ASCII, as Go's \w.
+            ("busybox:vé".into(), Err("invalid reference format".into())),
+            (
+                format!("busybox:v{}", "1".repeat(127)),
+                ok("docker.io/library/busybox", Some(&format!("v{}", "1".repeat(127))), None),
+            ),
+            (
+                format!("busybox:v{}", "1".repeat(128)),
+                Err("invalid reference format".into()),
+            ),
             ("-busybox".into(), Err("invalid reference format".into())),
             (
                 "a".repeat(64),
