@@ -44,14 +44,16 @@
 //!      per failed probe), and the API requests of the whole phase from the
 //!      burst on (the window alone hides the burst's failures, and events
 //!      that the spam filter, having spent a pod's tokens then, drops later);
-//!   7. with `--evict` (the default), the eviction phase: restart it with
+//!   7. once every burst's and probed pod is gone, a window at rest again:
+//!      the RSS the kubelet gave back;
+//!   8. with `--evict` (the default), the eviction phase: restart it with
 //!      `kernelMemcgNotification: true` and a memory.available threshold
 //!      400 MiB below what the node has, then run a BestEffort pod that
 //!      fills 800 MiB of a memory-backed emptyDir; the time from the
 //!      threshold crossed (the bench reads the root memory cgroup as the
 //!      kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
 //!      file, whose mtime says when);
-//!   8. delete its pods, stop it, delete the Node and its Lease, and remove
+//!   9. delete its pods, stop it, delete the Node and its Lease, and remove
 //!      from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
@@ -342,6 +344,9 @@ struct KResults {
     probe_phase: Option<BTreeMap<String, usize>>,
     bursts: Vec<Burst>,
     windows: Vec<Window>,
+    /// A window at rest once every burst's and the probe phase's pods are
+    /// deleted: what the kubelet gave back.
+    after: Option<Window>,
     /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
     view: Option<String>,
     /// From a memory.available threshold crossed to the pod's SIGTERM
@@ -1181,6 +1186,10 @@ impl Ctx {
             }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
+        if !self.args.bursts.is_empty() || self.args.probes > 0 {
+            println!("    every pod deleted:");
+            r.after = Some(self.window(k, 0, false, self.args.rest, &mut []).await?);
+        }
         if self.args.evict {
             // The peak of the run so far: the phase restarts the kubelet.
             r.hwm_kib = procfs::memory(k.pid()).ok().map(|m| m.hwm_kib);
@@ -1833,6 +1842,13 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             format!("  CPU-s more than steady {m} pods"),
             Box::new(move |r| Some(find(r)?.cpu_s - r.steady(m)?.cpu_s)),
             2,
+        ));
+    }
+    if !args.bursts.is_empty() || args.probes > 0 {
+        rows.push((
+            "steady 0 pods after the deletes: VmRSS (MiB, mean)".into(),
+            Box::new(|r| r.after.as_ref().map(|w| mib(w.rss_mean_kib as u64))),
+            1,
         ));
     }
     if args.evict {
