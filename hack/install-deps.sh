@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install the Debian packages rkubelet's runtime tests need:
 # containerd, runc, the CNI plugins, a static busybox (test images),
-# protoc (k8s-cri's build script), the network tools, and what the upstream
-# e2e suite's images are made of (hack/e2e-images.sh: a C compiler and static
-# libc for pause, dash, bash, curl, netcat-openbsd, glibc's hostname/getent).
+# protoc (k8s-cri's build script), make (tikv-jemalloc-sys builds jemalloc
+# with it), the network tools, and what the upstream e2e suite's images are
+# made of (hack/e2e-images.sh: a C compiler and static libc for pause, dash,
+# bash, curl, netcat-openbsd, glibc's hostname/getent).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -20,6 +21,7 @@ PACKAGES=(
   curl
   openssl
   gcc
+  make
   libc6-dev
   dash
   bash
