@@ -169,6 +169,14 @@ struct Args {
     work: Option<PathBuf>,
 }
 
+impl Args {
+    /// Bursts or a probe phase run, so a window at rest follows once their
+    /// pods are deleted.
+    fn rests_after_deletes(&self) -> bool {
+        !self.bursts.is_empty() || self.probes > 0
+    }
+}
+
 /// The value of a boolean flag: `--flag` alone is true, `--flag=VALUE`
 /// is VALUE (true or false).
 fn bool_flag(name: &str, inline: Option<&str>) -> anyhow::Result<bool> {
@@ -1186,7 +1194,7 @@ impl Ctx {
             }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
-        if !self.args.bursts.is_empty() || self.args.probes > 0 {
+        if self.args.rests_after_deletes() {
             println!("    every pod deleted:");
             r.after = Some(self.window(k, 0, false, self.args.rest, &mut []).await?);
         }
@@ -1844,7 +1852,7 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             2,
         ));
     }
-    if !args.bursts.is_empty() || args.probes > 0 {
+    if args.rests_after_deletes() {
         rows.push((
             "steady 0 pods after the deletes: VmRSS (MiB, mean)".into(),
             Box::new(|r| r.after.as_ref().map(|w| mib(w.rss_mean_kib as u64))),
