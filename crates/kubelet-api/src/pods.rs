@@ -75,29 +75,73 @@ pub async fn patch_status(api: &ApiClient, pod: &Pod, status: &PodStatus) -> Res
         .map_err(|e| ApiError::from_kube("patch", format!("{}/status", what(ns, name)), e))
 }
 
-/// The status as a strategic merge patch over `pod`'s: conditions merge by
-/// type, so a condition the kubelet owns and no longer reports (a resize's
-/// PodResizePending or PodResizeInProgress once over) is deleted
-/// explicitly, as upstream's two-way patch from the API's status does.
+/// The status as a strategic merge patch over `pod`'s, as upstream's two-way
+/// patch from the API's status: conditions merge by type, so a condition the
+/// kubelet owns and no longer reports (a resize's PodResizePending or
+/// PodResizeInProgress once over) is deleted explicitly; `podIPs` and
+/// `hostIPs` merge by IP, so the IPs the status no longer has (those of a
+/// sandbox that was replaced) are deleted and the list's order set, or the
+/// API server would keep the old IPs beside the new ones (and refuse two of
+/// one family).
 fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
     let mut patch = serde_json::to_value(status).unwrap_or_default();
+    let Some(object) = patch.as_object_mut() else {
+        return patch;
+    };
+    let old = pod.status.as_ref();
     let reported = |kind: &str| status.conditions.iter().flatten().any(|c| c.type_ == kind);
-    let gone: Vec<serde_json::Value> = pod
-        .status
+    let gone: Vec<serde_json::Value> = old
         .iter()
         .flat_map(|s| s.conditions.iter().flatten())
         .filter(|c| is_kubelet_condition(&c.type_) && !reported(&c.type_))
         .map(|c| serde_json::json!({"type": c.type_, "$patch": "delete"}))
         .collect();
     if !gone.is_empty()
-        && let Some(object) = patch.as_object_mut()
         && let serde_json::Value::Array(list) = object
             .entry("conditions")
             .or_insert_with(|| serde_json::Value::Array(Vec::new()))
     {
         list.extend(gone);
     }
+    let pod_ips = |s: &PodStatus| -> Option<Vec<String>> {
+        Some(s.pod_ips.as_ref()?.iter().map(|i| i.ip.clone()).collect())
+    };
+    let host_ips = |s: &PodStatus| -> Option<Vec<String>> {
+        Some(s.host_ips.as_ref()?.iter().map(|i| i.ip.clone()).collect())
+    };
+    merge_by_ip(object, "podIPs", old.and_then(pod_ips), pod_ips(status));
+    merge_by_ip(object, "hostIPs", old.and_then(host_ips), host_ips(status));
     patch
+}
+
+/// A list merged by `ip` in the patch: when the status reports it and it
+/// differs from the API's, the IPs gone are deleted and the order is set
+/// (`$setElementOrder`), as a two-way strategic merge patch spells it. A list
+/// the status does not report is left as the API has it.
+fn merge_by_ip(
+    patch: &mut serde_json::Map<String, serde_json::Value>,
+    field: &str,
+    old: Option<Vec<String>>,
+    new: Option<Vec<String>>,
+) {
+    let (Some(new), old) = (new, old.unwrap_or_default()) else {
+        return;
+    };
+    if old == new {
+        return;
+    }
+    let mut list: Vec<serde_json::Value> =
+        new.iter().map(|ip| serde_json::json!({"ip": ip})).collect();
+    patch.insert(
+        format!("$setElementOrder/{field}"),
+        serde_json::Value::Array(list.clone()),
+    );
+    list.extend(
+        old.iter()
+            .filter(|ip| !new.contains(ip))
+            .map(|ip| serde_json::json!({"ip": ip, "$patch": "delete"})),
+    );
+    patch.insert(field.to_owned(), serde_json::Value::Array(list));
 }
 
 /// Delete a pod the kubelet has finished with: grace period 0 and a UID
@@ -197,7 +241,7 @@ pub async fn patch_event(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodCondition;
+    use k8s_openapi::api::core::v1::{PodCondition, PodIP};
 
     use super::*;
 
@@ -238,5 +282,67 @@ mod tests {
         // Nothing to delete: the status as it is.
         let same = status_patch(&Pod::default(), &status);
         assert_eq!(same, serde_json::to_value(&status).unwrap());
+    }
+
+    fn ips(list: &[&str]) -> Option<Vec<PodIP>> {
+        Some(list.iter().map(|ip| PodIP { ip: (*ip).into() }).collect())
+    }
+
+    /// A sandbox recreated with a new IP: the API's old IP is deleted, not
+    /// kept beside the new one (which the API server refuses with 422 "may
+    /// specify no more than one IP for each IP family").
+    #[test]
+    fn ips_no_longer_reported_are_deleted_and_the_order_set() {
+        /// (the API's IPs, the status's, the patch)
+        type Case = (
+            &'static [&'static str],
+            Option<&'static [&'static str]>,
+            serde_json::Value,
+        );
+        let cases: &[Case] = &[
+            (
+                &["10.88.0.82"],
+                Some(&["10.88.0.87"]),
+                serde_json::json!({
+                    "$setElementOrder/podIPs": [{"ip": "10.88.0.87"}],
+                    "podIPs": [{"ip": "10.88.0.87"}, {"ip": "10.88.0.82", "$patch": "delete"}],
+                    "podIP": "10.88.0.87",
+                }),
+            ),
+            // Dual stack, the order upstream's sortPodIPs gives kept.
+            (
+                &["10.88.0.82"],
+                Some(&["fd00::5", "10.88.0.82"]),
+                serde_json::json!({
+                    "$setElementOrder/podIPs": [{"ip": "fd00::5"}, {"ip": "10.88.0.82"}],
+                    "podIPs": [{"ip": "fd00::5"}, {"ip": "10.88.0.82"}],
+                    "podIP": "fd00::5",
+                }),
+            ),
+            // The same IPs: the list as it is, no directive.
+            (
+                &["10.88.0.82"],
+                Some(&["10.88.0.82"]),
+                serde_json::json!({"podIPs": [{"ip": "10.88.0.82"}], "podIP": "10.88.0.82"}),
+            ),
+            // No IP known (the sandbox is gone): what the API has stays.
+            (&["10.88.0.82"], None, serde_json::json!({})),
+        ];
+        for (old, new, want) in cases {
+            let pod = Pod {
+                status: Some(PodStatus {
+                    pod_ip: Some(old[0].into()),
+                    pod_ips: ips(old),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let status = PodStatus {
+                pod_ip: new.map(|n| n[0].to_owned()),
+                pod_ips: new.and_then(ips),
+                ..Default::default()
+            };
+            assert_eq!(&status_patch(&pod, &status), want, "{old:?} -> {new:?}");
+        }
     }
 }

@@ -691,9 +691,32 @@ pub fn fail_for_deadline(status: &mut ApiPodStatus) {
     status.message = Some(DEADLINE_EXCEEDED_MESSAGE.into());
 }
 
-/// Fill hostIP and hostIPs with the node's addresses; a hostNetwork pod's
-/// IPs are the node's too, as upstream reports them.
+/// Upstream's sortPodIPs: of the IPs a sandbox reports (any number, any
+/// order), the first of the node's family (IPv4 when the node has no IP),
+/// then the first of the other family: at most one per family, which is
+/// all the API server takes.
+pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
+    let v4 = |ip: &String| ip.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv4());
+    let v6 = |ip: &String| ip.parse::<std::net::IpAddr>().is_ok_and(|a| a.is_ipv6());
+    let node_v6 = node_ips.first().is_some_and(v6);
+    let families: [&dyn Fn(&String) -> bool; 2] = if node_v6 { [&v6, &v4] } else { [&v4, &v6] };
+    families
+        .iter()
+        .filter_map(|family| ips.iter().find(|ip| family(ip)).cloned())
+        .collect()
+}
+
+/// Fill hostIP and hostIPs with the node's addresses, and order the pod's
+/// IPs as upstream does (`sort_pod_ips`); a hostNetwork pod's IPs are the
+/// node's, as upstream reports them.
 pub fn set_host_ips(status: &mut ApiPodStatus, pod: &Pod, host_ips: &[String]) {
+    if let Some(ips) = status.pod_ips.take() {
+        let ips: Vec<String> = ips.into_iter().map(|i| i.ip).collect();
+        let sorted = sort_pod_ips(&ips, host_ips);
+        status.pod_ip = sorted.first().cloned();
+        status.pod_ips =
+            (!sorted.is_empty()).then(|| sorted.into_iter().map(|ip| PodIP { ip }).collect());
+    }
     if host_ips.is_empty() {
         return;
     }
@@ -1542,6 +1565,36 @@ mod tests {
         };
         assert_eq!(get(&second, "PodScheduled"), Some(t0));
         assert_eq!(get(&second, "Ready"), Some(t1));
+    }
+
+    #[test]
+    fn pod_ips_one_per_family_the_nodes_first() {
+        let v = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cases: &[(&[&str], &[&str], &[&str])] = &[
+            (&["10.0.0.1"], &["192.0.2.1"], &["10.0.0.1"]),
+            (
+                &["fd00::1", "10.0.0.1"],
+                &["192.0.2.1"],
+                &["10.0.0.1", "fd00::1"],
+            ),
+            (
+                &["10.0.0.1", "fd00::1"],
+                &["2001:db8::1"],
+                &["fd00::1", "10.0.0.1"],
+            ),
+            // Two of one family (what the API server refuses): the first.
+            (&["10.0.0.2", "10.0.0.1"], &[], &["10.0.0.2"]),
+            (&["fd00::1"], &[], &["fd00::1"]),
+            (&["not-an-ip"], &[], &[]),
+            (&[], &["192.0.2.1"], &[]),
+        ];
+        for (ips, node, want) in cases {
+            assert_eq!(
+                sort_pod_ips(&v(ips), &v(node)),
+                v(want),
+                "{ips:?} on {node:?}"
+            );
+        }
     }
 
     #[test]

@@ -820,6 +820,7 @@ impl Kubelet {
             node_name: self.opts.node_name.clone(),
             node_uid: self.node_uid.clone(),
             metrics: self.opts.metrics.clone(),
+            events: self.events.clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("status_sync"), move |token| {

@@ -25,6 +25,7 @@ use kubelet_core::types::{PodUid, is_static_pod, keys, pod_full_name};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::events::{Involved, Recorder, WARNING};
 use crate::podmanager::PodManager;
 use crate::status_manager::StatusManager;
 
@@ -56,7 +57,12 @@ pub struct StatusSync {
     /// The registered Node's UID (mirror pods' owner), once known.
     pub node_uid: Arc<RwLock<Option<String>>>,
     pub metrics: KubeletMetrics,
+    /// Where a refused status is reported.
+    pub events: Recorder,
 }
+
+/// The reason of the Warning event a status the API server refuses gets.
+pub const STATUS_REFUSED: &str = "StatusRefused";
 
 /// One pod's sync state.
 struct PodSync {
@@ -127,7 +133,7 @@ impl Job {
         self.target.metadata.uid.clone().unwrap_or_default()
     }
 
-    async fn run(&self, api: &ApiClient) -> Outcome {
+    async fn run(&self, api: &ApiClient, events: &Recorder) -> Outcome {
         let mut out = Outcome {
             accepted: false,
             settled: false,
@@ -173,6 +179,12 @@ impl Job {
                 }
                 Err(e) if e.is_invalid() => {
                     tracing::warn!(pod = %target, error = %e, "status refused by the API server: not sent again");
+                    events.event(
+                        &Involved::pod(&self.pod, None),
+                        WARNING,
+                        STATUS_REFUSED,
+                        format!("The API server refused the pod's status (it is sent again when it changes): {e}"),
+                    );
                     out.settled = true;
                 }
                 Err(e) if e.is_not_found() || e.is_conflict() => {
@@ -247,9 +259,9 @@ impl StatusSync {
             for (uid, p) in pods.iter_mut() {
                 if let Some(job) = self.job(uid, p, now) {
                     p.in_flight = true;
-                    let api = self.api.clone();
+                    let (api, events) = (self.api.clone(), self.events.clone());
                     in_flight.push(async move {
-                        let out = job.run(&api).await;
+                        let out = job.run(&api, &events).await;
                         (job, out)
                     });
                 }
@@ -420,6 +432,8 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use kube::client::Body;
     use tokio::sync::mpsc;
+
+    use crate::clock::Clock;
 
     type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -606,6 +620,7 @@ mod tests {
             node_name: "node1".into(),
             node_uid: Arc::default(),
             metrics: KubeletMetrics::new("node1"),
+            events: Recorder::log_only("node1".into()),
         };
         let cancel = CancellationToken::new();
         let run = tokio::spawn(sync.run(cancel.clone()));
@@ -669,6 +684,77 @@ mod tests {
             (3..=10).contains(&retries),
             "c retried with backoff, not in a hot loop: {retries} patches in 30 s"
         );
+    }
+
+    /// A refused status is a Warning event on the pod, and is final for
+    /// that content only: the pod's next, different status is sent, the
+    /// same one again is not.
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_status_is_an_event_and_the_next_status_is_sent() {
+        let e = api_pod("e", false, PodStatus::default());
+        let pods = Arc::new(Mutex::new(HashMap::from([("e".to_string(), e.clone())])));
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let log = Arc::default();
+        tokio::spawn(api_server(
+            handle,
+            pods.clone(),
+            HashMap::from([("e".to_string(), StatusCode::UNPROCESSABLE_ENTITY)]),
+            seen_tx,
+            Arc::clone(&log),
+        ));
+        let pod_manager = PodManager::default();
+        pod_manager.add_or_update(Arc::new(e.clone()));
+        let status = StatusManager::default();
+        let (events, mut events_rx) = Recorder::with_queue("node1".into(), Clock::System);
+        let sync = StatusSync {
+            api: ApiClient::new(kube::Client::new(service, "default"), 0, 1),
+            pod_manager,
+            status: status.clone(),
+            node_name: "node1".into(),
+            node_uid: Arc::default(),
+            metrics: KubeletMetrics::new("node1"),
+            events,
+        };
+        let cancel = CancellationToken::new();
+        let run = tokio::spawn(sync.run(cancel.clone()));
+        let phase = |p: &str| PodStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        };
+        status.set_pod_status(&e, phase("Pending"));
+        next_seen(&mut seen, Method::PATCH, "e").await;
+        let event = tokio::time::timeout(Duration::from_secs(5), events_rx.recv())
+            .await
+            .expect("an event within 5 s")
+            .expect("the recorder is open");
+        assert_eq!(event.reason.as_deref(), Some(STATUS_REFUSED));
+        assert_eq!(event.type_.as_deref(), Some(WARNING));
+        assert_eq!(event.involved_object.name.as_deref(), Some("e"));
+        assert!(
+            event
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("is invalid"),
+            "{:?}",
+            event.message
+        );
+        // The same status again: not sent; a new one: sent.
+        status.set_pod_status(&e, phase("Pending"));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        status.set_pod_status(&e, phase("Running"));
+        next_seen(&mut seen, Method::PATCH, "e").await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        cancel.cancel();
+        run.await.unwrap();
+        let patches = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _)| *m == Method::PATCH)
+            .count();
+        assert_eq!(patches, 2, "one patch per distinct status");
     }
 
     #[test]
