@@ -31,6 +31,8 @@ PROG=${0##*/}
 START=$(date +%s)
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
+# shellcheck source=lib/mounts.sh
+. "$REPO_ROOT/hack/lib/mounts.sh"
 
 export RKUBELET_RUNTIME_DIR=/tmp/rk-bc
 export RKUBELET_CNI_BRIDGE=rkbr-bc
@@ -111,12 +113,8 @@ cleanup() {
     fi
   fi
   if [[ -n "$WORK" && -d "$WORK" ]]; then
-    # The upstream kubelet bind-mounts its root directory onto itself.
-    local m
-    while read -r m; do
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null ||
-        echo "$PROG: warning: could not unmount $m" >&2
-    done < <(awk -v w="$WORK/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r)
+    # Both kubelets bind-mount their root directory onto itself.
+    unmount_under "$WORK" || true
     if grep -qF " $WORK/" /proc/mounts; then
       echo "$PROG: warning: mounts remain under $WORK; not removing it" >&2
     else

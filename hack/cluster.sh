@@ -271,7 +271,7 @@ down() {
     fi
     rm -f "$DIR/$name.pid"
   done
-  [[ ${CLEAN:-0} == 1 ]] && rm -rf "$DIR"
+  [[ ${CLEAN:-0} == 1 ]] && rm -rf --one-file-system "$DIR"
   return 0
 }
 

@@ -48,6 +48,8 @@ KEEP=""
 DOWN_ONLY=""
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
+# shellcheck source=lib/mounts.sh
+. "$REPO_ROOT/hack/lib/mounts.sh"
 usage() { sed -n '6,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 while (($#)); do
@@ -106,11 +108,8 @@ down() {
   stop_kubelet
   CLEAN=1 hack/cluster.sh down >/dev/null 2>&1 || echo "$PROG: warning: stopping the control plane failed" >&2
   hack/containerd.sh stop "$RKUBELET_RUNTIME_DIR" >/dev/null 2>&1 || echo "$PROG: warning: stopping containerd failed" >&2
-  local m
-  # The upstream kubelet bind-mounts its root directory onto itself.
-  while read -r m; do
-    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "$PROG: warning: could not unmount $m" >&2
-  done < <(awk -v w="$NODE_DIR/" 'index($2, w) == 1 { print $2 }' /proc/mounts | sort -r)
+  # Both kubelets bind-mount their root directory onto itself.
+  unmount_under "$NODE_DIR" || true
   if grep -qF " $WORK/" /proc/mounts; then
     echo "$PROG: warning: mounts remain under $WORK; not removing its node state" >&2
   else

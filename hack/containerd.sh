@@ -61,6 +61,8 @@ trap cleanup_temp_files EXIT
 
 die() { echo "$PROG: error: $*" >&2; exit 1; }
 warn() { echo "$PROG: warning: $*" >&2; }
+# shellcheck source=lib/mounts.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/mounts.sh"
 
 usage() {
   echo "usage: $PROG start|stop|status [DIR]" >&2
@@ -491,19 +493,7 @@ cleanup_shims() {
 
 # Unmount everything mounted at or below DIR, deepest first.
 cleanup_mounts() {
-  local m pass
-  for pass in 1 2 3; do
-    local mounts=()
-    mapfile -t mounts < <(
-      awk -v d="$DIR" '$2 == d || index($2, d "/") == 1 { print length($2) " " $2 }' /proc/mounts |
-        sort -rn | cut -d' ' -f2-
-    )
-    ((${#mounts[@]} > 0)) || return 0
-    for m in "${mounts[@]}"; do
-      umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-    done
-    [[ $pass -lt 3 ]] || warn "could not unmount everything under $DIR"
-  done
+  unmount_under "$DIR" || warn "could not unmount everything under $DIR"
 }
 
 # Rules the bridge (ipMasq) and portmap plugins left in the nat table for

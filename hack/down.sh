@@ -18,5 +18,10 @@ if [[ -f $state/rkubelet.pid ]]; then
   rm -f "$state/rkubelet.pid"
 fi
 hack/containerd.sh stop
+# What rkubelet mounted and leaves (pods keep running after it stops, as
+# upstream's): the pods' volumes and its root directory's shared bind mount.
+# shellcheck source=lib/mounts.sh
+. hack/lib/mounts.sh
+unmount_under "$RKUBELET_CLUSTER_DIR"
 CLEAN=1 hack/cluster.sh down
 echo "stopped: rkubelet, containerd, control plane (state removed)"

@@ -46,7 +46,9 @@ cleanup() {
   echo "==> stopping rkubelet and the private containerd"
   [[ -n $pid ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true
   hack/containerd.sh stop || true
-  rm -rf "$state"
+  # shellcheck source=lib/mounts.sh
+  . hack/lib/mounts.sh
+  unmount_under "$state" && rm -rf --one-file-system "$state"
 }
 trap cleanup EXIT INT TERM
 

@@ -288,6 +288,14 @@ async fn run(args: Args) -> anyhow::Result<bool> {
             bench.kubelet.log_tail(15)
         );
     }
+    // rkubelet bind-mounted its root directory onto itself (as upstream's
+    // kubelet does, and leaves it).
+    if let Err(e) = ::kubelet::volumes::mount::unmount_all_under(work.path()) {
+        eprintln!(
+            "rkubelet-bench: warning: releasing the mounts under {}: {e}",
+            work.path().display()
+        );
+    }
     drop(work);
     Ok(outcome.is_ok() && clean_ok)
 }

@@ -164,6 +164,17 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     for dir in [&settings.root_dir, &cfg.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
+    // As upstream's setupDataDirs: volumes mounted under the root directory
+    // reach containers that ask for HostToContainer or Bidirectional
+    // propagation, also on a host whose `/` is a private mount.
+    if kubelet::volumes::mount::make_rshared(&settings.root_dir).with_context(|| {
+        format!(
+            "error configuring root directory {}",
+            settings.root_dir.display()
+        )
+    })? {
+        tracing::info!(root_dir = %settings.root_dir.display(), "bind-mounted the root directory with shared mount propagation");
+    }
     let cri = CriClient::connect_lazy(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)
         .context("containerRuntimeEndpoint")?;
     tracing::info!(

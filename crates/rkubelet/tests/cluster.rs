@@ -31,7 +31,7 @@ use kubelet_cri::client::CriClient;
 use serde_json::{Value, json};
 
 mod common;
-use common::{CgroupRoot, POLL, consistently, eventually};
+use common::{CgroupRoot, POLL, consistently, eventually, release_mounts};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Every object a test creates carries this label (pods and sandboxes too).
@@ -605,6 +605,7 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         if self.finished {
+            release_mounts(self.dir.path());
             return;
         }
         // Best effort, with rkubelet still running so it can stop the pods.
@@ -656,6 +657,7 @@ impl Drop for Kubelet {
             eprintln!("---- end of rkubelet log ----");
         }
         cleanup_runtime(self.endpoint.clone());
+        release_mounts(self.dir.path());
     }
 }
 

@@ -23,7 +23,7 @@ use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 
 mod common;
-use common::{CgroupRoot, consistently, eventually};
+use common::{CgroupRoot, consistently, eventually, release_mounts};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Starting a pod (sandbox, network, two containers) on a loaded machine.
@@ -317,6 +317,7 @@ impl Drop for Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+        release_mounts(self.dir.path());
         if self.finished {
             return;
         }

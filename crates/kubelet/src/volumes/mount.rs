@@ -52,6 +52,50 @@ pub fn parse_mountinfo(text: &str) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Whether the mount `path` lies on is a shared one (upstream's isShared):
+/// of the mounts whose point is `path` or above it, the last listed (the
+/// topmost) has a `shared:N` optional field. None when no mount holds it.
+pub fn on_shared_mount(mountinfo: &str, path: &Path) -> Option<bool> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let point = PathBuf::from(unescape_octal(fields.get(4)?));
+            let optional = fields.get(6..)?.iter().take_while(|f| **f != "-");
+            let shared = optional.clone().any(|f| f.starts_with("shared:"));
+            path.starts_with(&point).then_some((point, shared))
+        })
+        .fold(
+            None,
+            |best: Option<(PathBuf, bool)>, (point, shared)| match &best {
+                Some((b, _)) if b.components().count() > point.components().count() => best,
+                _ => Some((point, shared)),
+            },
+        )
+        .map(|(_, shared)| shared)
+}
+
+/// Upstream's MakeRShared for the root directory: unless it is on a shared
+/// mount already, bind-mount it on itself and make that mount recursively
+/// shared, so mounts made under it (pod volumes) propagate to containers
+/// that ask for HostToContainer or Bidirectional, also where `/` is a
+/// private mount. Safe to repeat. Returns whether it mounted.
+pub fn make_rshared(path: &Path) -> io::Result<bool> {
+    let path = std::fs::canonicalize(path)?;
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+    if on_shared_mount(&mountinfo, &path) == Some(true) {
+        return Ok(false);
+    }
+    rustix::mount::mount_bind(&path, &path)
+        .map_err(|e| io::Error::other(format!("failed to bind-mount {}: {e}", path.display())))?;
+    rustix::mount::mount_change(
+        &path,
+        rustix::mount::MountPropagationFlags::SHARED | rustix::mount::MountPropagationFlags::REC,
+    )
+    .map_err(|e| io::Error::other(format!("failed to make {} rshared: {e}", path.display())))?;
+    Ok(true)
+}
+
 fn unescape_octal(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
@@ -152,6 +196,25 @@ mod tests {
                 PathBuf::from("/var/lib/kubelet/pods/u/volumes/kubernetes.io~secret/my secret"),
             ]
         );
+    }
+
+    #[test]
+    fn shared_mounts_found_by_the_topmost_mount_holding_the_path() {
+        let text = "22 1 0:21 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
+                    40 22 0:40 / /var/lib rw master:3 - ext4 /dev/sdb1 rw\n\
+                    41 40 0:41 / /var/lib/kubelet rw shared:7 - ext4 /dev/sdb1 rw\n\
+                    42 40 0:41 / /var/lib/kubelet rw - ext4 /dev/sdb1 rw\n";
+        let cases = [
+            ("/home/x", Some(true)),
+            ("/var/lib/docker", Some(false)),
+            // Stacked on the same point: the last one listed is on top.
+            ("/var/lib/kubelet/pods", Some(false)),
+            ("/var/lib/kubeletx", Some(false)),
+        ];
+        for (path, want) in cases {
+            assert_eq!(on_shared_mount(text, Path::new(path)), want, "{path}");
+        }
+        assert_eq!(on_shared_mount("", Path::new("/x")), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Helpers shared by the end-to-end and cluster tests: await a condition
 //! by polling (the real runtime and API server have no change feed the
 //! tests can subscribe to), never a fixed sleep; a cgroup root of each test
-//! kubelet's own.
+//! kubelet's own; the mounts a test kubelet leaves, released.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -65,6 +65,15 @@ impl Drop for CgroupRoot {
         for (_, d) in &self.dirs {
             rmdir_tree(d);
         }
+    }
+}
+
+/// Unmount what a stopped rkubelet leaves under `dir`: its root
+/// directory's shared bind mount (upstream's MakeRShared, never undone, as
+/// upstream's kubelet leaves it) and any pod volume. Best effort.
+pub fn release_mounts(dir: &Path) {
+    if let Err(e) = kubelet::volumes::mount::unmount_all_under(dir) {
+        eprintln!("releasing the mounts under {}: {e}", dir.display());
     }
 }
 
