@@ -110,6 +110,10 @@ pub const DECODED_FIELDS: &[&str] = &[
     "evictionMinimumReclaim",
     "localStorageCapacityIsolation",
     "kernelMemcgNotification",
+    "containerLogMaxSize",
+    "containerLogMaxFiles",
+    "containerLogMaxWorkers",
+    "containerLogMonitorInterval",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -153,10 +157,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "featureGates",
     "failSwapOn",
     "memorySwap",
-    "containerLogMaxSize",
-    "containerLogMaxFiles",
-    "containerLogMaxWorkers",
-    "containerLogMonitorInterval",
     "configMapAndSecretChangeDetectionStrategy",
     "reservedSystemCPUs",
     "showHiddenMetricsForVersion",
@@ -519,6 +519,19 @@ pub struct KubeletConfiguration {
     /// `localStorageCapacityIsolation`: pods over their emptyDir
     /// `sizeLimit` or `ephemeral-storage` limits are evicted. Default true.
     pub local_storage_capacity_isolation: bool,
+    /// `containerLogMaxSize`: a running container's log file is rotated
+    /// once it reaches this size (a quantity, see
+    /// [`KubeletConfiguration::container_log_max_bytes`]). Default 10Mi.
+    pub container_log_max_size: String,
+    /// `containerLogMaxFiles`: the most log files a container keeps, the
+    /// one written included (at least 2). Default 5.
+    pub container_log_max_files: i64,
+    /// `containerLogMaxWorkers`: containers whose logs are rotated at once.
+    /// Default 1.
+    pub container_log_max_workers: i64,
+    /// `containerLogMonitorInterval`: how often log sizes are checked (at
+    /// least 3s). Default 10s.
+    pub container_log_monitor_interval: Duration,
     /// `kernelMemcgNotification`: the eviction manager also wakes when the
     /// kernel says memory crossed a threshold (cgroup v1). Default false.
     pub kernel_memcg_notification: bool,
@@ -609,11 +622,29 @@ impl Default for KubeletConfiguration {
             eviction_minimum_reclaim: BTreeMap::new(),
             local_storage_capacity_isolation: true,
             kernel_memcg_notification: false,
+            container_log_max_size: "10Mi".into(),
+            container_log_max_files: 5,
+            container_log_max_workers: 1,
+            container_log_monitor_interval: Duration::from_secs(10),
         }
     }
 }
 
 impl KubeletConfiguration {
+    /// containerLogMaxSize in bytes, checked as upstream's container log
+    /// manager checks it.
+    pub fn container_log_max_bytes(&self) -> Result<u64, ConfigError> {
+        let text = &self.container_log_max_size;
+        let bytes = parse_bytes(&Quantity(text.clone())).map_err(|e| ConfigError::Invalid {
+            field: "containerLogMaxSize (--container-log-max-size)".into(),
+            message: format!("failed to parse MaxSize {text:?}: {}", e.message),
+        })?;
+        u64::try_from(bytes).map_err(|_| ConfigError::Invalid {
+            field: "containerLogMaxSize (--container-log-max-size)".into(),
+            message: format!("negative MaxSize {text:?}"),
+        })
+    }
+
     /// Every eviction threshold the configuration asks for (hard, then
     /// soft), as upstream's ParseThresholdConfig reads them.
     pub fn eviction_thresholds(&self) -> Result<Vec<crate::eviction::Threshold>, String> {
@@ -704,6 +735,10 @@ impl KubeletConfiguration {
             "evictionMinimumReclaim": self.eviction_minimum_reclaim,
             "localStorageCapacityIsolation": self.local_storage_capacity_isolation,
             "kernelMemcgNotification": self.kernel_memcg_notification,
+            "containerLogMaxSize": self.container_log_max_size,
+            "containerLogMaxFiles": self.container_log_max_files,
+            "containerLogMaxWorkers": self.container_log_max_workers,
+            "containerLogMonitorInterval": d(self.container_log_monitor_interval),
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -1432,6 +1467,22 @@ pub fn parse_kubelet_config_reporting(
                     cfg.merge_default_eviction_settings = b;
                 }
             }
+            "containerLogMaxSize" => {
+                set_nonempty_string(&mut cfg.container_log_max_size, field, v)?
+            }
+            "containerLogMaxFiles" => {
+                if let Some(n) = decode_int32(field, v)? {
+                    cfg.container_log_max_files = n;
+                }
+            }
+            "containerLogMaxWorkers" => {
+                if let Some(n) = decode_int32(field, v)? {
+                    cfg.container_log_max_workers = n;
+                }
+            }
+            "containerLogMonitorInterval" => {
+                set_nonzero_duration(&mut cfg.container_log_monitor_interval, field, v)?
+            }
             other if IGNORED_UPSTREAM_FIELDS.contains(&other) => ignored.push(other.to_owned()),
             other => return Err(ConfigError::UnknownField(other.to_owned())),
         }
@@ -1652,6 +1703,34 @@ impl KubeletConfiguration {
                     format!("must be greater than 0, got {}", format_go_duration(d)),
                 ));
             }
+        }
+        self.container_log_max_bytes()?;
+        if self.container_log_max_files < 2 {
+            return Err(invalid(
+                "containerLogMaxFiles (--container-log-max-files)",
+                format!(
+                    "invalid MaxFiles {}, must be > 1",
+                    self.container_log_max_files
+                ),
+            ));
+        }
+        if self.container_log_max_workers < 1 {
+            return Err(invalid(
+                "containerLogMaxWorkers (--container-log-max-workers)",
+                format!(
+                    "{} must be greater than or equal to 1",
+                    self.container_log_max_workers
+                ),
+            ));
+        }
+        if self.container_log_monitor_interval < Duration::from_secs(3) {
+            return Err(invalid(
+                "containerLogMonitorInterval (--container-log-monitor-interval)",
+                format!(
+                    "{} must be a positive time duration greater than or equal to 3s",
+                    format_go_duration(self.container_log_monitor_interval)
+                ),
+            ));
         }
         if let Err(e) = crate::sysctl::Allowlist::new("", &self.allowed_unsafe_sysctls) {
             return Err(invalid(
@@ -2107,6 +2186,23 @@ mod tests {
                 "containerRuntimeEndpoint",
             ),
             (|c| c.pod_logs_dir = "logs".into(), "podLogsDir"),
+            (
+                |c| c.container_log_max_size = "10 Mi".into(),
+                "containerLogMaxSize",
+            ),
+            (
+                |c| c.container_log_max_size = "-1Mi".into(),
+                "containerLogMaxSize",
+            ),
+            (|c| c.container_log_max_files = 1, "containerLogMaxFiles"),
+            (
+                |c| c.container_log_max_workers = 0,
+                "containerLogMaxWorkers",
+            ),
+            (
+                |c| c.container_log_monitor_interval = Duration::from_secs(2),
+                "containerLogMonitorInterval",
+            ),
             (|c| c.address = "not-an-ip".into(), "address"),
             (
                 |c| c.allowed_unsafe_sysctls = vec!["vm.swappiness".into()],

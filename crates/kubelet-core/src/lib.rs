@@ -28,6 +28,7 @@ pub mod flowcontrol;
 pub mod gc;
 pub mod imagegc;
 pub mod lifecycle;
+pub mod logrotation;
 pub mod manifest;
 pub mod metrics;
 pub mod nodestatus;

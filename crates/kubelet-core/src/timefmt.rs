@@ -39,6 +39,15 @@ pub fn rfc3339_nanos(t: SystemTime) -> String {
     out
 }
 
+/// Formats `t` (UTC, whole seconds) in Go's `20060102-150405` layout: the
+/// suffix upstream's container log manager gives a rotated log.
+pub fn compact_timestamp(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+        .strftime("%Y%m%d-%H%M%S")
+        .to_string()
+}
+
 /// Proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's algorithm).
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
@@ -58,6 +67,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn compact_timestamps_as_go_formats_them() {
+        for (secs, want) in [
+            (0, "19700101-000000"),
+            (1_709_211_845, "20240229-130405"),
+            (1_796_428_799, "20261204-235959"),
+        ] {
+            let t = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(compact_timestamp(t), want, "{secs}");
+        }
+    }
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
         UNIX_EPOCH + Duration::new(secs, nanos)

@@ -417,6 +417,21 @@ impl CriClient {
         .map(drop)
     }
 
+    /// Ask the runtime to open the container's log file anew (after the
+    /// kubelet renamed it away to rotate it).
+    pub async fn reopen_container_log(&self, id: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "ReopenContainerLog",
+            self.timeout,
+            c.reopen_container_log(cri::ReopenContainerLogRequest {
+                container_id: id.into(),
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
     pub async fn list_containers(
         &self,
         filter: Option<cri::ContainerFilter>,

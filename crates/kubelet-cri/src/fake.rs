@@ -1247,8 +1247,19 @@ impl RuntimeService for Backend {
         request: Request<cri::StartContainerRequest>,
     ) -> RpcResult<cri::StartContainerResponse> {
         let id = request.into_inner().container_id;
-        self.call("StartContainer", |s| s.start_container(&id))
-            .await
+        let started = self
+            .call("StartContainer", |s| s.start_container(&id))
+            .await?;
+        // As containerd, the log file is opened as the container starts
+        // (where its directory exists: tests that care make it).
+        let path = self.lock().containers.get(&id).map(|c| c.log_path.clone());
+        if let Some(path) = path.filter(|p| !p.is_empty()) {
+            let _ = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path);
+        }
+        Ok(started)
     }
 
     async fn stop_container(
@@ -1311,11 +1322,34 @@ impl RuntimeService for Backend {
         .await
     }
 
+    /// As containerd's: a running container's log file is opened anew at
+    /// its path (created if a rotation renamed it away); a container that
+    /// does not run cannot.
     async fn reopen_container_log(
         &self,
-        _: Request<cri::ReopenContainerLogRequest>,
+        request: Request<cri::ReopenContainerLogRequest>,
     ) -> RpcResult<cri::ReopenContainerLogResponse> {
-        self.unimplemented("ReopenContainerLog").await
+        let id = request.into_inner().container_id;
+        let path = self
+            .call("ReopenContainerLog", |s| {
+                let c = s.container_mut(&id)?;
+                if c.state != cri::ContainerState::ContainerRunning {
+                    return Err(Status::failed_precondition(format!(
+                        "container {id} is not running"
+                    )));
+                }
+                Ok(c.log_path.clone())
+            })
+            .await?
+            .into_inner();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| {
+                Status::internal(format!("failed to create and open log file {path:?}: {e}"))
+            })?;
+        Ok(Response::new(cri::ReopenContainerLogResponse {}))
     }
 
     async fn exec_sync(

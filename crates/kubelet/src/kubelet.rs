@@ -47,6 +47,7 @@ use crate::eviction::{Eviction, EvictionHost, EvictionManager, Settings as Evict
 use crate::imagegc::{IMAGE_GC_PERIOD, ImageGcManager};
 use crate::kuberuntime::config::{NodeResources, SecurityDefaults};
 use crate::kuberuntime::{Host, PodRef, RuntimeManager};
+use crate::logs::{ContainerLogManager, LogPolicy};
 use crate::nodestatus::{NodeAllocatable, NodeRegistration, NodeStatusController, detect_node_ip};
 use crate::oomwatcher;
 use crate::pleg::Pleg;
@@ -146,6 +147,9 @@ pub struct KubeletOptions {
     pub clock: Clock,
     /// The host's cgroup file system (pod cgroups are made in it).
     pub cgroups: HostCgroups,
+    /// Where containers' log links go for log agents: upstream's fixed
+    /// `/var/log/containers` (tests give their own).
+    pub legacy_logs_dir: PathBuf,
 }
 
 impl KubeletOptions {
@@ -171,6 +175,9 @@ impl KubeletOptions {
             registration: None,
             clock: Clock::System,
             cgroups: HostCgroups::detect(),
+            legacy_logs_dir: PathBuf::from(
+                crate::kuberuntime::legacylogs::LEGACY_CONTAINER_LOGS_DIR,
+            ),
         }
     }
 }
@@ -423,6 +430,7 @@ impl Kubelet {
             cri,
             Host {
                 logs_root: cfg.pod_logs_dir.clone(),
+                legacy_logs_dir: opts.legacy_logs_dir.clone(),
                 pods_dir: opts.root_dir.join("pods"),
                 dns: DnsSettings {
                     cluster_dns: cfg.cluster_dns.clone(),
@@ -945,6 +953,24 @@ impl Kubelet {
                     })
                 });
         }
+        let cfg = &self.opts.config;
+        let logs = ContainerLogManager::new(
+            self.syncer.runtime.cri().clone(),
+            LogPolicy {
+                // The configuration's validation refuses a bad size first.
+                max_size: cfg.container_log_max_bytes().unwrap_or(10 << 20),
+                max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(5),
+                workers: usize::try_from(cfg.container_log_max_workers).unwrap_or(1),
+                interval: cfg.container_log_monitor_interval,
+            },
+            cfg.pod_logs_dir.clone(),
+            self.events.clone(),
+            self.opts.clock,
+        );
+        self.tasks
+            .spawn(tracing::info_span!("container_log_manager"), move |token| {
+                logs.run(token)
+            });
         let (eviction, host) = (self.eviction.clone(), EvictionView(self.clone()));
         self.tasks
             .spawn(tracing::info_span!("eviction_manager"), move |token| {

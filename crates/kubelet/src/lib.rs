@@ -16,6 +16,7 @@ pub mod files;
 pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod logs;
 pub mod nodestatus;
 pub mod oomwatcher;
 pub mod pleg;

@@ -90,6 +90,7 @@ async fn an_idle_connection_flood_leaves_healthz_and_pods_working() {
     };
     let root = dir.path().join("root");
     let mut opts = KubeletOptions::from_host(config, root.clone(), "node1".into());
+    opts.legacy_logs_dir = dir.path().join("containers");
     // Pod cgroups in plain directories, not the host's.
     let mounts = ["cpu", "memory", "pids"]
         .iter()

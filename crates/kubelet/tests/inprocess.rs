@@ -104,6 +104,7 @@ impl Node {
             KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
         opts.clock = self.clock;
         opts.cgroups = fake_cgroups(&self.cgroups());
+        opts.legacy_logs_dir = self.dir.path().join("containers");
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
         let kubelet = Kubelet::new(opts, cri, None, cancel.clone());

@@ -256,6 +256,14 @@ pub struct Flags {
     /// Wake the eviction manager on the kernel's memcg notifications (cgroup v1).
     #[arg(long = "kernel-memcg-notification", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub kernel_memcg_notification: Option<bool>,
+
+    /// Rotate a container's log file once it reaches this size, e.g. 10Mi.
+    #[arg(long, value_name = "QUANTITY")]
+    pub container_log_max_size: Option<String>,
+
+    /// The most log files a container keeps, the one written included.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub container_log_max_files: Option<i32>,
 }
 
 /// `k<v,...` (upstream's LangleSeparatedMapStringString).
@@ -455,6 +463,12 @@ impl Flags {
         }
         if let Some(b) = self.serialize_image_pulls {
             config.serialize_image_pulls = b;
+        }
+        if let Some(size) = &self.container_log_max_size {
+            config.container_log_max_size = size.clone();
+        }
+        if let Some(n) = self.container_log_max_files {
+            config.container_log_max_files = i64::from(n);
         }
         self.apply_node_resource_overrides(config);
         self.apply_server_overrides(config);

@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod hooks;
+pub mod legacylogs;
 pub mod mounts;
 
 use std::collections::{HashMap, HashSet};
@@ -103,6 +104,9 @@ struct PodName {
 pub struct Host {
     /// podLogsDir.
     pub logs_root: PathBuf,
+    /// Where each container's log gets a link for log agents
+    /// (`/var/log/containers`; tests give their own).
+    pub legacy_logs_dir: PathBuf,
     /// `<root-dir>/pods`: per-pod files (termination message files).
     pub pods_dir: PathBuf,
     /// The node's DNS settings (clusterDNS, clusterDomain).
@@ -866,7 +870,73 @@ impl RuntimeManager {
         self.events
             .event(about, NORMAL, "Started", "Container started");
         tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
+        self.link_log(pod, c, &id, start.restart_count).await;
         Ok(id)
+    }
+
+    /// The container's `/var/log/containers` link, as upstream makes it
+    /// once the container started; a failure is logged, as upstream's.
+    async fn link_log(&self, pod: &Pod, c: &Container, id: &str, restart_count: i32) {
+        let (namespace, name, uid) = (
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or(""),
+        );
+        let Some(log) = pod_log_dir(&self.host.logs_root, namespace, name, uid)
+            .map(|d| d.join(&c.name).join(format!("{restart_count}.log")))
+        else {
+            return;
+        };
+        let Some(link) =
+            legacylogs::link_path(&self.host.legacy_logs_dir, name, namespace, &c.name, id)
+        else {
+            return;
+        };
+        let made = link.clone();
+        if let Err(e) = crate::tasks::blocking(move || legacylogs::create(&made, &log)).await {
+            tracing::error!(path = %link.display(), container = %c.name, error = %e, "Failed to create legacy symbolic link");
+        }
+    }
+
+    /// Remove a container's `/var/log/containers` link (upstream's
+    /// removeContainerLog).
+    async fn unlink_log(&self, pod: &str, namespace: &str, container: &str, id: &str) {
+        let Some(link) =
+            legacylogs::link_path(&self.host.legacy_logs_dir, pod, namespace, container, id)
+        else {
+            return;
+        };
+        let gone = link.clone();
+        if let Err(e) = crate::tasks::blocking(move || legacylogs::remove(&gone)).await {
+            tracing::warn!(path = %link.display(), error = %e, "removing a container's log link");
+        }
+    }
+
+    /// Links to containers that are gone (a crash between a removal and
+    /// its unlink, or containers removed while rkubelet was down): removed
+    /// unless the container still runs (its log may be mid-rotation), as
+    /// upstream's container garbage collection does.
+    async fn remove_dangling_log_links(&self) {
+        let dir = self.host.legacy_logs_dir.clone();
+        let found = match crate::tasks::blocking(move || legacylogs::dangling(&dir)).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing the container log links");
+                return;
+            }
+        };
+        for (link, id) in found {
+            if let Some(id) = &id
+                && let Ok(st) = self.cri.container_status(id).await
+                && st.state != cri::ContainerState::ContainerExited as i32
+            {
+                continue;
+            }
+            let gone = link.clone();
+            if let Err(e) = crate::tasks::blocking(move || legacylogs::remove(&gone)).await {
+                tracing::warn!(path = %link.display(), error = %e, "removing a dangling container log link");
+            }
+        }
     }
 
     /// SyncPod's hook step: the container's postStart hook, bounded by
@@ -1401,27 +1471,32 @@ impl RuntimeManager {
         let is_unused = |uid: &str| unused.contains(&PodUid::from(uid));
         let mut removed = HashSet::new();
         for id in evictable(&candidates, 1, is_unused) {
-            let log = self
-                .cri
-                .container_status(&id)
-                .await
-                .ok()
-                .map(|s| s.log_path);
+            let status = self.cri.container_status(&id).await.ok();
             if let Err(e) = ok_if_not_found(self.cri.remove_container(&id).await) {
                 tracing::warn!(container = %id, error = %e, "garbage collection: removing a dead container");
                 continue;
             }
-            if let Some(path) = log.filter(|p| self.owns_log(p)) {
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        tracing::warn!(%path, error = %e, "garbage collection: removing a log file")
+            if let Some(st) = status {
+                if self.owns_log(&st.log_path) {
+                    let path = std::path::PathBuf::from(&st.log_path);
+                    if let Err(e) =
+                        crate::tasks::blocking(move || crate::logs::remove_log_files(&path)).await
+                    {
+                        tracing::warn!(path = %st.log_path, error = %e, "garbage collection: removing a log file");
                     }
                 }
+                let label = |k: &str| st.labels.get(k).map(String::as_str).unwrap_or("");
+                self.unlink_log(
+                    label(keys::POD_NAME),
+                    label(keys::POD_NAMESPACE),
+                    label(keys::CONTAINER_NAME),
+                    &id,
+                )
+                .await;
             }
             removed.insert(id);
         }
+        self.remove_dangling_log_links().await;
         if !unused.is_empty() {
             let held: Vec<&str> = containers
                 .iter()
@@ -1488,6 +1563,8 @@ impl RuntimeManager {
     pub async fn remove_pod(&self, pod: &PodRef, status: &PodStatus) -> Result<(), CriError> {
         for c in &status.containers {
             ok_if_not_found(self.cri.remove_container(&c.id).await)?;
+            self.unlink_log(&pod.name, &pod.namespace, &c.name, &c.id)
+                .await;
         }
         for sb in &status.sandboxes {
             ok_if_not_found(self.cri.stop_pod_sandbox(&sb.id).await)?;
@@ -1577,7 +1654,7 @@ const MAX_TERMINATION_LOG_BYTES: usize = 2048;
 const MAX_TERMINATION_LOG_LINES: u64 = 80;
 
 /// Whether `path` is absolute, inside `root` and free of `..`.
-fn is_under(path: &std::path::Path, root: &std::path::Path) -> bool {
+pub(crate) fn is_under(path: &std::path::Path, root: &std::path::Path) -> bool {
     path.is_absolute()
         && path.starts_with(root)
         && !path
@@ -1661,6 +1738,7 @@ mod tests {
     fn test_host(dir: &std::path::Path) -> Host {
         Host {
             logs_root: dir.join("logs"),
+            legacy_logs_dir: dir.join("containers"),
             pods_dir: dir.join("pods"),
             dns: DnsSettings::default(),
             resolv_conf: String::new(),
@@ -1853,6 +1931,74 @@ mod tests {
         cri.stop_pod_sandbox(&sb).await.unwrap();
         assert_eq!(rm.garbage_collect(&done).await.unwrap(), 0);
         assert!(fake.sandboxes().is_empty());
+    }
+
+    /// A started container gets its `/var/log/containers` link to its log
+    /// file; the link goes with the container, and one left dangling by a
+    /// container that is gone is removed by garbage collection.
+    #[tokio::test]
+    async fn log_links_come_and_go_with_their_containers() {
+        use kubelet_cri::fake::FakeRuntime;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image("img:1");
+        let cri =
+            CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
+        let rm = RuntimeManager::new(
+            cri,
+            test_host(dir.path()),
+            test_env(),
+            test_pulls(dir.path()),
+            Recorder::log_only("n".into()),
+            KubeletMetrics::new("n"),
+            Clock::System,
+        );
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+            "spec": {"containers": [{"name": "c", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}
+        }))
+        .unwrap();
+        let synced = rm
+            .sync_pod(
+                &pod,
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+                &Default::default(),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(synced.started, ["c"]);
+        let id = fake.containers()[0].id.clone();
+        let links = dir.path().join("containers");
+        let link = links.join(format!("p_default_c-{id}.log"));
+        assert_eq!(
+            std::fs::read_link(&link).unwrap(),
+            dir.path().join("logs/default_p_u1/c/0.log")
+        );
+        let pod_ref = PodRef {
+            uid: PodUid::from("u1"),
+            name: "p".into(),
+            namespace: "default".into(),
+        };
+        let status = rm.get_pod_status(&pod_ref).await.unwrap();
+        rm.kill_pod(Some(&pod), &status, 0).await.unwrap();
+        rm.remove_pod(&pod_ref, &status).await.unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link).is_err(),
+            "removed with the container"
+        );
+
+        // Left by a container removed while rkubelet was down.
+        let stale = links.join("q_default_c-0123456789ab.log");
+        std::os::unix::fs::symlink(dir.path().join("logs/gone/c/0.log"), &stale).unwrap();
+        rm.garbage_collect(&HashSet::new()).await.unwrap();
+        assert!(
+            std::fs::symlink_metadata(&stale).is_err(),
+            "a dangling link is collected"
+        );
     }
 
     /// Failure events carry the runtime's reason, as upstream's (`Error: <message>`,
