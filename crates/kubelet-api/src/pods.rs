@@ -82,7 +82,7 @@ pub async fn patch_status(api: &ApiClient, pod: &Pod, status: &PodStatus) -> Res
 /// `hostIPs` merge by IP, so the IPs the status no longer has (those of a
 /// sandbox that was replaced) are deleted and the list's order set, or the
 /// API server would keep the old IPs beside the new ones (and refuse two of
-/// one family).
+/// one family); a status with no pod IP (no ready sandbox) removes them.
 fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
     let mut patch = serde_json::to_value(status).unwrap_or_default();
     let Some(object) = patch.as_object_mut() else {
@@ -109,7 +109,14 @@ fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
     let host_ips = |s: &PodStatus| -> Option<Vec<String>> {
         Some(s.host_ips.as_ref()?.iter().map(|i| i.ip.clone()).collect())
     };
-    merge_by_ip(object, "podIPs", old.and_then(pod_ips), pod_ips(status));
+    let old_pod_ips = old.and_then(pod_ips);
+    if status.pod_ips.is_none() && old_pod_ips.as_ref().is_some_and(|ips| !ips.is_empty()) {
+        // No ready sandbox: the pod has no IP any more (upstream's patch
+        // from the API's status removes them too).
+        object.insert("podIP".into(), serde_json::Value::Null);
+        object.insert("podIPs".into(), serde_json::Value::Null);
+    }
+    merge_by_ip(object, "podIPs", old_pod_ips, pod_ips(status));
     merge_by_ip(object, "hostIPs", old.and_then(host_ips), host_ips(status));
     patch
 }
@@ -325,8 +332,12 @@ mod tests {
                 Some(&["10.88.0.82"]),
                 serde_json::json!({"podIPs": [{"ip": "10.88.0.82"}], "podIP": "10.88.0.82"}),
             ),
-            // No IP known (the sandbox is gone): what the API has stays.
-            (&["10.88.0.82"], None, serde_json::json!({})),
+            // No ready sandbox: the IPs go, as upstream's patch removes them.
+            (
+                &["10.88.0.82"],
+                None,
+                serde_json::json!({"podIP": null, "podIPs": null}),
+            ),
         ];
         for (old, new, want) in cases {
             let pod = Pod {

@@ -82,10 +82,12 @@ impl PodStatus {
             .filter(|c| c.state == ContainerState::Running)
     }
 
-    /// Pod IPs of the newest sandbox.
+    /// Pod IPs of the newest sandbox while it is ready (upstream's
+    /// GetPodStatus): a pod whose sandbox stopped has none.
     pub fn ips(&self) -> &[String] {
         self.sandboxes
             .first()
+            .filter(|s| s.state == SandboxState::Ready)
             .map(|s| s.ips.as_slice())
             .unwrap_or(&[])
     }
