@@ -521,7 +521,8 @@ pub struct KubeletConfiguration {
     pub local_storage_capacity_isolation: bool,
     /// `containerLogMaxSize`: a running container's log file is rotated
     /// once it reaches this size (a quantity, see
-    /// [`KubeletConfiguration::container_log_max_bytes`]). Default 10Mi.
+    /// [`KubeletConfiguration::container_log_max_bytes`]; negative: never).
+    /// Default 10Mi.
     pub container_log_max_size: String,
     /// `containerLogMaxFiles`: the most log files a container keeps, the
     /// one written included (at least 2). Default 5.
@@ -631,18 +632,18 @@ impl Default for KubeletConfiguration {
 }
 
 impl KubeletConfiguration {
-    /// containerLogMaxSize in bytes, checked as upstream's container log
-    /// manager checks it.
-    pub fn container_log_max_bytes(&self) -> Result<u64, ConfigError> {
+    /// containerLogMaxSize in bytes, parsed as upstream's container log
+    /// manager parses it; None when negative: rotation is off, as
+    /// upstream's stub log manager leaves it.
+    pub fn container_log_max_bytes(&self) -> Result<Option<u64>, ConfigError> {
         let text = &self.container_log_max_size;
-        let bytes = parse_bytes(&Quantity(text.clone())).map_err(|e| ConfigError::Invalid {
-            field: "containerLogMaxSize (--container-log-max-size)".into(),
-            message: format!("failed to parse MaxSize {text:?}: {}", e.message),
+        let bytes = parse_bytes(&Quantity(text.clone())).map_err(|e| {
+            ConfigError::Rejected(format!(
+                "failed to initialize container log manager: failed to parse container log max size {text:?}: {}",
+                e.message
+            ))
         })?;
-        u64::try_from(bytes).map_err(|_| ConfigError::Invalid {
-            field: "containerLogMaxSize (--container-log-max-size)".into(),
-            message: format!("negative MaxSize {text:?}"),
-        })
+        Ok(u64::try_from(bytes).ok())
     }
 
     /// Every eviction threshold the configuration asks for (hard, then
@@ -1705,31 +1706,22 @@ impl KubeletConfiguration {
             }
         }
         self.container_log_max_bytes()?;
-        if self.container_log_max_files < 2 {
-            return Err(invalid(
-                "containerLogMaxFiles (--container-log-max-files)",
-                format!(
-                    "invalid MaxFiles {}, must be > 1",
-                    self.container_log_max_files
-                ),
-            ));
-        }
         if self.container_log_max_workers < 1 {
             return Err(invalid(
-                "containerLogMaxWorkers (--container-log-max-workers)",
-                format!(
-                    "{} must be greater than or equal to 1",
-                    self.container_log_max_workers
-                ),
+                "containerLogMaxWorkers",
+                "must be greater than or equal to 1".into(),
             ));
         }
         if self.container_log_monitor_interval < Duration::from_secs(3) {
             return Err(invalid(
-                "containerLogMonitorInterval (--container-log-monitor-interval)",
-                format!(
-                    "{} must be a positive time duration greater than or equal to 3s",
-                    format_go_duration(self.container_log_monitor_interval)
-                ),
+                "containerLogMonitorInterval",
+                "must be a positive time duration greater than or equal to 3s".into(),
+            ));
+        }
+        if self.container_log_max_files <= 1 {
+            return Err(invalid(
+                "containerLogMaxFiles",
+                "must be greater than 1".into(),
             ));
         }
         if let Err(e) = crate::sysctl::Allowlist::new("", &self.allowed_unsafe_sysctls) {
@@ -2188,11 +2180,7 @@ mod tests {
             (|c| c.pod_logs_dir = "logs".into(), "podLogsDir"),
             (
                 |c| c.container_log_max_size = "10 Mi".into(),
-                "containerLogMaxSize",
-            ),
-            (
-                |c| c.container_log_max_size = "-1Mi".into(),
-                "containerLogMaxSize",
+                "container log max size",
             ),
             (|c| c.container_log_max_files = 1, "containerLogMaxFiles"),
             (

@@ -38,6 +38,36 @@ pub struct EnvSources<'a> {
     pub allocatable: Allocatable,
     pub config_maps: &'a HashMap<String, Fetched<ConfigMap>>,
     pub secrets: &'a HashMap<String, Fetched<Secret>>,
+    /// The values the container's fileKeyRefs read ([`file_key_refs`]).
+    pub env_files: &'a HashMap<FileKey, EnvFileValue>,
+}
+
+/// What a fileKeyRef names: a key of an environment file at a path in one
+/// of the pod's volumes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FileKey {
+    pub volume: String,
+    pub path: String,
+    pub key: String,
+}
+
+/// A fileKeyRef read: the value (empty when the file does not set the
+/// key, which upstream does not tell apart) and the file's path on the
+/// host, or why it could not be read.
+pub type EnvFileValue = Result<(String, String), EnvError>;
+
+/// The environment files `c`'s env reads.
+pub fn file_key_refs(c: &Container) -> Vec<FileKey> {
+    c.env
+        .iter()
+        .flatten()
+        .filter_map(|e| e.value_from.as_ref()?.file_key_ref.as_ref())
+        .map(|f| FileKey {
+            volume: f.volume_name.clone(),
+            path: f.path.clone(),
+            key: f.key.clone(),
+        })
+        .collect()
 }
 
 /// Why the environment could not be made: upstream's message (the
@@ -335,11 +365,34 @@ fn value_from(
             ))),
         };
     }
-    if from.file_key_ref.is_some() {
-        return Err(EnvError::fixed(
-            "valueFrom.fileKeyRef is not supported by rkubelet (the EnvFiles feature is alpha)"
-                .to_owned(),
-        ));
+    if let Some(f) = &from.file_key_ref {
+        let key = FileKey {
+            volume: f.volume_name.clone(),
+            path: f.path.clone(),
+            key: f.key.clone(),
+        };
+        let (value, path) = match src.env_files.get(&key) {
+            Some(Ok(read)) => read,
+            Some(Err(e)) => return Err(e.clone()),
+            None => {
+                return Err(EnvError {
+                    message: format!("environment variable file {:?} not read", f.path),
+                    transient: true,
+                });
+            }
+        };
+        return match (value.is_empty(), f.optional.unwrap_or(false)) {
+            (false, _) => Ok(Some(value.clone())),
+            (true, true) => Ok(None),
+            // The file may still be written: tried again.
+            (true, false) => Err(EnvError {
+                message: format!(
+                    "environment variable key {:?} not found in file {path:?}",
+                    f.key
+                ),
+                transient: true,
+            }),
+        };
     }
     Ok(Some(String::new()))
 }
@@ -482,6 +535,15 @@ mod tests {
         services: BTreeMap<String, String>,
         cms: HashMap<String, Fetched<ConfigMap>>,
         secrets: HashMap<String, Fetched<Secret>>,
+        files: HashMap<FileKey, EnvFileValue>,
+    }
+
+    fn file_key(key: &str) -> FileKey {
+        FileKey {
+            volume: "vars".into(),
+            path: "env.sh".into(),
+            key: key.into(),
+        }
     }
 
     impl World {
@@ -507,6 +569,17 @@ mod tests {
                     ),
                 ]),
                 secrets: HashMap::from([("creds".into(), Fetched::Found(Arc::new(secret)))]),
+                files: HashMap::from([
+                    (file_key("MODE"), Ok(("fast".into(), "/p/env.sh".into()))),
+                    (file_key("NONE"), Ok((String::new(), "/p/env.sh".into()))),
+                    (
+                        file_key("BAD"),
+                        Err(EnvError {
+                            message: "couldn't parse env file".into(),
+                            transient: true,
+                        }),
+                    ),
+                ]),
             }
         }
         fn env(&self, c: Container) -> Result<Vec<(String, String)>, EnvError> {
@@ -521,6 +594,7 @@ mod tests {
                 },
                 config_maps: &self.cms,
                 secrets: &self.secrets,
+                env_files: &self.files,
             };
             container_env(&pod(c.clone()), &c, &src)
         }
@@ -615,6 +689,56 @@ mod tests {
                 ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
             ])
         );
+    }
+
+    #[test]
+    fn file_key_refs_as_upstream() {
+        let from_file = |name: &str, key: &str, optional: Option<bool>| EnvVar {
+            name: name.into(),
+            value_from: Some(EnvVarSource {
+                file_key_ref: Some(k8s_openapi::api::core::v1::FileKeySelector {
+                    volume_name: "vars".into(),
+                    path: "env.sh".into(),
+                    key: key.into(),
+                    optional,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let w = World::new();
+        let c = |env: Vec<EnvVar>| Container {
+            name: "c".into(),
+            env: Some(env),
+            ..Default::default()
+        };
+        let got = w
+            .env(c(vec![
+                from_file("M", "MODE", None),
+                from_file("N", "NONE", Some(true)),
+            ]))
+            .unwrap();
+        assert_eq!(got[0], ("M".to_string(), "fast".to_string()));
+        assert!(
+            !got.iter().any(|(k, _)| k == "N"),
+            "optional and absent: skipped"
+        );
+        assert_eq!(
+            file_key_refs(&c(vec![from_file("M", "MODE", None)])),
+            [file_key("MODE")]
+        );
+        let err = |env| w.env(c(env)).unwrap_err();
+        let e = err(vec![from_file("N", "NONE", None)]);
+        assert_eq!(
+            e.message,
+            "environment variable key \"NONE\" not found in file \"/p/env.sh\""
+        );
+        assert!(e.transient, "the file may still be written");
+        assert_eq!(
+            err(vec![from_file("B", "BAD", None)]).message,
+            "couldn't parse env file"
+        );
+        assert!(err(vec![from_file("U", "UNREAD", None)]).transient);
     }
 
     #[test]

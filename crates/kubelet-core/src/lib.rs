@@ -20,6 +20,7 @@ pub mod dns;
 pub mod downward;
 pub mod duration;
 pub mod env;
+pub mod envfile;
 pub mod events;
 pub mod eviction;
 pub mod expansion;

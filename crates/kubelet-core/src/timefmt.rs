@@ -42,7 +42,10 @@ pub fn rfc3339_nanos(t: SystemTime) -> String {
 /// Formats `t` (UTC, whole seconds) in Go's `20060102-150405` layout: the
 /// suffix upstream's container log manager gives a rotated log.
 pub fn compact_timestamp(t: SystemTime) -> String {
-    k8s_openapi::jiff::Timestamp::try_from(t)
+    let secs = t
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    k8s_openapi::jiff::Timestamp::from_second(secs)
         .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
         .strftime("%Y%m%d-%H%M%S")
         .to_string()

@@ -954,23 +954,26 @@ impl Kubelet {
                 });
         }
         let cfg = &self.opts.config;
-        let logs = ContainerLogManager::new(
-            self.syncer.runtime.cri().clone(),
-            LogPolicy {
-                // The configuration's validation refuses a bad size first.
-                max_size: cfg.container_log_max_bytes().unwrap_or(10 << 20),
-                max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(5),
-                workers: usize::try_from(cfg.container_log_max_workers).unwrap_or(1),
-                interval: cfg.container_log_monitor_interval,
-            },
-            cfg.pod_logs_dir.clone(),
-            self.events.clone(),
-            self.opts.clock,
-        );
-        self.tasks
-            .spawn(tracing::info_span!("container_log_manager"), move |token| {
-                logs.run(token)
-            });
+        // The configuration's validation refuses a size that does not parse
+        // first; a negative one turns rotation off, as upstream's.
+        if let Ok(Some(max_size)) = cfg.container_log_max_bytes() {
+            let logs = ContainerLogManager::new(
+                self.syncer.runtime.cri().clone(),
+                LogPolicy {
+                    max_size,
+                    max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(5),
+                    workers: usize::try_from(cfg.container_log_max_workers).unwrap_or(1),
+                    interval: cfg.container_log_monitor_interval,
+                },
+                cfg.pod_logs_dir.clone(),
+                self.events.clone(),
+                self.opts.clock,
+            );
+            self.tasks
+                .spawn(tracing::info_span!("container_log_manager"), move |token| {
+                    logs.run(token)
+                });
+        }
         let (eviction, host) = (self.eviction.clone(), EvictionView(self.clone()));
         self.tasks
             .spawn(tracing::info_span!("eviction_manager"), move |token| {

@@ -11,11 +11,12 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kubelet_api::objects::{Latest, Watched};
-use kubelet_core::env::{self, EnvError, EnvSources, Fetched};
+use kubelet_core::env::{self, EnvError, EnvFileValue, EnvSources, Fetched, FileKey};
 use tokio::sync::watch;
 
 use crate::nodestatus::NodeAllocatable;
 use crate::volumes::objects::{GetError, ObjectStore};
+use crate::volumes::{PodVolumes, subpath};
 use kubelet_core::types::is_static_pod;
 
 /// The Services, from their watch (cluster mode).
@@ -123,12 +124,14 @@ impl PodEnv {
         (found, missing)
     }
 
-    /// Container `c`'s environment, `pod_ips` being the pod's.
+    /// Container `c`'s environment, `pod_ips` being the pod's, its
+    /// fileKeyRefs read from the pod's `volumes`.
     pub async fn container_env(
         &self,
         pod: &Pod,
         c: &Container,
         pod_ips: &[String],
+        volumes: &PodVolumes,
     ) -> Result<Vec<(String, String)>, EnvError> {
         let services = self.service_env(pod)?;
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -147,6 +150,11 @@ impl PodEnv {
             let got = fetch(secret_store, "secret", ns, &name).await;
             secrets.insert(name, got);
         }
+        let mut env_files = HashMap::new();
+        for key in env::file_key_refs(c) {
+            let read = read_env_file(pod, &key, volumes).await;
+            env_files.insert(key, read);
+        }
         env::container_env(
             pod,
             c,
@@ -157,7 +165,51 @@ impl PodEnv {
                 allocatable: self.allocatable.get(),
                 config_maps: &config_maps,
                 secrets: &secrets,
+                env_files: &env_files,
             },
         )
+    }
+}
+
+/// One fileKeyRef, as upstream reads it: the volume must be one of the
+/// pod's, the file is opened inside it (never outside, whatever its path
+/// or symlinks say) and parsed strictly (`kubelet_core::envfile`); why a
+/// file could not be read or parsed is logged, the container is told
+/// "couldn't parse env file".
+async fn read_env_file(pod: &Pod, key: &FileKey, volumes: &PodVolumes) -> EnvFileValue {
+    let Some(volume) = volumes.get(&key.volume) else {
+        return Err(EnvError {
+            message: format!(
+                "cannot find the volume {:?} referenced by FileKeyRef",
+                key.volume
+            ),
+            transient: false,
+        });
+    };
+    let (root, rel, name) = (volume.host_path.clone(), key.path.clone(), key.key.clone());
+    let shown = root.join(&key.path).display().to_string();
+    let read = crate::tasks::blocking(move || {
+        let file = subpath::open_in_volume(&root, &rel).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "failed to open environment variable file {:?}: {e}",
+                    root.join(&rel)
+                ),
+            )
+        })?;
+        kubelet_core::envfile::parse_env(std::io::BufReader::new(file), &name)
+            .map_err(std::io::Error::other)
+    })
+    .await;
+    match read {
+        Ok(value) => Ok((value, shown)),
+        Err(e) => {
+            tracing::error!(pod = %kubelet_core::types::pod_full_name(pod), error = %e, "Failed to parse env file");
+            Err(EnvError {
+                message: "couldn't parse env file".into(),
+                transient: true,
+            })
+        }
     }
 }

@@ -811,7 +811,7 @@ impl RuntimeManager {
         let termination_log = self.termination_log_file(pod, c).await?;
         let env = self
             .env
-            .container_env(pod, c, &sandbox.ips)
+            .container_env(pod, c, &sandbox.ips, sandbox.volumes)
             .await
             .map_err(StartError::Env)?;
         let hosts = self.hosts_file(pod, c, sandbox).await.map_err(|message| {

@@ -59,6 +59,31 @@ fn make_dirs(root: &OwnedFd, sub: &Path, mode: Mode) -> io::Result<()> {
     Ok(())
 }
 
+/// Open the regular file at `rel` inside the volume at `volume` for
+/// reading, as if the volume were the root (upstream's SecureJoin): `..`
+/// and symlinks are resolved inside it and never lead out.
+pub fn open_in_volume(volume: &Path, rel: &str) -> io::Result<std::fs::File> {
+    let root = rustix::fs::open(
+        volume,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let fd = rustix::fs::openat2(
+        root.as_fd(),
+        rel,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+    )?;
+    if FileType::from_raw_mode(rustix::fs::fstat(&fd)?.st_mode) != FileType::RegularFile {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{rel:?} is not a regular file"),
+        ));
+    }
+    Ok(std::fs::File::from(fd))
+}
+
 /// Prepare the subPath `sub` of the volume at `volume` for a container at
 /// `target`; returns the path to give the runtime. Idempotent: a target
 /// already mounted is reused.
