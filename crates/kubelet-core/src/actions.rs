@@ -65,22 +65,29 @@ pub struct StartContainer {
 }
 
 /// The hash recorded on a container (`io.kubernetes.container.hash`): a
-/// change of it restarts the container. FNV-1a over the container's JSON
-/// without its resources and resize policy, printed in hex as upstream:
-/// resources change in place, through a resize. Upstream hashes only the
-/// name and image, the rest of an API pod's container being immutable;
-/// rkubelet hashes the rest too because a static pod's manifest edit
-/// reaches it as an update of the same pod (see `static_pod_uid`), which
-/// restarts the containers whose spec changed.
+/// change of it restarts the container. Upstream's HashContainer, byte for
+/// byte, so either kubelet recognises the other's containers: the JSON of
+/// the container's name and image (as Go's encoding/json writes a map:
+/// keys sorted, `<`, `>`, `&` escaped), dumped as go-spew dumps a byte
+/// slice (`([]uint8)[123 34 ...]`), FNV-1a 32 bits, in hex. The rest of an
+/// API pod's container is immutable; resources change in place, through a
+/// resize.
 pub fn container_hash(container: &Container) -> String {
-    let hashed = Container {
-        resources: None,
-        resize_policy: None,
-        ..container.clone()
-    };
-    let json = serde_json::to_vec(&hashed).unwrap_or_default();
+    let fields = std::collections::BTreeMap::from([
+        ("image", container.image.as_deref().unwrap_or("")),
+        ("name", container.name.as_str()),
+    ]);
+    let json = serde_json::to_string(&fields)
+        .unwrap_or_default()
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let bytes: Vec<String> = json.bytes().map(|b| b.to_string()).collect();
+    let dumped = format!("([]uint8)[{}]", bytes.join(" "));
     let mut h: u32 = 0x811c_9dc5;
-    for b in json {
+    for b in dumped.bytes() {
         h ^= u32::from(b);
         h = h.wrapping_mul(0x0100_0193);
     }
@@ -1439,16 +1446,31 @@ mod tests {
         );
     }
 
+    /// Upstream's HashContainer of the same containers, printed by a Go
+    /// program against k8s.io/kubernetes v1.37.2.
     #[test]
-    fn hash_follows_spec() {
-        let p = pod("Always", &["a"]);
-        let c = &p.spec.as_ref().unwrap().containers[0];
-        let mut c2 = c.clone();
-        assert_eq!(container_hash(c), container_hash(&c2));
-        // Resources change in place; the rest needs a new container.
-        c2.resources = Some(Default::default());
-        assert_eq!(container_hash(c), container_hash(&c2));
-        c2.args = Some(vec!["x".into()]);
-        assert_ne!(container_hash(c), container_hash(&c2));
+    fn hash_is_upstreams() {
+        let cases = [
+            ("web", "nginx:1.25", "3899ff6c"),
+            ("c", "rkubelet.test/busybox:1", "a2c05149"),
+            (
+                "a-b",
+                "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
+                "7b7331d1",
+            ),
+        ];
+        for (name, image, want) in cases {
+            let mut c = Container {
+                name: name.into(),
+                image: Some(image.into()),
+                ..Default::default()
+            };
+            assert_eq!(container_hash(&c), want, "{name} {image}");
+            // Only the name and image count: the rest is immutable, or
+            // resized in place.
+            c.args = Some(vec!["x".into()]);
+            c.resources = Some(Default::default());
+            assert_eq!(container_hash(&c), want);
+        }
     }
 }
