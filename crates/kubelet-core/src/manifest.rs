@@ -248,10 +248,11 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
         return Err(FieldError::new("metadata.name", "required"));
     }
     apply_pod_defaults(pod);
-    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
 
+    // Upstream's applyDefaults: the UID is the hash of what the manifest
+    // asks for, so an edit is a new pod.
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        pod.metadata.uid = Some(static_pod_uid(node_name, file, &namespace, &written_name));
+        pod.metadata.uid = Some(content_hash(pod, node_name, file));
     }
     pod.metadata.name = Some(format!("{written_name}-{}", node_name.to_lowercase()));
 
@@ -271,7 +272,9 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
         ..Default::default()
     });
 
-    let hash = config_hash(pod, node_name, file);
+    // "The generated UID is the hash of the file": config.hash is the UID
+    // (a manifest's own UID included), as upstream sets it.
+    let hash = pod.metadata.uid.clone().unwrap_or_default();
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(
         keys::CONFIG_SOURCE.to_owned(),
@@ -283,29 +286,19 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
     validate_pod(pod)
 }
 
-/// The UID of a static pod whose manifest does not set one.
-///
-/// Deliberately different from upstream. Upstream hashes the node name, the file path *and
-/// the whole manifest content*, so any edit of a manifest gives the pod a new UID: the kubelet
-/// then kills the old pod entirely and creates a new one. Here the UID hashes only
-/// `host:<node>`, `file:<path>` and `<namespace>/<name as written>`: it is stable across
-/// kubelet restarts (the same file on the same node yields the same UID, so running pods are
-/// adopted, not recreated) and across edits of the manifest, which then arrive as an Update of
-/// the same pod and restart only the containers whose spec changed.
-/// The content hash lives in `kubernetes.io/config.hash` instead (see [`config_hash`]).
-pub fn static_pod_uid(node_name: &str, file: &str, namespace: &str, name: &str) -> String {
-    let mut hasher = Md5::new();
-    hasher.update(format!("host:{node_name}"));
-    hasher.update(format!("file:{file}"));
-    hasher.update(format!("{namespace}/{name}"));
-    hex::encode(hasher.finalize())
-}
-
-/// `kubernetes.io/config.hash`: hex md5 over the canonical JSON of the defaulted pod's
-/// namespace, name, spec, labels and (user) annotations, plus the node name and the file, so
-/// that it changes exactly when what the manifest asks for changes. Computed before the
-/// `kubernetes.io/config.*` annotations are added.
-fn config_hash(pod: &Pod, node_name: &str, file: &str) -> String {
+/// The UID of a static pod whose manifest sets none, as upstream derives
+/// it: a hash of the pod the manifest asks for, the node and the file, so
+/// an edit of the manifest is a new pod (the old one terminated within its
+/// grace period, then the new one started), and the same manifest gives
+/// the same UID after a restart (its running pod is adopted). Upstream
+/// hashes Go's dump of its internal Pod type (FNV-128a over go-spew's
+/// output), which no other program reproduces: here it is MD5 over the
+/// canonical JSON of the defaulted pod's namespace, name, spec, labels and
+/// (user) annotations, plus the node and the file. So the same manifest has
+/// another UID under each kubelet, and swapping one for the other restarts
+/// its static pods once. Computed before the `kubernetes.io/config.*`
+/// annotations are added.
+fn content_hash(pod: &Pod, node_name: &str, file: &str) -> String {
     let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
     annotations.remove(keys::CONFIG_SOURCE);
     annotations.remove(keys::CONFIG_HASH);
@@ -317,8 +310,8 @@ fn config_hash(pod: &Pod, node_name: &str, file: &str) -> String {
         &pod.spec,
         &pod.metadata.labels,
         &annotations,
-        node_name,
-        file,
+        format!("host:{node_name}"),
+        format!("file:{file}"),
     ))
     .expect("a Pod always serializes to JSON");
     hex::encode(Md5::digest(&canonical))
@@ -1014,12 +1007,14 @@ spec:
         assert_eq!(md.name.as_deref(), Some("web-node-1"));
         assert_eq!(md.namespace.as_deref(), Some("default"));
         let uid = md.uid.clone().unwrap();
-        assert_eq!(uid, static_pod_uid(NODE, FILE, "default", "web"));
         assert_eq!(uid.len(), 32);
         let ann = md.annotations.as_ref().unwrap();
         assert_eq!(ann[keys::CONFIG_SOURCE], "file");
-        assert_eq!(ann[keys::CONFIG_HASH].len(), 32);
-        assert_ne!(ann[keys::CONFIG_HASH], uid);
+        assert_eq!(
+            ann[keys::CONFIG_HASH],
+            uid,
+            "the UID is the hash, as upstream's"
+        );
         assert_eq!(md.labels.as_ref().unwrap()["app"], "web");
 
         let spec = pod.spec.as_ref().unwrap();
@@ -1554,15 +1549,11 @@ spec:
         assert_eq!(validate_pod(&pod).unwrap_err().field, "spec.containers");
     }
 
+    /// The UID is the hash of what the manifest asks for, on this node,
+    /// from this file (upstream's): the same after a restart, new after an
+    /// edit; a UID the manifest gives is kept.
     #[test]
-    fn uid_is_stable_across_edits_and_distinct_across_identities() {
-        let edited = WEB.replace("nginx:1.25", "nginx:1.26");
-        let original = parse_one(WEB);
-        let after_edit = parse_one(&edited);
-        assert_eq!(original.metadata.uid, after_edit.metadata.uid);
-        // ... and across restarts: parsing again gives the same pod.
-        assert_eq!(parse_one(WEB), original);
-
+    fn uid_is_the_hash_of_the_content_node_and_file() {
         let uid_of = |content: &str, file: &str, node: &str| {
             parse_static_pods(file, content, node).unwrap()[0]
                 .metadata
@@ -1571,6 +1562,14 @@ spec:
                 .unwrap()
         };
         let base = uid_of(WEB, FILE, NODE);
+        assert_eq!(
+            uid_of(WEB, FILE, NODE),
+            base,
+            "deterministic: adopted after a restart"
+        );
+        // Same content written differently: same pod.
+        let reformatted = WEB.replace("cpu: 500m", "cpu: \"500m\"") + "\n# trailing comment\n";
+        assert_eq!(uid_of(&reformatted, FILE, NODE), base);
         let others = [
             uid_of(WEB, FILE, "node-2"),
             uid_of(WEB, "/etc/kubernetes/manifests/other.yaml", NODE),
@@ -1580,36 +1579,31 @@ spec:
                 FILE,
                 NODE,
             ),
+            uid_of(&WEB.replace("nginx:1.25", "nginx:1.26"), FILE, NODE),
+            uid_of(&WEB.replace("app: web", "app: web2"), FILE, NODE),
+            uid_of(
+                &WEB.replace("  labels:", "  annotations: {a: b}\n  labels:"),
+                FILE,
+                NODE,
+            ),
+            uid_of(
+                &WEB.replace("containerPort: 80", "containerPort: 81"),
+                FILE,
+                NODE,
+            ),
+            uid_of(&WEB.replace("cpu: 500m", "cpu: 600m"), FILE, NODE),
         ];
         for other in &others {
             assert_ne!(*other, base);
         }
         let distinct: BTreeSet<_> = others.iter().collect();
         assert_eq!(distinct.len(), others.len());
-    }
-
-    #[test]
-    fn config_hash_tracks_content() {
-        let hash_of = |content: &str, node: &str| {
-            let pods = parse_static_pods(FILE, content, node).unwrap();
-            pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_HASH].clone()
-        };
-        let base = hash_of(WEB, NODE);
-        assert_eq!(hash_of(WEB, NODE), base, "deterministic");
-        // Same content written differently: same hash.
-        let reformatted = WEB.replace("cpu: 500m", "cpu: \"500m\"") + "\n# trailing comment\n";
-        assert_eq!(hash_of(&reformatted, NODE), base);
-        let changes = [
-            WEB.replace("nginx:1.25", "nginx:1.26"),
-            WEB.replace("app: web", "app: web2"),
-            WEB.replace("  labels:", "  annotations: {a: b}\n  labels:"),
-            WEB.replace("containerPort: 80", "containerPort: 81"),
-            WEB.replace("cpu: 500m", "cpu: 600m"),
-        ];
-        for changed in &changes {
-            assert_ne!(hash_of(changed, NODE), base, "{changed}");
-        }
-        assert_ne!(hash_of(WEB, "node-2"), base);
+        let own = WEB.replace("  name: web", "  name: web\n  uid: my-uid");
+        assert_eq!(uid_of(&own, FILE, NODE), "my-uid");
+        assert_eq!(
+            uid_of(&own.replace("nginx:1.25", "nginx:1.26"), FILE, NODE),
+            "my-uid"
+        );
     }
 
     #[test]

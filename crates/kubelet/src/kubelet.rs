@@ -60,7 +60,7 @@ use crate::runtime_state::RuntimeState;
 use crate::runtimeclass::RuntimeClasses;
 use crate::server::{self, Health};
 use crate::status_manager::StatusManager;
-use crate::status_sync::StatusSync;
+use crate::status_sync::{StaticPodView, StatusSync};
 use crate::sync::Syncer;
 use crate::tasks::Tasks;
 use crate::volumes::objects::ObjectStore;
@@ -829,6 +829,7 @@ impl Kubelet {
             node_uid: self.node_uid.clone(),
             metrics: self.opts.metrics.clone(),
             events: self.events.clone(),
+            statics: self.clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("status_sync"), move |token| {
@@ -1593,6 +1594,15 @@ impl NodeView for Kubelet {
     }
     fn pod_cgroups(&self) -> Option<kubelet_core::cgroups::PodCgroups> {
         self.syncer.cm.pod_cgroups()
+    }
+}
+
+impl StaticPodView for Kubelet {
+    fn started(&self, full: &str) -> Option<PodUid> {
+        self.workers.static_pod_started(full)
+    }
+    fn terminating(&self, full: &str) -> bool {
+        self.workers.static_pod_terminating(full)
     }
 }
 

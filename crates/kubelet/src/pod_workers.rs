@@ -3,6 +3,11 @@
 //! `kubelet_core::lifecycle::step`). Each worker has a latest-wins inbox, so
 //! updates coalesce and two operations on one pod never overlap; a kill
 //! interrupts a running SyncPod (or a slower termination) at once.
+//!
+//! Static pods of one full name run one at a time, as upstream's
+//! allowStaticPodStart has it: a manifest edited is a new pod (a new UID),
+//! which starts only once the one before it has finished, so the old
+//! containers get their grace period while its mirror pod still shows them.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -12,7 +17,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::backoff::Backoff;
 use kubelet_core::lifecycle::{self, Event, State, Step, Why};
-use kubelet_core::types::{PodUid, keys};
+use kubelet_core::types::{PodUid, is_static_pod};
 use kubelet_core::workqueue::WorkQueue;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -80,9 +85,6 @@ struct Inbox {
     dirty: bool,
     /// The step running now and how to interrupt it.
     running: Option<(Step, CancellationToken)>,
-    /// The config hash of the spec the pod finished with: a completed pod
-    /// whose spec changed since lives again.
-    finished_hash: Option<String>,
 }
 
 struct Worker {
@@ -97,18 +99,68 @@ impl Worker {
     }
 }
 
-/// The pod's `kubernetes.io/config.hash` (a static pod's changes with
-/// every edit of its manifest, its UID does not).
-fn config_hash(target: &PodTarget) -> Option<String> {
-    target
-        .pod
-        .as_ref()?
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(keys::CONFIG_HASH)
-        .cloned()
+/// Which static pod of each full name may run (upstream's
+/// startedStaticPodsByFullname and waitingToStartStaticPodsByFullname).
+#[derive(Debug, Default)]
+struct StaticPods {
+    /// The one started per full name, until its worker finishes.
+    started: HashMap<String, PodUid>,
+    /// Those waiting to start, in the order they asked.
+    waiting: HashMap<String, Vec<PodUid>>,
 }
+
+impl StaticPods {
+    /// Whether `uid` may run SyncPod: it started already, or no other has
+    /// and it is first in line.
+    fn try_start(&mut self, full: &str, uid: &PodUid) -> bool {
+        let started = self.started.get(full);
+        if started == Some(uid) {
+            return true;
+        }
+        let waiting = self.waiting.entry(full.to_owned()).or_default();
+        if !waiting.contains(uid) {
+            waiting.push(uid.clone());
+        }
+        if started.is_some() || waiting.first() != Some(uid) {
+            return false;
+        }
+        waiting.retain(|u| u != uid);
+        if waiting.is_empty() {
+            self.waiting.remove(full);
+        }
+        self.started.insert(full.to_owned(), uid.clone());
+        true
+    }
+
+    /// `uid` will not start (it is being terminated): out of the line.
+    fn withdraw(&mut self, full: &str, uid: &PodUid) {
+        if let Some(waiting) = self.waiting.get_mut(full) {
+            waiting.retain(|u| u != uid);
+            if waiting.is_empty() {
+                self.waiting.remove(full);
+            }
+        }
+    }
+
+    /// `uid` finished: the next of its full name may start.
+    fn release(&mut self, full: &str, uid: &PodUid) {
+        self.withdraw(full, uid);
+        if self.started.get(full) == Some(uid) {
+            self.started.remove(full);
+        }
+    }
+}
+
+/// The full name (`namespace/name`) a static pod target is gated by; None
+/// for other pods.
+fn static_full_name(target: &PodTarget) -> Option<String> {
+    let pod = target.pod.as_ref().filter(|p| is_static_pod(p))?;
+    Some(kubelet_core::types::pod_full_name(pod))
+}
+
+/// How long a static pod waiting for its predecessor waits before it asks
+/// again (upstream's backOffPeriod).
+const STATIC_POD_WAIT: Duration = Duration::from_secs(1);
 
 /// Whether a kill with `grace` should cut the running step short.
 fn interrupts(running: Step, grace: Option<i64>) -> bool {
@@ -130,6 +182,7 @@ pub struct PodWorkers<S: PodSyncer> {
     epoch: Instant,
     resync: Duration,
     workers: Mutex<HashMap<PodUid, Arc<Worker>>>,
+    statics: Arc<Mutex<StaticPods>>,
 }
 
 /// Retry delays after a failed step.
@@ -149,6 +202,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             epoch: Instant::now(),
             resync,
             workers: Mutex::default(),
+            statics: Arc::default(),
         }
     }
 
@@ -231,7 +285,6 @@ impl<S: PodSyncer> PodWorkers<S> {
                 pending_kill: None,
                 dirty: false,
                 running: None,
-                finished_hash: None,
             }),
             notify: Notify::new(),
             cancel: self.tasks.child_token(),
@@ -242,6 +295,7 @@ impl<S: PodSyncer> PodWorkers<S> {
                 worker.clone(),
                 self.syncer.clone(),
                 self.queue.clone(),
+                self.statics.clone(),
                 self.epoch,
                 self.resync,
             ),
@@ -292,24 +346,16 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Housekeeping: forget finished workers of pods no longer desired.
     /// Returns the UIDs of pods that were removed and then came back (a
     /// static pod's manifest restored): their worker is forgotten so the
-    /// caller can start them afresh. A completed pod whose spec changed
-    /// since (a static pod's manifest edited: same UID, new config hash) is
-    /// killed, which cleans up what it left as a removed pod's, so a later
-    /// call returns it to start afresh too.
+    /// caller can start them afresh.
     pub fn sync_known_pods(&self, desire: impl Fn(&PodUid) -> Desire) -> Vec<PodUid> {
-        let (mut restartable, mut forgotten, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut restartable, mut forgotten) = (Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|uid, w| {
             let inbox = w.lock();
             let State::Finished { why } = inbox.state else {
                 return true;
             };
-            let edited = inbox.finished_hash != config_hash(&inbox.target);
             match (desire(uid), why) {
-                (Desire::Run, Why::Completed) if edited => {
-                    changed.push(inbox.target.clone());
-                    return true;
-                }
                 // Kept: a terminal pod stays Succeeded/Failed; a pod being
                 // deleted waits for its final delete.
                 (Desire::Run, Why::Completed) | (Desire::Deleting, _) => return true,
@@ -321,17 +367,31 @@ impl<S: PodSyncer> PodWorkers<S> {
             false
         });
         drop(map);
-        {
-            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-            for uid in &forgotten {
-                q.forget(uid);
-            }
-        }
-        for target in changed {
-            tracing::info!(pod = %format!("{}/{}", target.pod_ref.namespace, target.pod_ref.name), "completed pod changed: cleaning it up to start it afresh");
-            self.kill_pod(target, None);
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        for uid in &forgotten {
+            q.forget(uid);
         }
         restartable
+    }
+
+    /// The static pod of `full` (`namespace/name`) that runs or ran last
+    /// and has not finished, if any (upstream's startedStaticPodsByFullname).
+    pub fn static_pod_started(&self, full: &str) -> Option<PodUid> {
+        self.statics
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .started
+            .get(full)
+            .cloned()
+    }
+
+    /// Whether the static pod of `full` is stopping its containers
+    /// (upstream's IsPodForMirrorPodTerminatingByFullName): its mirror pod
+    /// stays until they have stopped.
+    pub fn static_pod_terminating(&self, full: &str) -> bool {
+        self.static_pod_started(full)
+            .and_then(|uid| self.state(&uid))
+            .is_some_and(|s| matches!(s, State::Terminating { .. }))
     }
 }
 
@@ -379,9 +439,11 @@ async fn run_worker<S: PodSyncer>(
     worker: Arc<Worker>,
     syncer: Arc<S>,
     queue: Arc<Mutex<WorkQueue>>,
+    statics: Arc<Mutex<StaticPods>>,
     epoch: Instant,
     resync: Duration,
 ) {
+    let statics = || statics.lock().unwrap_or_else(|e| e.into_inner());
     let requeue = |uid: &PodUid, after: Duration| {
         let at = Instant::now() + after - epoch;
         queue
@@ -410,6 +472,18 @@ async fn run_worker<S: PodSyncer>(
             };
             let (mut state, mut step) = lifecycle::step(from, event);
             worker.lock().state = state;
+            let uid = &target.pod_ref.uid;
+            let full = static_full_name(&target);
+            if let Some(full) = &full {
+                if step == Step::SyncPod && !statics().try_start(full, uid) {
+                    tracing::debug!(pod = %full, "another static pod of this name has not finished: waiting to start");
+                    requeue(uid, STATIC_POD_WAIT);
+                    continue;
+                }
+                if !matches!(state, State::Syncing) {
+                    statics().withdraw(full, uid);
+                }
+            }
             while step != Step::Idle {
                 let token = worker.cancel.child_token();
                 worker.lock().running = Some((step, token.clone()));
@@ -427,21 +501,21 @@ async fn run_worker<S: PodSyncer>(
                     Ok(event) => {
                         backoff.reset();
                         (state, step) = lifecycle::step(state, event);
-                        let mut inbox = worker.lock();
-                        inbox.state = state;
-                        if state.is_finished() {
-                            inbox.finished_hash = config_hash(&target);
+                        worker.lock().state = state;
+                        if state.is_finished()
+                            && let Some(full) = &full
+                        {
+                            statics().release(full, uid);
                         }
-                        drop(inbox);
                         if state == State::Syncing && step == Step::Idle {
-                            requeue(&target.pod_ref.uid, resync);
+                            requeue(uid, resync);
                         }
                     }
                     Err(e) => {
                         let Some(retry) = e.retry() else { break };
                         let delay = retry_delay(retry, &mut backoff, resync);
                         tracing::warn!(?step, error = %e, ?retry, retry_in = ?delay, "pod step failed");
-                        requeue(&target.pod_ref.uid, delay);
+                        requeue(uid, delay);
                         break;
                     }
                 }
@@ -474,11 +548,13 @@ mod tests {
         }
     }
 
-    /// Records every step; SyncPod blocks until released when `gate` is set.
+    /// Records every step; SyncPod blocks until released when `gate` is
+    /// set, SyncTerminatingPod when `stop_gate` is.
     struct Recorder {
         tx: mpsc::UnboundedSender<String>,
         gate: Option<Arc<Notify>>,
         terminal: bool,
+        stop_gate: Option<Arc<Notify>>,
     }
 
     impl PodSyncer for Recorder {
@@ -498,6 +574,9 @@ mod tests {
             grace: Option<i64>,
         ) -> Result<(), SyncError> {
             let _ = self.tx.send(format!("terminating {grace:?}"));
+            if let Some(g) = &self.stop_gate {
+                g.notified().await;
+            }
             Ok(())
         }
         async fn sync_terminated_pod(&self, _: &PodTarget, why: Why) -> Result<(), SyncError> {
@@ -519,12 +598,18 @@ mod tests {
         })
     }
 
-    /// A static pod as its manifest `version` makes it: same UID, the
-    /// version's config hash.
-    fn static_pod(version: &str) -> Arc<Pod> {
+    /// A static pod as one version of its manifest makes it: its UID (the
+    /// hash of the content), the pod's full name.
+    fn static_pod(uid: &str, version: &str) -> Arc<Pod> {
         let mut p = (*pod(version)).clone();
-        p.metadata.annotations =
-            Some([(keys::CONFIG_HASH.to_string(), format!("hash-{version}"))].into());
+        p.metadata.uid = Some(uid.into());
+        p.metadata.annotations = Some(
+            [(
+                kubelet_core::types::keys::CONFIG_SOURCE.to_string(),
+                "file".to_string(),
+            )]
+            .into(),
+        );
         Arc::new(p)
     }
 
@@ -570,6 +655,7 @@ mod tests {
             tx,
             gate: Some(gate.clone()),
             terminal: false,
+            stop_gate: None,
         });
         w.update_pod(pod("1"));
         assert_eq!(next(&mut rx).await, "sync 1");
@@ -597,6 +683,7 @@ mod tests {
             tx,
             gate: None,
             terminal: true,
+            stop_gate: None,
         });
         w.update_pod(pod("1"));
         assert_eq!(next(&mut rx).await, "sync 1");
@@ -607,33 +694,59 @@ mod tests {
         assert_eq!(w.len(), 1);
     }
 
+    /// A manifest edited: the new pod (a new UID) starts once the old one
+    /// of the same full name has stopped and been cleaned up; while the
+    /// old one stops, its name counts as terminating (its mirror pod stays).
     #[tokio::test]
-    async fn completed_pod_edited_is_cleaned_up_and_restartable() {
+    async fn a_static_pod_waits_for_the_one_before_it_to_finish() {
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let stop_gate = Arc::new(Notify::new());
         let w = workers(Recorder {
             tx,
             gate: None,
-            terminal: true,
+            terminal: false,
+            stop_gate: Some(stop_gate.clone()),
         });
-        let uid = PodUid::from("u1");
-        w.update_pod(static_pod("1"));
+        let (old, new) = (static_pod("u-old", "1"), static_pod("u-new", "2"));
+        let (old_uid, new_uid) = (PodUid::of(&old), PodUid::of(&new));
+        w.update_pod(old.clone());
         assert_eq!(next(&mut rx).await, "sync 1");
+        // The edit: the source removes the old pod and adds the new one.
+        w.kill_pod(PodTarget::from_pod(old), None);
+        w.update_pod(new.clone());
         assert_eq!(next(&mut rx).await, "terminating None");
-        assert_eq!(next(&mut rx).await, "terminated Completed");
-        until(|| w.state(&uid).is_some_and(State::is_finished)).await;
-        // The same manifest again: it stays completed.
-        w.update_pod(static_pod("1"));
-        until(|| taken(&w, &uid)).await;
-        assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
-        assert!(rx.try_recv().is_err(), "nothing to do for the same spec");
-        // The manifest edited: what it left is removed, then it may start afresh.
-        w.update_pod(static_pod("2"));
-        until(|| taken(&w, &uid)).await;
-        assert_eq!(w.sync_known_pods(|_| Desire::Run), Vec::<PodUid>::new());
+        until(|| taken(&w, &new_uid)).await;
+        assert_eq!(w.static_pod_started("default/p"), Some(old_uid.clone()));
+        assert!(w.static_pod_terminating("default/p"));
+        assert!(rx.try_recv().is_err(), "the new pod waits");
+        stop_gate.notify_one();
         assert_eq!(next(&mut rx).await, "terminated Removed");
-        until(|| w.state(&uid) == Some(State::Finished { why: Why::Removed })).await;
-        assert_eq!(w.sync_known_pods(|_| Desire::Run), vec![uid]);
-        assert!(w.is_empty());
+        until(|| w.state(&old_uid).is_some_and(State::is_finished)).await;
+        assert!(!w.static_pod_terminating("default/p"));
+        // Asked again when its wait is over (the sync loop's due pods).
+        until(|| w.take_due().contains(&new_uid)).await;
+        w.update_pod(new);
+        assert_eq!(next(&mut rx).await, "sync 2");
+        assert_eq!(w.static_pod_started("default/p"), Some(new_uid));
+    }
+
+    #[test]
+    fn static_pods_start_one_at_a_time_in_order() {
+        let mut s = StaticPods::default();
+        let (a, b, c) = (PodUid::from("a"), PodUid::from("b"), PodUid::from("c"));
+        assert!(s.try_start("ns/p", &a));
+        assert!(s.try_start("ns/p", &a), "started already");
+        assert!(!s.try_start("ns/p", &b));
+        assert!(!s.try_start("ns/p", &c));
+        assert!(s.try_start("ns/q", &c), "another name");
+        s.release("ns/p", &a);
+        assert!(!s.try_start("ns/p", &c), "b asked first");
+        assert!(s.try_start("ns/p", &b));
+        // c is killed before it starts: out of the line.
+        s.withdraw("ns/p", &c);
+        s.release("ns/p", &b);
+        assert!(s.waiting.is_empty());
+        assert!(s.try_start("ns/p", &a));
     }
 
     #[tokio::test]
@@ -643,6 +756,7 @@ mod tests {
             tx,
             gate: None,
             terminal: false,
+            stop_gate: None,
         });
         w.update_pod(pod("1"));
         assert_eq!(next(&mut rx).await, "sync 1");

@@ -46,6 +46,15 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
+/// What the mirror pods follow of the pod workers: which static pod of a
+/// full name may run, and whether it is stopping.
+pub trait StaticPodView: Send + Sync {
+    /// The static pod of `full` (`namespace/name`) allowed to run.
+    fn started(&self, full: &str) -> Option<PodUid>;
+    /// Whether that pod is stopping its containers.
+    fn terminating(&self, full: &str) -> bool;
+}
+
 /// The API status sync: what it reads (the pod manager's pods and mirror
 /// pods, the status manager's statuses and finished pods) and the API
 /// server it writes to.
@@ -59,6 +68,9 @@ pub struct StatusSync {
     pub metrics: KubeletMetrics,
     /// Where a refused status is reported.
     pub events: Recorder,
+    /// Which static pods run: a mirror pod is made for a static pod once
+    /// it may run, and kept while its predecessor stops.
+    pub statics: Arc<dyn StaticPodView>,
 }
 
 /// The reason of the Warning event a status the API server refuses gets.
@@ -277,9 +289,13 @@ impl StatusSync {
         }
         let pod = self.pod_manager.get(uid)?;
         let is_static = is_static_pod(&pod);
-        // A static pod's status goes to its mirror, once there is one.
+        // A static pod's status goes to its mirror, once there is one of it
+        // (upstream's IsMirrorPodOf: the mirror of this version of the
+        // manifest, not of the one before).
         let target = if is_static {
-            self.pod_manager.mirror_of(&pod)?
+            let mirror = self.pod_manager.mirror_of(&pod)?;
+            let hash = annotation(&pod, keys::CONFIG_HASH);
+            (annotation(&mirror, keys::CONFIG_MIRROR) == hash).then_some(mirror)?
         } else {
             pod.clone()
         };
@@ -358,6 +374,12 @@ impl StatusSync {
             .collect();
         for pod in &statics {
             let name = pod_full_name(pod);
+            // As upstream makes the mirror in the static pod's SyncPod: not
+            // before it may run (an edited manifest's pod waits for the one
+            // before it, whose mirror stays meanwhile).
+            if self.statics.started(&name) != Some(PodUid::of(pod)) {
+                continue;
+            }
             let hash = annotation(pod, keys::CONFIG_HASH)
                 .unwrap_or_default()
                 .to_owned();
@@ -402,7 +424,9 @@ impl StatusSync {
         }
         for m in self.pod_manager.mirrors() {
             let name = pod_full_name(&m);
-            if statics.iter().any(|p| pod_full_name(p) == name) {
+            // Upstream's deleteOrphanedMirrorPods: a mirror whose static pod
+            // is gone stays while that pod's containers stop.
+            if statics.iter().any(|p| pod_full_name(p) == name) || self.statics.terminating(&name) {
                 continue;
             }
             let uid = m.metadata.uid.clone().unwrap_or_default();
@@ -436,6 +460,18 @@ mod tests {
     use crate::clock::Clock;
 
     type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// No static pod runs.
+    struct NoStatics;
+
+    impl StaticPodView for NoStatics {
+        fn started(&self, _: &str) -> Option<PodUid> {
+            None
+        }
+        fn terminating(&self, _: &str) -> bool {
+            false
+        }
+    }
 
     /// A request the fake API server answered: verb, pod name, when.
     type Seen = (Method, String, Instant);
@@ -621,6 +657,7 @@ mod tests {
             node_uid: Arc::default(),
             metrics: KubeletMetrics::new("node1"),
             events: Recorder::log_only("node1".into()),
+            statics: Arc::new(NoStatics),
         };
         let cancel = CancellationToken::new();
         let run = tokio::spawn(sync.run(cancel.clone()));
@@ -715,6 +752,7 @@ mod tests {
             node_uid: Arc::default(),
             metrics: KubeletMetrics::new("node1"),
             events,
+            statics: Arc::new(NoStatics),
         };
         let cancel = CancellationToken::new();
         let run = tokio::spawn(sync.run(cancel.clone()));

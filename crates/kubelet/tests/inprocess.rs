@@ -277,32 +277,84 @@ async fn static_pod_runs_with_upstream_labels_and_status() {
 }
 
 #[tokio::test]
-async fn manifest_edit_restarts_only_the_changed_container() {
+async fn a_manifest_edit_is_a_new_pod_unless_it_names_its_uid() {
     let node = Node::new().await;
+    node.fake.add_image("rkubelet.test/busybox:2");
     node.write(
         "p.yaml",
         &pod("p", &[("a", "sleep 1000"), ("b", "sleep 1000")], ""),
     );
+    // A manifest that names its UID stays one pod across edits.
+    let named = |image: &str| {
+        pod("q", &[("a", "sleep 1000"), ("b", "sleep 1000")], "")
+            .replace("  name: q\n", "  name: q\n  uid: q-uid\n")
+            .replacen(
+                &format!("- name: b\n    image: {IMAGE}"),
+                &format!("- name: b\n    image: {image}"),
+                1,
+            )
+    };
+    node.write("q.yaml", &named(IMAGE));
     let k = node.start();
     node.fake
-        .wait_for("a and b run", WAIT, |_| {
-            node.running("a").len() == 1 && node.running("b").len() == 1
+        .wait_for("a and b run in both pods", WAIT, |_| {
+            node.running("a").len() == 2 && node.running("b").len() == 2
         })
         .await;
-    let a_before = node.running("a")[0].id.clone();
+    let uid_of = |name: &str| {
+        node.fake
+            .sandboxes()
+            .into_iter()
+            .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map(|s| s.labels[keys::POD_UID].clone())
+            .collect::<Vec<_>>()
+    };
+    let p_before = uid_of("p-node1");
+    let q_a = node
+        .running("a")
+        .into_iter()
+        .find(|c| c.labels[keys::POD_UID] == "q-uid")
+        .unwrap()
+        .id;
+
+    // p edited: a new pod (a new UID, as upstream's); the old one goes.
     node.write(
         "p.yaml",
         &pod("p", &[("a", "sleep 1000"), ("b", "sleep 2000")], ""),
     );
     node.fake
-        .wait_for("b restarted", WAIT, |_| {
-            node.running("b")
-                .first()
-                .is_some_and(|b| restart_count(b) == "1")
+        .wait_for("p runs anew", WAIT, |_| {
+            let now = uid_of("p-node1");
+            now.len() == 1 && now != p_before && node.running("b").len() == 2
         })
         .await;
-    assert_eq!(node.running("a")[0].id, a_before, "a untouched");
-    assert_eq!(node.ready_sandboxes(), 1, "same sandbox");
+    let p_after = uid_of("p-node1");
+    let in_p = |c: &cri::Container| c.labels[keys::POD_UID] == p_after[0];
+    assert!(node.running("a").iter().any(in_p) && node.running("b").iter().any(in_p));
+    assert!(
+        !node
+            .fake
+            .containers()
+            .iter()
+            .any(|c| c.labels[keys::POD_UID] == p_before[0]),
+        "nothing of the old p is left"
+    );
+
+    // q's b gets another image: only b restarts, in the same sandbox.
+    node.write("q.yaml", &named("rkubelet.test/busybox:2"));
+    node.fake
+        .wait_for("q's b restarted", WAIT, |_| {
+            node.running("b")
+                .iter()
+                .any(|b| b.labels[keys::POD_UID] == "q-uid" && restart_count(b) == "1")
+        })
+        .await;
+    assert!(
+        node.running("a").iter().any(|c| c.id == q_a),
+        "q's a untouched"
+    );
+    assert_eq!(uid_of("q-node1"), ["q-uid"], "same sandbox");
     k.stop().await;
 }
 
@@ -1499,7 +1551,9 @@ async fn pods_run_in_their_qos_cgroups_which_follow_them_and_go_with_them() {
     assert_eq!(read(&kubepods("cpu").join("besteffort/cpu.shares")), "2");
     // The node-allocatable cgroup holds the node's capacity.
     assert!(!read(&kubepods("memory").join("memory.limit_in_bytes")).is_empty());
-    // A static pod keeps its UID across an edit: its cgroup takes the new values.
+    // A static pod edited is a new pod (upstream's): the new one runs in a
+    // cgroup of its own with the new values; the old one's goes, in every
+    // hierarchy.
     node.write(
         "b.yaml",
         &format!(
@@ -1507,18 +1561,36 @@ async fn pods_run_in_their_qos_cgroups_which_follow_them_and_go_with_them() {
             burstable.replace("64Mi", "96Mi")
         ),
     );
-    eventually("b's cgroup takes its new memory limit", || {
-        b("memory", "memory.limit_in_bytes") == "100663296"
-    })
-    .await;
-    // Gone with the pod, in every hierarchy.
-    node.remove("b.yaml");
-    eventually("b's cgroup is gone", || {
+    let gone = |uid: &str| {
         ["cpu", "memory", "pids", "blkio"]
             .iter()
-            .all(|c| !kubepods(c).join(format!("burstable/pod{b_uid}")).exists())
+            .all(|c| !kubepods(c).join(format!("burstable/pod{uid}")).exists())
+    };
+    eventually("the old b's cgroup is gone", || gone(b_uid)).await;
+    let new_b = |s: &cri::PodSandbox| {
+        s.state == cri::PodSandboxState::SandboxReady as i32
+            && s.metadata.as_ref().is_some_and(|m| m.name == "b-node1")
+    };
+    node.fake
+        .wait_for("the new b runs", WAIT, |_| {
+            node.fake.sandboxes().iter().any(new_b)
+        })
+        .await;
+    let new_uid = node
+        .fake
+        .sandboxes()
+        .into_iter()
+        .find(new_b)
+        .map(|s| s.labels[keys::POD_UID].clone())
+        .unwrap();
+    assert_ne!(&new_uid, b_uid);
+    eventually("the new b's cgroup has the new memory limit", || {
+        read(&kubepods("memory").join(format!("burstable/pod{new_uid}/memory.limit_in_bytes")))
+            == "100663296"
     })
     .await;
+    node.remove("b.yaml");
+    eventually("b's cgroup is gone", || gone(&new_uid)).await;
     assert!(kubepods("cpu").join(format!("pod{g_uid}")).is_dir());
     k.stop().await;
 }
@@ -1548,7 +1620,10 @@ async fn an_orphaned_pod_cgroup_is_removed_and_a_wanted_one_kept() {
 /// A manifest whose containers `a` and `b` have these cpu and memory
 /// requests and limits; `b` restarts on a memory resize.
 fn sized(a_cpu: &str, b_memory: &str) -> String {
+    // Its own UID: an edit is the same pod (without one it would be a new
+    // pod, as upstream's), so resources change in place.
     pod("sized", &[("a", "sleep 1000")], "")
+        .replace("  name: sized\n", "  name: sized\n  uid: sized-uid\n")
         + &format!(
             "    resources:\n      requests: {{cpu: {a_cpu}, memory: 64Mi}}\n      limits: {{cpu: {a_cpu}, memory: 64Mi}}\n"
         )

@@ -503,32 +503,41 @@ async fn multi_container_pod_runs_with_ip_and_cri_logs() {
 
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
-async fn manifest_edit_restarts_only_the_changed_container() {
+async fn a_manifest_edit_stops_the_old_pod_within_its_grace_then_starts_the_new() {
     let mut node = Node::new("edit");
-    node.write("p.yaml", &pod("p", &[("a", SLEEPER), ("b", SLEEPER)], ""));
+    // The old pod takes 2 s to stop after its SIGTERM.
+    let slow = "trap 'sleep 2; exit 0' TERM; sleep 3600 & wait";
+    node.write("p.yaml", &pod("p", &[("a", slow)], ""));
     node.start();
-    let (a, b) = eventually("a and b run", START, async || {
-        Some((node.running("p", "a").await?, node.running("p", "b").await?))
-    })
-    .await;
-    let b2_script = format!("echo v2; {SLEEPER}");
+    let old = eventually("a runs", START, async || node.running("p", "a").await).await;
+    let old_uid = label(&old.labels, POD_UID).to_owned();
     node.write(
         "p.yaml",
-        &pod("p", &[("a", SLEEPER), ("b", &b2_script)], ""),
+        &pod("p", &[("a", &format!("echo v2; {SLEEPER}"))], ""),
     );
-    let b2 = eventually("b restarted with restartCount 1", START, async || {
-        node.running("p", "b")
+    // As upstream's: a new pod (a new UID), started once the old one stopped.
+    let new = eventually("the new pod runs", START, async || {
+        let containers = node.pod_containers("p").await?;
+        let old_runs = containers
+            .iter()
+            .any(|c| label(&c.labels, POD_UID) == old_uid && is_running(c));
+        let sandboxes = node.pod_sandboxes("p").await?;
+        let new_sandbox = sandboxes
+            .iter()
+            .any(|s| label(&s.labels, POD_UID) != old_uid);
+        assert!(
+            !(old_runs && new_sandbox),
+            "the new pod's sandbox came while the old pod still ran"
+        );
+        node.running("p", "a")
             .await
-            .filter(|c| c.id != b.id && restart_count(c) == "1")
+            .filter(|c| label(&c.labels, POD_UID) != old_uid)
     })
     .await;
-    assert_eq!(b2.pod_sandbox_id, b.pod_sandbox_id, "same sandbox");
-    let a_now = node.running("p", "a").await.expect("a still runs");
-    assert_eq!(a_now.id, a.id, "a untouched");
-    assert_eq!(restart_count(&a_now), "0");
+    assert_eq!(restart_count(&new), "0", "a new pod, not a restart");
     let sbs = node.pod_sandboxes("p").await.unwrap();
-    assert_eq!(sbs.len(), 1, "one sandbox: {sbs:?}");
-    assert!(is_ready(&sbs[0]) && sbs[0].id == a.pod_sandbox_id);
+    assert_eq!(sbs.len(), 1, "the old sandbox is gone: {sbs:?}");
+    assert!(is_ready(&sbs[0]) && sbs[0].id == new.pod_sandbox_id);
     node.finish().await;
 }
 

@@ -796,11 +796,12 @@ mod tests {
         assert_eq!(summary(&pods), expect(&[("a", "img:1")]));
         let uid_a = uid_of(&pods, "a");
 
-        // Edit in place: same UID, new content.
+        // Edit in place: a new pod, as upstream's (the UID is the content's hash).
         fs::write(dir.join("a.yaml"), manifest("a", "img:2")).unwrap();
         let pods = next(&mut rx).await;
         assert_eq!(summary(&pods), expect(&[("a", "img:2")]));
-        assert_eq!(uid_of(&pods, "a"), uid_a);
+        assert_ne!(uid_of(&pods, "a"), uid_a);
+        let uid_a = uid_of(&pods, "a");
 
         // Break a, then add b: b arrives and a's last good pod is still there.
         write_atomically(
