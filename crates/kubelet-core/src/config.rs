@@ -114,6 +114,8 @@ pub const DECODED_FIELDS: &[&str] = &[
     "containerLogMaxFiles",
     "containerLogMaxWorkers",
     "containerLogMonitorInterval",
+    "enableSystemLogHandler",
+    "enableSystemLogQuery",
 ];
 
 /// Every other field of upstream's v1beta1 KubeletConfiguration: accepted,
@@ -163,8 +165,6 @@ pub const IGNORED_UPSTREAM_FIELDS: &[&str] = &[
     "volumePluginDir",
     "providerID",
     "logging",
-    "enableSystemLogHandler",
-    "enableSystemLogQuery",
     "shutdownGracePeriod",
     "shutdownGracePeriodCriticalPods",
     "shutdownGracePeriodByPodPriority",
@@ -533,6 +533,12 @@ pub struct KubeletConfiguration {
     /// `containerLogMonitorInterval`: how often log sizes are checked (at
     /// least 3s). Default 10s.
     pub container_log_monitor_interval: Duration,
+    /// `enableSystemLogHandler`: serve `/logs/` (the node's /var/log).
+    /// Default true.
+    pub enable_system_log_handler: bool,
+    /// `enableSystemLogQuery`: the node log query on `/logs/?query=`.
+    /// Default false.
+    pub enable_system_log_query: bool,
     /// `kernelMemcgNotification`: the eviction manager also wakes when the
     /// kernel says memory crossed a threshold (cgroup v1). Default false.
     pub kernel_memcg_notification: bool,
@@ -627,6 +633,8 @@ impl Default for KubeletConfiguration {
             container_log_max_files: 5,
             container_log_max_workers: 1,
             container_log_monitor_interval: Duration::from_secs(10),
+            enable_system_log_handler: true,
+            enable_system_log_query: false,
         }
     }
 }
@@ -740,6 +748,8 @@ impl KubeletConfiguration {
             "containerLogMaxFiles": self.container_log_max_files,
             "containerLogMaxWorkers": self.container_log_max_workers,
             "containerLogMonitorInterval": d(self.container_log_monitor_interval),
+            "enableSystemLogHandler": self.enable_system_log_handler,
+            "enableSystemLogQuery": self.enable_system_log_query,
             "tracing": self.tracing.as_ref().map(|t| serde_json::json!({
                 "endpoint": t.endpoint,
                 "samplingRatePerMillion": t.sampling_rate_per_million,
@@ -1481,6 +1491,16 @@ pub fn parse_kubelet_config_reporting(
                     cfg.container_log_max_workers = n;
                 }
             }
+            "enableSystemLogHandler" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.enable_system_log_handler = b;
+                }
+            }
+            "enableSystemLogQuery" => {
+                if let Some(b) = decode_bool(field, v)? {
+                    cfg.enable_system_log_query = b;
+                }
+            }
             "containerLogMonitorInterval" => {
                 set_nonzero_duration(&mut cfg.container_log_monitor_interval, field, v)?
             }
@@ -1706,6 +1726,12 @@ impl KubeletConfiguration {
             }
         }
         self.container_log_max_bytes()?;
+        if self.enable_system_log_query && !self.enable_system_log_handler {
+            return Err(ConfigError::Rejected(
+                "invalid configuration: enableSystemLogHandler is required for enableSystemLogQuery"
+                    .into(),
+            ));
+        }
         if self.container_log_max_workers < 1 {
             return Err(invalid(
                 "containerLogMaxWorkers",

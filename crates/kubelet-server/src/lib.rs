@@ -13,6 +13,7 @@ pub mod auth;
 pub mod cri_metrics;
 pub mod listener;
 pub mod logs;
+pub mod nodelogs;
 pub mod process;
 pub mod routes;
 pub mod server;

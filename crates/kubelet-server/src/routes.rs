@@ -74,6 +74,8 @@ pub struct Settings {
     pub enable_debugging_handlers: bool,
     /// `streamingConnectionIdleTimeout`.
     pub streaming_idle_timeout: Duration,
+    /// `/logs/`: enableSystemLogHandler, enableSystemLogQuery, the directory.
+    pub node_logs: crate::nodelogs::Settings,
 }
 
 impl Settings {
@@ -81,8 +83,26 @@ impl Settings {
         Settings {
             enable_debugging_handlers: cfg.enable_debugging_handlers,
             streaming_idle_timeout: cfg.streaming_connection_idle_timeout,
+            node_logs: crate::nodelogs::Settings {
+                handler: cfg.enable_system_log_handler,
+                query: cfg.enable_system_log_query,
+                ..Default::default()
+            },
         }
     }
+}
+
+/// Which handlers a server has (upstream's NewServer with and without
+/// auth).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// The kubelet API: every handler, behind authentication and
+    /// authorization.
+    Full,
+    /// The read-only port (readOnlyPort): upstream's
+    /// InstallAuthNotRequiredHandlers only — `/healthz`, `/pods`, `/stats`
+    /// and the `/metrics` families.
+    ReadOnly,
 }
 
 /// The handlers and what they need for the server's lifetime.
@@ -92,6 +112,7 @@ pub struct Router {
     settings: Settings,
     spawn: Spawner,
     cancel: CancellationToken,
+    scope: Scope,
 }
 
 /// The checks upstream's /healthz always lists (the sync loop's is
@@ -114,7 +135,13 @@ impl Router {
             settings,
             spawn,
             cancel,
+            scope: Scope::Full,
         }
+    }
+
+    /// The same handlers, limited to `scope`.
+    pub fn with_scope(self, scope: Scope) -> Self {
+        Router { scope, ..self }
     }
 
     /// Answers an authorized request.
@@ -128,6 +155,13 @@ impl Router {
         let view = self.view.as_ref();
         let debugging = self.settings.enable_debugging_handlers;
         let is_get = req.method() == Method::GET;
+        let open = matches!(
+            segments.as_slice(),
+            ["healthz", ..] | ["pods", ..] | ["stats", ..] | ["metrics", ..]
+        );
+        if self.scope == Scope::ReadOnly && !open {
+            return not_found();
+        }
         match segments.as_slice() {
             ["healthz", rest @ ..] => healthz(view, rest, query.as_deref()),
             ["pods"] | ["pods", ""] if !is_get => get_only(),
@@ -166,6 +200,19 @@ impl Router {
                     StatusCode::METHOD_NOT_ALLOWED,
                     "Debug endpoints are disabled.\n",
                 )
+            }
+            ["logs", ..] if !self.settings.node_logs.handler => text_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "logs endpoint is disabled.\n",
+            ),
+            ["logs", ..] if !is_get => get_only(),
+            ["logs", ..] => {
+                let gzip = req
+                    .headers()
+                    .get(header::ACCEPT_ENCODING)
+                    .is_some_and(|v| v == "gzip");
+                crate::nodelogs::serve(&self.settings.node_logs, &path, query.as_deref(), gzip)
+                    .await
             }
             ["runningpods", ""] | ["runningpods"] if !is_get => get_only(),
             ["runningpods", ""] | ["runningpods"] => match running_pods(view).await {
@@ -578,6 +625,73 @@ mod tests {
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.unwrap().to_bytes();
         (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    /// The read-only port answers upstream's auth-not-required handlers and
+    /// nothing else; the full router answers `/logs/` as upstream's.
+    #[tokio::test]
+    async fn scopes_and_the_logs_endpoint() {
+        let view: Arc<dyn NodeView> = Arc::new(Problems(Vec::new(), None));
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("syslog"), "hello\n").unwrap();
+        let settings = |handler: bool| Settings {
+            enable_debugging_handlers: true,
+            streaming_idle_timeout: Duration::from_secs(60),
+            node_logs: crate::nodelogs::Settings {
+                handler,
+                query: false,
+                dir: tmp.path().to_owned(),
+            },
+        };
+        let router = |scope: Scope, handler: bool| {
+            let spawn: Spawner = Arc::new(|_, fut| {
+                tokio::spawn(fut);
+            });
+            Router::new(
+                view.clone(),
+                Arc::default(),
+                settings(handler),
+                spawn,
+                CancellationToken::new(),
+            )
+            .with_scope(scope)
+        };
+        let get = |r: Router, path: &'static str, method: Method| async move {
+            let req = Request::builder()
+                .method(method)
+                .uri(path)
+                .body(http_body_util::Empty::<bytes::Bytes>::new())
+                .unwrap();
+            body_text(r.route(req).await).await
+        };
+        for (path, want) in [
+            ("/healthz", 200),
+            ("/pods", 200),
+            ("/logs/syslog", 404),
+            ("/configz", 404),
+            ("/containerLogs/ns/p/c", 404),
+            ("/exec/ns/p/c", 404),
+            ("/runningpods/", 404),
+        ] {
+            let got = get(router(Scope::ReadOnly, true), path, Method::GET)
+                .await
+                .0;
+            assert_eq!(got, want, "read-only {path}");
+        }
+        assert_eq!(
+            get(router(Scope::Full, true), "/logs/syslog", Method::GET).await,
+            (200, "hello\n".to_owned())
+        );
+        assert_eq!(
+            get(router(Scope::Full, true), "/logs/syslog", Method::POST)
+                .await
+                .0,
+            405
+        );
+        assert_eq!(
+            get(router(Scope::Full, false), "/logs/syslog", Method::GET).await,
+            (405, "logs endpoint is disabled.\n".to_owned())
+        );
     }
 
     #[tokio::test]

@@ -62,6 +62,28 @@ pub async fn serve(
         .await;
 }
 
+/// Serves the read-only port (readOnlyPort) on `listener` until `cancel`:
+/// plain HTTP, no authentication, `router` in its read-only scope (upstream's
+/// ListenAndServeKubeletReadOnlyServer).
+pub async fn serve_read_only(
+    listener: Listener,
+    router: Arc<Router>,
+    spawn: Spawner,
+    cancel: CancellationToken,
+) {
+    let conn_cancel = cancel.clone();
+    listener
+        .serve(spawn, cancel, move |tcp, _peer| {
+            let router = router.clone();
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let router = router.clone();
+                async move { Ok::<_, Infallible>(router.route(req).await) }
+            });
+            serve_http1(tcp, service, conn_cancel.clone())
+        })
+        .await;
+}
+
 /// Authenticates, authorizes and routes one request.
 async fn handle(
     router: &Router,

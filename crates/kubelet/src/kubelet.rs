@@ -653,34 +653,50 @@ impl Kubelet {
 
     async fn start_servers(self: &Arc<Self>) -> Result<(), KubeletError> {
         let cfg = &self.opts.config;
-        let mut servers = Vec::new();
         if cfg.healthz_port != 0 {
-            servers.push((
-                "healthz",
-                format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port),
-                false,
-            ));
+            let addr = format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port);
+            let listener = self.listen("healthz", addr).await?;
+            let health: Arc<dyn Health> = self.clone();
+            let spawn = self.tasks.spawner();
+            self.tasks.spawn(
+                tracing::info_span!("server", what = "healthz"),
+                move |token| server::serve(listener, health, spawn, token),
+            );
         }
         if cfg.read_only_port != 0 {
-            servers.push((
-                "readonly",
-                format!("{}:{}", cfg.address, cfg.read_only_port),
-                true,
-            ));
+            let addr = format!("{}:{}", cfg.address, cfg.read_only_port);
+            let listener = self.listen("readonly", addr).await?;
+            let spawn = self.tasks.spawner();
+            let token = self.tasks.child_token();
+            let router = Arc::new(
+                self.router(spawn.clone(), token.clone())
+                    .with_scope(kubelet_server::routes::Scope::ReadOnly),
+            );
+            self.tasks.spawn_with(
+                tracing::info_span!("server", what = "readonly"),
+                kubelet_server::server::serve_read_only(listener, router, spawn, token),
+            );
         }
         if cfg.port != 0 {
             self.start_kubelet_api().await?;
         }
-        for (what, addr, with_pods) in servers {
-            let listener = self.listen(what, addr).await?;
-            let health: Arc<dyn Health> = self.clone();
-            let spawn = self.tasks.spawner();
-            self.tasks
-                .spawn(tracing::info_span!("server", what), move |token| {
-                    server::serve(listener, health, with_pods, spawn, token)
-                });
-        }
         Ok(())
+    }
+
+    /// The kubelet API's handlers over this kubelet.
+    fn router(
+        self: &Arc<Self>,
+        spawn: kubelet_server::streaming::Spawner,
+        token: CancellationToken,
+    ) -> kubelet_server::routes::Router {
+        let view: Arc<dyn NodeView> = self.clone();
+        kubelet_server::routes::Router::new(
+            view,
+            self.stats.clone(),
+            kubelet_server::routes::Settings::from_config(&self.opts.config),
+            spawn,
+            token,
+        )
     }
 
     /// Bind `addr` for the server `what`, and record where it listens. Every
@@ -704,7 +720,7 @@ impl Kubelet {
 
     /// The kubelet API on address:port (HTTPS, authenticated and authorized).
     async fn start_kubelet_api(self: &Arc<Self>) -> Result<(), KubeletError> {
-        use kubelet_server::{auth, routes, server, tls};
+        use kubelet_server::{auth, server, tls};
         let cfg = &self.opts.config;
         let addr = format!("{}:{}", cfg.address, cfg.port);
         let identity = tls::SelfSignedIdentity {
@@ -725,15 +741,8 @@ impl Kubelet {
         let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
         let listener = self.listen("kubelet-api", addr).await?;
         let spawn = self.tasks.spawner();
-        let view: Arc<dyn NodeView> = self.clone();
         let token = self.tasks.child_token();
-        let router = Arc::new(routes::Router::new(
-            view,
-            self.stats.clone(),
-            routes::Settings::from_config(cfg),
-            spawn.clone(),
-            token.clone(),
-        ));
+        let router = Arc::new(self.router(spawn.clone(), token.clone()));
         self.tasks.spawn_with(
             tracing::info_span!("kubelet_api"),
             server::serve(listener, tls, router, auth, spawn, token),
@@ -1625,9 +1634,5 @@ impl Health for Kubelet {
             out.push(("pleg", e));
         }
         out
-    }
-
-    fn pods(&self) -> Vec<Pod> {
-        self.pods_with_status()
     }
 }

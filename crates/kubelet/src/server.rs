@@ -1,7 +1,7 @@
-//! Local HTTP endpoints, as upstream's: `/healthz` on
-//! healthzBindAddress:healthzPort (failing while the sync loop or PLEG is
-//! unhealthy), and on the read-only port (off unless configured) `/pods`, a
-//! v1 PodList with the statuses the status manager holds.
+//! The healthz endpoint, as upstream's: `/healthz` on
+//! healthzBindAddress:healthzPort, failing while the sync loop or PLEG is
+//! unhealthy. (The read-only port is the kubelet API's router in its
+//! read-only scope, `kubelet_server::server::serve_read_only`.)
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,16 +10,14 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use k8s_openapi::api::core::v1::Pod;
 use kubelet_server::listener::{Listener, serve_http1};
 use kubelet_server::streaming::Spawner;
 use tokio_util::sync::CancellationToken;
 
-/// What the endpoints read from the kubelet.
+/// What the endpoint reads from the kubelet.
 pub trait Health: Send + Sync + 'static {
     /// Failing checks: (name, reason).
     fn problems(&self) -> Vec<(&'static str, String)>;
-    fn pods(&self) -> Vec<Pod>;
 }
 
 fn reply(code: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
@@ -44,7 +42,7 @@ fn healthz(problems: &[(&'static str, String)]) -> (StatusCode, String) {
     (StatusCode::INTERNAL_SERVER_ERROR, body)
 }
 
-fn route(req: &Request<Incoming>, health: &dyn Health, with_pods: bool) -> Response<Full<Bytes>> {
+fn route(req: &Request<Incoming>, health: &dyn Health) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return reply(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -56,15 +54,6 @@ fn route(req: &Request<Incoming>, health: &dyn Health, with_pods: bool) -> Respo
         "/healthz" => {
             let (code, body) = healthz(&health.problems());
             reply(code, "text/plain; charset=utf-8", body)
-        }
-        "/pods" | "/pods/" if with_pods => {
-            let list = serde_json::json!({
-                "kind": "PodList",
-                "apiVersion": "v1",
-                "metadata": {},
-                "items": health.pods(),
-            });
-            reply(StatusCode::OK, "application/json", list.to_string())
         }
         _ => reply(
             StatusCode::NOT_FOUND,
@@ -79,7 +68,6 @@ fn route(req: &Request<Incoming>, health: &dyn Health, with_pods: bool) -> Respo
 pub async fn serve(
     listener: Listener,
     health: Arc<dyn Health>,
-    with_pods: bool,
     spawn: Spawner,
     cancel: CancellationToken,
 ) {
@@ -88,7 +76,7 @@ pub async fn serve(
         .serve(spawn, cancel, move |tcp, _peer| {
             let health = health.clone();
             let svc = hyper::service::service_fn(move |req| {
-                let resp = route(&req, &*health, with_pods);
+                let resp = route(&req, &*health);
                 async move { Ok::<_, Infallible>(resp) }
             });
             serve_http1(tcp, svc, conn_cancel.clone())
