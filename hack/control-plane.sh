@@ -12,6 +12,9 @@
 #   hack/control-plane.sh metrics-server
 #                                  build metrics-server (hack/metrics-server/go.mod) into
 #                                  the same cache; prints the binary's path
+#   hack/control-plane.sh kube-state-metrics
+#                                  the same for kube-state-metrics
+#                                  (hack/kube-state-metrics/go.mod)
 #
 # The build is idempotent: a cache hit returns at once; a fresh machine builds
 # again (about 20-40 minutes on 2 cores, most of it kube-apiserver).
@@ -70,25 +73,24 @@ build() {
   echo "$dir"
 }
 
-# metrics-server (its own module: it pins older k8s.io libraries), for
-# `kubectl top`; cached like the control plane, keyed by its go.sum.
+# Tools run beside the cluster, each in a module of its own (they pin
+# other k8s.io libraries than the control plane's), cached like it, keyed by
+# their go.sum: metrics-server (`kubectl top`) and kube-state-metrics (the
+# Prometheus check of /metrics/cadvisor).
 MS_VERSION=v0.8.0
-MS_MOD_DIR=$REPO_ROOT/hack/metrics-server
+KSM_VERSION=v2.20.0
 
-metrics_server_path() {
-  local key
-  key=$(cat "$MS_MOD_DIR/go.mod" "$MS_MOD_DIR/go.sum" | sha256sum | cut -c1-12)
-  echo "$CACHE_ROOT/metrics-server/$MS_VERSION-$key/metrics-server"
-}
-
-metrics_server() {
-  local path
-  path=$(metrics_server_path)
+# tool NAME VERSION PACKAGE: build the module hack/NAME's PACKAGE once;
+# print the binary's path.
+tool() {
+  local name=$1 version=$2 pkg=$3 key path
+  key=$(cat "$REPO_ROOT/hack/$name/go.mod" "$REPO_ROOT/hack/$name/go.sum" | sha256sum | cut -c1-12)
+  path=$CACHE_ROOT/$name/$version-$key/$name
   if [[ ! -x $path ]]; then
     command -v go >/dev/null || die "go is not installed"
-    echo "building metrics-server $MS_VERSION into $path" >&2
-    (cd "$MS_MOD_DIR" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" \
-      -o "$path.tmp" sigs.k8s.io/metrics-server/cmd/metrics-server) || die "go build of metrics-server failed"
+    echo "building $name $version into $path" >&2
+    (cd "$REPO_ROOT/hack/$name" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" \
+      -o "$path.tmp" "$pkg") || die "go build of $name failed"
     mv "$path.tmp" "$path"
   fi
   echo "$path"
@@ -118,6 +120,7 @@ case ${1:-} in
   build) build ;;
   e2e) e2e ;;
   bin-dir) bin_dir ;;
-  metrics-server) metrics_server ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server" ;;
+  metrics-server) tool metrics-server "$MS_VERSION" sigs.k8s.io/metrics-server/cmd/metrics-server ;;
+  kube-state-metrics) tool kube-state-metrics "$KSM_VERSION" k8s.io/kube-state-metrics/v2 ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics" ;;
 esac

@@ -32,6 +32,7 @@ PACKAGES=(
   docker-registry
   skopeo
   apache2-utils
+  prometheus
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }

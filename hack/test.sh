@@ -15,7 +15,9 @@
 #      cluster -- --ignored), which read RKUBELET_CLUSTER_DIR,
 #      RKUBELET_CLUSTER_NODE, RKUBELET_KUBECTL, RKUBELET_E2E_ENDPOINT and
 #      RKUBELET_TEST_REGISTRY (a private registry on loopback,
-#      hack/registry.sh, that this containerd pulls from over HTTP)
+#      hack/registry.sh, that this containerd pulls from over HTTP) and
+#      RKUBELET_KUBE_STATE_METRICS (kube-state-metrics, built and cached
+#      like metrics-server; with Debian's prometheus, for /metrics/cadvisor)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own whose node
@@ -139,7 +141,9 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   hack/cluster.sh metrics-server
 
 stage "cluster tests"
-RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
+KUBE_STATE_METRICS=$(hack/control-plane.sh kube-state-metrics)
+RKUBELET_KUBE_STATE_METRICS="$KUBE_STATE_METRICS" \
+  RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \
   RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \

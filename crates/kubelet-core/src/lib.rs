@@ -11,6 +11,7 @@
 pub mod actions;
 pub mod admission;
 pub mod backoff;
+pub mod cadvisor;
 pub mod cgroups;
 pub mod checkpoint;
 pub mod config;
@@ -24,6 +25,7 @@ pub mod envfile;
 pub mod events;
 pub mod eviction;
 pub mod expansion;
+pub mod expfmt;
 pub mod final_status;
 pub mod flowcontrol;
 pub mod gc;

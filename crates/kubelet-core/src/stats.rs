@@ -7,12 +7,11 @@
 //! `/metrics/resource` (pkg/kubelet/metrics/collectors/resource_metrics.go).
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Serialize, Serializer};
 
-use crate::metrics::format_float;
+use crate::expfmt::{Family, render};
 use crate::timefmt::rfc3339_nanos;
 
 // ---- Summary API types (stats/v1alpha1) ----
@@ -783,7 +782,7 @@ pub fn count_procs(text: &str) -> u64 {
 }
 
 /// Interfaces cAdvisor leaves out of the node's network stats.
-const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
+pub(crate) const IGNORED_INTERFACE_PREFIXES: [&str; 4] = ["lo", "veth", "docker", "nerdctl"];
 
 /// Parse /proc/net/dev into per-interface counters, leaving out loopback and
 /// container-side devices as cAdvisor does.
@@ -860,56 +859,6 @@ pub fn parse_single_int(file: &'static str, text: &str) -> Result<i64, ParseErro
 
 // ---- /metrics/resource ----
 
-/// One metric family of the resource collector.
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    /// "STABLE" or "ALPHA", printed in brackets before the help.
-    stability: &'static str,
-    kind: &'static str,
-    samples: Vec<Sample>,
-}
-
-struct Sample {
-    /// Label pairs, sorted by label name.
-    labels: Vec<(&'static str, String)>,
-    value: f64,
-    timestamp_ms: Option<i64>,
-}
-
-impl Family {
-    fn new(
-        name: &'static str,
-        stability: &'static str,
-        kind: &'static str,
-        help: &'static str,
-    ) -> Self {
-        Family {
-            name,
-            help,
-            stability,
-            kind,
-            samples: Vec::new(),
-        }
-    }
-
-    fn push(&mut self, labels: Vec<(&'static str, String)>, value: f64, at: Option<SystemTime>) {
-        self.samples.push(Sample {
-            labels,
-            value,
-            timestamp_ms: at.map(unix_millis),
-        });
-    }
-}
-
-/// Milliseconds since the epoch, as client_golang stamps a sample.
-fn unix_millis(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => i64::try_from(d.as_millis()).unwrap_or(i64::MAX),
-        Err(e) => -i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX),
-    }
-}
-
 fn seconds_of_nanos(nanos: u64) -> f64 {
     nanos as f64 / 1e9
 }
@@ -921,55 +870,55 @@ fn seconds_of_nanos(nanos: u64) -> f64 {
 /// `scrape_error` is not written: upstream deprecated it in 1.29, so kubelets
 /// from 1.30 on hide it.
 pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
-    let mut node_cpu = Family::new(
+    let mut node_cpu = Family::stable(
         "node_cpu_usage_seconds_total",
         "STABLE",
         "counter",
         "Cumulative cpu time consumed by the node in core-seconds",
     );
-    let mut node_memory = Family::new(
+    let mut node_memory = Family::stable(
         "node_memory_working_set_bytes",
         "STABLE",
         "gauge",
         "Current working set of the node in bytes",
     );
-    let mut node_swap = Family::new(
+    let mut node_swap = Family::stable(
         "node_swap_usage_bytes",
         "ALPHA",
         "gauge",
         "Current swap usage of the node in bytes. Reported only on non-windows systems",
     );
-    let mut container_start = Family::new(
+    let mut container_start = Family::stable(
         "container_start_time_seconds",
         "STABLE",
         "gauge",
         "Start time of the container since unix epoch in seconds",
     );
-    let mut container_cpu = Family::new(
+    let mut container_cpu = Family::stable(
         "container_cpu_usage_seconds_total",
         "STABLE",
         "counter",
         "Cumulative cpu time consumed by the container in core-seconds",
     );
-    let mut container_memory = Family::new(
+    let mut container_memory = Family::stable(
         "container_memory_working_set_bytes",
         "STABLE",
         "gauge",
         "Current working set of the container in bytes",
     );
-    let mut pod_cpu = Family::new(
+    let mut pod_cpu = Family::stable(
         "pod_cpu_usage_seconds_total",
         "STABLE",
         "counter",
         "Cumulative cpu time consumed by the pod in core-seconds",
     );
-    let mut pod_memory = Family::new(
+    let mut pod_memory = Family::stable(
         "pod_memory_working_set_bytes",
         "STABLE",
         "gauge",
         "Current working set of the pod in bytes",
     );
-    let mut scrape_error = Family::new(
+    let mut scrape_error = Family::stable(
         "resource_scrape_error",
         "STABLE",
         "gauge",
@@ -1040,7 +989,7 @@ pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
         }
     }
 
-    let mut families = [
+    render(vec![
         node_cpu,
         node_memory,
         node_swap,
@@ -1050,61 +999,7 @@ pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
         pod_cpu,
         pod_memory,
         scrape_error,
-    ];
-    families.sort_by_key(|f| f.name);
-    let mut out = String::new();
-    for family in &mut families {
-        if family.samples.is_empty() {
-            continue;
-        }
-        family.samples.sort_by(|a, b| {
-            a.labels
-                .iter()
-                .map(|(_, v)| v)
-                .cmp(b.labels.iter().map(|(_, v)| v))
-                .then(a.timestamp_ms.cmp(&b.timestamp_ms))
-        });
-        let _ = writeln!(
-            out,
-            "# HELP {} [{}] {}",
-            family.name, family.stability, family.help
-        );
-        let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
-        for sample in &family.samples {
-            out.push_str(family.name);
-            if !sample.labels.is_empty() {
-                out.push('{');
-                for (i, (name, value)) in sample.labels.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    let _ = write!(out, "{name}=\"{}\"", escape_label_value(value));
-                }
-                out.push('}');
-            }
-            out.push(' ');
-            out.push_str(&format_float(sample.value));
-            if let Some(ms) = sample.timestamp_ms {
-                let _ = write!(out, " {ms}");
-            }
-            out.push('\n');
-        }
-    }
-    out
-}
-
-/// Escape a label value for the text format: backslash, double quote, newline.
-fn escape_label_value(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for ch in value.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out
+    ])
 }
 
 #[cfg(test)]

@@ -197,6 +197,20 @@ impl CriClient {
     }
 
     /// `Status()`: runtime and network readiness.
+    /// The runtime's verbose status information (containerd: `config`,
+    /// `golang`, ... as JSON texts).
+    pub async fn status_info(&self) -> Result<std::collections::HashMap<String, String>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "Status",
+                self.timeout,
+                c.status(cri::StatusRequest { verbose: true }),
+            )
+            .await?;
+        Ok(resp.info)
+    }
+
     pub async fn status(&self) -> Result<RuntimeConditions, CriError> {
         let mut c = self.runtime.clone();
         let resp = self

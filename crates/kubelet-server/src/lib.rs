@@ -10,6 +10,7 @@
 //! [`streaming::Spawner`] (e.g. `Tasks::spawn_with`) and a cancellation token.
 
 pub mod auth;
+pub mod cadvisor;
 pub mod cri_metrics;
 pub mod listener;
 pub mod logs;

@@ -2,9 +2,8 @@
 //! (upstream: InstallAuthNotRequiredHandlers, InstallAuthRequiredHandlers
 //! and InstallDebuggingDisabledHandlers in pkg/kubelet/server/server.go).
 //!
-//! `/metrics/cadvisor` answers 200 with no families: upstream always serves
-//! it, and rkubelet has no cAdvisor (a 404 would fail scrapers that are
-//! configured for every kubelet endpoint).
+//! `/metrics/cadvisor` is cAdvisor's families, gathered by
+//! [`crate::cadvisor`] from the cgroups (rkubelet has no cAdvisor).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -170,7 +169,9 @@ impl Router {
             ["configz"] => json_response(&serde_json::json!({ "kubeletconfig": view.configz() })),
             ["metrics"] => typed_response(PROMETHEUS_TEXT, view.metrics_text()),
             ["metrics", "probes"] => typed_response(PROMETHEUS_TEXT, view.probe_metrics_text()),
-            ["metrics", "cadvisor"] => typed_response(PROMETHEUS_TEXT, ""),
+            ["metrics", "cadvisor"] => {
+                typed_response(PROMETHEUS_TEXT, crate::cadvisor::metrics(view).await)
+            }
             ["metrics", "resource"] => {
                 typed_response(PROMETHEUS_TEXT, self.stats.resource_metrics(view).await)
             }

@@ -432,6 +432,14 @@ impl Kubelet {
         self.dir.path().join("manifests")
     }
 
+    /// Add KubeletConfiguration lines (top-level fields), for the next start.
+    fn add_config(&self, yaml: &str) {
+        let path = self.dir.path().join("config.yaml");
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        text.push_str(yaml);
+        std::fs::write(&path, text).unwrap();
+    }
+
     /// Replace the configuration's eviction settings (the evictionHard
     /// block) with `yaml`, for the next start.
     fn set_eviction(&self, yaml: &str) {
@@ -3386,6 +3394,564 @@ async fn v_a_deferred_resize_waits_across_a_restart() {
         "--wait=false",
     ]);
     k.finish(&uids).await;
+}
+
+/// The pids in a cgroup (its cgroup.procs).
+fn cgroup_pids(dir: &Path) -> Vec<String> {
+    cgroup_value(&dir.join("cgroup.procs"))
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_a_recreated_sandbox_is_reported_with_its_new_ip_and_a_restart() {
+    let mut k = Kubelet::new("sandbox");
+    k.start_ready().await;
+    let name = "cl-sandbox";
+    k.api.create(&test_pod(
+        &k.api,
+        name,
+        json!({"terminationGracePeriodSeconds": 5, "containers": [sh_container("c", SLEEPER)]}),
+    ));
+    let pod = eventually("Running with an IP", START, async || {
+        k.api.pod(name).filter(running_with_ip)
+    })
+    .await;
+    let (pod_uid, old_ip) = (uid(&pod).to_owned(), pod["status"]["podIP"].clone());
+    let uids: HashSet<String> = [pod_uid.clone()].into();
+    let sandbox = k
+        .sandboxes_of(&uids)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+        .expect("a ready sandbox");
+    // Its pause process dies, as under an OOM kill or a node-level kill.
+    let pids = cgroup_pids(&k.pod_cgroup(&pod).join(&sandbox.id));
+    assert!(!pids.is_empty(), "the sandbox's pause process");
+    let status = Command::new("kill").arg("-9").args(&pids).status().unwrap();
+    assert!(status.success());
+    let killed = Instant::now();
+    let after = eventually(
+        "the API has the new sandbox's IP (one) and restartCount 1",
+        Duration::from_secs(5),
+        async || {
+            k.api.pod(name).filter(|p| {
+                let ips = p["status"]["podIPs"].as_array().map_or(0, Vec::len);
+                running_with_ip(p)
+                    && p["status"]["podIP"] != old_ip
+                    && ips == 1
+                    && container_status(p, "c")["restartCount"] == 1
+            })
+        },
+    )
+    .await;
+    eprintln!(
+        "MEASURED: sandbox killed -> new IP {} and restartCount 1 in the API in {:.2}s",
+        after["status"]["podIP"],
+        killed.elapsed().as_secs_f64()
+    );
+    k.finish(&uids).await;
+}
+
+/// A static pod's manifest whose container takes 4 s to stop after SIGTERM
+/// (its grace period is 30 s); `version` goes into its script.
+fn slow_static(version: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "cl-grace", "labels": {"app": "cl-grace", TEST_LABEL: "1"}},
+        "spec": {
+            "terminationGracePeriodSeconds": 30,
+            "containers": [sh_container(
+                "c",
+                &format!("echo {version}; trap 'sleep 4; exit 0' TERM; sleep 3600 & wait"),
+            )],
+        },
+    })
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_b_a_static_pod_stops_within_its_grace_while_its_mirror_shows_it() {
+    let mut k = Kubelet::new("grace");
+    let file = k.manifests().join("grace.json");
+    std::fs::write(&file, slow_static("v1").to_string()).unwrap();
+    k.start_ready().await;
+    let mirror_name = format!("cl-grace-{}", k.api.node);
+    let hash = |p: &Value| p["metadata"]["annotations"]["kubernetes.io/config.mirror"].clone();
+    let first = eventually("the mirror pod Running", START, async || {
+        k.api.pod(&mirror_name).filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [hash(&first).as_str().unwrap().to_owned()].into();
+
+    // Edited: a new pod (as upstream's). The old one gets its grace period
+    // while its mirror pod still shows it Running.
+    std::fs::write(&file, slow_static("v2").to_string()).unwrap();
+    let edited = Instant::now();
+    let unchanged = |p: &Value| {
+        uid(p) == uid(&first)
+            && p["metadata"]["deletionTimestamp"].is_null()
+            && p["status"]["phase"] == "Running"
+    };
+    consistently(
+        "the old mirror pod stays Running while its container stops",
+        Duration::from_secs(3),
+        async || match k.api.pod(&mirror_name) {
+            Some(p) if unchanged(&p) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    let second = eventually(
+        "the edited manifest's mirror pod Running",
+        START,
+        async || {
+            k.api
+                .pod(&mirror_name)
+                .filter(|p| hash(p) != hash(&first))
+                .filter(running_with_ip)
+        },
+    )
+    .await;
+    assert!(
+        edited.elapsed() >= Duration::from_secs(4),
+        "the old container had its 4 s to stop: {:?}",
+        edited.elapsed()
+    );
+    uids.insert(hash(&second).as_str().unwrap().to_owned());
+
+    // Deleted: the mirror pod shows it Running while it stops, then goes.
+    std::fs::remove_file(&file).unwrap();
+    let removed = Instant::now();
+    consistently(
+        "the mirror pod stays Running while its container stops",
+        Duration::from_secs(3),
+        async || match k.api.pod(&mirror_name) {
+            Some(p) if uid(&p) == uid(&second) && p["status"]["phase"] == "Running" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    eventually("the mirror pod is gone", START, async || {
+        k.api.pod(&mirror_name).is_none().then_some(())
+    })
+    .await;
+    assert!(removed.elapsed() >= Duration::from_secs(4));
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_c_host_to_container_propagation_and_an_env_file() {
+    let mut k = Kubelet::new("propagate");
+    k.start_ready().await;
+    let name = "cl-propagate";
+    let mut main = sh_container("c", &format!("echo \"greeting: $GREETING\"; {SLEEPER}"));
+    main["env"] = json!([{"name": "GREETING", "valueFrom": {"fileKeyRef": {
+        "volumeName": "vars", "path": "env.sh", "key": "GREETING"}}}]);
+    main["volumeMounts"] =
+        json!([{"name": "shared", "mountPath": "/mnt", "mountPropagation": "HostToContainer"}]);
+    let mut init = sh_container(
+        "init",
+        "printf \"GREETING='hello from a file'\\n\" > /vars/env.sh",
+    );
+    init["volumeMounts"] = json!([{"name": "vars", "mountPath": "/vars"}]);
+    k.api.create(&test_pod(
+        &k.api,
+        name,
+        json!({
+            "terminationGracePeriodSeconds": 5,
+            "initContainers": [init],
+            "containers": [main],
+            "volumes": [{"name": "vars", "emptyDir": {}}, {"name": "shared", "emptyDir": {}}],
+        }),
+    ));
+    let pod = eventually(
+        "Running (the HostToContainer mount is taken)",
+        START,
+        async || k.api.pod(name).filter(running_with_ip),
+    )
+    .await;
+    let logs = k.api.ok(&["logs", name, "-n", "default", "-c", "c"]);
+    assert!(logs.contains("greeting: hello from a file"), "{logs}");
+    // A mount made on the host inside the volume reaches the container.
+    let volume = k.dir.path().join(format!(
+        "root/pods/{}/volumes/kubernetes.io~empty-dir/shared",
+        uid(&pod)
+    ));
+    let inner = volume.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&inner)
+        .status()
+        .unwrap();
+    assert!(mounted.success());
+    std::fs::write(inner.join("seen"), "propagated\n").unwrap();
+    let seen = eventually(
+        "the host's mount seen in the container",
+        START,
+        async || exec_out(&k.api, name, "cat /mnt/inner/seen").filter(|o| o.contains("propagated")),
+    )
+    .await;
+    assert_eq!(seen.trim(), "propagated");
+    let _ = Command::new("umount").arg(&inner).status();
+    k.finish(&[uid(&pod).to_owned()].into()).await;
+}
+
+/// The files of one container's log directory, with their sizes.
+fn log_files(dir: &Path) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    Some((
+                        e.file_name().to_string_lossy().into_owned(),
+                        e.metadata().ok()?.len(),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_d_logs_rotate_keep_their_link_and_kubectl_logs_follows() {
+    let mut k = Kubelet::new("logs");
+    k.add_config(
+        "containerLogMaxSize: 512Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
+    );
+    k.start_ready().await;
+    let name = "cl-chatty";
+    // About 2 MB/s of numbered lines.
+    let script = "i=0; pad=$(printf '%0100d' 0); while :; do i=$((i+1)); echo \"line $i $pad\"; \
+                  case $i in *000) usleep 50000;; esac; done";
+    k.api.create(&test_pod(
+        &k.api,
+        name,
+        json!({"terminationGracePeriodSeconds": 2, "containers": [sh_container("c", script)]}),
+    ));
+    let pod = eventually("Running", START, async || {
+        k.api.pod(name).filter(running_with_ip)
+    })
+    .await;
+    let pod_uid = uid(&pod).to_owned();
+    let id = container_status(&pod, "c")["containerID"]
+        .as_str()
+        .and_then(|id| id.split_once("://"))
+        .map(|(_, id)| id.to_owned())
+        .expect("a container ID");
+    let dir = k
+        .dir
+        .path()
+        .join(format!("logs/default_{name}_{pod_uid}/c"));
+    // The link log agents tail.
+    let link = PathBuf::from(format!("/var/log/containers/{name}_default_c-{id}.log"));
+    assert_eq!(std::fs::read_link(&link).unwrap(), dir.join("0.log"));
+    // kubectl logs -f from before the rotations.
+    let mut follow = k.api.spawn_as(
+        &k.api.admin_conf(),
+        &["logs", "-f", name, "-n", "default", "-c", "c"],
+        None,
+    );
+    let out = follow.stdout.take().unwrap();
+    let followed = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut last = 0u64;
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if let Some(n) = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()) {
+                last = n;
+            }
+        }
+        last
+    });
+    let rotated = eventually(
+        "two rotations: a compressed copy and a plain one",
+        START,
+        async || {
+            let files = log_files(&dir);
+            (files.iter().any(|(n, _)| n.ends_with(".gz")) && files.len() >= 3).then_some(files)
+        },
+    )
+    .await;
+    eprintln!("MEASURED: log files after rotations: {rotated:?}");
+    // Bounded: containerLogMaxFiles files at most, the written one within
+    // what one interval at ~2 MB/s adds.
+    consistently(
+        "at most 3 log files, each bounded",
+        Duration::from_secs(7),
+        async || {
+            let files = log_files(&dir);
+            let total: u64 = files.iter().map(|(_, s)| s).sum();
+            if files.len() <= 3 && total < 24 << 20 {
+                Ok(())
+            } else {
+                Err(format!("{files:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        dir.join("0.log"),
+        "the link survives"
+    );
+    let tail = k
+        .api
+        .ok(&["logs", name, "-n", "default", "-c", "c", "--tail=2"]);
+    let newest: u64 = tail
+        .lines()
+        .last()
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .expect("kubectl logs reads the current file");
+    let _ = follow.kill();
+    let _ = follow.wait();
+    let last = followed.join().unwrap();
+    assert!(
+        last + 200_000 > newest && last > 0,
+        "the follower followed across the rotations: its last line {last}, the newest {newest}"
+    );
+    k.api
+        .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
+    let uids: HashSet<String> = [pod_uid].into();
+    k.wait_runtime_clean("the pod is gone", &uids).await;
+    assert!(
+        std::fs::symlink_metadata(&link).is_err(),
+        "the link went with the container"
+    );
+    k.finish(&uids).await;
+}
+
+/// A program the test runs beside rkubelet, killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The result vector of a Prometheus instant query (None when it fails).
+fn prometheus_query(port: u16, query: &str) -> Option<Vec<Value>> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", "-G"])
+        .arg(format!("http://127.0.0.1:{port}/api/v1/query"))
+        .arg("--data-urlencode")
+        .arg(format!("query={query}"))
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    v["data"]["result"].as_array().cloned()
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_e_cadvisor_metrics_feed_prometheus_and_the_kube_prometheus_rules() {
+    let mut k = Kubelet::new("cadvisor");
+    k.start_ready().await;
+    let app = "cl-prom";
+    let spec = json!({"terminationGracePeriodSeconds": 5, "containers": [
+        sh_container("busy", "trap 'exit 0' TERM; while :; do :; done & wait")]});
+    for i in 0..2 {
+        k.api
+            .create(&test_pod(&k.api, &format!("{app}-{i}"), spec.clone()));
+    }
+    let pods = eventually("both pods Running", START, async || {
+        let pods: Vec<Value> = (0..2)
+            .filter_map(|i| k.api.pod(&format!("{app}-{i}")))
+            .collect();
+        (pods.len() == 2 && pods.iter().all(running_with_ip)).then_some(pods)
+    })
+    .await;
+    // The families, through the API server's node proxy.
+    let raw = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics/cadvisor", k.api.node),
+    ]);
+    for family in [
+        "container_cpu_usage_seconds_total",
+        "container_memory_working_set_bytes",
+        "container_memory_rss",
+        "container_memory_cache",
+        "container_spec_memory_limit_bytes",
+        "container_start_time_seconds",
+        "container_network_receive_bytes_total",
+        "machine_cpu_cores",
+        "machine_memory_bytes",
+    ] {
+        assert!(raw.contains(&format!("# TYPE {family} ")), "no {family}");
+    }
+    let series = format!("container=\"busy\",cpu=\"total\",id=\"{}", k.cgroups.name);
+    assert!(
+        raw.contains(&series),
+        "the busy container's CPU series under its cgroup: {series}"
+    );
+    // Prometheus scrapes rkubelet over TLS with a client certificate, and
+    // kube-state-metrics; the kube-prometheus rules join them.
+    let work = k.dir.path().join("prometheus");
+    std::fs::create_dir_all(&work).unwrap();
+    let ksm_port = 14580;
+    let ksm = Daemon(
+        Command::new(env("RKUBELET_KUBE_STATE_METRICS"))
+            .arg(format!("--kubeconfig={}", k.api.admin_conf().display()))
+            .args([
+                "--host=127.0.0.1",
+                &format!("--port={ksm_port}"),
+                "--telemetry-host=127.0.0.1",
+            ])
+            .args(["--telemetry-port=14581", "--resources=pods"])
+            .stdout(Stdio::null())
+            .stderr(File::create(work.join("ksm.log")).unwrap())
+            .spawn()
+            .expect("starting kube-state-metrics"),
+    );
+    let pki = k.api.dir.join("pki");
+    let rules = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/prometheus/rules.yaml"),
+    )
+    .unwrap();
+    std::fs::write(work.join("rules.yaml"), rules).unwrap();
+    let config = format!(
+        "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\n\
+         rule_files: [{rules}]\n\
+         scrape_configs:\n\
+         - job_name: kubelet\n  scheme: https\n  metrics_path: /metrics/cadvisor\n\
+         \x20 tls_config: {{cert_file: {cert}, key_file: {key}, insecure_skip_verify: true}}\n\
+         \x20 static_configs: [{{targets: ['127.0.0.1:{KUBELET_PORT}']}}]\n\
+         \x20 relabel_configs: [{{source_labels: [__metrics_path__], target_label: metrics_path}}]\n\
+         - job_name: kube-state-metrics\n  static_configs: [{{targets: ['127.0.0.1:{ksm_port}']}}]\n",
+        rules = work.join("rules.yaml").display(),
+        cert = pki.join("admin.crt").display(),
+        key = pki.join("admin.key").display(),
+    );
+    std::fs::write(work.join("prometheus.yml"), config).unwrap();
+    let prom_port = 14590;
+    let prometheus = Daemon(
+        Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                work.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                work.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(File::create(work.join("prometheus.log")).unwrap())
+            .spawn()
+            .expect("starting prometheus"),
+    );
+    for rule in [
+        "node_namespace_pod_container:container_memory_working_set_bytes",
+        "node_namespace_pod_container:container_cpu_usage_seconds_total:sum_irate",
+    ] {
+        let got = eventually(
+            &format!("{rule} has each pod's series"),
+            START,
+            async || {
+                let result = prometheus_query(
+                    prom_port,
+                    &format!("{rule}{{namespace=\"default\",container=\"busy\"}}"),
+                )?;
+                let with_node = |p: &Value| {
+                    result.iter().any(|r| {
+                        r["metric"]["pod"] == p["metadata"]["name"]
+                            && r["metric"]["node"] == k.api.node.as_str()
+                    })
+                };
+                pods.iter().all(with_node).then_some(result)
+            },
+        )
+        .await;
+        eprintln!("MEASURED: {rule}: {} series", got.len());
+    }
+    let busy = prometheus_query(
+        prom_port,
+        "node_namespace_pod_container:container_cpu_usage_seconds_total:sum_irate{container=\"busy\"}",
+    )
+    .unwrap();
+    let cores: f64 = busy
+        .iter()
+        .filter_map(|r| r["value"][1].as_str()?.parse::<f64>().ok())
+        .sum();
+    assert!(cores > 0.1, "the busy loops use CPU: {cores} cores");
+    drop((prometheus, ksm));
+    let uids = uids_of(&pods);
+    k.finish(&uids).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_f_node_logs_through_the_api_and_the_read_only_port() {
+    let mut k = Kubelet::new("nodelogs");
+    let read_only = KUBELET_PORT + 5;
+    k.add_config(&format!(
+        "readOnlyPort: {read_only}\nenableSystemLogQuery: true\n"
+    ));
+    k.start_ready().await;
+    // A log file of this test's in /var/log.
+    let file = format!("rkubelet-cluster-test-{}.log", std::process::id());
+    let path = Path::new("/var/log").join(&file);
+    std::fs::write(&path, "a node log line\n").unwrap();
+    let proxy = format!("/api/v1/nodes/{}/proxy/logs/", k.api.node);
+    let listing = k.api.ok(&["get", "--raw", &proxy]);
+    assert!(
+        listing.contains(&format!("<a href=\"{file}\">{file}</a>")),
+        "{listing}"
+    );
+    assert_eq!(
+        k.api.ok(&["get", "--raw", &format!("{proxy}{file}")]),
+        "a node log line\n"
+    );
+    // The node log query: a file, and a service's log by upstream's heuristics.
+    assert_eq!(
+        k.api
+            .ok(&["get", "--raw", &format!("{proxy}?query=/{file}")]),
+        "a node log line\n"
+    );
+    let service = file.trim_end_matches(".log");
+    assert_eq!(
+        k.api
+            .ok(&["get", "--raw", &format!("{proxy}?query={service}")]),
+        "a node log line\n"
+    );
+    // Never outside /var/log.
+    let (code, body) = k.curl(Some("admin"), "/logs/../../etc/passwd");
+    assert!(code == 404 && !body.contains("root:"), "{code} {body}");
+    std::fs::remove_file(&path).unwrap();
+    // The read-only port serves upstream's read endpoints, nothing else.
+    let get = |p: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+            .arg(format!("http://127.0.0.1:{read_only}{p}"))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for (p, want) in [
+        ("/pods", "200"),
+        ("/healthz", "200"),
+        ("/stats/summary", "200"),
+        ("/metrics", "200"),
+        ("/metrics/cadvisor", "200"),
+        ("/metrics/resource", "200"),
+        ("/configz", "404"),
+        ("/logs/", "404"),
+        ("/containerLogs/default/x/y", "404"),
+    ] {
+        assert_eq!(get(p), want, "read-only port {p}");
+    }
+    k.finish(&HashSet::new()).await;
 }
 
 #[tokio::test]
