@@ -176,6 +176,17 @@ pub enum Next {
 }
 
 /// The state of one probe worker (upstream's worker fields).
+///
+/// After a kubelet restart a worker may resume a container's result from
+/// before it ([`ProbeState::resume`]): the container that is still the same
+/// (same id) keeps being ready, or started, instead of starting over from
+/// the initial result (upstream does start over, so each restart flips
+/// every ready pod unready for a probe period). A kept readiness is
+/// provisional: the first probe result decides (a failure makes the
+/// container unready at once, whatever the failure threshold), and
+/// without one it expires ([`ProbeState::expire`]) back to the initial
+/// result. A kept startup success is final, as a startup probe that passed
+/// is never run again.
 #[derive(Clone, Debug)]
 pub struct ProbeState {
     kind: ProbeKind,
@@ -184,6 +195,8 @@ pub struct ProbeState {
     last_result: Option<ProbeResult>,
     result_run: u32,
     on_hold: bool,
+    /// A result kept from before a restart, not yet confirmed by a probe.
+    provisional: bool,
 }
 
 impl ProbeState {
@@ -195,7 +208,41 @@ impl ProbeState {
             last_result: None,
             result_run: 0,
             on_hold: false,
+            provisional: false,
         }
+    }
+
+    /// A worker resuming `result` of the container `container_id` from
+    /// before a restart (the cached results already hold it): a readiness
+    /// success is provisional, a startup success final; anything else is
+    /// the initial state anyway.
+    pub fn resume(
+        kind: ProbeKind,
+        timing: ProbeTiming,
+        container_id: String,
+        result: ProbeResult,
+    ) -> Self {
+        let kept = result == ProbeResult::Success && kind != ProbeKind::Liveness;
+        ProbeState {
+            container_id: kept.then_some(container_id),
+            provisional: kept && kind == ProbeKind::Readiness,
+            ..ProbeState::new(kind, timing)
+        }
+    }
+
+    /// Whether a kept result waits for its first probe.
+    pub fn provisional(&self) -> bool {
+        self.provisional
+    }
+
+    /// The kept result's time is over with no probe to confirm it (the
+    /// runtime did not answer): back to the initial result.
+    pub fn expire(&mut self) -> Option<ResultUpdate> {
+        if !std::mem::take(&mut self.provisional) {
+            return None;
+        }
+        let id = self.container_id.clone()?;
+        Some(ResultUpdate::Set(id, self.kind.initial_result()))
     }
 
     /// The container id whose result this worker owns (removed when it ends).
@@ -223,6 +270,8 @@ impl ProbeState {
             if let Some(old) = self.container_id.take() {
                 updates.push(ResultUpdate::Remove(old));
             }
+            // Another container than the kept one: nothing is kept.
+            self.provisional = false;
             updates.push(ResultUpdate::Set(c.id.clone(), self.kind.initial_result()));
             self.container_id = Some(c.id.clone());
             // A new container: resume probing, count afresh.
@@ -267,6 +316,17 @@ impl ProbeState {
     /// consecutive equal results is reached. A liveness/startup failure puts
     /// the worker on hold until the container id changes.
     pub fn record(&mut self, result: ProbeResult) -> Option<ResultUpdate> {
+        if std::mem::take(&mut self.provisional) {
+            // The first probe after a restart decides the kept readiness.
+            self.last_result = Some(result);
+            self.result_run = 1;
+            return match result {
+                ProbeResult::Failure | ProbeResult::Success => {
+                    Some(ResultUpdate::Set(self.container_id.clone()?, result))
+                }
+                ProbeResult::Unknown => None,
+            };
+        }
         if self.last_result == Some(result) {
             self.result_run = self.result_run.saturating_add(1);
         } else {
@@ -531,6 +591,66 @@ mod tests {
 
     fn state(kind: ProbeKind, probe: Probe) -> ProbeState {
         ProbeState::new(kind, ProbeTiming::of(kind, &probe))
+    }
+
+    #[test]
+    fn a_kept_result_after_a_restart() {
+        let timing = ProbeTiming {
+            initial_delay: Duration::ZERO,
+            period: Duration::from_secs(10),
+            timeout: Duration::from_secs(1),
+            success_threshold: 2,
+            failure_threshold: 3,
+        };
+        let view = |id: &str| ContainerView {
+            id: id.into(),
+            running_for: Some(Duration::from_secs(600)),
+            terminated: false,
+            started: true,
+            restartable: true,
+        };
+        let set = |r| Some(ResultUpdate::Set("c1".into(), r));
+        use ProbeResult::{Failure, Success};
+        // Readiness kept: no initial result set; the first probe decides at
+        // once, whatever the thresholds.
+        for (first, want) in [(Failure, set(Failure)), (Success, set(Success))] {
+            let mut s = ProbeState::resume(ProbeKind::Readiness, timing, "c1".into(), Success);
+            assert!(s.provisional());
+            let tick = s.tick(false, Some(&view("c1")));
+            assert_eq!((tick.updates, tick.next), (vec![], Next::Probe));
+            assert_eq!(s.record(first), want, "{first:?}");
+            assert!(!s.provisional());
+            // Then the thresholds count as usual.
+            assert_eq!(s.record(Failure), None, "one failure of three");
+        }
+        // No probe in time: back to the initial result.
+        let mut s = ProbeState::resume(ProbeKind::Readiness, timing, "c1".into(), Success);
+        assert_eq!(s.expire(), set(Failure));
+        assert_eq!(s.expire(), None);
+        // Another container than the kept one: the kept id goes, the new
+        // one starts from the initial result.
+        let mut s = ProbeState::resume(ProbeKind::Readiness, timing, "c1".into(), Success);
+        let tick = s.tick(false, Some(&view("c2")));
+        assert_eq!(
+            tick.updates,
+            [
+                ResultUpdate::Remove("c1".into()),
+                ResultUpdate::Set("c2".into(), Failure)
+            ]
+        );
+        assert!(!s.provisional() && s.expire().is_none());
+        // A startup success kept is final; a failure or a liveness result
+        // is the initial state anyway.
+        let s = ProbeState::resume(ProbeKind::Startup, timing, "c1".into(), Success);
+        assert_eq!((s.provisional(), s.container_id()), (false, Some("c1")));
+        for (kind, r) in [
+            (ProbeKind::Readiness, Failure),
+            (ProbeKind::Liveness, Success),
+            (ProbeKind::Startup, Failure),
+        ] {
+            let s = ProbeState::resume(kind, timing, "c1".into(), r);
+            assert_eq!(s.container_id(), None, "{kind} {r:?}");
+        }
     }
 
     #[test]

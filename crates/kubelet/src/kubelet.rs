@@ -508,6 +508,7 @@ impl Kubelet {
             tasks.clone(),
             probe_tx.clone(),
             opts.clock,
+            Some(opts.root_dir.join("pods")),
         );
         let volumes = VolumeManager::new(
             opts.root_dir.join("pods"),
@@ -1149,6 +1150,7 @@ impl Kubelet {
                     }
                     if update.op == PodOperation::Add {
                         self.syncer.allocation.admit(&pod);
+                        self.restore_probe_results(&pod, update.source);
                     }
                     // A resize is admitted against every pod the sources
                     // want: one found as a pod is added (after a restart)
@@ -1198,6 +1200,27 @@ impl Kubelet {
                     }
                 }
             }
+        }
+    }
+
+    /// A pod the sources give for the first time since the kubelet
+    /// started: what its probes said before the restart, from its API
+    /// status (API pods) or what the prober kept on disk (static pods).
+    fn restore_probe_results(&self, pod: &Pod, source: &str) {
+        let uid = PodUid::of(pod);
+        if self.workers.state(&uid).is_some() {
+            return;
+        }
+        let kept = if source == SOURCE_FILE {
+            self.syncer.prober.kept_on_disk(&uid)
+        } else {
+            pod.status
+                .as_ref()
+                .map(crate::prober::restore::from_status)
+                .unwrap_or_default()
+        };
+        if !kept.is_empty() {
+            self.syncer.prober.restore(pod, kept);
         }
     }
 

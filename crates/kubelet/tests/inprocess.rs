@@ -1711,3 +1711,64 @@ async fn a_resources_edit_resizes_running_containers_in_place_or_restarts_them()
     assert_eq!(node.ready_sandboxes(), 1, "same sandbox");
     k.stop().await;
 }
+
+/// The Ready condition the kubelet holds for the named pod, once it has a
+/// status with one.
+fn ready_condition(k: &Running, name: &str) -> Option<bool> {
+    let pod = k
+        .kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))?;
+    let conditions = pod.status?.conditions?;
+    let ready = conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some(ready.status == "True")
+}
+
+/// A restart of the kubelet keeps a ready static pod ready: from its first
+/// status after the restart on, Ready never goes False while its probe
+/// passes (the prober kept its result on disk); a probe that started
+/// failing while the kubelet was down makes it unready within a period.
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_a_ready_static_pod_ready() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    let manifest = pod("r", &[("c", "sleep 1000")], "")
+        + "    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 10\n";
+    node.write("r.yaml", &manifest);
+    let k = node.start();
+    eventually("Ready", || ready_condition(&k, "r-node1") == Some(true)).await;
+    k.stop().await;
+
+    let probes_before = node.fake.exec_commands().len();
+    let k = node.start();
+    let watched = tokio::time::Instant::now();
+    let mut statuses = 0;
+    while watched.elapsed() < Duration::from_secs(25) {
+        if let Some(ready) = ready_condition(&k, "r-node1") {
+            statuses += 1;
+            assert!(
+                ready,
+                "Ready went False {:?} after the restart",
+                watched.elapsed()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(statuses > 0, "the pod had a status");
+    assert!(
+        node.fake.exec_commands().len() > probes_before,
+        "its probe ran after the restart"
+    );
+    k.stop().await;
+
+    node.fake.set_exec_result_for("c", 1, b"", b"");
+    let k = node.start();
+    let restarted = tokio::time::Instant::now();
+    eventually("unready", || ready_condition(&k, "r-node1") == Some(false)).await;
+    assert!(
+        restarted.elapsed() <= Duration::from_secs(11),
+        "unready within a period: {:?}",
+        restarted.elapsed()
+    );
+    k.stop().await;
+}

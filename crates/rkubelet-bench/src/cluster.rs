@@ -8,7 +8,8 @@
 //!                            --node NAME --endpoint unix://SOCK
 //!                            [--serial N] [--bursts 20,100] [--steady SECS]
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
-//!                            [--probes N] [--scrape[=false] | --no-scrape]
+//!                            [--probes N] [--log-flood N]
+//!                            [--scrape[=false] | --no-scrape]
 //!                            [--view[=false] | --no-view]
 //!                            [--evict[=false] | --no-evict]
 //!                            [--only rkubelet|upstream] [--work DIR]
@@ -44,17 +45,23 @@
 //!      per failed probe), and the API requests of the whole phase from the
 //!      burst on (the window alone hides the burst's failures, and events
 //!      that the spam filter, having spent a pod's tokens then, drops later);
-//!   7. once every burst's and probed pod is gone, a window at rest again:
+//!   7. with `--log-flood N` (10 by default), N pods each writing 1 MB/s
+//!      of log lines: a steady window (RSS, CPU, API requests) with both
+//!      kubelets on the default rotation settings (containerLogMaxSize
+//!      10Mi, containerLogMaxFiles 5, every 10 s), the most log bytes one
+//!      container kept meanwhile, then the startup of 5 more pods one at a
+//!      time under the flood (p50, beside the serial p50 without it);
+//!   8. once every burst's and probed pod is gone, a window at rest again:
 //!      the RSS the kubelet gave back;
-//!   8. with `--evict` (the default), the eviction phase: restart it with
+//!   9. with `--evict` (the default), the eviction phase: restart it with
 //!      `kernelMemcgNotification: true` and a memory.available threshold
 //!      400 MiB below what the node has, then run a BestEffort pod that
 //!      fills 800 MiB of a memory-backed emptyDir; the time from the
 //!      threshold crossed (the bench reads the root memory cgroup as the
 //!      kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
 //!      file, whose mtime says when);
-//!   9. delete its pods, stop it, delete the Node and its Lease, and remove
-//!      from the runtime whatever of the bench's pods it left.
+//!   10. delete its pods, stop it, delete the Node and its Lease, and remove
+//!       from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
 //! table. Only prints figures; exits 1 if a kubelet failed its run (the other one's
@@ -115,7 +122,7 @@ const RKUBELET_PORT: u16 = 10250;
 
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
-    [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] \
+    [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] [--log-flood N] \
     [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] \
     [--evict[=false] | --no-evict] [--only rkubelet|upstream] \
     [--work DIR]";
@@ -158,6 +165,8 @@ struct Args {
     /// Pods of the probe phase, each with an exec and an httpGet probe
     /// every second (0: no probe phase).
     probes: usize,
+    /// Pods of the log flood phase, each writing 1 MB/s (0: none).
+    log_flood: usize,
     /// Scrape /metrics and /stats/summary every second with the largest
     /// burst's pods running.
     scrape: bool,
@@ -173,7 +182,7 @@ impl Args {
     /// Bursts or a probe phase run, so a window at rest follows once their
     /// pods are deleted.
     fn rests_after_deletes(&self) -> bool {
-        !self.bursts.is_empty() || self.probes > 0
+        !self.bursts.is_empty() || self.probes > 0 || self.log_flood > 0
     }
 }
 
@@ -200,6 +209,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut settle = Duration::from_secs(10);
     let mut timeout = Duration::from_secs(180);
     let mut probes = 100;
+    let mut log_flood = 10;
     let mut scrape = true;
     let mut view = true;
     let mut evict = true;
@@ -248,6 +258,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
                 timeout = secs(value("--timeout")?, "--timeout")?.max(Duration::from_secs(1))
             }
             "--probes" => probes = value("--probes")?.parse().context("--probes")?,
+            "--log-flood" => log_flood = value("--log-flood")?.parse().context("--log-flood")?,
             "--scrape" => scrape = bool_flag("--scrape", inline.as_deref())?,
             "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
             "--view" => view = bool_flag("--view", inline.as_deref())?,
@@ -286,6 +297,7 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         settle,
         timeout,
         probes,
+        log_flood,
         scrape,
         view,
         evict,
@@ -300,6 +312,8 @@ struct Window {
     pods: usize,
     /// The pods carry probes (the probe phase).
     probed: bool,
+    /// The pods flood their logs (the log flood phase).
+    logging: bool,
     secs: f64,
     /// Mean of VmRSS samples taken every second, KiB.
     rss_mean_kib: f64,
@@ -316,6 +330,7 @@ impl Window {
     fn label(&self) -> String {
         match (self.pods, self.probed, self.scrape.is_some()) {
             (0, _, _) => "at rest".into(),
+            (n, _, _) if self.logging => format!("with {n} pods flooding their logs"),
             (n, true, _) => format!("with {n} probed pods"),
             (n, _, true) => format!("with {n} pods scraped"),
             (n, _, _) => format!("with {n} pods"),
@@ -355,6 +370,10 @@ struct KResults {
     /// A window at rest once every burst's and the probe phase's pods are
     /// deleted: what the kubelet gave back.
     after: Option<Window>,
+    /// The log flood phase: the most log bytes one container kept during
+    /// its window, and pod startups under the flood.
+    flood_max_log_bytes: Option<u64>,
+    flood_startups: Vec<Duration>,
     /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
     view: Option<String>,
     /// From a memory.available threshold crossed to the pod's SIGTERM
@@ -370,7 +389,7 @@ impl KResults {
     fn steady(&self, pods: usize) -> Option<&Window> {
         self.windows
             .iter()
-            .find(|w| w.pods == pods && !w.probed && w.scrape.is_none())
+            .find(|w| w.pods == pods && !w.probed && !w.logging && w.scrape.is_none())
     }
 }
 
@@ -595,6 +614,10 @@ async fn wait_until(
 
 /// The group of the probe phase's pods.
 const PROBE_GROUP: &str = "probe";
+/// The group of the log flood phase's pods.
+const LOG_GROUP: &str = "logs";
+/// Pods started one at a time under the log flood.
+const FLOOD_STARTUPS: usize = 5;
 /// The group of the view pod.
 const VIEW_GROUP: &str = "view";
 
@@ -624,6 +647,15 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
         },
     });
     let mut v = v;
+    if group == LOG_GROUP {
+        // 10,000 lines of 101 bytes every second: 1 MB/s.
+        v["spec"]["containers"][0]["command"] = serde_json::json!([
+            "sh",
+            "-c",
+            "trap 'exit 0' TERM; pad=$(printf '%0100d' 0); \
+             while :; do yes $pad | head -n 10000; sleep 1; done & wait"
+        ]);
+    }
     if group == PROBE_GROUP {
         // An exec liveness probe and an httpGet readiness probe, every second.
         let c = &mut v["spec"]["containers"][0];
@@ -885,6 +917,18 @@ impl Ctx {
         secs: Duration,
         scraped: &mut [Endpoint],
     ) -> anyhow::Result<Window> {
+        self.window_of(k, pods, probed, false, secs, scraped).await
+    }
+
+    async fn window_of(
+        &self,
+        k: &mut Kubelet,
+        pods: usize,
+        probed: bool,
+        logging: bool,
+        secs: Duration,
+        scraped: &mut [Endpoint],
+    ) -> anyhow::Result<Window> {
         let pid = k.pid();
         let audit0 = self.audit_len();
         let cpu0 = self.cpu_s(pid)?;
@@ -906,6 +950,7 @@ impl Ctx {
         let w = Window {
             pods,
             probed,
+            logging,
             secs: elapsed,
             rss_mean_kib: samples.iter().sum::<f64>() / samples.len().max(1) as f64,
             cpu_s: cpu,
@@ -1193,6 +1238,43 @@ impl Ctx {
                 r.probe_phase = Some(self.audit_requests(a, b)?);
             }
             self.delete_group(PROBE_GROUP, k, TEARDOWN_TIMEOUT).await?;
+        }
+        if self.args.log_flood > 0 {
+            let m = self.args.log_flood;
+            self.burst(k, m, LOG_GROUP).await?;
+            tokio::time::sleep(self.args.settle).await;
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (logs, done) = (dir.join("pod-logs"), stop.clone());
+            let sampler = tokio::task::spawn_blocking(move || {
+                let mut most = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    most = most.max(largest_container_logs(&logs));
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                most
+            });
+            let window = self
+                .window_of(k, m, false, true, self.args.steady, &mut [])
+                .await;
+            let mut startups = Vec::new();
+            for i in 0..FLOOD_STARTUPS {
+                startups.push(
+                    self.one_pod(k, &format!("{POD_PREFIX}serial-flood-{i}"))
+                        .await?,
+                );
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            r.windows.push(window?);
+            let most = sampler.await.context("the log size sampler")?;
+            println!(
+                "    log flood: one container's log files held at most {:.1} MiB; pod startup p50 \
+                 under the flood {:.1} ms",
+                most as f64 / (1 << 20) as f64,
+                percentile_ms(&startups, 0.5).unwrap_or(f64::NAN)
+            );
+            r.flood_max_log_bytes = Some(most);
+            r.flood_startups = startups;
+            self.delete_group(LOG_GROUP, k, TEARDOWN_TIMEOUT).await?;
         }
         if self.args.rests_after_deletes() {
             println!("    every pod deleted:");
@@ -1609,6 +1691,33 @@ localStorageCapacityIsolation: false
     )
 }
 
+/// The most bytes of log files one log flood container keeps in `logs`
+/// (podLogsDir: `<namespace>_<pod>_<uid>/<container>/`).
+fn largest_container_logs(logs: &Path) -> u64 {
+    let prefix = format!("{NAMESPACE}_{POD_PREFIX}{LOG_GROUP}-");
+    let dirs = |p: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(p)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    dirs(logs)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&prefix))
+        })
+        .flat_map(|pod| dirs(&pod))
+        .map(|container| {
+            dirs(&container)
+                .iter()
+                .filter_map(|f| std::fs::metadata(f).ok())
+                .map(|m| m.len())
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A loopback TCP port nobody listens on right now (the upstream kubelet's
 /// :10250 server, moved out of other kubelets' way).
 fn free_port() -> anyhow::Result<u16> {
@@ -1850,6 +1959,33 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
             format!("  CPU-s more than steady {m} pods"),
             Box::new(move |r| Some(find(r)?.cpu_s - r.steady(m)?.cpu_s)),
             2,
+        ));
+    }
+    if args.log_flood > 0 {
+        let m = args.log_flood;
+        let find = |r: &KResults| r.windows.iter().find(|w| w.logging).cloned();
+        rows.push((
+            format!(
+                "{m} pods logging 1 MB/s each: CPU-s over {} s",
+                args.steady.as_secs()
+            ),
+            Box::new(move |r| find(r).map(|w| w.cpu_s)),
+            2,
+        ));
+        rows.push((
+            format!("  VmRSS with {m} pods logging (MiB)"),
+            Box::new(move |r| find(r).map(|w| mib(w.rss_mean_kib as u64))),
+            1,
+        ));
+        rows.push((
+            "  one container's log files at most (MiB; 10Mi × 5 + an interval's growth)".into(),
+            Box::new(|r| r.flood_max_log_bytes.map(|b| b as f64 / (1 << 20) as f64)),
+            1,
+        ));
+        rows.push((
+            format!("  pod startup p50 under the flood (ms, n={FLOOD_STARTUPS})"),
+            Box::new(|r| percentile_ms(&r.flood_startups, 0.5)),
+            1,
         ));
     }
     if args.rests_after_deletes() {

@@ -3954,6 +3954,106 @@ async fn w_f_node_logs_through_the_api_and_the_read_only_port() {
     k.finish(&HashSet::new()).await;
 }
 
+/// A pod whose exec readiness probe passes while `/tmp/ready` exists.
+fn probed_pod(api: &Api, name: &str) -> Value {
+    let mut c = sh_container("c", &format!("touch /tmp/ready; {SLEEPER}"));
+    c["readinessProbe"] =
+        json!({"exec": {"command": ["test", "-f", "/tmp/ready"]}, "periodSeconds": 10});
+    test_pod(
+        api,
+        name,
+        json!({"terminationGracePeriodSeconds": 5, "containers": [c]}),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn x_restarts_of_rkubelet_keep_ready_pods_ready() {
+    let mut k = Kubelet::new("ready");
+    k.start_ready().await;
+    let (steady, failing) = ("cl-ready", "cl-unready");
+    k.api.create(&probed_pod(&k.api, steady));
+    k.api.create(&probed_pod(&k.api, failing));
+    let pods = eventually("both pods Ready", START, async || {
+        let pods: Vec<Value> = [steady, failing]
+            .iter()
+            .filter_map(|n| k.api.pod(n))
+            .collect();
+        (pods.len() == 2 && pods.iter().all(|p| condition(p, "Ready") == "True")).then_some(pods)
+    })
+    .await;
+    // A watch of the steady pod's Ready condition and its container's readiness.
+    let mut watch = k.api.spawn_as(
+        &k.api.admin_conf(),
+        &[
+            "get", "pod", steady, "-n", "default", "-w", "--output-watch-events", "-o",
+            r#"jsonpath={.object.status.conditions[?(@.type=="Ready")].status} {.object.status.containerStatuses[0].ready}{"\n"}"#,
+        ],
+        None,
+    );
+    let out = watch.stdout.take().unwrap();
+    let seen = std::thread::spawn(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+    });
+    let restarts = 20;
+    let started = Instant::now();
+    for _ in 0..restarts {
+        k.terminate().await;
+        let log = std::fs::metadata(k.dir.path().join("rkubelet.log")).map_or(0, |m| m.len());
+        k.start_ready().await;
+        // Until this rkubelet synced the pod (its first status follows at once).
+        eventually("the pod synced after the restart", START, async || {
+            let text = std::fs::read(k.dir.path().join("rkubelet.log")).ok()?;
+            let new = String::from_utf8_lossy(text.get(log as usize..)?).into_owned();
+            new.lines()
+                .any(|l| l.contains("pod update") && l.contains(&format!("pod=default/{steady} ")))
+                .then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "MEASURED: {restarts} restarts of rkubelet in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    // One more period for what the last restart might flip.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let _ = watch.kill();
+    let _ = watch.wait();
+    let lines = seen.join().unwrap();
+    assert!(!lines.is_empty(), "the watch saw the pod");
+    assert!(
+        lines.iter().all(|l| l.trim() == "True true"),
+        "Ready changed during the restarts: {lines:?}"
+    );
+    // The other pod's probe fails while rkubelet is down: unready within
+    // a probe period of the restart.
+    k.terminate().await;
+    k.exec(uid(&pods[1]), "c", &["rm", "/tmp/ready"]).await;
+    k.start();
+    let restarted = Instant::now();
+    eventually("the failing pod unready", START, async || {
+        k.api
+            .pod(failing)
+            .filter(|p| condition(p, "Ready") == "False")
+    })
+    .await;
+    let took = restarted.elapsed();
+    eprintln!(
+        "MEASURED: unready {:.1}s after the restart",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < Duration::from_secs(12),
+        "within a period (10 s): {took:?}"
+    );
+    k.finish(&uids_of(&pods)).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn zz_container_exit_during_apiserver_outage_is_reported_after() {

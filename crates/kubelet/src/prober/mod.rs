@@ -2,9 +2,18 @@
 //! task per (pod, container, probe kind) for the liveness, readiness and
 //! startup probes of regular containers and sidecars; results are cached by
 //! container id and a change notifies the sync loop with the pod's UID.
+//!
+//! Unlike upstream's, a restart of the kubelet does not make ready pods
+//! unready: the readiness and startup results a container had before are
+//! restored ([`ProbeManager::restore`]: from the API pod's status, or for
+//! static pods from `pods/<uid>/probe-results.json`, which the prober keeps)
+//! for the container that is still the same (same id), until its first
+//! probe decides, or one probe period (and timeout) passes without one
+//! (`restore` module).
 
 pub mod handlers;
 mod metrics;
+pub mod restore;
 pub mod results;
 mod worker;
 
@@ -20,6 +29,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub use restore::Kept;
 pub use results::ProbeResults;
 
 use crate::clock::Clock;
@@ -60,11 +70,56 @@ pub(crate) struct Shared {
     start: Instant,
     workers: Mutex<HashMap<WorkerKey, WorkerEntry>>,
     next_id: AtomicU64,
+    /// What each pod's containers had before a restart, until their
+    /// workers take it.
+    restored: Mutex<HashMap<PodUid, HashMap<String, Kept>>>,
+    /// `<root-dir>/pods`, where static pods' results are kept (None: not kept).
+    pods_dir: Option<std::path::PathBuf>,
+    /// Each static pod's kept results, as its file has them.
+    kept_static: Mutex<HashMap<PodUid, HashMap<String, Kept>>>,
 }
 
 impl Shared {
     fn workers(&self) -> MutexGuard<'_, HashMap<WorkerKey, WorkerEntry>> {
         self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn restored(&self) -> MutexGuard<'_, HashMap<PodUid, HashMap<String, Kept>>> {
+        self.restored.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A static pod's container's readiness or startup result changed:
+    /// what its file keeps for the next restart follows.
+    fn keep_static(&self, uid: &PodUid, container: &str, id: &str, kind: ProbeKind, success: bool) {
+        let Some(dir) = &self.pods_dir else {
+            return;
+        };
+        if kind == ProbeKind::Liveness {
+            return;
+        }
+        let mut all = self.kept_static.lock().unwrap_or_else(|e| e.into_inner());
+        let pod = all.entry(uid.clone()).or_default();
+        let fresh = Kept {
+            id: id.to_owned(),
+            ready: false,
+            started: false,
+        };
+        let entry = pod
+            .entry(container.to_owned())
+            .or_insert_with(|| fresh.clone());
+        let mut next = if entry.id == id { entry.clone() } else { fresh };
+        match kind {
+            ProbeKind::Readiness => next.ready = success,
+            _ => next.started = success,
+        }
+        if *entry == next {
+            return;
+        }
+        *entry = next;
+        // A small file, rarely written: inline.
+        if let Err(e) = restore::write_kept(dir, uid, pod) {
+            tracing::warn!(pod = %uid, error = %e, "keeping a static pod's probe results");
+        }
     }
 
     /// A worker ended: mark it done. False when another worker replaced it
@@ -110,6 +165,8 @@ pub(super) fn probed_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
 }
 
 impl ProbeManager {
+    /// `pods_dir`: `<root-dir>/pods`, where static pods' results are kept
+    /// across restarts (None: they are not).
     pub fn new(
         cri: CriClient,
         status: StatusManager,
@@ -117,6 +174,7 @@ impl ProbeManager {
         tasks: Tasks,
         changed: UnboundedSender<PodUid>,
         clock: Clock,
+        pods_dir: Option<std::path::PathBuf>,
     ) -> Self {
         ProbeManager {
             shared: Arc::new(Shared {
@@ -131,7 +189,51 @@ impl ProbeManager {
                 start: Instant::now(),
                 workers: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(0),
+                restored: Mutex::default(),
+                pods_dir,
+                kept_static: Mutex::default(),
             }),
+        }
+    }
+
+    /// Restore what `pod`'s containers had before the kubelet restarted
+    /// (`kept`, by container name): each readiness and startup success is
+    /// in the cached results at once, so the pod's first status after the
+    /// restart already has it, and the container's workers start from it.
+    /// A container that is not the same any more (another id) has nothing
+    /// kept: its workers find it gone and start over.
+    pub fn restore(&self, pod: &Pod, kept: HashMap<String, Kept>) {
+        let uid = PodUid::of(pod);
+        let mut taken = HashMap::new();
+        for container in probed_containers(pod) {
+            let Some(k) = kept.get(&container.name) else {
+                continue;
+            };
+            let mut any = false;
+            for (kind, yes) in [
+                (ProbeKind::Readiness, k.ready),
+                (ProbeKind::Startup, k.started),
+            ] {
+                if yes && kind.spec(container).is_some() {
+                    self.shared.results.seed(kind, &k.id);
+                    any = true;
+                }
+            }
+            if any {
+                taken.insert(container.name.clone(), k.clone());
+            }
+        }
+        if !taken.is_empty() {
+            tracing::info!(pod = %uid, containers = taken.len(), "probe results kept from before the restart");
+            self.shared.restored().insert(uid, taken);
+        }
+    }
+
+    /// What this kubelet kept on disk of a static pod's results.
+    pub fn kept_on_disk(&self, uid: &PodUid) -> HashMap<String, Kept> {
+        match &self.shared.pods_dir {
+            Some(dir) => restore::read_kept(dir, uid),
+            None => HashMap::new(),
         }
     }
 
@@ -140,7 +242,9 @@ impl ProbeManager {
     /// Idempotent: call it at every SyncPod.
     pub fn add_pod(&self, pod: &Arc<Pod>) {
         let uid = PodUid::of(pod);
+        let restored = self.shared.restored().remove(&uid).unwrap_or_default();
         for container in probed_containers(pod) {
+            let kept = restored.get(&container.name);
             for kind in ProbeKind::ALL {
                 let Some(spec) = kind.spec(container) else {
                     continue;
@@ -150,12 +254,20 @@ impl ProbeManager {
                     container: container.name.clone(),
                     kind,
                 };
-                self.start_worker(key, pod, spec);
+                let resumed = kept.and_then(|k| {
+                    let yes = match kind {
+                        ProbeKind::Readiness => k.ready,
+                        ProbeKind::Startup => k.started,
+                        ProbeKind::Liveness => false,
+                    };
+                    yes.then(|| k.id.clone())
+                });
+                self.start_worker(key, pod, spec, resumed);
             }
         }
     }
 
-    fn start_worker(&self, key: WorkerKey, pod: &Arc<Pod>, spec: &Probe) {
+    fn start_worker(&self, key: WorkerKey, pod: &Arc<Pod>, spec: &Probe, resumed: Option<String>) {
         let shared = &self.shared;
         let mut workers = shared.workers();
         if let Some(old) = workers.get(&key) {
@@ -176,6 +288,7 @@ impl ProbeManager {
             key: key.clone(),
             pod: pod.clone(),
             shared: shared.clone(),
+            resumed,
         };
         let token = shared.tasks.spawn(span, |token| worker.run(token));
         workers.insert(
@@ -194,7 +307,8 @@ impl ProbeManager {
         self.cleanup(|u| u != uid);
     }
 
-    /// Stop the workers of pods `keep` rejects (housekeeping).
+    /// Stop the workers of pods `keep` rejects (housekeeping), and forget
+    /// what was restored of them and no worker took.
     pub fn cleanup(&self, keep: impl Fn(&PodUid) -> bool) {
         self.shared.workers().retain(|key, entry| {
             let kept = keep(&key.uid);
@@ -203,6 +317,22 @@ impl ProbeManager {
             }
             kept
         });
+        self.shared.restored().retain(|uid, containers| {
+            let kept = keep(uid);
+            if !kept {
+                for k in containers.values() {
+                    for kind in [ProbeKind::Readiness, ProbeKind::Startup] {
+                        self.shared.results.remove(kind, &k.id);
+                    }
+                }
+            }
+            kept
+        });
+        self.shared
+            .kept_static
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|uid, _| keep(uid));
     }
 
     /// Workers running (tests assert none leak).

@@ -63,6 +63,15 @@ impl ProbeResults {
         }
     }
 
+    /// A success kept from before a restart, without telling anyone (the
+    /// pod's first status is still to be made).
+    pub(crate) fn seed(&self, kind: ProbeKind, container_id: &str) {
+        self.lock().insert(
+            (kind, raw_container_id(container_id).to_owned()),
+            ProbeResult::Success,
+        );
+    }
+
     pub(crate) fn remove(&self, kind: ProbeKind, container_id: &str) {
         self.lock()
             .remove(&(kind, raw_container_id(container_id).to_owned()));

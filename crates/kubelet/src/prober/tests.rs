@@ -58,6 +58,7 @@ impl Harness {
             tasks.clone(),
             tx,
             Clock::System,
+            Some(dir.path().join("pods")),
         );
         Harness {
             _dir: dir,
@@ -532,8 +533,106 @@ async fn an_idle_worker_holds_little() {
         },
         pod,
         shared: h.manager.shared.clone(),
+        resumed: None,
     };
     let task = worker.run(CancellationToken::new());
     // 1 KiB today; 13 KiB with the handlers inline and the container copied.
     assert!(size_of_val(&task) <= 2048, "{} bytes", size_of_val(&task));
+}
+
+/// What a container had before a restart, as `restore` takes it.
+fn kept(id: &str) -> std::collections::HashMap<String, super::Kept> {
+    [(
+        "app".to_owned(),
+        super::Kept {
+            id: id.to_owned(),
+            ready: true,
+            started: true,
+        },
+    )]
+    .into()
+}
+
+/// After a restart, the container that is still the same is ready from
+/// the first status on, and no change is told while its probe passes; a
+/// probe that fails now makes it unready at its first run, whatever the
+/// failure threshold.
+#[tokio::test(start_paused = true)]
+async fn a_restart_keeps_readiness_until_a_probe_decides() {
+    let mut h = Harness::new().await;
+    let id = h.run_container("app").await;
+    let pod = pod(vec![Container {
+        name: "app".into(),
+        readiness_probe: Some(exec_probe("true", None)),
+        ..Default::default()
+    }]);
+    h.set_running(&pod, &[("app", &id)]);
+    h.manager.restore(&pod, kept(&id));
+    let results = h.manager.results();
+    assert_eq!(
+        results.readiness(&id),
+        Some(ProbeResult::Success),
+        "before any worker ran"
+    );
+    h.manager.add_pod(&pod);
+    tokio::time::sleep(Duration::from_secs(35)).await;
+    assert!(h.execs("app").len() >= 3, "the probe ran");
+    assert!(h.changed.try_recv().is_err(), "no change was told");
+    assert_eq!(results.readiness(&id), Some(ProbeResult::Success));
+
+    // Restarted again, the probe failing meanwhile (threshold 3).
+    h.manager.remove_pod(&PodUid::from(UID));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    while h.changed.try_recv().is_ok() {}
+    h.fake.set_exec_result_for("app", 1, b"", b"");
+    h.manager.restore(&pod, kept(&id));
+    let restarted = tokio::time::Instant::now();
+    h.manager.add_pod(&pod);
+    assert_eq!(h.next_change().await, PodUid::from(UID));
+    assert_eq!(results.readiness(&id), Some(ProbeResult::Failure));
+    assert!(
+        restarted.elapsed() <= Duration::from_secs(10),
+        "unready within one period: {:?}",
+        restarted.elapsed()
+    );
+}
+
+/// Kept readiness with no probe able to run (the runtime does not answer)
+/// ends after a period and a timeout, as the initial result would have it;
+/// a container that changed while the kubelet was down keeps nothing.
+#[tokio::test(start_paused = true)]
+async fn kept_readiness_expires_and_a_new_container_keeps_nothing() {
+    let mut h = Harness::new().await;
+    let id = h.run_container("app").await;
+    let pod = pod(vec![Container {
+        name: "app".into(),
+        readiness_probe: Some(exec_probe("true", None)),
+        ..Default::default()
+    }]);
+    h.set_running(&pod, &[("app", &id)]);
+    h.fake.set_unavailable(true);
+    h.manager.restore(&pod, kept(&id));
+    let results = h.manager.results();
+    let restarted = tokio::time::Instant::now();
+    h.manager.add_pod(&pod);
+    assert_eq!(h.next_change().await, PodUid::from(UID));
+    assert_eq!(results.readiness(&id), Some(ProbeResult::Failure));
+    let took = restarted.elapsed();
+    assert!(
+        (Duration::from_secs(11)..=Duration::from_secs(12)).contains(&took),
+        "period 10 s + timeout 1 s: {took:?}"
+    );
+    h.fake.set_unavailable(false);
+
+    // The status shows another container than the one kept.
+    h.manager.remove_pod(&PodUid::from(UID));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let new_id = h.run_container("app").await;
+    h.set_running(&pod, &[("app", &new_id)]);
+    h.fake.set_exec_result_for("app", 1, b"", b"");
+    h.manager.restore(&pod, kept(&id));
+    h.manager.add_pod(&pod);
+    assert_eq!(h.next_change().await, PodUid::from(UID));
+    assert_eq!(results.readiness(&id), None, "the kept one is dropped");
+    assert_eq!(results.readiness(&new_id), Some(ProbeResult::Failure));
 }

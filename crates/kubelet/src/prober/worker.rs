@@ -32,6 +32,9 @@ pub(crate) struct Worker {
     /// probe are read from it (a changed probe gets a new worker).
     pub pod: Arc<Pod>,
     pub shared: Arc<Shared>,
+    /// The container whose success (of this worker's kind) was kept from
+    /// before a restart.
+    pub resumed: Option<String>,
 }
 
 /// The container a worker probes, and its probe, in the worker's pod.
@@ -81,7 +84,13 @@ impl Worker {
             return self.finish(None);
         };
         let timing = ProbeTiming::of(self.kind(), target.spec);
-        let mut state = ProbeState::new(self.kind(), timing);
+        let mut state = match &self.resumed {
+            Some(id) => ProbeState::resume(self.kind(), timing, id.clone(), ProbeResult::Success),
+            None => ProbeState::new(self.kind(), timing),
+        };
+        // A kept readiness lasts until the first probe, at most a period
+        // and a timeout: the time the first probe has after a restart.
+        let kept_until = Instant::now() + timing.period + timing.timeout;
         // Workers started together (a kubelet restart) spread out over a period.
         if self.shared.start.elapsed() < timing.period {
             let jitter = timing.period.mul_f64(fraction(&self.key));
@@ -100,9 +109,17 @@ impl Worker {
             if !keep_going {
                 break;
             }
-            tokio::select! {
-                _ = token.cancelled() => break,
-                _ = ticker.tick() => {}
+            loop {
+                tokio::select! {
+                    _ = token.cancelled() => return self.finish(state.container_id()),
+                    _ = ticker.tick() => break,
+                    _ = tokio::time::sleep_until(kept_until), if state.provisional() => {
+                        tracing::info!(pod = %self.key.uid, container = %self.key.container, "no probe since the restart: the kept readiness ends");
+                        if let Some(update) = state.expire() {
+                            self.apply(update);
+                        }
+                    }
+                }
             }
         }
         self.finish(state.container_id());
@@ -122,13 +139,24 @@ impl Worker {
 
     fn apply(&self, update: ResultUpdate) {
         match update {
-            ResultUpdate::Set(id, result) => self.shared.results.set(
-                self.kind(),
-                &id,
-                result,
-                &self.key.uid,
-                &self.shared.changed,
-            ),
+            ResultUpdate::Set(id, result) => {
+                if kubelet_core::types::is_static_pod(&self.pod) {
+                    self.shared.keep_static(
+                        &self.key.uid,
+                        &self.key.container,
+                        &id,
+                        self.kind(),
+                        result == ProbeResult::Success,
+                    );
+                }
+                self.shared.results.set(
+                    self.kind(),
+                    &id,
+                    result,
+                    &self.key.uid,
+                    &self.shared.changed,
+                )
+            }
             ResultUpdate::Remove(id) => self.shared.results.remove(self.kind(), &id),
         }
     }
