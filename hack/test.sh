@@ -97,6 +97,9 @@ hack/install-deps.sh
 stage "cargo fmt --check"
 cargo fmt --all -- --check
 
+stage "no module import circles"
+hack/check-modules.py
+
 stage "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 

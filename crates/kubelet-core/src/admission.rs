@@ -12,9 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::eviction::Pressure;
 use crate::eviction::rank::is_critical;
+use crate::qos::qos_class;
 use crate::quantity::{parse_bytes, parse_cpu_millis};
 use crate::resources;
-use crate::status::qos_class;
+use crate::types::Rejection;
 
 /// What admission needs to know about the node.
 #[derive(Clone, Debug, Default)]
@@ -65,21 +66,6 @@ impl NodeInfo {
                 .and_then(|f| f.supplemental_groups_policy)
                 .unwrap_or(known.supplemental_groups_policy),
         }
-    }
-}
-
-/// Why a pod was refused: the reason and message of upstream's Warning
-/// event; the pod's status says [`Rejection::status_message`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
-    pub reason: String,
-    pub message: String,
-}
-
-impl Rejection {
-    /// The rejected pod's status message (upstream's rejectPod).
-    pub fn status_message(&self) -> String {
-        format!("Pod was rejected: {}", self.message)
     }
 }
 

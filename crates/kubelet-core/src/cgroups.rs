@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::qos::qos_class;
 use crate::resources::{self, Amounts};
-use crate::status::qos_class;
 
 /// Lowest cpu.shares the kernel takes; what BestEffort gets.
 pub const MIN_SHARES: u64 = 2;

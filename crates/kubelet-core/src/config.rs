@@ -662,7 +662,10 @@ impl KubeletConfiguration {
             soft: &self.eviction_soft,
             soft_grace_period: &self.eviction_soft_grace_period,
             minimum_reclaim: &self.eviction_minimum_reclaim,
-            enforce_node_allocatable: &self.enforce_node_allocatable,
+            enforce_pods: self
+                .enforce_node_allocatable
+                .iter()
+                .any(|k| k == ENFORCE_PODS),
         })
     }
 

@@ -9,13 +9,8 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerStatus, Pod, PodCondition, PodStatus as ApiPodStatus,
 };
 
-use crate::actions::{container_should_restart, init_containers, is_sidecar, regular_containers};
-use crate::status::{PHASE_FAILED, is_terminal};
-
-/// Whether a status is in a terminal phase (Succeeded or Failed).
-pub fn is_terminal_status(s: &ApiPodStatus) -> bool {
-    s.phase.as_deref().is_some_and(is_terminal)
-}
+use crate::phase::{PHASE_FAILED, is_terminal, is_terminal_status};
+use crate::podspec::{container_should_restart, init_containers, is_sidecar, regular_containers};
 
 fn exit_code(s: &ContainerStatus) -> Option<i32> {
     s.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code)
@@ -104,7 +99,7 @@ pub fn keep_final(pod: &Pod, old: &ApiPodStatus, new: &mut ApiPodStatus) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::PHASE_SUCCEEDED;
+    use crate::phase::PHASE_SUCCEEDED;
     use k8s_openapi::api::core::v1::{
         ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
         ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, PodSpec,

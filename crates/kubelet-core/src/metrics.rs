@@ -23,10 +23,11 @@
 //! its buckets, and a closing `# EOF`. Keeping upstream's bytes takes this
 //! module's renderer; the registry under it is a map per family.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// client_golang's `DefBuckets`.
@@ -56,10 +57,6 @@ pub fn exponential_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
         next *= factor;
     }
     out
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Name, help and label names of a family, and the order its labels render in.
@@ -171,7 +168,7 @@ impl Counter {
         if let Some(key) = self.desc.key(labels)
             && v >= 0.0
         {
-            *lock(&self.series).entry(key).or_default() += v;
+            *self.series.lock().entry(key).or_default() += v;
         }
     }
 
@@ -196,13 +193,13 @@ impl Gauge {
 
     pub fn set(&self, labels: &[&str], v: f64) {
         if let Some(key) = self.desc.key(labels) {
-            lock(&self.series).insert(key, v);
+            self.series.lock().insert(key, v);
         }
     }
 
     pub fn add(&self, labels: &[&str], v: f64) {
         if let Some(key) = self.desc.key(labels) {
-            *lock(&self.series).entry(key).or_default() += v;
+            *self.series.lock().entry(key).or_default() += v;
         }
     }
 
@@ -227,7 +224,7 @@ impl Gauge {
 
 fn get(desc: &Desc, series: &Mutex<BTreeMap<Vec<String>, f64>>, labels: &[&str]) -> f64 {
     desc.key(labels)
-        .and_then(|key| lock(series).get(&key).copied())
+        .and_then(|key| series.lock().get(&key).copied())
         .unwrap_or(0.0)
 }
 
@@ -237,7 +234,7 @@ fn render_values(
     kind: &str,
     out: &mut String,
 ) {
-    let series = lock(series);
+    let series = series.lock();
     if series.is_empty() {
         return;
     }
@@ -293,7 +290,7 @@ impl Histogram {
             return;
         };
         let bucket = self.buckets.partition_point(|b| *b < v);
-        let mut series = lock(&self.series);
+        let mut series = self.series.lock();
         let s = series.entry(key).or_insert_with(|| HistogramSeries {
             counts: vec![0; self.buckets.len() + 1],
             ..Default::default()
@@ -312,13 +309,13 @@ impl Histogram {
     pub fn count(&self, labels: &[&str]) -> u64 {
         self.desc
             .key(labels)
-            .and_then(|key| lock(&self.series).get(&key).map(|s| s.count))
+            .and_then(|key| self.series.lock().get(&key).map(|s| s.count))
             .unwrap_or(0)
     }
 
     /// Append this family's text (nothing for a labeled family with no series).
     pub fn render(&self, out: &mut String) {
-        let series = lock(&self.series);
+        let series = self.series.lock();
         if series.is_empty() {
             return;
         }

@@ -147,7 +147,7 @@ pub struct ContainerView {
     /// The status says the container has started (its startup probe passed).
     pub started: bool,
     /// The container will run again after it ended (its restartPolicy and
-    /// rules, else the pod's: `actions::container_should_restart`).
+    /// rules, else the pod's: `podspec::container_should_restart`).
     pub restartable: bool,
 }
 

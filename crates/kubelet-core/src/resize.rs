@@ -18,10 +18,11 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::actions::{ContainerKind, PodActions, init_containers, is_sidecar, regular_containers};
+use crate::actions::{ContainerUpdate, PodActions};
 use crate::cgroups::{
     MIN_SHARES, PodCgroupPolicy, pod_resource_config, quota_to_milli_cpu, shares_to_milli_cpu,
 };
+use crate::podspec::{ContainerKind, init_containers, is_sidecar, regular_containers};
 use crate::quantity::{format_binary_si, format_milli, parse_bytes, parse_cpu_millis};
 use crate::resources::{pod_quantities, pod_requests};
 use crate::runtime::{ContainerState, PodStatus};
@@ -212,16 +213,6 @@ pub fn container_resize(
         || desired.memory_request < current.memory_request
         || desired.memory_limit < current.memory_limit;
     Resize::Update { shrinks }
-}
-
-/// A running container whose resources are to be updated in place.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContainerUpdate {
-    pub id: String,
-    pub name: String,
-    pub kind: ContainerKind,
-    /// Index into the spec's list of this kind.
-    pub index: usize,
 }
 
 impl PodActions {

@@ -7,24 +7,20 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus as ApiPodStatus, ResourceRequirements,
+    PodStatus as ApiPodStatus,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::actions::{
-    container_should_restart, ephemeral_containers, init_containers, is_initialized, is_sidecar,
-    regular_containers,
+use crate::actions::is_initialized;
+use crate::phase::{
+    PHASE_FAILED, PHASE_PENDING, PHASE_RUNNING, PHASE_SUCCEEDED, is_terminal, is_terminal_status,
 };
-use crate::quantity::{parse_bytes, parse_cpu_millis};
-use crate::resources;
+use crate::podspec::{
+    container_should_restart, ephemeral_containers, init_containers, is_sidecar, regular_containers,
+};
+use crate::qos::qos_class;
 use crate::runtime::{ContainerState, ContainerStatus, PodStatus, ProbeView, SandboxState};
-
-pub const PHASE_PENDING: &str = "Pending";
-pub const PHASE_RUNNING: &str = "Running";
-pub const PHASE_SUCCEEDED: &str = "Succeeded";
-pub const PHASE_FAILED: &str = "Failed";
 
 /// Why a container is not running yet, as the last SyncPod saw it
 /// (upstream's reason cache): `ErrImagePull`, `ErrImageNeverPull`,
@@ -44,10 +40,6 @@ pub fn time_from_nanos(ns: i64) -> Option<Time> {
         return None;
     }
     Timestamp::from_second(ns / 1_000_000_000).ok().map(Time)
-}
-
-pub fn is_terminal(phase: &str) -> bool {
-    phase == PHASE_SUCCEEDED || phase == PHASE_FAILED
 }
 
 /// Whether a container status shows a finished run: terminated, or
@@ -161,71 +153,6 @@ pub fn pod_phase(
         return PHASE_FAILED;
     }
     PHASE_PENDING
-}
-
-/// The QoS class upstream derives from requests and limits (GetPodQOS):
-/// the one the API server recorded, else computed from the pod-level
-/// resources when set, else from every container's.
-pub fn qos_class(pod: &Pod) -> &'static str {
-    match pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
-        Some("Guaranteed") => return "Guaranteed",
-        Some("Burstable") => return "Burstable",
-        Some("BestEffort") => return "BestEffort",
-        _ => {}
-    }
-    if resources::pod_level_resources_set(pod)
-        && let Some(r) = pod.spec.as_ref().and_then(|s| s.resources.as_ref())
-    {
-        return requirements_qos(r);
-    }
-    let mut pod_qos = None;
-    for c in init_containers(pod).iter().chain(regular_containers(pod)) {
-        let qos = c.resources.as_ref().map_or("BestEffort", requirements_qos);
-        match pod_qos {
-            _ if qos == "Burstable" => return qos,
-            None => pod_qos = Some(qos),
-            Some(p) if p != qos => return "Burstable",
-            Some(_) => {}
-        }
-    }
-    pod_qos.unwrap_or("BestEffort")
-}
-
-/// requirementsQOS: cpu and memory both requested at their (nonzero)
-/// limit → Guaranteed; neither → BestEffort; else Burstable. A limit with
-/// no request is the request, as the API server defaults it.
-fn requirements_qos(r: &ResourceRequirements) -> &'static str {
-    let requests = r.requests.as_ref();
-    let limits = r.limits.as_ref();
-    if requests.is_none_or(BTreeMap::is_empty) && limits.is_none_or(BTreeMap::is_empty) {
-        return "BestEffort";
-    }
-    let amount = |res: &str, m: Option<&BTreeMap<String, Quantity>>| {
-        let q = m?.get(res)?;
-        if res == "cpu" {
-            parse_cpu_millis(q).ok()
-        } else {
-            parse_bytes(q).ok()
-        }
-    };
-    let mut qos = None;
-    for res in ["cpu", "memory"] {
-        let lim = amount(res, limits).unwrap_or(0);
-        let req = amount(res, requests).unwrap_or(lim);
-        let this = if req != lim {
-            return "Burstable";
-        } else if req == 0 {
-            "BestEffort"
-        } else {
-            "Guaranteed"
-        };
-        match qos {
-            None => qos = Some(this),
-            Some(q) if q != this => return "Burstable",
-            Some(_) => {}
-        }
-    }
-    qos.unwrap_or("BestEffort")
 }
 
 fn terminated(c: &ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
@@ -378,7 +305,7 @@ pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 /// for DisruptionTarget in a terminal status.
 pub fn kubelet_owned(status: &ApiPodStatus) -> ApiPodStatus {
     let mut owned = status.clone();
-    let terminal = crate::final_status::is_terminal_status(status);
+    let terminal = is_terminal_status(status);
     if let Some(conditions) = owned.conditions.as_mut() {
         conditions.retain(|c| {
             is_kubelet_condition(&c.type_) || (terminal && c.type_ == DISRUPTION_TARGET)
@@ -424,11 +351,7 @@ pub fn fail_for_eviction(
 /// server has: a status computed otherwise takes the API's phase back
 /// (with its reason and message when it has none of its own).
 pub fn keep_api_terminal_phase(status: &mut ApiPodStatus, pod: &Pod) {
-    let Some(api) = pod
-        .status
-        .as_ref()
-        .filter(|s| crate::final_status::is_terminal_status(s))
-    else {
+    let Some(api) = pod.status.as_ref().filter(|s| is_terminal_status(s)) else {
         return;
     };
     if status.phase != api.phase {

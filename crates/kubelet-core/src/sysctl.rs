@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::admission::Rejection;
+use crate::types::Rejection;
 
 /// Upstream's rejection reason.
 pub const FORBIDDEN_REASON: &str = "SysctlForbidden";

@@ -59,6 +59,21 @@ pub fn is_static_pod(pod: &Pod) -> bool {
         .is_some_and(|s| s == SOURCE_FILE)
 }
 
+/// Why a pod was refused: the reason and message of upstream's Warning
+/// event; the pod's status says [`Rejection::status_message`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection {
+    pub reason: String,
+    pub message: String,
+}
+
+impl Rejection {
+    /// The rejected pod's status message (upstream's rejectPod).
+    pub fn status_message(&self) -> String {
+        format!("Pod was rejected: {}", self.message)
+    }
+}
+
 /// The source a pod came from (`kubernetes.io/config.source`).
 pub const SOURCE_FILE: &str = "file";
 pub const SOURCE_API: &str = "api";

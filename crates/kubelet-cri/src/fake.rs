@@ -8,12 +8,13 @@
 //! images, injected errors and latency, container exits, and snapshots of the
 //! state to assert on.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::hash::{BuildHasher, RandomState};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
@@ -208,7 +209,7 @@ impl FakeRuntime {
 
     /// The commands ExecSync ran, in order, with the container's name.
     pub fn exec_commands(&self) -> Vec<(String, Vec<String>)> {
-        self.backend.lock().exec_log.clone()
+        self.backend.state.lock().exec_log.clone()
     }
 
     /// Make a running container exit now with this code (as if its process ended). Returns false if not running.
@@ -231,7 +232,7 @@ impl FakeRuntime {
 
     /// Snapshot of the sandboxes, in creation order.
     pub fn sandboxes(&self) -> Vec<cri::PodSandbox> {
-        let state = self.backend.lock();
+        let state = self.backend.state.lock();
         select(&state.sandboxes, &Selector::default())
             .map(SandboxRecord::summary)
             .collect()
@@ -239,7 +240,7 @@ impl FakeRuntime {
 
     /// Snapshot of the containers, in creation order.
     pub fn containers(&self) -> Vec<cri::Container> {
-        let state = self.backend.lock();
+        let state = self.backend.state.lock();
         select(&state.containers, &Selector::default())
             .map(ContainerRecord::summary)
             .collect()
@@ -247,19 +248,25 @@ impl FakeRuntime {
 
     /// The config a container was created with (None for an unknown ID).
     pub fn container_config(&self, container_id: &str) -> Option<cri::ContainerConfig> {
-        let state = self.backend.lock();
+        let state = self.backend.state.lock();
         state.containers.get(container_id).map(|c| c.config.clone())
     }
 
     /// The config a sandbox was created with (None for an unknown ID).
     pub fn sandbox_config(&self, sandbox_id: &str) -> Option<cri::PodSandboxConfig> {
-        let state = self.backend.lock();
+        let state = self.backend.state.lock();
         state.sandboxes.get(sandbox_id).map(|s| s.config.clone())
     }
 
     /// How many times `method` (the RPC name) was called, failed calls included.
     pub fn calls(&self, method: &str) -> u64 {
-        self.backend.lock().calls.get(method).copied().unwrap_or(0)
+        self.backend
+            .state
+            .lock()
+            .calls
+            .get(method)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// A receiver bumped on every state change (sandbox/container created, started, stopped,
@@ -432,18 +439,13 @@ impl Backend {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A test that panicked while holding the lock must not poison the others.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn notify(&self) {
         self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Mutate the state, then tell the watchers.
     fn update<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
-        let result = f(&mut self.lock());
+        let result = f(&mut self.state.lock());
         self.notify();
         result
     }
@@ -461,7 +463,7 @@ impl Backend {
         if let Some(delay) = delay {
             tokio::time::sleep(delay).await;
         }
-        match self.lock().take_injected_error(method) {
+        match self.state.lock().take_injected_error(method) {
             Some(status) => Err(status),
             None => Ok(()),
         }
@@ -1252,7 +1254,12 @@ impl RuntimeService for Backend {
             .await?;
         // As containerd, the log file is opened as the container starts
         // (where its directory exists: tests that care make it).
-        let path = self.lock().containers.get(&id).map(|c| c.log_path.clone());
+        let path = self
+            .state
+            .lock()
+            .containers
+            .get(&id)
+            .map(|c| c.log_path.clone());
         if let Some(path) = path.filter(|p| !p.is_empty()) {
             let _ = std::fs::OpenOptions::new()
                 .create(true)

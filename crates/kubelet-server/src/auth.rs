@@ -15,8 +15,9 @@
 //! cacheUnauthorizedTTL) and the first allowed one lets the request through.
 //! The API calls sit behind [`Reviewer`].
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -394,7 +395,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> TtlCache<K, V> {
     }
 
     fn get(&self, key: &K) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let entries = self.entries.lock();
         entries
             .get(key)
             .filter(|(deadline, _)| Instant::now() < *deadline)
@@ -403,7 +404,7 @@ impl<K: std::hash::Hash + Eq, V: Clone> TtlCache<K, V> {
 
     fn put(&self, key: K, value: V, ttl: Duration) {
         let now = Instant::now();
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = self.entries.lock();
         if entries.len() >= CACHE_LIMIT {
             entries.retain(|_, (deadline, _)| now < *deadline);
             if entries.len() >= CACHE_LIMIT {

@@ -16,6 +16,7 @@ pub mod listener;
 pub mod logs;
 pub mod nodelogs;
 pub mod process;
+pub mod response;
 pub mod routes;
 pub mod server;
 pub mod stats;

@@ -26,7 +26,6 @@ use bytes::Bytes;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use hyper::body::Frame;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
 use hyper::{Response, StatusCode};
 use inotify::{EventStream, Inotify, WatchMask};
 use k8s_cri::v1::ContainerState;
@@ -39,6 +38,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::response::plain_response;
 use crate::streaming::Spawner;
 use crate::{Body, NodeView, full};
 
@@ -117,22 +117,12 @@ pub async fn container_logs(
     cancel: &CancellationToken,
 ) -> Response<Body> {
     match start(view, namespace, pod, container, query, spawn, cancel).await {
-        Ok(body) => text_response(StatusCode::OK, body),
+        Ok(body) => plain_response(StatusCode::OK, body),
         Err(e) => {
             tracing::debug!(namespace, pod, container, error = %e, "container logs refused");
-            text_response(e.status(), full(e.to_string()))
+            plain_response(e.status(), full(e.to_string()))
         }
     }
-}
-
-fn text_response(status: StatusCode, body: Body) -> Response<Body> {
-    let mut resp = Response::new(body);
-    *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    resp
 }
 
 /// Everything that can fail before the first byte: options, lookups, opening
@@ -599,9 +589,10 @@ impl Changes {
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
     use std::io::Write as _;
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Arc, Mutex};
 
     use k8s_cri::v1 as cri;
     use k8s_openapi::api::core::v1::{
@@ -636,7 +627,7 @@ not a CRI line
             Vec::new()
         }
         fn pods(&self) -> Vec<Pod> {
-            self.pods.lock().unwrap().clone()
+            self.pods.lock().clone()
         }
         fn cri(&self) -> CriClient {
             self.cri.clone()
@@ -809,7 +800,7 @@ not a CRI line
         .await;
         let status = resp.status();
         assert_eq!(
-            resp.headers().get(CONTENT_TYPE).unwrap(),
+            resp.headers().get(hyper::header::CONTENT_TYPE).unwrap(),
             "text/plain; charset=utf-8"
         );
         let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())

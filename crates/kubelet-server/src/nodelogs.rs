@@ -26,7 +26,7 @@ use hyper::{Response, StatusCode};
 use k8s_openapi::jiff::Timestamp;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
-use crate::routes::text_response;
+use crate::response::text_response;
 use crate::{Body, full};
 
 /// Upstream's nodeLogDir.

@@ -17,28 +17,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubelet_core::config::KubeletConfiguration;
 use tokio_util::sync::CancellationToken;
 
+use crate::response::text_response;
 use crate::stats::StatsProvider;
 use crate::streaming::{self, Spawner, StreamKind};
 use crate::{Body, NodeView, full};
 
 /// Prometheus text exposition format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// A plain-text answer as Go's http.Error writes it.
-pub(crate) fn text_response(status: StatusCode, text: impl Into<bytes::Bytes>) -> Response<Body> {
-    let mut resp = Response::new(full(text));
-    *resp.status_mut() = status;
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    resp
-}
 
 fn typed_response(content_type: &'static str, body: impl Into<bytes::Bytes>) -> Response<Body> {
     let mut resp = Response::new(full(body));

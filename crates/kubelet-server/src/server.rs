@@ -16,7 +16,8 @@ use hyper::header::{self, HeaderValue};
 
 use crate::auth::{Auth, Credentials, Denied, UserInfo, websocket_token, x509_user};
 use crate::listener::{Listener, serve_http1, tls_handshake};
-use crate::routes::{Router, text_response};
+use crate::response::text_response;
+use crate::routes::Router;
 use crate::streaming::Spawner;
 
 /// Serves the kubelet API on `listener` until `cancel`: each accepted
@@ -151,9 +152,9 @@ async fn handle(
 
 #[cfg(test)]
 mod tests {
+    use parking_lot::Mutex;
     use std::collections::HashMap;
     use std::path::PathBuf;
-    use std::sync::Mutex;
     use std::time::Duration;
 
     use bytes::Bytes;
@@ -185,7 +186,7 @@ mod tests {
             "node-a".to_owned()
         }
         fn problems(&self) -> Vec<(&'static str, String)> {
-            self.problems.lock().unwrap().clone()
+            self.problems.lock().clone()
         }
         fn pods(&self) -> Vec<Pod> {
             vec![Pod {
@@ -457,7 +458,6 @@ mod tests {
         srv.view
             .problems
             .lock()
-            .unwrap()
             .push(("syncloop", "sync loop stuck".to_owned()));
         let (status, body) = request(srv.addr, alice(), "GET", "/healthz", &[])
             .await

@@ -13,11 +13,12 @@
 //! previous sample this provider kept. The eviction manager reads the same
 //! provider.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
@@ -301,7 +302,7 @@ impl StatsProvider {
             usage_core_nano_seconds: ticks_to_nanos(stat.cpu.busy(), self.ticks_per_second),
         };
         let nano_cores = {
-            let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut cache = self.cpu.lock();
             if update {
                 let record = next_record(cache.node, sample);
                 cache.node = Some(record);
@@ -590,10 +591,7 @@ impl StatsProvider {
         }
         // Readings of cgroups this summary did not ask for (gone pods and
         // containers) are dropped.
-        self.cgroups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, (.., seen)| *seen == now);
+        self.cgroups.lock().retain(|_, (.., seen)| *seen == now);
         if root_fs_stats.is_some() {
             self.volume_stats(&view.root_dir(), &by_uid, &mut pods, now)
                 .await;
@@ -640,11 +638,7 @@ impl StatsProvider {
         now: SystemTime,
         max_age: Duration,
     ) -> Result<Arc<Vec<cri::ContainerStats>>, StatsError> {
-        let kept = self
-            .runtime
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let kept = self.runtime.lock().clone();
         if let Some((at, stats)) = kept
             && now.duration_since(at).unwrap_or(Duration::MAX) < max_age
         {
@@ -659,7 +653,7 @@ impl StatsProvider {
                         source,
                     })?,
             );
-        *self.runtime.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, stats.clone()));
+        *self.runtime.lock() = Some((now, stats.clone()));
         Ok(stats)
     }
 
@@ -702,7 +696,7 @@ impl StatsProvider {
         now: SystemTime,
         max_age: Duration,
     ) -> Result<(SystemTime, CgroupUsage), StatsError> {
-        let mut cache = self.cgroups.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.cgroups.lock();
         if let Some((at, usage, seen)) = cache.get_mut(name)
             && now.duration_since(*at).unwrap_or(Duration::MAX) < max_age
         {
@@ -711,10 +705,7 @@ impl StatsProvider {
         }
         drop(cache);
         let usage = self.cgroup_usage(layout, name)?;
-        self.cgroups
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.clone(), (now, usage, now));
+        self.cgroups.lock().insert(name.clone(), (now, usage, now));
         Ok((now, usage))
     }
 
@@ -797,7 +788,7 @@ impl StatsProvider {
 
     /// The rate since the kept sample of `id`; with `update`, `sample` is kept instead.
     fn cpu_rate(&self, which: Sampled, id: &str, sample: CpuSample, update: bool) -> Option<u64> {
-        let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.cpu.lock();
         let kept = match which {
             Sampled::Container => &mut cache.containers,
             Sampled::Pod => &mut cache.pods,
@@ -847,7 +838,7 @@ impl StatsProvider {
             }
         }
         let stale: Vec<PathBuf> = {
-            let cache = self.volumes.lock().unwrap_or_else(PoisonError::into_inner);
+            let cache = self.volumes.lock();
             wanted
                 .iter()
                 .filter(|(.., dir)| {
@@ -870,7 +861,7 @@ impl StatsProvider {
         })
         .await
         .unwrap_or_default();
-        let mut cache = self.volumes.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.volumes.lock();
         for (dir, usage) in measured {
             cache.insert(dir, (now, usage));
         }
@@ -915,7 +906,7 @@ impl StatsProvider {
                 self.cpu_rate(Sampled::Container, id, sample, update)
             }
             (None, None) => {
-                let cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+                let cache = self.cpu.lock();
                 cache.containers.get(id).and_then(|r| r.nano_cores)
             }
         };
@@ -929,7 +920,7 @@ impl StatsProvider {
     /// Drop container samples not refreshed within the cache period (gone containers).
     fn forget_old_samples(&self, now: SystemTime) {
         let horizon = nanos_since_epoch(now).saturating_sub(CPU_CACHE_PERIOD.as_nanos() as i64);
-        let mut cache = self.cpu.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut cache = self.cpu.lock();
         let fresh = |_: &String, r: &mut CpuRecord| r.sample.timestamp_ns >= horizon;
         cache.containers.retain(fresh);
         cache.pods.retain(fresh);
@@ -1257,7 +1248,7 @@ mod tests {
     fn clock(start: SystemTime) -> (Clock, Arc<Mutex<SystemTime>>) {
         let now = Arc::new(Mutex::new(start));
         let reader = now.clone();
-        (Arc::new(move || *reader.lock().unwrap()), now)
+        (Arc::new(move || *reader.lock()), now)
     }
 
     struct Fixture {
@@ -1612,7 +1603,7 @@ mod tests {
 
         // Ten seconds and two CPU-seconds later the readings are kept
         // (younger than SUMMARY_MAX_AGE): nothing is read again.
-        *f.now.lock().unwrap() += Duration::from_secs(10);
+        *f.now.lock() += Duration::from_secs(10);
         fake_cgroup(
             &root,
             pod,
@@ -1630,7 +1621,7 @@ mod tests {
         assert_eq!(f.fake.calls("ListContainerStats"), 1);
         // Twenty seconds after the first reading: read again; 0.1 cores for
         // the pod, 0.05 for its container.
-        *f.now.lock().unwrap() += Duration::from_secs(10);
+        *f.now.lock() += Duration::from_secs(10);
         let s = f.provider.summary(&f.view, true).await.unwrap();
         let web = &s["pods"][1];
         assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 7_000_000_000u64);
@@ -1650,7 +1641,7 @@ mod tests {
         // runtime's figures, asked again as they are SUMMARY_MAX_AGE old;
         // the pod's own cgroup still counts.
         std::fs::remove_dir_all(root.join("cpuacct").join(&app)).unwrap();
-        *f.now.lock().unwrap() += SUMMARY_MAX_AGE;
+        *f.now.lock() += SUMMARY_MAX_AGE;
         let s = f.provider.summary(&f.view, false).await.unwrap();
         let web = &s["pods"][1];
         assert_eq!(
@@ -1681,7 +1672,7 @@ mod tests {
                 ..Default::default()
             },
         );
-        *f.now.lock().unwrap() += Duration::from_secs(10);
+        *f.now.lock() += Duration::from_secs(10);
         write(&f.dir.path().join("proc/stat"), &proc_stat(2750));
         let second = f.provider.summary(&f.view, true).await.unwrap();
         assert_eq!(second["node"]["cpu"]["usageNanoCores"], 750_000_000);
@@ -1942,7 +1933,7 @@ resource_scrape_error 0
         write(&vols.join("kubernetes.io~empty-dir/scratch/b"), &kib8);
         let again = web(&f.provider.get(&f.view).await.unwrap());
         assert_eq!(used(&again, "scratch"), scratch, "not walked again yet");
-        *f.now.lock().unwrap() += VOLUME_STATS_PERIOD;
+        *f.now.lock() += VOLUME_STATS_PERIOD;
         let later = web(&f.provider.get(&f.view).await.unwrap());
         assert!(used(&later, "scratch") >= scratch + 8192, "walked again");
     }

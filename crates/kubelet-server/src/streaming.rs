@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-use crate::routes::text_response;
+use crate::response::text_response;
 use crate::{Body, NodeView};
 
 /// Runs a task in a tracing span (the kubelet's `Tasks::spawn_with`): the

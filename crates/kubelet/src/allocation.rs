@@ -16,9 +16,10 @@
 //! ([`AllocationManager::persisted`]), so a crash never leaves containers
 //! with resources no record holds; a lost actuation is applied again.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -27,7 +28,6 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
-use kubelet_core::admission::Rejection;
 use kubelet_core::cgroups::PodCgroupPolicy;
 use kubelet_core::checkpoint;
 use kubelet_core::resize::{
@@ -37,6 +37,7 @@ use kubelet_core::resize::{
     resize_condition, resize_message, set_container_resources, with_allocation,
 };
 use kubelet_core::types::PodUid;
+use kubelet_core::types::Rejection;
 
 use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
@@ -109,10 +110,6 @@ impl AllocationManager {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     /// The records changed: the checkpoint task writes them.
     fn changed(&self) {
         self.version.fetch_add(1, Ordering::AcqRel);
@@ -144,7 +141,7 @@ impl AllocationManager {
             // The snapshot holds at least the changes counted so far.
             let version = self.version.load(Ordering::Acquire);
             let files = {
-                let state = self.lock();
+                let state = self.state.lock();
                 [
                     (ALLOCATED_PODS_STATE, checkpoint_of(&state.allocated)),
                     (ACTUATED_PODS_STATE, checkpoint_of(&state.actuated)),
@@ -177,7 +174,8 @@ impl AllocationManager {
     /// The pod was admitted: it is allocated its spec's resources, unless
     /// it has an allocation already (upstream's AddPod).
     pub fn admit(&self, pod: &Pod) {
-        self.lock()
+        self.state
+            .lock()
             .allocated
             .entry(PodUid::of(pod))
             .or_insert_with(|| allocation_of(pod));
@@ -187,14 +185,14 @@ impl AllocationManager {
     /// The pod with the resources it is allocated, if it has an
     /// allocation (one kept across a restart): what it is admitted with.
     pub fn allocated_if_any(&self, pod: &Arc<Pod>) -> Arc<Pod> {
-        pod_with(pod, self.lock().allocated.get(&PodUid::of(pod)))
+        pod_with(pod, self.state.lock().allocated.get(&PodUid::of(pod)))
     }
 
     /// The pod with the resources it is allocated: what SyncPod creates
     /// containers and the pod cgroup with. A pod without an allocation
     /// (not admitted through the API: a static or file pod) gets its spec's.
     pub fn allocated_pod(&self, pod: &Arc<Pod>) -> Arc<Pod> {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let uid = PodUid::of(pod);
         if !state.allocated.contains_key(&uid) {
             state.allocated.insert(uid.clone(), allocation_of(pod));
@@ -214,13 +212,14 @@ impl AllocationManager {
         let uid = PodUid::of(pod);
         let desired = allocation_of(pod);
         let unchanged = self
+            .state
             .lock()
             .allocated
             .get(&uid)
             .is_none_or(|a| *a == desired);
         let generation = pod.metadata.generation.unwrap_or(0);
         if unchanged {
-            if let Some(c) = self.lock().conditions.get_mut(&uid) {
+            if let Some(c) = self.state.lock().conditions.get_mut(&uid) {
                 c.pending = None;
             }
             return ResizeOutcome::None;
@@ -228,7 +227,7 @@ impl AllocationManager {
         let now = self.clock.now_time();
         match fit() {
             Ok(()) => {
-                let mut state = self.lock();
+                let mut state = self.state.lock();
                 state.allocated.insert(uid.clone(), desired);
                 self.changed();
                 let conditions = state.conditions.entry(uid).or_default();
@@ -253,7 +252,7 @@ impl AllocationManager {
             Err(r) => {
                 // Every reason admission gives is one that may pass later
                 // (SetPodResizePendingCondition: all but Infeasible are Deferred).
-                let mut state = self.lock();
+                let mut state = self.state.lock();
                 let conditions = state.conditions.entry(uid).or_default();
                 let changed = conditions.pending.as_ref().is_none_or(|c| {
                     c.observed_generation != Some(generation)
@@ -291,7 +290,7 @@ impl AllocationManager {
     /// deferred ones, once every pod is known (upstream's sourcesReady).
     pub fn resize_after_sources(&self, pod: &Pod) {
         let uid = PodUid::of(pod);
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         if state
             .allocated
             .get(&uid)
@@ -304,7 +303,7 @@ impl AllocationManager {
     /// The pods whose resize waits (to be tried again): those deferred,
     /// and those that waited for the sources (taken).
     pub fn deferred(&self) -> Vec<PodUid> {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let mut uids: HashSet<PodUid> = std::mem::take(&mut state.after_sources);
         uids.extend(
             state
@@ -320,7 +319,7 @@ impl AllocationManager {
     /// time (started before this kubelet) counts as running with its
     /// allocation (InitializeActuatedPod).
     pub fn actuated(&self, pod: &Pod) -> Allocation {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let uid = PodUid::of(pod);
         if let Some(a) = state.actuated.get(&uid) {
             return a.clone();
@@ -350,7 +349,7 @@ impl AllocationManager {
     ) {
         let uid = PodUid::of(pod);
         let allocation = allocation_of(pod);
-        let mut guard = self.lock();
+        let mut guard = self.state.lock();
         let State {
             allocated,
             actuated,
@@ -395,7 +394,7 @@ impl AllocationManager {
     pub fn resize_failed(&self, pod: &Pod, message: &str) {
         let now = self.clock.now_time();
         let generation = pod.metadata.generation.unwrap_or(0);
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let conditions = state.conditions.entry(PodUid::of(pod)).or_default();
         conditions.in_progress = Some(resize_condition(
             POD_RESIZE_IN_PROGRESS,
@@ -419,7 +418,7 @@ impl AllocationManager {
     /// conditions.
     pub fn set_status(&self, pod: &Pod, status: &mut ApiPodStatus) {
         let uid = PodUid::of(pod);
-        let state = self.lock();
+        let state = self.state.lock();
         let Some(allocated) = state.allocated.get(&uid) else {
             return;
         };
@@ -454,7 +453,7 @@ impl AllocationManager {
 
     /// Forget the pods `keep` does not name (housekeeping).
     pub fn retain(&self, keep: impl Fn(&PodUid) -> bool) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let before = state.allocated.len() + state.actuated.len();
         state.allocated.retain(|uid, _| keep(uid));
         state.actuated.retain(|uid, _| keep(uid));

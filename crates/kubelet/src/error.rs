@@ -10,9 +10,17 @@ use kubelet_core::status::{Waiting, WaitingReasons};
 use kubelet_cri::client::CriError;
 
 use crate::cm::CmError;
-use crate::kuberuntime::config::ConfigError;
 use crate::volumes::VolumeError;
 use kubelet_core::env::EnvError;
+
+/// Why a container's config could not be built; the name of the field.
+#[derive(Debug, thiserror::Error)]
+#[error("container {container:?}: {field}: {message}")]
+pub struct ConfigError {
+    pub container: String,
+    pub field: String,
+    pub message: String,
+}
 
 /// When a failed step is worth trying again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

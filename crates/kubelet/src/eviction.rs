@@ -20,10 +20,11 @@
 
 mod memcg;
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -153,20 +154,17 @@ impl EvictionManager {
 
     /// The node's pressure conditions now (for node status and admission).
     pub fn pressure(&self) -> Vec<Pressure> {
-        self.pressure
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.pressure.read().clone()
     }
 
     async fn dedicated_image_fs<H: EvictionHost>(&self, host: &H) -> bool {
-        let known = *self.dedicated.lock().unwrap_or_else(|e| e.into_inner());
+        let known = *self.dedicated.lock();
         if let Some(d) = known {
             return d;
         }
         let d = host.dedicated_image_fs().await;
         if d.is_some() {
-            *self.dedicated.lock().unwrap_or_else(|e| e.into_inner()) = d;
+            *self.dedicated.lock() = d;
         }
         d.unwrap_or(false)
     }
@@ -193,7 +191,7 @@ impl EvictionManager {
         let observations = observe(&summary);
         // A figure this summary lacks keeps its last value.
         {
-            let mut kept = self.node_memory.lock().unwrap_or_else(|e| e.into_inner());
+            let mut kept = self.node_memory.lock();
             if let Some(node) = memory_figures(summary.node.memory.as_ref()) {
                 kept.node = Some(node);
             }
@@ -202,7 +200,7 @@ impl EvictionManager {
             }
         }
         let pass = {
-            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.state.lock();
             let (next, pass) = step(
                 &state,
                 &self.settings.thresholds,
@@ -213,7 +211,7 @@ impl EvictionManager {
             *state = next;
             pass
         };
-        *self.pressure.write().unwrap_or_else(|e| e.into_inner()) = pass.pressure.clone();
+        *self.pressure.write() = pass.pressure.clone();
         let stats: HashMap<String, PodStats> = summary
             .pods
             .into_iter()
@@ -354,7 +352,7 @@ impl EvictionManager {
     /// last figures, and of allocatableMemory.available's at the pods'
     /// cgroup's (UpdateThreshold), or none where they cannot be made.
     async fn memcg_notifiers(&self) -> Vec<(String, MemcgNotifier)> {
-        let figures = *self.node_memory.lock().unwrap_or_else(|e| e.into_inner());
+        let figures = *self.node_memory.lock();
         let wanted: Vec<(String, PathBuf, i64)> = self
             .settings
             .thresholds
@@ -536,19 +534,14 @@ mod tests {
         }
 
         fn evicted(&self) -> Vec<String> {
-            self.evicted
-                .lock()
-                .unwrap()
-                .iter()
-                .map(|e| e.0.clone())
-                .collect()
+            self.evicted.lock().iter().map(|e| e.0.clone()).collect()
         }
     }
 
     impl EvictionHost for FakeHost {
         async fn summary(&self) -> Result<Summary, String> {
             let time = self.now();
-            let available = *self.available.lock().unwrap();
+            let available = *self.available.lock();
             let mem = |ws: u64, available: Option<u64>| MemoryStats {
                 time,
                 available_bytes: available,
@@ -564,7 +557,6 @@ mod tests {
                     system_containers: self
                         .pods_available
                         .lock()
-                        .unwrap()
                         .map(|a| ContainerStats {
                             name: kubelet_core::stats::SYSTEM_CONTAINER_PODS.into(),
                             memory: Some(mem(800 * MI - a, Some(a))),
@@ -574,7 +566,7 @@ mod tests {
                         .collect(),
                     fs: Some(FsStats {
                         time,
-                        available_bytes: Some(*self.disk_free.lock().unwrap()),
+                        available_bytes: Some(*self.disk_free.lock()),
                         capacity_bytes: Some(1000),
                         used_bytes: None,
                         inodes_free: None,
@@ -599,12 +591,7 @@ mod tests {
                         }],
                         memory: Some(mem(*ws, None)),
                         volume_stats: vec![VolumeStats {
-                            fs: FsStats::part_of(
-                                time,
-                                None,
-                                Some(*self.scratch.lock().unwrap()),
-                                None,
-                            ),
+                            fs: FsStats::part_of(time, None, Some(*self.scratch.lock()), None),
                             name: "scratch".into(),
                             local_ephemeral: true,
                         }],
@@ -625,23 +612,19 @@ mod tests {
                 .collect()
         }
         async fn reclaim_disk(&self) {
-            *self.reclaims.lock().unwrap() += 1;
-            *self.disk_free.lock().unwrap() += self.reclaim_frees;
+            *self.reclaims.lock() += 1;
+            *self.disk_free.lock() += self.reclaim_frees;
         }
         fn evict(&self, pod: &Arc<Pod>, eviction: Eviction) {
             self.evicted
                 .lock()
-                .unwrap()
                 .push((pod.metadata.name.clone().unwrap(), eviction));
         }
         fn cleaned_up(&self, _: &Pod) -> bool {
             true
         }
         fn node_event(&self, reason: &str, message: String) {
-            self.events
-                .lock()
-                .unwrap()
-                .push(format!("{reason}: {message}"));
+            self.events.lock().push(format!("{reason}: {message}"));
         }
     }
 
@@ -682,7 +665,7 @@ mod tests {
                 soft: &soft_map,
                 soft_grace_period: &grace,
                 minimum_reclaim: &none,
-                enforce_node_allocatable: enforce,
+                enforce_pods: enforce.iter().any(|k| k == "pods"),
             })
             .unwrap();
         EvictionManager::new(
@@ -714,7 +697,7 @@ mod tests {
         let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
         assert!(m.synchronize(&host).await.is_empty());
         assert!(m.pressure().is_empty());
-        *host.available.lock().unwrap() = 50 * MI;
+        *host.available.lock() = 50 * MI;
         tokio::time::advance(Duration::from_secs(10)).await;
         let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("hog"));
@@ -727,7 +710,7 @@ mod tests {
                 annotations,
                 disruption,
             },
-        ) = host.evicted.lock().unwrap()[0].clone();
+        ) = host.evicted.lock()[0].clone();
         assert_eq!((name.as_str(), grace, disruption), ("hog", 1, true));
         assert_eq!(
             message,
@@ -736,7 +719,7 @@ mod tests {
         );
         assert_eq!(annotations["starved_resource"], "memory");
         assert_eq!(
-            host.events.lock().unwrap().as_slice(),
+            host.events.lock().as_slice(),
             ["EvictionThresholdMet: Attempting to reclaim memory"]
         );
         assert!(
@@ -765,7 +748,7 @@ mod tests {
             "the critical pod stays"
         );
         // Recovered: the condition outlasts it by the transition period.
-        *host.available.lock().unwrap() = 900 * MI;
+        *host.available.lock() = 900 * MI;
         tokio::time::advance(Duration::from_secs(10)).await;
         assert!(m.synchronize(&host).await.is_empty());
         assert_eq!(m.pressure(), vec![Pressure::Memory]);
@@ -791,15 +774,15 @@ mod tests {
             &[],
             &["pods".to_owned()],
         );
-        *host.pods_available.lock().unwrap() = Some(300 * MI);
+        *host.pods_available.lock() = Some(300 * MI);
         assert!(m.synchronize(&host).await.is_empty());
         // The node has memory to spare (900Mi); the pods' cgroup does not.
-        *host.pods_available.lock().unwrap() = Some(50 * MI);
+        *host.pods_available.lock() = Some(50 * MI);
         tokio::time::advance(Duration::from_secs(10)).await;
         let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("hog"));
         assert_eq!(m.pressure(), vec![Pressure::Memory]);
-        let message = host.evicted.lock().unwrap()[0].1.message.clone();
+        let message = host.evicted.lock()[0].1.message.clone();
         assert!(
             message.starts_with(
                 "The node was low on resource: memory. Threshold quantity: 100Mi, available: 50Mi. "
@@ -808,7 +791,7 @@ mod tests {
         );
         // Without `pods` enforced there is no such threshold.
         let host = FakeHost::new(clock, vec![(pod("hog", None, false), 500 * MI)]);
-        *host.pods_available.lock().unwrap() = Some(50 * MI);
+        *host.pods_available.lock() = Some(50 * MI);
         let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
         assert!(m.synchronize(&host).await.is_empty());
     }
@@ -818,19 +801,19 @@ mod tests {
         let clock = Clock::following_tokio();
         let mut host = FakeHost::new(clock, vec![(pod("p", None, false), MI)]);
         host.reclaim_frees = 100;
-        *host.disk_free.lock().unwrap() = 50;
+        *host.disk_free.lock() = 50;
         let m = manager(30, clock, &[("nodefs.available", "10%")], &[]);
         assert!(m.synchronize(&host).await.is_empty(), "reclaim was enough");
-        assert_eq!(*host.reclaims.lock().unwrap(), 1);
+        assert_eq!(*host.reclaims.lock(), 1);
         assert_eq!(m.pressure(), vec![Pressure::Disk]);
         // Reclaim not enough: a pod goes.
         host.reclaim_frees = 0;
-        *host.disk_free.lock().unwrap() = 50;
+        *host.disk_free.lock() = 50;
         tokio::time::advance(Duration::from_secs(10)).await;
         let evicted = m.synchronize(&host).await.pop().expect("a pod evicted");
         assert_eq!(evicted.metadata.name.as_deref(), Some("p"));
-        assert_eq!(*host.reclaims.lock().unwrap(), 2);
-        assert!(host.evicted.lock().unwrap()[0].1.message.starts_with(
+        assert_eq!(*host.reclaims.lock(), 2);
+        assert!(host.evicted.lock()[0].1.message.starts_with(
             "The node was low on resource: ephemeral-storage. Threshold quantity: 100, available: 50. "
         ));
     }
@@ -839,7 +822,7 @@ mod tests {
     async fn a_soft_threshold_evicts_after_its_grace_period_with_the_capped_grace() {
         let clock = Clock::following_tokio();
         let host = FakeHost::new(clock, vec![(pod("p", None, false), 500 * MI)]);
-        *host.available.lock().unwrap() = 150 * MI;
+        *host.available.lock() = 150 * MI;
         let m = manager(30, clock, &[], &[("memory.available", "200Mi", "30s")]);
         for _ in 0..3 {
             assert!(m.synchronize(&host).await.is_empty());
@@ -848,16 +831,16 @@ mod tests {
         }
         assert!(!m.synchronize(&host).await.is_empty(), "30 s later");
         // min(evictionMaxPodGracePeriod 30, the pod's 60).
-        assert_eq!(host.evicted.lock().unwrap()[0].1.grace, 30);
+        assert_eq!(host.evicted.lock()[0].1.grace, 30);
         // evictionMaxPodGracePeriod 0 (the default): 1 s, as upstream's pod
         // worker makes it.
         let host = FakeHost::new(clock, vec![(pod("p", None, false), 500 * MI)]);
-        *host.available.lock().unwrap() = 150 * MI;
+        *host.available.lock() = 150 * MI;
         let m = manager(0, clock, &[], &[("memory.available", "200Mi", "10s")]);
         assert!(m.synchronize(&host).await.is_empty());
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(m.synchronize(&host).await.len(), 1);
-        assert_eq!(host.evicted.lock().unwrap()[0].1.grace, 1);
+        assert_eq!(host.evicted.lock()[0].1.grace, 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -879,12 +862,12 @@ mod tests {
             vec![(Arc::new(limited), MI), (pod("free", None, false), MI)],
         );
         let m = manager(30, clock, &[("memory.available", "100Mi")], &[]);
-        *host.scratch.lock().unwrap() = 1 << 20;
+        *host.scratch.lock() = 1 << 20;
         assert!(m.synchronize(&host).await.is_empty(), "at its limit");
-        *host.scratch.lock().unwrap() = (1 << 20) + 1;
+        *host.scratch.lock() = (1 << 20) + 1;
         let evicted = m.synchronize(&host).await;
         assert_eq!(evicted.len(), 1);
-        let (name, e) = host.evicted.lock().unwrap()[0].clone();
+        let (name, e) = host.evicted.lock()[0].clone();
         assert_eq!(name, "limited");
         assert_eq!(
             e,

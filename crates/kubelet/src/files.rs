@@ -29,3 +29,12 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
     }
     written
 }
+
+/// Whether `path` is absolute, inside `root` and free of `..`.
+pub fn is_under(path: &Path, root: &Path) -> bool {
+    path.is_absolute()
+        && path.starts_with(root)
+        && !path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+}

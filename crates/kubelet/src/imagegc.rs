@@ -7,9 +7,10 @@
 //! After a collection for space, the pull records of images gone are
 //! pruned (upstream's post-GC hook).
 
+use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubelet_core::imagegc::{ImageGc, Listed, Policy};
@@ -112,7 +113,7 @@ impl ImageGcManager {
         };
         let now = self.clock.now_nanos();
         let plan = {
-            let mut gc = self.gc.lock().unwrap_or_else(|e| e.into_inner());
+            let mut gc = self.gc.lock();
             gc.detect(&images, &in_use, now);
             match goal {
                 Goal::Policy => gc.plan(&self.policy, capacity, available.min(capacity), now),
@@ -124,10 +125,7 @@ impl ImageGcManager {
             tracing::info!(image = %id, ?reason, "removing image");
             match self.cri.remove_image(id).await {
                 Ok(()) => {
-                    self.gc
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .removed(id);
+                    self.gc.lock().removed(id);
                     remaining.remove(id);
                 }
                 Err(e) => tracing::warn!(image = %id, error = %e, "removing image"),

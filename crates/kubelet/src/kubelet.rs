@@ -3,10 +3,11 @@
 //! workers (upstream's kubelet.go Run / syncLoop / syncLoopIteration /
 //! HandlePodCleanups).
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
@@ -14,7 +15,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kubelet_api::ApiClient;
 use kubelet_api::node::watch_node;
 use kubelet_api::objects::{Latest, watch_all};
-use kubelet_core::admission::{NodeInfo, Rejection, admit, admit_under_pressure};
+use kubelet_core::admission::{NodeInfo, admit, admit_under_pressure};
 use kubelet_core::backoff::Backoff;
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::dns::DnsSettings;
@@ -22,11 +23,14 @@ use kubelet_core::eviction::{Threshold, parse_thresholds};
 use kubelet_core::imagegc::Policy;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::{NodeFacts, node_labels};
+use kubelet_core::phase::{PHASE_FAILED, PHASE_SUCCEEDED};
 use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::qos::qos_class;
 use kubelet_core::resources::Amounts;
 use kubelet_core::security::{apparmor_admission, thermal_throttle_paths};
-use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED, needs_readiness_reconcile, qos_class};
+use kubelet_core::status::needs_readiness_reconcile;
 use kubelet_core::sysctl::Allowlist;
+use kubelet_core::types::Rejection;
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
 use kubelet_server::cri_metrics::CriMetrics;
@@ -599,10 +603,7 @@ impl Kubelet {
 
     /// The registered Node's UID, once registration succeeded.
     pub fn node_uid(&self) -> Option<String> {
-        self.node_uid
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.node_uid.read().clone()
     }
 
     /// Boot in phases, then run the sync loop until cancelled. Pods keep
@@ -710,10 +711,7 @@ impl Kubelet {
             .await
             .map_err(|source| KubeletError::Listen { what, addr, source })?;
         if let Ok(local) = listener.local_addr() {
-            self.bound
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(what, local);
+            self.bound.lock().insert(what, local);
             tracing::info!(%local, what, max_connections = cap, "listening");
         }
         Ok(listener)
@@ -845,12 +843,7 @@ impl Kubelet {
             .spawn(tracing::info_span!("status_sync"), move |token| {
                 status_sync.run(token)
             });
-        if let Some(rx) = self
-            .events_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(rx) = self.events_rx.lock().take() {
             let cfg = &self.opts.config;
             let api = api.with_limits(cfg.event_record_qps, cfg.event_burst);
             let clock = self.opts.clock;
@@ -876,9 +869,9 @@ impl Kubelet {
                 if pleg_tx.is_some() {
                     let v = cri.version().await?;
                     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "container runtime answers");
-                    *self.runtime_version.write().unwrap_or_else(|e| e.into_inner()) =
+                    *self.runtime_version.write() =
                         format!("{}://{}", v.runtime_name, v.runtime_version);
-                    *self.syncer.runtime_name.write().unwrap_or_else(|e| e.into_inner()) = v.runtime_name;
+                    *self.syncer.runtime_name.write() = v.runtime_name;
                 }
                 cri.status().await
             }
@@ -1010,11 +1003,7 @@ impl Kubelet {
         cancel: CancellationToken,
     ) {
         tracing::info!("starting the sync loop");
-        let mut probes = self
-            .probe_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let mut probes = self.probe_rx.lock().take();
         let (dirs_tx, mut pod_dirs) = mpsc::channel(1);
         let (volumes, cm) = (self.syncer.volumes.clone(), self.syncer.cm.clone());
         self.tasks
@@ -1063,10 +1052,7 @@ impl Kubelet {
                 self.handle_update(update, &sources_ready);
             }
             backoff.reset();
-            *self
-                .sync_loop_seen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            *self.sync_loop_seen.lock() = Instant::now();
             let wake = tokio::select! {
                 _ = cancel.cancelled() => return,
                 Some(update) = updates.recv() => Wake::Update(update),
@@ -1129,12 +1115,7 @@ impl Kubelet {
                     if !self.pod_manager.add_or_update(pod.clone()) {
                         continue; // a mirror pod: bookkeeping only
                     }
-                    if self
-                        .rejected
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .contains(&uid)
-                    {
+                    if self.rejected.lock().contains(&uid) {
                         continue;
                     }
                     tracing::info!(op = ?update.op, pod = %name, %uid, source = update.source, "pod update");
@@ -1173,10 +1154,7 @@ impl Kubelet {
                     }
                 }
                 PodOperation::Remove => {
-                    self.rejected
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .remove(&uid);
+                    self.rejected.lock().remove(&uid);
                     if self.pod_manager.remove(&pod).is_some() {
                         tracing::info!(pod = %name, %uid, "pod removed by its source");
                         self.workers.kill_pod(PodTarget::from_pod(pod), None);
@@ -1189,11 +1167,7 @@ impl Kubelet {
                         && pod.metadata.deletion_timestamp.is_none();
                     if self.pod_manager.add_or_update(pod.clone())
                         && resync
-                        && !self
-                            .rejected
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .contains(&uid)
+                        && !self.rejected.lock().contains(&uid)
                     {
                         tracing::debug!(pod = %name, %uid, "readiness gate changed");
                         self.workers.update_pod(pod);
@@ -1301,11 +1275,7 @@ impl Kubelet {
     /// copied out first: housekeeping takes the workers' lock before the
     /// pod manager's, so this never holds them the other way round.
     fn active_pods(&self) -> Vec<Arc<Pod>> {
-        let rejected = self
-            .rejected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let rejected = self.rejected.lock().clone();
         let mut pods = self.pod_manager.pods();
         pods.retain(|p| {
             let u = PodUid::of(p);
@@ -1322,10 +1292,7 @@ impl Kubelet {
     fn reject(&self, pod: &Pod, r: Rejection) {
         let uid = PodUid::of(pod);
         tracing::warn!(pod = %kubelet_core::types::pod_full_name(pod), reason = %r.reason, message = %r.message, "pod rejected");
-        self.rejected
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uid);
+        self.rejected.lock().insert(uid);
         self.events.event(
             &Involved::pod(pod, None),
             WARNING,
@@ -1406,18 +1373,10 @@ impl Kubelet {
             self.pod_manager.desire(uid) == Desire::Run
                 && self.workers.state(uid) == Some(kubelet_core::lifecycle::State::Syncing)
         });
-        self.syncer
-            .reasons
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|uid, _| keep(uid));
+        self.syncer.reasons.lock().retain(|uid, _| keep(uid));
         self.syncer.allocation.retain(keep);
         self.retry_deferred_resizes();
-        self.syncer
-            .evictions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|uid, _| keep(uid));
+        self.syncer.evictions.lock().retain(|uid, _| keep(uid));
         if !self.pleg.has_relisted() {
             return;
         }
@@ -1641,11 +1600,7 @@ impl StaticPodView for Kubelet {
 impl Health for Kubelet {
     fn problems(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
-        let since = self
-            .sync_loop_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed();
+        let since = self.sync_loop_seen.lock().elapsed();
         let limit = (self.opts.config.sync_frequency * 2).max(Duration::from_secs(5 * 60));
         if since > limit {
             out.push((

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::events::{Involved, Recorder, WARNING};
-use crate::kuberuntime::is_under;
+use crate::files::is_under;
 use crate::tasks::blocking;
 
 /// The reason of the event a failed rotation is.

@@ -3,9 +3,10 @@
 //! status every nodeStatusUpdateFrequency and send it when it changed or
 //! every nodeStatusReportFrequency, and renew the Lease every 10 s.
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
@@ -203,11 +204,7 @@ impl NodeStatusController {
             ephemeral_storage_bytes: ephemeral,
             max_pods: self.reg.max_pods,
             kubelet_version: KUBELET_VERSION.into(),
-            container_runtime_version: self
-                .runtime_version
-                .read()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone(),
+            container_runtime_version: self.runtime_version.read().clone(),
             kubelet_port: self.reg.kubelet_port,
             images,
             reserved: self.reserved.clone(),
@@ -241,8 +238,7 @@ impl NodeStatusController {
                             "Starting",
                             "Starting kubelet.",
                         );
-                        *self.node_uid.write().unwrap_or_else(|e| e.into_inner()) =
-                            n.metadata.uid.clone();
+                        *self.node_uid.write() = n.metadata.uid.clone();
                         break n.metadata.uid;
                     }
                     Err(e) => tracing::warn!(error = %e, "registering the node"),
@@ -293,11 +289,7 @@ impl NodeStatusController {
                     let events = condition_events(sent.as_ref().map(|s| &s.0), &status);
                     if !events.is_empty() {
                         tracing::info!(?events, "node conditions reported");
-                        let node_uid = self
-                            .node_uid
-                            .read()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .clone();
+                        let node_uid = self.node_uid.read().clone();
                         let about = Involved::node(&self.reg.node_name, node_uid);
                         for event in events {
                             self.events.event(

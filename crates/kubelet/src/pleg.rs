@@ -3,7 +3,8 @@
 //! the sync loop which pods changed. The last relist is kept for
 //! housekeeping; its age is PLEG's health.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubelet_core::metrics::KubeletMetrics;
@@ -46,23 +47,19 @@ impl Pleg {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
-        self.shared.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The last relist: every pod the runtime held then.
     pub fn pods(&self) -> Arc<RuntimePods> {
-        self.lock().pods.clone()
+        self.shared.lock().pods.clone()
     }
 
     /// Whether a relist has completed since PLEG started.
     pub fn has_relisted(&self) -> bool {
-        self.lock().last_relist.is_some()
+        self.shared.lock().last_relist.is_some()
     }
 
     /// None while healthy; the reason otherwise.
     pub fn healthy(&self, started: Instant) -> Option<String> {
-        let since = self.lock().last_relist.unwrap_or(started).elapsed();
+        let since = self.shared.lock().last_relist.unwrap_or(started).elapsed();
         (since > RELIST_THRESHOLD).then(|| {
             format!("pleg was last seen active {since:?} ago; threshold is {RELIST_THRESHOLD:?}")
         })
@@ -71,14 +68,14 @@ impl Pleg {
     /// Relist once and return what changed.
     pub async fn relist(&self) -> Result<Vec<PodLifecycleEvent>, kubelet_cri::client::CriError> {
         let start = Instant::now();
-        if let Some(prev) = self.lock().last_start.replace(start) {
+        if let Some(prev) = self.shared.lock().last_start.replace(start) {
             self.metrics
                 .pleg_relist_interval
                 .observe_duration(&[], start - prev);
         }
         let pods = Arc::new(self.runtime.relist().await?);
         self.record(&pods, start.elapsed());
-        let mut s = self.lock();
+        let mut s = self.shared.lock();
         let events = diff(&s.pods, &pods);
         s.pods = pods;
         s.last_relist = Some(Instant::now());

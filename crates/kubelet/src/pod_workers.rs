@@ -9,9 +9,10 @@
 //! which starts only once the one before it has finished, so the old
 //! containers get their grace period while its mirror pod still shows them.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -93,11 +94,7 @@ struct Worker {
     cancel: CancellationToken,
 }
 
-impl Worker {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inbox> {
-        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
+impl Worker {}
 
 /// Which static pod of each full name may run (upstream's
 /// startedStaticPodsByFullname and waitingToStartStaticPodsByFullname).
@@ -206,8 +203,8 @@ impl<S: PodSyncer> PodWorkers<S> {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, Arc<Worker>>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+    fn map(&self) -> parking_lot::MutexGuard<'_, HashMap<PodUid, Arc<Worker>>> {
+        self.workers.lock()
     }
 
     /// Sync a pod (create, update, resync, PLEG event): the latest spec wins.
@@ -229,7 +226,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Re-run whatever step the pod is in (a retry for a pod no source knows).
     pub fn poke(&self, uid: &PodUid) {
         if let Some(w) = self.map().get(uid).cloned() {
-            w.lock().dirty = true;
+            w.inbox.lock().dirty = true;
             w.notify.notify_one();
         }
     }
@@ -248,7 +245,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             }
         };
         {
-            let mut inbox = worker.lock();
+            let mut inbox = worker.inbox.lock();
             if target.pod.is_some() || inbox.target.pod.is_none() {
                 inbox.target = target;
             }
@@ -306,19 +303,16 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// Pods due for a periodic sync or a retry (the sync tick takes them).
     pub fn take_due(&self) -> Vec<PodUid> {
         let now = Instant::now() - self.epoch;
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take_due(now)
+        self.queue.lock().take_due(now)
     }
 
     /// Pods waiting in the work queue for a resync or a retry.
     pub fn queue_len(&self) -> usize {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.queue.lock().len()
     }
 
     pub fn state(&self, uid: &PodUid) -> Option<State> {
-        self.map().get(uid).map(|w| w.lock().state)
+        self.map().get(uid).map(|w| w.inbox.lock().state)
     }
 
     /// The pods whose worker is done: stopped and cleaned up (upstream's
@@ -326,7 +320,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     pub fn finished(&self) -> HashSet<PodUid> {
         self.map()
             .iter()
-            .filter(|(_, w)| w.lock().state.is_finished())
+            .filter(|(_, w)| w.inbox.lock().state.is_finished())
             .map(|(uid, _)| uid.clone())
             .collect()
     }
@@ -351,7 +345,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         let (mut restartable, mut forgotten) = (Vec::new(), Vec::new());
         let mut map = self.map();
         map.retain(|uid, w| {
-            let inbox = w.lock();
+            let inbox = w.inbox.lock();
             let State::Finished { why } = inbox.state else {
                 return true;
             };
@@ -367,7 +361,7 @@ impl<S: PodSyncer> PodWorkers<S> {
             false
         });
         drop(map);
-        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut q = self.queue.lock();
         for uid in &forgotten {
             q.forget(uid);
         }
@@ -377,12 +371,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     /// The static pod of `full` (`namespace/name`) that runs or ran last
     /// and has not finished, if any (upstream's startedStaticPodsByFullname).
     pub fn static_pod_started(&self, full: &str) -> Option<PodUid> {
-        self.statics
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .started
-            .get(full)
-            .cloned()
+        self.statics.lock().started.get(full).cloned()
     }
 
     /// Whether the static pod of `full` is stopping its containers
@@ -443,13 +432,10 @@ async fn run_worker<S: PodSyncer>(
     epoch: Instant,
     resync: Duration,
 ) {
-    let statics = || statics.lock().unwrap_or_else(|e| e.into_inner());
+    let statics = || statics.lock();
     let requeue = |uid: &PodUid, after: Duration| {
         let at = Instant::now() + after - epoch;
-        queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .enqueue(uid.clone(), at);
+        queue.lock().enqueue(uid.clone(), at);
     };
     let mut backoff = Backoff::new(RETRY_BASE, RETRY_MAX);
     loop {
@@ -459,7 +445,7 @@ async fn run_worker<S: PodSyncer>(
         }
         loop {
             let (event, target, from) = {
-                let mut inbox = worker.lock();
+                let mut inbox = worker.inbox.lock();
                 if !inbox.dirty {
                     break;
                 }
@@ -471,7 +457,7 @@ async fn run_worker<S: PodSyncer>(
                 (event, inbox.target.clone(), inbox.state)
             };
             let (mut state, mut step) = lifecycle::step(from, event);
-            worker.lock().state = state;
+            worker.inbox.lock().state = state;
             let uid = &target.pod_ref.uid;
             let full = static_full_name(&target);
             if let Some(full) = &full {
@@ -486,7 +472,7 @@ async fn run_worker<S: PodSyncer>(
             }
             while step != Step::Idle {
                 let token = worker.cancel.child_token();
-                worker.lock().running = Some((step, token.clone()));
+                worker.inbox.lock().running = Some((step, token.clone()));
                 let started = Instant::now();
                 let outcome = tokio::select! {
                     // On the heap while it runs: a step's future (SyncPod's
@@ -495,13 +481,13 @@ async fn run_worker<S: PodSyncer>(
                     r = Box::pin(run_step(&*syncer, step, state, &target)) => r,
                     _ = token.cancelled() => Err(SyncError::Interrupted),
                 };
-                worker.lock().running = None;
+                worker.inbox.lock().running = None;
                 tracing::debug!(?step, elapsed = ?started.elapsed(), ok = outcome.is_ok(), "step done");
                 match outcome {
                     Ok(event) => {
                         backoff.reset();
                         (state, step) = lifecycle::step(state, event);
-                        worker.lock().state = state;
+                        worker.inbox.lock().state = state;
                         if state.is_finished()
                             && let Some(full) = &full
                         {
@@ -636,7 +622,9 @@ mod tests {
     /// its next await without a break, so a step it started has reported
     /// itself by then.
     fn taken(w: &PodWorkers<Recorder>, uid: &PodUid) -> bool {
-        w.map().get(uid).is_some_and(|worker| !worker.lock().dirty)
+        w.map()
+            .get(uid)
+            .is_some_and(|worker| !worker.inbox.lock().dirty)
     }
 
     fn workers(syncer: Recorder) -> PodWorkers<Recorder> {

@@ -2,8 +2,9 @@
 //! by UID, and the mirror pods the API server holds for static pods (by
 //! full name; they are never run). Only the sync loop writes it.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::types::{PodUid, is_mirror_pod, pod_full_name};
@@ -22,28 +23,20 @@ pub struct PodManager {
 }
 
 impl PodManager {
-    fn read(&self) -> RwLockReadGuard<'_, Inner> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
-        self.inner.write().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Record a desired pod, or a mirror pod. Returns false for mirror pods:
     /// they are bookkeeping, not work.
     pub fn add_or_update(&self, pod: Arc<Pod>) -> bool {
         if is_mirror_pod(&pod) {
-            self.write().mirrors.insert(pod_full_name(&pod), pod);
+            self.inner.write().mirrors.insert(pod_full_name(&pod), pod);
             return false;
         }
-        self.write().pods.insert(PodUid::of(&pod), pod);
+        self.inner.write().pods.insert(PodUid::of(&pod), pod);
         true
     }
 
     /// Forget a pod (or mirror pod); returns the desired pod it was.
     pub fn remove(&self, pod: &Pod) -> Option<Arc<Pod>> {
-        let mut inner = self.write();
+        let mut inner = self.inner.write();
         if is_mirror_pod(pod) {
             let name = pod_full_name(pod);
             if inner
@@ -59,22 +52,22 @@ impl PodManager {
     }
 
     pub fn get(&self, uid: &PodUid) -> Option<Arc<Pod>> {
-        self.read().pods.get(uid).cloned()
+        self.inner.read().pods.get(uid).cloned()
     }
 
     /// The mirror pod of a static pod, by the static pod's full name.
     pub fn mirror_of(&self, pod: &Pod) -> Option<Arc<Pod>> {
-        self.read().mirrors.get(&pod_full_name(pod)).cloned()
+        self.inner.read().mirrors.get(&pod_full_name(pod)).cloned()
     }
 
     /// Every mirror pod.
     pub fn mirrors(&self) -> Vec<Arc<Pod>> {
-        self.read().mirrors.values().cloned().collect()
+        self.inner.read().mirrors.values().cloned().collect()
     }
 
     /// Every desired pod, by name for a stable order.
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        let mut pods: Vec<_> = self.read().pods.values().cloned().collect();
+        let mut pods: Vec<_> = self.inner.read().pods.values().cloned().collect();
         pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         pods
     }
@@ -82,7 +75,8 @@ impl PodManager {
     /// The desired pods `keep` selects, in no particular order (for checks on
     /// every sync tick, which need neither all pods nor a sort).
     pub fn pods_where(&self, keep: impl Fn(&Pod) -> bool) -> Vec<Arc<Pod>> {
-        self.read()
+        self.inner
+            .read()
             .pods
             .values()
             .filter(|p| keep(p))
@@ -93,7 +87,7 @@ impl PodManager {
     /// What the sources want of the pod: run it, stop it for deletion, or
     /// nothing (unknown).
     pub fn desire(&self, uid: &PodUid) -> Desire {
-        match self.read().pods.get(uid) {
+        match self.inner.read().pods.get(uid) {
             None => Desire::Gone,
             Some(p) if p.metadata.deletion_timestamp.is_some() => Desire::Deleting,
             Some(_) => Desire::Run,

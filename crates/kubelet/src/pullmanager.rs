@@ -13,12 +13,12 @@
 //! upstream's striped locks: every operation is a map lookup or one small
 //! file, far shorter than the pulls between them.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use k8s_cri::v1 as cri;
 use kubelet_core::credentials::Credential;
@@ -99,12 +99,8 @@ impl PullManager {
             metrics,
             clock,
         };
-        m.update_sizes(&m.lock());
+        m.update_sizes(&m.state.lock());
         m
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn update_sizes(&self, state: &State) {
@@ -124,7 +120,7 @@ impl PullManager {
     /// before its pull secrets are read: Ok is the decision, Err the
     /// credentials on record to match them against ([`Self::check_pod`]).
     pub fn precheck(&self, image: &str, image_ref: &str) -> Result<Check, ImagePullCredentials> {
-        let state = self.lock();
+        let state = self.state.lock();
         if !state.unreadable.is_empty()
             && state
                 .unreadable
@@ -165,7 +161,7 @@ impl PullManager {
 
     /// A pull of `image` begins (upstream's RecordPullIntent).
     pub fn pull_started(&self, image: &str) -> io::Result<()> {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         if let Some(dirs) = &self.dirs {
             let file = dirs.pulling.join(pullrecords::file_name(image));
             write_file(&file, &pullrecords::encode(&ImagePullIntent::new(image)))?;
@@ -194,7 +190,7 @@ impl PullManager {
 
     /// One pull of `image` fewer in flight; the intent goes with the last.
     fn pull_ended(&self, image: &str) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let left = state.in_flight.get(image).copied().unwrap_or(0);
         if left <= 1 {
             if let Some(dirs) = &self.dirs {
@@ -223,7 +219,7 @@ impl PullManager {
     ) -> Result<(), String> {
         let name = pullrecords::image_without_tag(image)
             .map_err(|e| format!("invalid image name {image:?}: {e}"))?;
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let now = self.clock.now_time();
         let updated = match (state.records.get(image_ref), creds) {
             (None, creds) => {
@@ -257,7 +253,7 @@ impl PullManager {
     /// credentials, so every pod must verify) for the images the runtime
     /// has (upstream's initialize).
     pub fn adopt_left_intents(&self, images: &[cri::Image]) {
-        let left: Vec<String> = self.lock().left_intents.iter().cloned().collect();
+        let left: Vec<String> = self.state.lock().left_intents.iter().cloned().collect();
         for image in left {
             let Some(found) = images
                 .iter()
@@ -280,7 +276,7 @@ impl PullManager {
         remaining: &HashSet<String>,
         until: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
     ) {
-        let mut state = self.lock();
+        let mut state = self.state.lock();
         let gone: Vec<String> = state
             .records
             .values()

@@ -3,7 +3,8 @@
 //! `runtime_errors` is non-empty; SyncPod refuses non-hostNetwork pods while
 //! `network_errors` is.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -28,13 +29,9 @@ pub struct RuntimeState {
 pub const RUNTIME_SYNC_THRESHOLD: Duration = Duration::from_secs(30);
 
 impl RuntimeState {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Record a successful Status() call and what it said.
     pub fn set_status(&self, runtime_error: Option<String>, network_error: Option<String>) {
-        let mut s = self.lock();
+        let mut s = self.inner.lock();
         s.last_sync = Some(Instant::now());
         s.runtime_error = runtime_error;
         s.network_error = network_error;
@@ -42,16 +39,16 @@ impl RuntimeState {
 
     /// Record that the runtime could not be reached.
     pub fn set_unreachable(&self, error: String) {
-        self.lock().runtime_error = Some(format!("container runtime is down: {error}"));
+        self.inner.lock().runtime_error = Some(format!("container runtime is down: {error}"));
     }
 
     pub fn add_health_check(&self, name: &'static str, check: HealthCheck) {
-        self.lock().checks.push((name, check));
+        self.inner.lock().checks.push((name, check));
     }
 
     /// Why pods cannot be synced now; empty when the runtime is healthy.
     pub fn runtime_errors(&self) -> Vec<String> {
-        let s = self.lock();
+        let s = self.inner.lock();
         let mut errs = Vec::new();
         match s.last_sync {
             None => errs.push("container runtime status check may not have completed yet".into()),
@@ -71,7 +68,7 @@ impl RuntimeState {
     }
 
     pub fn network_error(&self) -> Option<String> {
-        self.lock().network_error.clone()
+        self.inner.lock().network_error.clone()
     }
 }
 

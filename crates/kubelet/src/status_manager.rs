@@ -5,8 +5,9 @@
 //! when a pod's termination finished, and marks what changed so the API sync
 //! (`status_sync`) sends it.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -45,17 +46,13 @@ impl StatusManager {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Record the status the kubelet computed for `pod`. The first status of
     /// a pod carries over from the status it came with (the scheduler's
     /// PodScheduled, a start time from before a restart, a terminal phase).
     pub fn set_pod_status(&self, pod: &Pod, mut status: PodStatus) {
         let uid = PodUid::of(pod);
         let now = self.clock.now_time();
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let old = inner
             .statuses
             .get(&uid)
@@ -75,12 +72,12 @@ impl StatusManager {
     }
 
     pub fn get_pod_status(&self, uid: &PodUid) -> Option<Arc<PodStatus>> {
-        self.lock().statuses.get(uid).cloned()
+        self.inner.lock().statuses.get(uid).cloned()
     }
 
     /// Forget statuses of pods `keep` rejects (pods the kubelet has forgotten).
     pub fn remove_orphans(&self, keep: impl Fn(&PodUid) -> bool) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner.statuses.retain(|uid, _| keep(uid));
         inner.dirty.retain(|uid, _| keep(uid));
         inner.finished.retain(|uid| keep(uid));
@@ -90,7 +87,7 @@ impl StatusManager {
     /// static pod edited or restored after it stopped), whose status owes
     /// nothing to the last one's.
     pub fn forget(&self, uid: &PodUid) {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         inner.statuses.remove(uid);
         inner.dirty.remove(uid);
         inner.finished.remove(uid);
@@ -99,19 +96,19 @@ impl StatusManager {
     /// The pod's SyncTerminatedPod completed: nothing of it runs or is left
     /// to clean up.
     pub fn set_finished(&self, uid: &PodUid) {
-        if self.lock().finished.insert(uid.clone()) {
+        if self.inner.lock().finished.insert(uid.clone()) {
             self.changed.notify_one();
         }
     }
 
     pub fn is_finished(&self, uid: &PodUid) -> bool {
-        self.lock().finished.contains(uid)
+        self.inner.lock().finished.contains(uid)
     }
 
     /// The statuses changed since the last call, for the API sync, with
     /// when each first changed.
     pub fn take_dirty(&self) -> Vec<(PodUid, Arc<PodStatus>, Instant)> {
-        let mut inner = self.lock();
+        let mut inner = self.inner.lock();
         let dirty = std::mem::take(&mut inner.dirty);
         dirty
             .into_iter()
@@ -125,7 +122,8 @@ impl StatusManager {
     /// Send this pod's status again (a failed patch, a mirror pod that
     /// appeared).
     pub fn mark_dirty(&self, uid: &PodUid) {
-        self.lock()
+        self.inner
+            .lock()
             .dirty
             .entry(uid.clone())
             .or_insert_with(Instant::now);

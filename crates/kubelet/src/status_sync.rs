@@ -8,8 +8,9 @@
 //! status the API server refuses (422) or a pod gone or recreated is not
 //! sent again. Alongside, one mirror pod is kept per static pod.
 
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,8 +19,9 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use kubelet_api::ApiClient;
 use kubelet_api::pods::{create_mirror, delete_finished, get_pod, mirror_pod, patch_status};
 use kubelet_core::backoff::Backoff;
-use kubelet_core::final_status::{is_terminal_status, keep_final};
+use kubelet_core::final_status::keep_final;
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::phase::is_terminal_status;
 use kubelet_core::status::kubelet_owned;
 use kubelet_core::types::{PodUid, is_static_pod, keys, pod_full_name};
 use tokio::time::Instant;
@@ -231,10 +233,7 @@ impl Job {
 
 impl StatusSync {
     fn node_uid(&self) -> Option<String> {
-        self.node_uid
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.node_uid.read().clone()
     }
 
     /// Run the API status sync and the mirror pods until cancelled.
@@ -445,8 +444,8 @@ impl StatusSync {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
     use std::collections::BTreeMap;
-    use std::sync::Mutex;
 
     use http::{Method, Request, Response, StatusCode};
     use http_body_util::BodyExt;
@@ -526,8 +525,8 @@ mod tests {
             let name = rest.trim_end_matches("/status").to_owned();
             let body = req.into_body().collect().await.unwrap().to_bytes();
             let _ = seen.send((method.clone(), name.clone(), Instant::now()));
-            log.lock().unwrap().push((method.clone(), name.clone()));
-            let mut pods = pods.lock().unwrap();
+            log.lock().push((method.clone(), name.clone()));
+            let mut pods = pods.lock();
             let resp = match (method, pods.get_mut(&name)) {
                 (_, None) => reply(
                     StatusCode::NOT_FOUND,
@@ -681,7 +680,7 @@ mod tests {
         status.set_finished(&PodUid::of(&a));
         next_seen(&mut seen, Method::PATCH, "a").await;
         next_seen(&mut seen, Method::DELETE, "a").await;
-        assert!(pods.lock().unwrap().get("a").is_none(), "pod a deleted");
+        assert!(pods.lock().get("a").is_none(), "pod a deleted");
 
         // Long after, b's status still goes out at once.
         tokio::time::sleep(Duration::from_secs(30)).await;
@@ -693,18 +692,12 @@ mod tests {
             "b's status waited {:?}",
             patched - set
         );
-        let phase = pods.lock().unwrap()["b"]
-            .status
-            .as_ref()
-            .unwrap()
-            .phase
-            .clone();
+        let phase = pods.lock()["b"].status.as_ref().unwrap().phase.clone();
         assert_eq!(phase.as_deref(), Some("Running"));
         cancel.cancel();
         run.await.unwrap();
         let count = |verb: Method, pod: &str| {
             log.lock()
-                .unwrap()
                 .iter()
                 .filter(|(m, n)| *m == verb && n == pod)
                 .count()
@@ -788,7 +781,6 @@ mod tests {
         run.await.unwrap();
         let patches = log
             .lock()
-            .unwrap()
             .iter()
             .filter(|(m, _)| *m == Method::PATCH)
             .count();

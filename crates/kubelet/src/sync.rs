@@ -3,8 +3,9 @@
 //! truth on every call and treats "already done" as success, so a retry, a
 //! crash or a restart simply runs it again.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
@@ -13,12 +14,12 @@ use kubelet_core::actions::PodActions;
 use kubelet_core::cgroups::pod_resource_config;
 use kubelet_core::lifecycle::Why;
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::phase::{PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED};
 use kubelet_core::resize::{Allocation, MemoryDecreases, allocation_of, with_allocation};
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
-    PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED, WaitingReasons, fail_for_deadline,
-    fail_for_eviction, generate_api_pod_status, keep_api_terminal_phase, past_active_deadline,
-    set_host_ips,
+    WaitingReasons, fail_for_deadline, fail_for_eviction, generate_api_pod_status,
+    keep_api_terminal_phase, past_active_deadline, set_host_ips,
 };
 use kubelet_core::types::PodUid;
 use tokio::time::Instant;
@@ -87,15 +88,10 @@ impl Syncer {
         let waiting = self
             .reasons
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .get(&PodUid::of(pod))
             .cloned()
             .unwrap_or_default();
-        let runtime_name = self
-            .runtime_name
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let runtime_name = self.runtime_name.read().clone();
         let mut status = generate_api_pod_status(
             pod,
             rt,
@@ -111,12 +107,7 @@ impl Syncer {
         keep_api_terminal_phase(&mut status, pod);
         // An evicted pod is reported Failed once its containers stopped
         // (upstream's status manager holds a terminal phase back until then).
-        if terminal
-            && let Some((message, disruption)) = self
-                .evictions
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&PodUid::of(pod))
+        if terminal && let Some((message, disruption)) = self.evictions.lock().get(&PodUid::of(pod))
         {
             let condition = disruption.then(|| self.clock.now_time());
             fail_for_eviction(&mut status, pod, message, condition.as_ref());
@@ -131,7 +122,6 @@ impl Syncer {
     pub fn record_eviction(&self, pod: &Pod, message: String, disruption: bool) {
         self.evictions
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .insert(PodUid::of(pod), (message, disruption));
     }
 
@@ -268,7 +258,6 @@ impl PodSyncer for Syncer {
         let op = if self.status.get_pod_status(&uid).is_none() {
             self.first_seen
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
                 .entry(uid)
                 .or_insert_with(Instant::now);
             "create"
@@ -303,10 +292,7 @@ impl PodSyncer for Syncer {
     }
 
     async fn sync_terminated_pod(&self, target: &PodTarget, why: Why) -> Result<(), SyncError> {
-        self.first_seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&target.pod_ref.uid);
+        self.first_seen.lock().remove(&target.pod_ref.uid);
         self.sync_terminated_pod_steps(target, why)
             .instrument(tracing::debug_span!("SyncTerminatedPod", ?why))
             .await?;
@@ -320,11 +306,7 @@ impl Syncer {
     /// long it took since the kubelet first saw it.
     fn report(&self, pod: &Pod, status: k8s_openapi::api::core::v1::PodStatus) {
         if status.phase.as_deref() == Some(PHASE_RUNNING)
-            && let Some(first) = self
-                .first_seen
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&PodUid::of(pod))
+            && let Some(first) = self.first_seen.lock().remove(&PodUid::of(pod))
         {
             self.metrics
                 .pod_start_duration
@@ -416,13 +398,10 @@ impl Syncer {
         if let Some(e) = &result.resize_error {
             self.allocation.resize_failed(&allocated, e);
         }
-        self.reasons
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(
-                target.pod_ref.uid.clone(),
-                waiting_reasons(&result.failures),
-            );
+        self.reasons.lock().insert(
+            target.pod_ref.uid.clone(),
+            waiting_reasons(&result.failures),
+        );
         if !result.started.is_empty() || !result.resized.is_empty() {
             // Report what just started now, not at the next relist.
             let now = self.runtime.get_pod_status(&target.pod_ref).await?;
@@ -494,11 +473,7 @@ impl Syncer {
         // An evicted pod's containers, writable layers and logs go too, as
         // upstream removes all of an evicted pod's containers: they are what
         // disk pressure wants back.
-        let evicted = self
-            .evictions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(&target.pod_ref.uid);
+        let evicted = self.evictions.lock().contains_key(&target.pod_ref.uid);
         if why == Why::Removed || evicted {
             self.runtime.remove_pod(&target.pod_ref, &rt).await?;
             tracing::info!(evicted, "pod removed from the runtime");

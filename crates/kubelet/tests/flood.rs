@@ -106,7 +106,7 @@ async fn an_idle_connection_flood_leaves_healthz_and_pods_working() {
     let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
     let done = tokio::spawn(kubelet.clone().run());
     let deadline = Instant::now() + WAIT;
-    while kubelet.bound.lock().unwrap().len() < 2 {
+    while kubelet.bound.lock().len() < 2 {
         assert!(Instant::now() < deadline, "the servers did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

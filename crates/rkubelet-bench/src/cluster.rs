@@ -67,11 +67,12 @@
 //! table. Only prints figures; exits 1 if a kubelet failed its run (the other one's
 //! column is still printed).
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -498,7 +499,7 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         );
     }
     wait_until("the pod watch to list", Duration::from_secs(30), || {
-        ctx.seen.lock().unwrap_or_else(|e| e.into_inner()).synced
+        ctx.seen.lock().synced
     })
     .await?;
     // Start fresh: no bench pods, no Node, nothing in the runtime.
@@ -506,7 +507,7 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
     if ctx.args.view {
         ctx.view_objects(true).await?;
     }
-    ctx.notes.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    ctx.notes.lock().clear();
 
     let order: Vec<Which> = [Which::Rkubelet, Which::Upstream]
         .into_iter()
@@ -573,7 +574,7 @@ async fn watch_pods(client: kube::Client, seen: Arc<Mutex<Seen>>) {
             }
             s.present.insert(name);
         };
-        let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = seen.lock();
         match event {
             Ok(Event::Init) => listing = Some(Vec::new()),
             Ok(Event::InitApply(p)) => listing.get_or_insert_default().push(p),
@@ -754,11 +755,11 @@ impl Ctx {
     }
 
     fn with_seen<T>(&self, f: impl FnOnce(&Seen) -> T) -> T {
-        f(&self.seen.lock().unwrap_or_else(|e| e.into_inner()))
+        f(&self.seen.lock())
     }
 
     fn note(&self, n: String) {
-        self.notes.lock().unwrap_or_else(|e| e.into_inner()).push(n);
+        self.notes.lock().push(n);
     }
 
     fn cpu_s(&self, pid: u32) -> anyhow::Result<f64> {
@@ -1427,9 +1428,7 @@ impl Ctx {
         if let Err(e) = self.reset(Some(&mut k)).await {
             r.notes.push(format!("cleanup after it: {e:#}"));
         }
-        r.notes.extend(std::mem::take(
-            &mut *self.notes.lock().unwrap_or_else(|e| e.into_inner()),
-        ));
+        r.notes.extend(std::mem::take(&mut *self.notes.lock()));
         let (warns, errors, msgs) = k.log_problems(6);
         if warns + errors > 0 {
             let mut s = format!("logged {warns} warning(s) and {errors} error(s), e.g.:");

@@ -85,7 +85,7 @@ mod tests {
         use tracing_subscriber::layer::SubscriberExt;
 
         #[derive(Clone, Default)]
-        struct Collector(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+        struct Collector(std::sync::Arc<parking_lot::Mutex<Vec<String>>>);
         #[tonic::async_trait]
         impl TraceService for Collector {
             async fn export(
@@ -99,7 +99,7 @@ mod tests {
                     .flat_map(|r| r.scope_spans)
                     .flat_map(|s| s.spans)
                     .map(|s| s.name);
-                self.0.lock().unwrap().extend(names);
+                self.0.lock().extend(names);
                 Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
             }
         }
@@ -125,7 +125,7 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        let names = collector.0.lock().unwrap().clone();
+        let names = collector.0.lock().clone();
         assert_eq!(names, ["SyncPod"]);
         let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
     }

@@ -271,9 +271,9 @@ pub struct Statements<'a> {
     pub soft: &'a BTreeMap<String, String>,
     pub soft_grace_period: &'a BTreeMap<String, String>,
     pub minimum_reclaim: &'a BTreeMap<String, String>,
-    /// enforceNodeAllocatable: with `pods`, each hard memory.available
-    /// threshold has an allocatableMemory.available copy.
-    pub enforce_node_allocatable: &'a [String],
+    /// Whether enforceNodeAllocatable names `pods`: then each hard
+    /// memory.available threshold has an allocatableMemory.available copy.
+    pub enforce_pods: bool,
 }
 
 /// ParseThresholdConfig: the hard thresholds, then the soft ones with
@@ -312,10 +312,7 @@ pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, Strin
             t.min_reclaim = Some(value);
         }
     }
-    if s.enforce_node_allocatable
-        .iter()
-        .any(|k| k == crate::config::ENFORCE_PODS)
-    {
+    if s.enforce_pods {
         let copies: Vec<Threshold> = out
             .iter()
             .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
@@ -405,13 +402,12 @@ mod tests {
         let grace = map(&[("memory.available", "30s")]);
         let none = BTreeMap::new();
         let enforce = |keys: &[&str]| -> Vec<Threshold> {
-            let keys: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
             parse_threshold_config(Statements {
                 hard: &hard,
                 soft: &soft,
                 soft_grace_period: &grace,
                 minimum_reclaim: &none,
-                enforce_node_allocatable: &keys,
+                enforce_pods: keys.contains(&"pods"),
             })
             .unwrap()
         };

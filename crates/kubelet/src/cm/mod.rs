@@ -8,10 +8,11 @@
 
 mod cgroupfs;
 
+use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{
@@ -513,7 +514,7 @@ impl Inner {
     }
 
     fn update_qos(&self, active: &[Arc<Pod>]) -> Result<(), CmError> {
-        let _one = self.qos_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _one = self.qos_lock.lock();
         if self.node_pending.load(Ordering::Relaxed) {
             // Upstream retries the node-allocatable limits until they hold.
             let root = &self.qos.root;

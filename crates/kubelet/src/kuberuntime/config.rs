@@ -12,11 +12,13 @@ use kubelet_core::actions::container_hash;
 use kubelet_core::cgroups;
 use kubelet_core::dns::ResolvConf;
 use kubelet_core::env::expand_command_and_args;
+use kubelet_core::qos::qos_class;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
 use kubelet_core::resources;
 use kubelet_core::security::{self, Profile};
-use kubelet_core::status::qos_class;
 use kubelet_core::types::keys;
+
+use crate::error::ConfigError;
 
 /// Name of the pod's log directory under podLogsDir:
 /// `<namespace>_<name>_<uid>`. Refuses components that could escape the
@@ -219,15 +221,6 @@ pub fn sandbox_config(
         }),
         ..Default::default()
     }
-}
-
-/// Why a container's config could not be built; the name of the field.
-#[derive(Debug, thiserror::Error)]
-#[error("container {container:?}: {field}: {message}")]
-pub struct ConfigError {
-    pub container: String,
-    pub field: String,
-    pub message: String,
 }
 
 /// oom_score_adj by QoS class, as upstream's qos policy computes it.

@@ -8,19 +8,17 @@ pub mod hooks;
 pub mod legacylogs;
 pub mod mounts;
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
-use kubelet_core::actions::{
-    ContainerKind, PodActions, StartContainer, compute_pod_actions, container_hash,
-    ephemeral_containers, init_containers, is_sidecar, regular_containers,
-};
+use kubelet_core::actions::{PodActions, StartContainer, compute_pod_actions, container_hash};
 use kubelet_core::credentials::{Credential, Keyring};
 use kubelet_core::dns::{
     DnsSettings, ResolvConf, hostname_and_domain, kernel_hostname, managed_hosts, node_hosts,
@@ -30,6 +28,9 @@ use kubelet_core::duration::format_go_duration;
 use kubelet_core::flowcontrol::{self, KeyedBackoff, PullBackoff};
 use kubelet_core::gc::{GcCandidate, SandboxCandidate, evictable, evictable_sandboxes};
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::podspec::{
+    ContainerKind, ephemeral_containers, init_containers, is_sidecar, regular_containers,
+};
 use kubelet_core::pullrecords::{Check, ImagePullSecret};
 use kubelet_core::reference::parse_normalized;
 use kubelet_core::resize::Allocation;
@@ -42,15 +43,16 @@ use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
 
 use self::config::{
-    ConfigError, ContainerInputs, NodeResources, SecurityDefaults, container_config, host_network,
-    pod_log_dir, sandbox_config,
+    ContainerInputs, NodeResources, SecurityDefaults, container_config, host_network, pod_log_dir,
+    sandbox_config,
 };
 use self::hooks::{Hook, run_hook};
 use self::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
 use crate::clock::Clock;
 use crate::cm::ContainerManager;
-use crate::error::{StartError, StartFailure, SyncError};
+use crate::error::{ConfigError, StartError, StartFailure, SyncError};
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
+use crate::files::is_under;
 use crate::podenv::PodEnv;
 use crate::pullmanager::PullManager;
 use crate::runtimeclass::RuntimeClasses;
@@ -1046,7 +1048,7 @@ impl RuntimeManager {
             &container_hash(c),
         );
         let now = self.clock.now_nanos();
-        let mut backoff = self.crashloop.lock().unwrap_or_else(|e| e.into_inner());
+        let mut backoff = self.crashloop.lock();
         backoff.gc(now);
         backoff
             .try_restart(&key, last.finished_at, now)
@@ -1110,7 +1112,6 @@ impl RuntimeManager {
         let in_backoff = self
             .pull_backoff
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
             .check(uid, image, self.clock.now_nanos());
         if let Err((left, message)) = in_backoff {
             self.events.event(
@@ -1125,7 +1126,7 @@ impl RuntimeManager {
             .await
             .inspect_err(|e| {
                 let (reason, message) = (e.reason(), e.to_string());
-                let mut backoff = self.pull_backoff.lock().unwrap_or_else(|e| e.into_inner());
+                let mut backoff = self.pull_backoff.lock();
                 backoff.failed(uid, image, self.clock.now_nanos(), reason, &message);
             })
     }
@@ -1652,15 +1653,6 @@ const MAX_TERMINATION_MESSAGE: usize = 4096;
 /// Upstream's MaxContainerTerminationMessageLogLength and ...LogLines.
 const MAX_TERMINATION_LOG_BYTES: usize = 2048;
 const MAX_TERMINATION_LOG_LINES: u64 = 80;
-
-/// Whether `path` is absolute, inside `root` and free of `..`.
-pub(crate) fn is_under(path: &std::path::Path, root: &std::path::Path) -> bool {
-    path.is_absolute()
-        && path.starts_with(root)
-        && !path
-            .components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
-}
 
 /// At most `max` bytes of a regular file (never through a symlink).
 fn read_at_most(path: &std::path::Path, max: usize) -> Option<String> {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use kubelet_core::expansion::expand;
 use kubelet_core::volume::{check_mounts, check_sub_path};
 
-use super::config::ConfigError;
+use crate::error::ConfigError;
 use crate::volumes::{PodVolumes, subpath};
 
 fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, String> {

@@ -7,9 +7,9 @@
 //! label would otherwise grow without bound), which that registry does not
 //! offer; its bucket bounds and float format are reused.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use kubelet_core::metrics::{DEF_BUCKETS as BUCKETS, format_float};
@@ -52,13 +52,9 @@ fn escape(value: &str) -> String {
 }
 
 impl ProbeMetrics {
-    fn lock(&self) -> MutexGuard<'_, Series> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Count one probe run and its duration.
     pub fn observe(&self, labels: &ProbeLabels, result: ProbeResult, took: Duration) {
-        let mut series = self.lock();
+        let mut series = self.inner.lock();
         *series
             .totals
             .entry((labels.clone(), result.metric_label()))
@@ -76,7 +72,7 @@ impl ProbeMetrics {
 
     /// Drop a stopped worker's series.
     pub fn forget(&self, labels: &ProbeLabels) {
-        let mut series = self.lock();
+        let mut series = self.inner.lock();
         series.totals.retain(|(l, _), _| l != labels);
         series.durations.remove(labels);
     }
@@ -84,7 +80,7 @@ impl ProbeMetrics {
     /// Both families in Prometheus text exposition format, as client_golang
     /// writes them (families by name, labels sorted by name).
     pub fn render(&self) -> String {
-        let series = self.lock();
+        let series = self.inner.lock();
         let mut out = String::new();
         if !series.durations.is_empty() {
             out.push_str("# HELP prober_probe_duration_seconds [ALPHA] Duration in seconds for a probe response.\n");

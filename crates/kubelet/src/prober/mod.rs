@@ -17,9 +17,10 @@ pub mod restore;
 pub mod results;
 mod worker;
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use kubelet_core::probe::ProbeKind;
@@ -81,11 +82,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn workers(&self) -> MutexGuard<'_, HashMap<WorkerKey, WorkerEntry>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+        self.workers.lock()
     }
 
     fn restored(&self) -> MutexGuard<'_, HashMap<PodUid, HashMap<String, Kept>>> {
-        self.restored.lock().unwrap_or_else(|e| e.into_inner())
+        self.restored.lock()
     }
 
     /// A static pod's container's readiness or startup result changed:
@@ -97,7 +98,7 @@ impl Shared {
         if kind == ProbeKind::Liveness {
             return;
         }
-        let mut all = self.kept_static.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.kept_static.lock();
         let pod = all.entry(uid.clone()).or_default();
         let fresh = Kept {
             id: id.to_owned(),
@@ -328,11 +329,7 @@ impl ProbeManager {
             }
             kept
         });
-        self.shared
-            .kept_static
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|uid, _| keep(uid));
+        self.shared.kept_static.lock().retain(|uid, _| keep(uid));
     }
 
     /// Workers running (tests assert none leak).

@@ -2,8 +2,9 @@
 //! manager): what the workers last decided, read by the status and
 //! runtime code. A change of a result notifies the sync loop.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use kubelet_core::probe::{ProbeKind, ProbeResult};
 use kubelet_core::runtime::ProbeView;
@@ -23,13 +24,10 @@ pub fn raw_container_id(id: &str) -> &str {
 }
 
 impl ProbeResults {
-    fn lock(&self) -> MutexGuard<'_, HashMap<(ProbeKind, String), ProbeResult>> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The `kind` result of a container, if a worker has one.
     pub fn get(&self, kind: ProbeKind, container_id: &str) -> Option<ProbeResult> {
-        self.lock()
+        self.inner
+            .lock()
             .get(&(kind, raw_container_id(container_id).to_owned()))
             .copied()
     }
@@ -56,7 +54,7 @@ impl ProbeResults {
         changed: &UnboundedSender<PodUid>,
     ) {
         let key = (kind, raw_container_id(container_id).to_owned());
-        let previous = self.lock().insert(key, result);
+        let previous = self.inner.lock().insert(key, result);
         if previous != Some(result) {
             // The receiver is gone only at shutdown.
             let _ = changed.send(uid.clone());
@@ -66,14 +64,15 @@ impl ProbeResults {
     /// A success kept from before a restart, without telling anyone (the
     /// pod's first status is still to be made).
     pub(crate) fn seed(&self, kind: ProbeKind, container_id: &str) {
-        self.lock().insert(
+        self.inner.lock().insert(
             (kind, raw_container_id(container_id).to_owned()),
             ProbeResult::Success,
         );
     }
 
     pub(crate) fn remove(&self, kind: ProbeKind, container_id: &str) {
-        self.lock()
+        self.inner
+            .lock()
             .remove(&(kind, raw_container_id(container_id).to_owned()));
     }
 }

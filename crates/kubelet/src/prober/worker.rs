@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodStatus, Probe};
-use kubelet_core::actions::container_should_restart;
+use kubelet_core::phase::{PHASE_FAILED, PHASE_SUCCEEDED};
+use kubelet_core::podspec::container_should_restart;
 use kubelet_core::probe::{
     ContainerView, Next, ProbeKind, ProbeResult, ProbeState, ProbeTiming, ResultUpdate,
     probe_action,
 };
-use kubelet_core::status::{PHASE_FAILED, PHASE_SUCCEEDED};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 

@@ -213,7 +213,7 @@ impl VolumeManager {
 
     /// Register the ConfigMaps and Secrets the pod references: its volumes'
     /// and its containers' env (read when they start, by
-    /// [`crate::podenv::PodEnv`]), as upstream's managers register both.
+    /// `podenv::PodEnv`), as upstream's managers register both.
     fn register(&self, pod: &Pod, volumes: &[Volume]) {
         let Some(api) = &self.api else { return };
         let (env_cms, env_secrets) = kubelet_core::env::pod_references(pod);

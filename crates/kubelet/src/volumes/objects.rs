@@ -5,8 +5,9 @@
 //! immutable one is watched no more once seen. A change wakes the pods that
 //! reference it, so their volumes follow within a sync.
 
+use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubelet_api::ApiClient;
@@ -68,14 +69,10 @@ impl<K: Watched> ObjectStore<K> {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry<K>>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The objects `uid` references now are `wanted` (in its namespace):
     /// watches start for new ones, and stop for those no pod references.
     pub fn register(&self, uid: &PodUid, namespace: &str, wanted: &HashSet<String>) {
-        let mut entries = self.lock();
+        let mut entries = self.entries.lock();
         entries.retain(|(ns, name), e| {
             if ns != namespace || !wanted.contains(name) {
                 e.pods.remove(uid);
@@ -118,7 +115,6 @@ impl<K: Watched> ObjectStore<K> {
                     }
                     let pods: Vec<PodUid> = entries
                         .lock()
-                        .unwrap_or_else(|e| e.into_inner())
                         .get(&key2)
                         .map(|e| e.pods.iter().cloned().collect())
                         .unwrap_or_default();
@@ -145,6 +141,7 @@ impl<K: Watched> ObjectStore<K> {
     /// error naming it when there is none, as upstream words it.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Arc<K>, GetError> {
         let rx = self
+            .entries
             .lock()
             .get(&(namespace.to_owned(), name.to_owned()))
             .map(|e| e.latest.clone());
@@ -174,7 +171,7 @@ impl<K: Watched> ObjectStore<K> {
 
     /// Objects watched now.
     pub fn watched(&self) -> usize {
-        self.lock().len()
+        self.entries.lock().len()
     }
 }
 

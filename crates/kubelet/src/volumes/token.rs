@@ -3,8 +3,9 @@
 //! pod), cached and asked again once 80 % of its lifetime has passed or it
 //! is 24 hours old, whichever comes first. The token itself is never logged.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kubelet_api::ApiClient;
 use kubelet_api::objects::request_token;
@@ -58,15 +59,11 @@ impl TokenManager {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TokenSpec, Cached>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The token for `spec`: the cached one while it is fresh, else a new
     /// one. A failed request falls back to a cached token not yet expired.
     pub async fn get(&self, spec: &TokenSpec) -> Result<String, String> {
         let now = self.clock.now_nanos() / 1_000_000_000;
-        let cached = self.lock().get(spec).cloned();
+        let cached = self.cache.lock().get(spec).cloned();
         if let Some(c) = &cached
             && !requires_refresh(now, c.expires, c.lifetime)
         {
@@ -105,7 +102,7 @@ impl TokenManager {
         let expires = status
             .expiration_timestamp
             .map_or(now + lifetime, |t| t.0.as_second());
-        self.lock().insert(
+        self.cache.lock().insert(
             spec.clone(),
             Cached {
                 token: token.clone(),
@@ -118,7 +115,7 @@ impl TokenManager {
 
     /// Forget the tokens of a pod that is gone.
     pub fn forget_pod(&self, uid: &PodUid) {
-        self.lock().retain(|k, _| &k.pod_uid != uid);
+        self.cache.lock().retain(|k, _| &k.pod_uid != uid);
     }
 }
 

@@ -3,8 +3,9 @@
 //! the first pod that projects one on, and a projection reads them by name
 //! or by signer and label selector, deduplicated and re-encoded.
 
+use parking_lot::Mutex;
 use std::collections::hash_map::RandomState;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::ClusterTrustBundle;
@@ -44,7 +45,7 @@ impl TrustBundles {
 
     async fn all(&self) -> Result<Arc<Vec<ClusterTrustBundle>>, String> {
         let mut rx = {
-            let mut latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+            let mut latest = self.latest.lock();
             latest
                 .get_or_insert_with(|| {
                     let (tx, rx) = watch::channel(Latest::Pending);
