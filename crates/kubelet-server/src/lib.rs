@@ -10,25 +10,21 @@
 //! [`streaming::Spawner`] (e.g. `Tasks::spawn_with`) and a cancellation token.
 
 pub mod auth;
-pub mod cadvisor;
-pub mod cri_metrics;
 pub mod listener;
 pub mod logs;
 pub mod nodelogs;
-pub mod process;
 pub mod response;
 pub mod routes;
 pub mod server;
-pub mod stats;
 pub mod streaming;
 pub mod tls;
 
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use http_body_util::{BodyExt, Full};
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::cgroups::PodCgroups;
 use kubelet_cri::client::CriClient;
 
 /// The response body of every handler: boxed so that handlers can stream
@@ -55,17 +51,24 @@ pub trait NodeView: Send + Sync + 'static {
     fn cri(&self) -> CriClient;
     /// podLogsDir: the only directory container logs are served from.
     fn logs_root(&self) -> PathBuf;
-    /// The root directory (file-system stats of the node).
-    fn root_dir(&self) -> PathBuf;
     /// The effective KubeletConfiguration as JSON, for `/configz`.
     fn configz(&self) -> serde_json::Value;
     /// The Prometheus text of `/metrics` (kubelet families + process).
     fn metrics_text(&self) -> String;
     /// The Prometheus text of `/metrics/probes`.
     fn probe_metrics_text(&self) -> String;
-    /// Where the pods' cgroups are, for their usage; None (the default):
-    /// pods have no cgroups of their own and their usage is the runtime's.
-    fn pod_cgroups(&self) -> Option<PodCgroups> {
-        None
-    }
+    /// `/stats/summary` (stats/v1alpha1 Summary as JSON); with
+    /// `only_cpu_and_memory` the node's and pods' CPU, memory and swap only.
+    fn summary(
+        &self,
+        only_cpu_and_memory: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, BoxError>>;
+    /// The Prometheus text of `/metrics/resource`.
+    fn resource_metrics_text(&self) -> BoxFuture<'_, String>;
+    /// The Prometheus text of `/metrics/cadvisor`.
+    fn cadvisor_metrics_text(&self) -> BoxFuture<'_, String>;
 }
+
+/// Why the kubelet could not give a handler what it asked for (shown to
+/// the client as the answer's text).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -24,7 +24,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::streaming::Spawner;
+use kubelet_tasks::Tasks;
 
 /// The largest request header read: upstream's `MaxHeaderBytes: 1 << 20`
 /// (pkg/kubelet/server/server.go, the kubelet API and the read-only port).
@@ -168,7 +168,7 @@ impl Listener {
     /// of its own (through `spawn`). At the cap, nothing is accepted until a
     /// connection ends (new ones wait in the kernel's backlog); after a
     /// failed accept (out of file handles, ...) the loop backs off.
-    pub async fn serve<F, Fut>(self, spawn: Spawner, cancel: CancellationToken, handle: F)
+    pub async fn serve<F, Fut>(self, tasks: Tasks, cancel: CancellationToken, handle: F)
     where
         F: Fn(TcpStream, SocketAddr) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
@@ -195,7 +195,7 @@ impl Listener {
                     }
                     let open = Open::new(slot, server, self.metrics.clone());
                     let conn = handle(tcp, peer);
-                    spawn(
+                    tasks.spawn_with(
                         tracing::debug_span!("connection", server, %peer),
                         Box::pin(async move {
                             conn.await;
@@ -370,10 +370,8 @@ mod tests {
         cancel: CancellationToken,
     }
 
-    fn tokio_spawner() -> Spawner {
-        Arc::new(|span, fut| {
-            tokio::spawn(tracing::Instrument::instrument(fut, span));
-        })
+    fn tokio_spawner() -> Tasks {
+        Tasks::new(CancellationToken::new())
     }
 
     /// A plain-HTTP server answering "ok", capped at `cap` connections.

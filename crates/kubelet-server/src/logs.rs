@@ -39,8 +39,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::response::plain_response;
-use crate::streaming::Spawner;
 use crate::{Body, NodeView, full};
+use kubelet_tasks::Tasks;
 
 /// How often a follower asks the runtime whether the container still runs
 /// (upstream's logForceCheckPeriod).
@@ -113,10 +113,10 @@ pub async fn container_logs(
     pod: &str,
     container: &str,
     query: Option<&str>,
-    spawn: &Spawner,
+    tasks: &Tasks,
     cancel: &CancellationToken,
 ) -> Response<Body> {
-    match start(view, namespace, pod, container, query, spawn, cancel).await {
+    match start(view, namespace, pod, container, query, tasks, cancel).await {
         Ok(body) => plain_response(StatusCode::OK, body),
         Err(e) => {
             tracing::debug!(namespace, pod, container, error = %e, "container logs refused");
@@ -133,7 +133,7 @@ async fn start(
     pod_name: &str,
     container: &str,
     query: Option<&str>,
-    spawn: &Spawner,
+    tasks: &Tasks,
     cancel: &CancellationToken,
 ) -> Result<Body, LogsError> {
     let params: Vec<(Cow<'_, str>, Cow<'_, str>)> =
@@ -167,7 +167,7 @@ async fn start(
     let tail = opts.tail_lines;
     let opened = {
         let (file_path, logs_root) = (path.clone(), root.clone());
-        tokio::task::spawn_blocking(move || open_at_tail(&file_path, &logs_root, tail))
+        kubelet_tasks::off_thread(move || open_at_tail(&file_path, &logs_root, tail))
             .await
             .map_err(|join| LogFileError::Open {
                 path: path.clone(),
@@ -180,7 +180,7 @@ async fn start(
         .then(|| Follow::new(cri, id, path, root, &opened.real_path));
     let pump = Pump::new(opened, &opts, tx);
     let cancel = cancel.clone();
-    spawn(
+    tasks.spawn_with(
         tracing::debug_span!("container-logs", namespace, pod = pod_name, container),
         Box::pin(async move {
             tokio::select! {
@@ -484,7 +484,7 @@ impl Pump {
             return Ok(Flow::Stop);
         }
         let (path, root) = (follow.path.clone(), follow.root.clone());
-        let opened = tokio::task::spawn_blocking(move || open_log(&path, &root))
+        let opened = kubelet_tasks::off_thread(move || open_log(&path, &root))
             .await
             .map_err(io::Error::other)?;
         match opened {
@@ -591,8 +591,6 @@ impl Changes {
 mod tests {
     use parking_lot::Mutex;
     use std::io::Write as _;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use k8s_cri::v1 as cri;
     use k8s_openapi::api::core::v1::{
@@ -635,9 +633,6 @@ not a CRI line
         fn logs_root(&self) -> PathBuf {
             self.root.clone()
         }
-        fn root_dir(&self) -> PathBuf {
-            self.root.clone()
-        }
         fn configz(&self) -> serde_json::Value {
             serde_json::Value::Null
         }
@@ -647,13 +642,24 @@ not a CRI line
         fn probe_metrics_text(&self) -> String {
             String::new()
         }
+        fn summary(
+            &self,
+            _only_cpu_and_memory: bool,
+        ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, crate::BoxError>> {
+            Box::pin(async { Ok(serde_json::json!({})) })
+        }
+        fn resource_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
+        }
+        fn cadvisor_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
+        }
     }
 
     struct Harness {
         view: View,
-        /// Spawns the pump and counts the tasks spawned.
-        spawn: Spawner,
-        spawned: Arc<AtomicUsize>,
+        /// Where the pump is spawned.
+        tasks: Tasks,
         cancel: CancellationToken,
         fake: FakeRuntime,
         /// The pod's log directory (the sandbox's log_directory).
@@ -766,19 +772,13 @@ not a CRI line
                 ..Default::default()
             }),
         };
-        let spawned = Arc::new(AtomicUsize::new(0));
-        let count = spawned.clone();
         Harness {
             view: View {
                 pods: Mutex::new(vec![pod]),
                 cri,
                 root,
             },
-            spawn: Arc::new(move |span, fut| {
-                count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(tracing::Instrument::instrument(fut, span));
-            }),
-            spawned,
+            tasks: Tasks::new(CancellationToken::new()),
             cancel: CancellationToken::new(),
             fake,
             pod_dir,
@@ -794,7 +794,7 @@ not a CRI line
             pod,
             container,
             Some(query),
-            &h.spawn,
+            &h.tasks,
             &h.cancel,
         )
         .await;
@@ -971,7 +971,7 @@ not a CRI line
             "web",
             "app",
             Some("follow=true&tailLines=1"),
-            &h.spawn,
+            &h.tasks,
             &h.cancel,
         )
         .await;
@@ -1022,7 +1022,7 @@ not a CRI line
             "web",
             "app",
             Some("follow=1"),
-            &h.spawn,
+            &h.tasks,
             &h.cancel,
         )
         .await;
@@ -1045,11 +1045,11 @@ not a CRI line
             "web",
             "app",
             Some("follow=1"),
-            &h.spawn,
+            &h.tasks,
             &h.cancel,
         )
         .await;
-        assert_eq!(h.spawned.load(Ordering::SeqCst), 1);
+        assert_eq!(h.tasks.running(), 1);
         let mut body = resp.into_body();
         let mut seen = String::new();
         read_until(&mut body, &mut seen, "partial\n").await;

@@ -212,7 +212,7 @@ fn redirect(to: &str) -> Response<Body> {
 async fn serve_path(dir: &Path, url_path: &str) -> Response<Body> {
     let cleaned = clean(url_path);
     let (dir, rel) = (dir.to_owned(), cleaned.clone());
-    let opened = tokio::task::spawn_blocking(move || {
+    let opened = kubelet_tasks::off_thread(move || {
         let (fd, inside) = open_inside(&dir, &rel)?;
         let st = rustix::fs::fstat(&fd).map_err(io::Error::from)?;
         Ok::<_, Refused>((fd, inside, st))
@@ -248,7 +248,7 @@ async fn serve_path(dir: &Path, url_path: &str) -> Response<Body> {
         if !url_path.ends_with('/') {
             return redirect(&format!("{}/", base(url_path)));
         }
-        let listing = tokio::task::spawn_blocking(move || dir_list(fd)).await;
+        let listing = kubelet_tasks::off_thread(move || dir_list(fd)).await;
         return match listing {
             Ok(Ok(html)) => {
                 let mut resp = Response::new(full(html));
@@ -679,7 +679,7 @@ impl NodeLogQuery {
             }
             for service in files {
                 let dir = dir.to_owned();
-                let read = tokio::task::spawn_blocking(move || heuristic_log(&dir, &service))
+                let read = kubelet_tasks::off_thread(move || heuristic_log(&dir, &service))
                     .await
                     .unwrap_or_else(|e| Err(io::Error::other(e).to_string()));
                 match read {

@@ -1,9 +1,8 @@
 //! The kubelet API's handlers once a request is authenticated and authorized
 //! (upstream: InstallAuthNotRequiredHandlers, InstallAuthRequiredHandlers
 //! and InstallDebuggingDisabledHandlers in pkg/kubelet/server/server.go).
-//!
-//! `/metrics/cadvisor` is cAdvisor's families, gathered by
-//! [`crate::cadvisor`] from the cgroups (rkubelet has no cAdvisor).
+//! What the handlers serve (pods, stats, metrics) the kubelet hands them
+//! through [`NodeView`]; they only answer.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,9 +17,9 @@ use kubelet_core::config::KubeletConfiguration;
 use tokio_util::sync::CancellationToken;
 
 use crate::response::text_response;
-use crate::stats::StatsProvider;
-use crate::streaming::{self, Spawner, StreamKind};
+use crate::streaming::{self, StreamKind};
 use crate::{Body, NodeView, full};
+use kubelet_tasks::Tasks;
 
 /// Prometheus text exposition format.
 const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -92,9 +91,8 @@ pub enum Scope {
 /// The handlers and what they need for the server's lifetime.
 pub struct Router {
     view: Arc<dyn NodeView>,
-    stats: Arc<StatsProvider>,
     settings: Settings,
-    spawn: Spawner,
+    tasks: Tasks,
     cancel: CancellationToken,
     scope: Scope,
 }
@@ -104,20 +102,16 @@ pub struct Router {
 const HEALTH_CHECKS: &[&str] = &["ping", "log", "syncloop"];
 
 impl Router {
-    /// `stats`: the provider whose CPU samples the summaries' rates come
-    /// from (the eviction manager reads the same one).
     pub fn new(
         view: Arc<dyn NodeView>,
-        stats: Arc<StatsProvider>,
         settings: Settings,
-        spawn: Spawner,
+        tasks: Tasks,
         cancel: CancellationToken,
     ) -> Self {
         Router {
             view,
-            stats,
             settings,
-            spawn,
+            tasks,
             cancel,
             scope: Scope::Full,
         }
@@ -155,16 +149,16 @@ impl Router {
             ["metrics"] => typed_response(PROMETHEUS_TEXT, view.metrics_text()),
             ["metrics", "probes"] => typed_response(PROMETHEUS_TEXT, view.probe_metrics_text()),
             ["metrics", "cadvisor"] => {
-                typed_response(PROMETHEUS_TEXT, crate::cadvisor::metrics(view).await)
+                typed_response(PROMETHEUS_TEXT, view.cadvisor_metrics_text().await)
             }
             ["metrics", "resource"] => {
-                typed_response(PROMETHEUS_TEXT, self.stats.resource_metrics(view).await)
+                typed_response(PROMETHEUS_TEXT, view.resource_metrics_text().await)
             }
             ["stats", "summary"] | ["stats", "summary", ""] if !is_get => get_only(),
             ["stats", "summary"] | ["stats", "summary", ""] => {
                 let only = form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes())
                     .any(|(k, v)| k == "only_cpu_and_memory" && v == "true");
-                match self.stats.summary(view, only).await {
+                match view.summary(only).await {
                     Ok(summary) => json_response(&summary),
                     Err(e) => text_response(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
                 }
@@ -213,7 +207,7 @@ impl Router {
                     pod,
                     container,
                     query.as_deref(),
-                    &self.spawn,
+                    &self.tasks,
                     &self.cancel,
                 )
                 .await
@@ -234,7 +228,7 @@ impl Router {
                     &rest,
                     req,
                     self.settings.streaming_idle_timeout,
-                    &self.spawn,
+                    &self.tasks,
                     &self.cancel,
                 )
                 .await
@@ -592,9 +586,6 @@ mod tests {
         fn logs_root(&self) -> std::path::PathBuf {
             unreachable!()
         }
-        fn root_dir(&self) -> std::path::PathBuf {
-            unreachable!()
-        }
         fn configz(&self) -> serde_json::Value {
             unreachable!()
         }
@@ -603,6 +594,18 @@ mod tests {
         }
         fn probe_metrics_text(&self) -> String {
             unreachable!()
+        }
+        fn summary(
+            &self,
+            _only_cpu_and_memory: bool,
+        ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, crate::BoxError>> {
+            Box::pin(async { Ok(serde_json::json!({})) })
+        }
+        fn resource_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
+        }
+        fn cadvisor_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
         }
     }
 
@@ -630,14 +633,11 @@ mod tests {
             },
         };
         let router = |scope: Scope, handler: bool| {
-            let spawn: Spawner = Arc::new(|_, fut| {
-                tokio::spawn(fut);
-            });
+            let tasks = Tasks::new(CancellationToken::new());
             Router::new(
                 view.clone(),
-                Arc::default(),
                 settings(handler),
-                spawn,
+                tasks,
                 CancellationToken::new(),
             )
             .with_scope(scope)

@@ -18,7 +18,7 @@ use crate::auth::{Auth, Credentials, Denied, UserInfo, websocket_token, x509_use
 use crate::listener::{Listener, serve_http1, tls_handshake};
 use crate::response::text_response;
 use crate::routes::Router;
-use crate::streaming::Spawner;
+use kubelet_tasks::Tasks;
 
 /// Serves the kubelet API on `listener` until `cancel`: each accepted
 /// connection is handed to `spawn` (the kubelet passes
@@ -30,13 +30,13 @@ pub async fn serve(
     tls: Arc<rustls::ServerConfig>,
     router: Arc<Router>,
     auth: Arc<Auth>,
-    spawn: Spawner,
+    tasks: Tasks,
     cancel: CancellationToken,
 ) {
     let acceptor = TlsAcceptor::from(tls);
     let conn_cancel = cancel.clone();
     listener
-        .serve(spawn, cancel, move |tcp, _peer| {
+        .serve(tasks, cancel, move |tcp, _peer| {
             let acceptor = acceptor.clone();
             let router = router.clone();
             let auth = auth.clone();
@@ -69,12 +69,12 @@ pub async fn serve(
 pub async fn serve_read_only(
     listener: Listener,
     router: Arc<Router>,
-    spawn: Spawner,
+    tasks: Tasks,
     cancel: CancellationToken,
 ) {
     let conn_cancel = cancel.clone();
     listener
-        .serve(spawn, cancel, move |tcp, _peer| {
+        .serve(tasks, cancel, move |tcp, _peer| {
             let router = router.clone();
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let router = router.clone();
@@ -218,9 +218,6 @@ mod tests {
         fn logs_root(&self) -> PathBuf {
             self.root.join("logs")
         }
-        fn root_dir(&self) -> PathBuf {
-            self.root.clone()
-        }
         fn configz(&self) -> serde_json::Value {
             serde_json::json!({"port": 10250})
         }
@@ -229,6 +226,18 @@ mod tests {
         }
         fn probe_metrics_text(&self) -> String {
             String::new()
+        }
+        fn summary(
+            &self,
+            _only_cpu_and_memory: bool,
+        ) -> futures::future::BoxFuture<'_, Result<serde_json::Value, crate::BoxError>> {
+            Box::pin(async { Ok(serde_json::json!({})) })
+        }
+        fn resource_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
+        }
+        fn cadvisor_metrics_text(&self) -> futures::future::BoxFuture<'_, String> {
+            Box::pin(async { String::new() })
         }
     }
 
@@ -285,10 +294,8 @@ mod tests {
         _dir: tempfile::TempDir,
     }
 
-    fn tokio_spawner() -> Spawner {
-        Arc::new(|span, fut| {
-            tokio::spawn(tracing::Instrument::instrument(fut, span));
-        })
+    fn tokio_spawner() -> Tasks {
+        Tasks::new(CancellationToken::new())
     }
 
     async fn start(
@@ -320,7 +327,6 @@ mod tests {
         let cancel = CancellationToken::new();
         let router = Arc::new(Router::new(
             view.clone(),
-            Arc::default(),
             Settings::from_config(&cfg),
             tokio_spawner(),
             cancel.clone(),

@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::future::BoxFuture;
 use http_body_util::BodyExt;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
@@ -25,10 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::response::text_response;
 use crate::{Body, NodeView};
-
-/// Runs a task in a tracing span (the kubelet's `Tasks::spawn_with`): the
-/// spliced sessions and the server's connections are spawned through it.
-pub type Spawner = std::sync::Arc<dyn Fn(tracing::Span, BoxFuture<'static, ()>) + Send + Sync>;
+use kubelet_tasks::Tasks;
 
 /// Which streaming endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -306,7 +302,7 @@ pub async fn handle<B>(
     segments: &[&str],
     req: Request<B>,
     idle_timeout: Duration,
-    spawn: &Spawner,
+    tasks: &Tasks,
     cancel: &CancellationToken,
 ) -> Option<Response<Body>>
 where
@@ -315,7 +311,7 @@ where
     let parsed = parse_request(kind, segments, req.uri().query(), is_websocket(&req))?;
     let answer = match parsed {
         Ok(stream) => match streaming_url(view, &stream).await {
-            Ok(url) => proxy(req, &url, idle_timeout, spawn, cancel).await,
+            Ok(url) => proxy(req, &url, idle_timeout, tasks, cancel).await,
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
@@ -333,7 +329,7 @@ pub async fn proxy<B>(
     mut req: Request<B>,
     url: &str,
     idle_timeout: Duration,
-    spawn: &Spawner,
+    tasks: &Tasks,
     cancel: &CancellationToken,
 ) -> Result<Response<Body>, StreamError>
 where
@@ -359,7 +355,7 @@ where
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| StreamError::Backend(e.to_string()))?;
-    spawn(
+    tasks.spawn_with(
         tracing::debug_span!("stream-backend"),
         Box::pin(async move {
             if let Err(e) = conn.with_upgrades().await {
@@ -410,7 +406,7 @@ where
     let client_upgrade = hyper::upgrade::on(&mut req);
     let backend_upgrade = hyper::upgrade::on(&mut backend_resp);
     let cancel = cancel.clone();
-    spawn(
+    tasks.spawn_with(
         tracing::debug_span!("stream"),
         Box::pin(async move {
             let (client, backend) = match tokio::try_join!(client_upgrade, backend_upgrade) {
@@ -556,7 +552,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -565,10 +560,8 @@ mod tests {
 
     use super::*;
 
-    fn spawner() -> Spawner {
-        Arc::new(|span, fut| {
-            tokio::spawn(tracing::Instrument::instrument(fut, span));
-        })
+    fn spawner() -> Tasks {
+        Tasks::new(CancellationToken::new())
     }
 
     #[test]

@@ -42,7 +42,7 @@ use kubelet_core::types::Rejection;
 use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use crate::files::write_file;
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 
 #[derive(Debug, Default)]
 struct State {

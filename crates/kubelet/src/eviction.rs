@@ -38,7 +38,7 @@ use kubelet_core::types::pod_full_name;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 use memcg::MemcgNotifier;
 
 /// How often the manager looks (upstream's housekeeping period, its

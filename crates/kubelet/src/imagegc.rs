@@ -19,7 +19,7 @@ use kubelet_cri::client::{CriClient, CriError};
 use crate::clock::Clock;
 use crate::events::{Involved, Recorder, WARNING};
 use crate::pullmanager::PullManager;
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 
 /// Upstream's ImageGCPeriod.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
@@ -102,13 +102,10 @@ impl ImageGcManager {
             Goal::AllUnused => None,
         };
         let (capacity, available) = match mountpoint {
-            Some(m) => tokio::task::spawn_blocking(move || {
-                rustix::fs::statvfs(Path::new(&m))
-                    .map(|s| (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
-                    .unwrap_or((0, 0))
-            })
-            .await
-            .unwrap_or((0, 0)),
+            Some(m) => kubelet_tasks::blocking(move || Ok(rustix::fs::statvfs(Path::new(&m))?))
+                .await
+                .map(|s| (s.f_blocks * s.f_frsize, s.f_bavail * s.f_frsize))
+                .unwrap_or((0, 0)),
             None => (0, 0),
         };
         let now = self.clock.now_nanos();

@@ -3,6 +3,7 @@
 //! workers (upstream's kubelet.go Run / syncLoop / syncLoopIteration /
 //! HandlePodCleanups).
 
+use futures::future::BoxFuture;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::SocketAddr;
@@ -33,9 +34,7 @@ use kubelet_core::sysctl::Allowlist;
 use kubelet_core::types::Rejection;
 use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_cri::client::CriClient;
-use kubelet_server::cri_metrics::CriMetrics;
 use kubelet_server::listener::{self, Listener};
-use kubelet_server::stats::StatsProvider;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -63,16 +62,17 @@ use crate::pullmanager::PullManager;
 use crate::runtime_state::RuntimeState;
 use crate::runtimeclass::RuntimeClasses;
 use crate::server::{self, Health};
+use crate::stats::{StatsProvider, StatsView};
 use crate::status_manager::StatusManager;
 use crate::status_sync::{StaticPodView, StatusSync};
 use crate::sync::Syncer;
-use crate::tasks::Tasks;
 use crate::volumes::objects::ObjectStore;
 use crate::volumes::token::TokenManager;
 use crate::volumes::trust::TrustBundles;
 use crate::volumes::{ApiObjects, VolumeManager};
 use kubelet_core::downward::Allocatable;
 use kubelet_server::NodeView;
+use kubelet_tasks::Tasks;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -357,7 +357,9 @@ impl Kubelet {
             None => (Recorder::log_only(opts.node_name.clone()), None),
         };
         // Every CRI call is counted and timed (kubelet_runtime_operations_*).
-        let cri = cri.with_observer(Arc::new(CriMetrics(opts.metrics.clone())));
+        let cri = cri.with_observer(Arc::new(kubelet_cri::instrumented::CriMetrics(
+            opts.metrics.clone(),
+        )));
         let tasks = Tasks::new(cancel);
         let (probe_tx, probe_rx) = mpsc::unbounded_channel();
         let node = watch::Sender::new(None);
@@ -659,24 +661,24 @@ impl Kubelet {
             let addr = format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port);
             let listener = self.listen("healthz", addr).await?;
             let health: Arc<dyn Health> = self.clone();
-            let spawn = self.tasks.spawner();
+            let tasks = self.tasks.clone();
             self.tasks.spawn(
                 tracing::info_span!("server", what = "healthz"),
-                move |token| server::serve(listener, health, spawn, token),
+                move |token| server::serve(listener, health, tasks, token),
             );
         }
         if cfg.read_only_port != 0 {
             let addr = format!("{}:{}", cfg.address, cfg.read_only_port);
             let listener = self.listen("readonly", addr).await?;
-            let spawn = self.tasks.spawner();
+            let tasks = self.tasks.clone();
             let token = self.tasks.child_token();
             let router = Arc::new(
-                self.router(spawn.clone(), token.clone())
+                self.router(tasks.clone(), token.clone())
                     .with_scope(kubelet_server::routes::Scope::ReadOnly),
             );
             self.tasks.spawn_with(
                 tracing::info_span!("server", what = "readonly"),
-                kubelet_server::server::serve_read_only(listener, router, spawn, token),
+                kubelet_server::server::serve_read_only(listener, router, tasks, token),
             );
         }
         if cfg.port != 0 {
@@ -688,15 +690,14 @@ impl Kubelet {
     /// The kubelet API's handlers over this kubelet.
     fn router(
         self: &Arc<Self>,
-        spawn: kubelet_server::streaming::Spawner,
+        tasks: Tasks,
         token: CancellationToken,
     ) -> kubelet_server::routes::Router {
         let view: Arc<dyn NodeView> = self.clone();
         kubelet_server::routes::Router::new(
             view,
-            self.stats.clone(),
             kubelet_server::routes::Settings::from_config(&self.opts.config),
-            spawn,
+            tasks,
             token,
         )
     }
@@ -739,12 +740,12 @@ impl Kubelet {
         };
         let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
         let listener = self.listen("kubelet-api", addr).await?;
-        let spawn = self.tasks.spawner();
+        let tasks = self.tasks.clone();
         let token = self.tasks.child_token();
-        let router = Arc::new(self.router(spawn.clone(), token.clone()));
+        let router = Arc::new(self.router(tasks.clone(), token.clone()));
         self.tasks.spawn_with(
             tracing::info_span!("kubelet_api"),
-            server::serve(listener, tls, router, auth, spawn, token),
+            server::serve(listener, tls, router, auth, tasks, token),
         );
         Ok(())
     }
@@ -1477,7 +1478,7 @@ struct EvictionView(Arc<Kubelet>);
 
 impl EvictionHost for EvictionView {
     async fn summary(&self) -> Result<kubelet_core::stats::Summary, String> {
-        let view: &dyn NodeView = self.0.as_ref();
+        let view: &dyn StatsView = self.0.as_ref();
         self.0.stats.get(view).await.map_err(|e| e.to_string())
     }
 
@@ -1571,17 +1572,47 @@ impl NodeView for Kubelet {
     fn logs_root(&self) -> PathBuf {
         self.opts.config.pod_logs_dir.clone()
     }
-    fn root_dir(&self) -> PathBuf {
-        self.opts.root_dir.clone()
-    }
     fn configz(&self) -> serde_json::Value {
         self.opts.config.to_v1beta1_json()
     }
     fn metrics_text(&self) -> String {
-        self.opts.metrics.render() + &kubelet_server::process::render_process_metrics()
+        self.opts.metrics.render() + &crate::stats::process::render_process_metrics()
     }
     fn probe_metrics_text(&self) -> String {
         self.syncer.prober.probe_metrics_text()
+    }
+    fn summary(
+        &self,
+        only_cpu_and_memory: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, kubelet_server::BoxError>> {
+        Box::pin(async move {
+            let summary = self.stats.summary(self, only_cpu_and_memory).await?;
+            Ok(summary)
+        })
+    }
+    fn resource_metrics_text(&self) -> BoxFuture<'_, String> {
+        Box::pin(self.stats.resource_metrics(self))
+    }
+    fn cadvisor_metrics_text(&self) -> BoxFuture<'_, String> {
+        Box::pin(crate::stats::cadvisor::metrics(self))
+    }
+}
+
+impl StatsView for Kubelet {
+    fn node_name(&self) -> String {
+        self.opts.node_name.clone()
+    }
+    fn pods(&self) -> Vec<Pod> {
+        self.pods_with_status()
+    }
+    fn cri(&self) -> CriClient {
+        self.syncer.runtime.cri().clone()
+    }
+    fn logs_root(&self) -> PathBuf {
+        self.opts.config.pod_logs_dir.clone()
+    }
+    fn root_dir(&self) -> PathBuf {
+        self.opts.root_dir.clone()
     }
     fn pod_cgroups(&self) -> Option<kubelet_core::cgroups::PodCgroups> {
         self.syncer.cm.pod_cgroups()

@@ -28,10 +28,10 @@ pub mod pullmanager;
 pub mod runtime_state;
 pub mod runtimeclass;
 pub mod server;
+pub mod stats;
 pub mod status_manager;
 pub mod status_sync;
 pub mod sync;
-pub mod tasks;
 pub mod volumes;
 
 pub use kubelet::{Kubelet, KubeletError, KubeletOptions};

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::events::{Involved, Recorder, WARNING};
 use crate::files::is_under;
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 
 /// The reason of the event a failed rotation is.
 pub const ROTATION_FAILED: &str = "ContainerLogRotationFailed";

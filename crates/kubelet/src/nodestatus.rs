@@ -182,13 +182,10 @@ impl NodeStatusController {
             }
         };
         let root = self.root_dir.clone();
-        let ephemeral = tokio::task::spawn_blocking(move || {
-            rustix::fs::statvfs(&root)
-                .map(|s| (s.f_blocks * s.f_frsize) as i64)
-                .unwrap_or(0)
-        })
-        .await
-        .unwrap_or(0);
+        let ephemeral = kubelet_tasks::blocking(move || Ok(rustix::fs::statvfs(&root)?))
+            .await
+            .map(|s| (s.f_blocks * s.f_frsize) as i64)
+            .unwrap_or(0);
         NodeFacts {
             node_name: self.reg.node_name.clone(),
             hostname: self.reg.node_name.clone(),
@@ -221,7 +218,7 @@ impl NodeStatusController {
     /// Register (with backoff until the API server takes it), then keep the
     /// status and the lease fresh until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
-        let host = tokio::task::spawn_blocking(HostInfo::read)
+        let host = kubelet_tasks::off_thread(HostInfo::read)
             .await
             .unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Retry, SyncError};
 use crate::kuberuntime::PodRef;
-use crate::tasks::Tasks;
+use kubelet_tasks::Tasks;
 
 /// The pod a worker acts on: its identity, and its spec while a source
 /// knows it (orphans found in the runtime have none).

@@ -188,7 +188,7 @@ async fn read_env_file(pod: &Pod, key: &FileKey, volumes: &PodVolumes) -> EnvFil
     };
     let (root, rel, name) = (volume.host_path.clone(), key.path.clone(), key.key.clone());
     let shown = root.join(&key.path).display().to_string();
-    let read = crate::tasks::blocking(move || {
+    let read = kubelet_tasks::blocking(move || {
         let file = subpath::open_in_volume(&root, &rel).map_err(|e| {
             std::io::Error::new(
                 e.kind(),

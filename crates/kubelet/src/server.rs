@@ -11,7 +11,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use kubelet_server::listener::{Listener, serve_http1};
-use kubelet_server::streaming::Spawner;
+use kubelet_tasks::Tasks;
 use tokio_util::sync::CancellationToken;
 
 /// What the endpoint reads from the kubelet.
@@ -64,16 +64,16 @@ fn route(req: &Request<Incoming>, health: &dyn Health) -> Response<Full<Bytes>> 
 }
 
 /// Serve HTTP/1 on `listener` until cancelled; one task per connection,
-/// spawned with `spawn`, under the listener's cap, timeouts and limits.
+/// spawned through `tasks`, under the listener's cap, timeouts and limits.
 pub async fn serve(
     listener: Listener,
     health: Arc<dyn Health>,
-    spawn: Spawner,
+    tasks: Tasks,
     cancel: CancellationToken,
 ) {
     let conn_cancel = cancel.clone();
     listener
-        .serve(spawn, cancel, move |tcp, _peer| {
+        .serve(tasks, cancel, move |tcp, _peer| {
             let health = health.clone();
             let svc = hyper::service::service_fn(move |req| {
                 let resp = route(&req, &*health);

@@ -1246,7 +1246,7 @@ impl Ctx {
             tokio::time::sleep(self.args.settle).await;
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let (logs, done) = (dir.join("pod-logs"), stop.clone());
-            let sampler = tokio::task::spawn_blocking(move || {
+            let sampler = kubelet_tasks::off_thread(move || {
                 let mut most = 0;
                 while !done.load(std::sync::atomic::Ordering::Relaxed) {
                     most = most.max(largest_container_logs(&logs));
@@ -1330,7 +1330,7 @@ impl Ctx {
             .join(&uid)
             .join("volumes/kubernetes.io~empty-dir/fill/term");
         let threshold = threshold_mib * MIB;
-        let watch = tokio::task::spawn_blocking(move || watch_eviction(threshold, &term));
+        let watch = kubelet_tasks::off_thread(move || watch_eviction(threshold, &term));
         let outcome = watch.await.context("the eviction watch")?;
         self.delete_group(EVICT_GROUP, k, TEARDOWN_TIMEOUT).await?;
         let (crossed, term) = outcome?;

@@ -121,12 +121,12 @@ mod tests {
             let _span = tracing::info_span!("SyncPod").entered();
         });
         let p = provider.clone();
-        tokio::task::spawn_blocking(move || p.force_flush())
+        kubelet_tasks::off_thread(move || p.force_flush())
             .await
             .unwrap()
             .unwrap();
         let names = collector.0.lock().clone();
         assert_eq!(names, ["SyncPod"]);
-        let _ = tokio::task::spawn_blocking(move || provider.shutdown()).await;
+        let _ = kubelet_tasks::off_thread(move || provider.shutdown()).await;
     }
 }

@@ -31,7 +31,7 @@ use kubelet_core::types::PodUid;
 pub use cgroupfs::Cgroupfs;
 
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 
 /// The values a pod cgroup narrows to once a resize's containers have
 /// theirs.

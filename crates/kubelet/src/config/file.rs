@@ -196,7 +196,7 @@ async fn rescan(
     mut files: ManifestFiles,
     clock: Clock,
 ) -> Option<(Scan, ManifestFiles)> {
-    let scanned = tokio::task::spawn_blocking(move || {
+    let scanned = kubelet_tasks::off_thread(move || {
         let scan = scan(&dir, &node_name, &mut files, clock.now_nanos());
         (scan, files)
     })

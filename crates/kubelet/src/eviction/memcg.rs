@@ -83,7 +83,7 @@ pub async fn wait_any(notifiers: &[(String, MemcgNotifier)], timeout: Duration) 
     let deadline = tokio::time::Instant::now() + timeout;
     while tokio::time::Instant::now() < deadline {
         let fds = efds.clone();
-        match crate::tasks::blocking(move || poll_slice(&fds)).await {
+        match kubelet_tasks::blocking(move || poll_slice(&fds)).await {
             Ok(Some(i)) => return Some(notifiers[i].0.as_str()),
             Ok(None) => {}
             Err(error) => {

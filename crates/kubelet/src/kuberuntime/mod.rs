@@ -56,8 +56,8 @@ use crate::files::is_under;
 use crate::podenv::PodEnv;
 use crate::pullmanager::PullManager;
 use crate::runtimeclass::RuntimeClasses;
-use crate::tasks::blocking;
 use crate::volumes::{PodVolumes, pod_dir};
+use kubelet_tasks::blocking;
 
 /// Upstream never kills with less than this grace period (seconds).
 pub const MIN_GRACE_PERIOD: i64 = 2;
@@ -364,7 +364,7 @@ impl RuntimeManager {
                 _ => from_file,
             }
         };
-        tokio::task::spawn_blocking(read).await.unwrap_or_default()
+        kubelet_tasks::off_thread(read).await.unwrap_or_default()
     }
 
     /// One relist for PLEG: every kubelet-managed sandbox and container.
@@ -895,7 +895,7 @@ impl RuntimeManager {
             return;
         };
         let made = link.clone();
-        if let Err(e) = crate::tasks::blocking(move || legacylogs::create(&made, &log)).await {
+        if let Err(e) = kubelet_tasks::blocking(move || legacylogs::create(&made, &log)).await {
             tracing::error!(path = %link.display(), container = %c.name, error = %e, "Failed to create legacy symbolic link");
         }
     }
@@ -909,7 +909,7 @@ impl RuntimeManager {
             return;
         };
         let gone = link.clone();
-        if let Err(e) = crate::tasks::blocking(move || legacylogs::remove(&gone)).await {
+        if let Err(e) = kubelet_tasks::blocking(move || legacylogs::remove(&gone)).await {
             tracing::warn!(path = %link.display(), error = %e, "removing a container's log link");
         }
     }
@@ -920,7 +920,7 @@ impl RuntimeManager {
     /// upstream's container garbage collection does.
     async fn remove_dangling_log_links(&self) {
         let dir = self.host.legacy_logs_dir.clone();
-        let found = match crate::tasks::blocking(move || legacylogs::dangling(&dir)).await {
+        let found = match kubelet_tasks::blocking(move || legacylogs::dangling(&dir)).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::warn!(error = %e, "listing the container log links");
@@ -935,7 +935,7 @@ impl RuntimeManager {
                 continue;
             }
             let gone = link.clone();
-            if let Err(e) = crate::tasks::blocking(move || legacylogs::remove(&gone)).await {
+            if let Err(e) = kubelet_tasks::blocking(move || legacylogs::remove(&gone)).await {
                 tracing::warn!(path = %link.display(), error = %e, "removing a dangling container log link");
             }
         }
@@ -1481,7 +1481,7 @@ impl RuntimeManager {
                 if self.owns_log(&st.log_path) {
                     let path = std::path::PathBuf::from(&st.log_path);
                     if let Err(e) =
-                        crate::tasks::blocking(move || crate::logs::remove_log_files(&path)).await
+                        kubelet_tasks::blocking(move || crate::logs::remove_log_files(&path)).await
                     {
                         tracing::warn!(path = %st.log_path, error = %e, "garbage collection: removing a log file");
                     }

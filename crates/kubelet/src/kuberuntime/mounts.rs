@@ -136,9 +136,7 @@ pub async fn container_mounts(
                 .join(i.to_string());
             let source = vol.host_path.clone();
             let prepared =
-                tokio::task::spawn_blocking(move || subpath::prepare(&source, &sub, &target))
-                    .await
-                    .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+                kubelet_tasks::blocking(move || subpath::prepare(&source, &sub, &target)).await;
             prepared.map_err(|e| {
                 err(
                     field("subPath"),

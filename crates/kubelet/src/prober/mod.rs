@@ -36,7 +36,7 @@ pub use results::ProbeResults;
 use crate::clock::Clock;
 use crate::events::Recorder;
 use crate::status_manager::StatusManager;
-use crate::tasks::Tasks;
+use kubelet_tasks::Tasks;
 
 /// Which worker: a pod's container's probe of one kind.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

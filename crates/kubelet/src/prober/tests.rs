@@ -21,7 +21,7 @@ use super::ProbeManager;
 use crate::clock::Clock;
 use crate::events::Recorder;
 use crate::status_manager::StatusManager;
-use crate::tasks::Tasks;
+use kubelet_tasks::Tasks;
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 const UID: &str = "uid-web";

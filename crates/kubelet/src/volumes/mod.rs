@@ -41,7 +41,7 @@ use kubelet_core::volume::{
 
 use crate::events::{Involved, Recorder, WARNING};
 use crate::nodestatus::NodeAllocatable;
-use crate::tasks::blocking;
+use kubelet_tasks::blocking;
 use objects::{GetError, ObjectStore};
 use token::{TokenManager, TokenSpec};
 

@@ -16,7 +16,7 @@ use kubelet_core::types::PodUid;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::tasks::Tasks;
+use kubelet_tasks::Tasks;
 
 /// How long a read waits for an object's first list.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(10);

@@ -16,7 +16,7 @@ use kubelet_core::admission::label_selector_matches;
 use kubelet_core::volume::normalize_trust_anchors;
 use tokio::sync::watch;
 
-use crate::tasks::Tasks;
+use kubelet_tasks::Tasks;
 
 /// How long a read waits for the first list.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(10);

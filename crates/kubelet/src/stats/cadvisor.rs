@@ -20,7 +20,7 @@ use kubelet_core::cgroups::{CgroupLayout, pod_uid_of};
 use kubelet_core::stats::time_from_nanos;
 use kubelet_core::types::keys;
 
-use crate::NodeView;
+use super::StatsView;
 
 /// The cgroup v1 files cAdvisor's libcontainer handler reads, by controller.
 const V1_FILES: &[(&str, &[&str])] = &[
@@ -79,7 +79,7 @@ struct Known {
 }
 
 /// `/metrics/cadvisor`'s text for the node `view` shows.
-pub async fn metrics(view: &dyn NodeView) -> String {
+pub async fn metrics(view: &dyn StatsView) -> String {
     let cri = view.cri();
     let containers = cri.list_containers(None).await.unwrap_or_default();
     let sandboxes = cri.list_pod_sandbox(None).await.unwrap_or_default();
@@ -131,7 +131,7 @@ pub async fn metrics(view: &dyn NodeView) -> String {
     }
     let cgroups = view.pod_cgroups();
     let root_dir = view.root_dir();
-    let gathered = tokio::task::spawn_blocking(move || {
+    let gathered = kubelet_tasks::off_thread(move || {
         let now = SystemTime::now();
         let mut series = Vec::new();
         if let Some(c) = &cgroups {

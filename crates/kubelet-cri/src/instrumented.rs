@@ -1,14 +1,14 @@
 //! `kubelet_runtime_operations_*` for every CRI call (upstream's
 //! instrumentedRuntimeService / instrumentedImageManagerService in
 //! pkg/kubelet/kuberuntime/instrumented_services.go): a
-//! [`CallObserver`] for [`kubelet_cri::client::CriClient::with_observer`]
+//! [`CallObserver`] for [`crate::client::CriClient::with_observer`]
 //! that records into [`KubeletMetrics`] under upstream's `operation_type`s.
 
 use std::borrow::Cow;
 use std::time::Duration;
 
+use crate::client::{CallObserver, CriError};
 use kubelet_core::metrics::KubeletMetrics;
-use kubelet_cri::client::{CallObserver, CriError};
 
 /// Records each CRI call: `kubelet_runtime_operations_total`,
 /// `kubelet_runtime_operations_duration_seconds`,
@@ -103,8 +103,8 @@ fn snake_case(s: &str) -> String {
 mod tests {
     use std::sync::Arc;
 
-    use kubelet_cri::client::CriClient;
-    use kubelet_cri::fake::FakeRuntime;
+    use crate::client::CriClient;
+    use crate::fake::FakeRuntime;
 
     use super::*;
 
