@@ -317,57 +317,67 @@ impl PodActions {
     }
 }
 
+/// The actions when the pod needs a new sandbox (attempt `attempt`):
+/// initialization from the first init container, else the regular
+/// containers that may run again; nothing for a finished pod that must not
+/// restart.
+fn new_sandbox_actions(pod: &Pod, status: &PodStatus, attempt: u32) -> PodActions {
+    let containers = regular_containers(pod);
+    let inits = init_containers(pod);
+    let policy = restart_policy(pod);
+    // A pod that must not restart and has already run does not get a
+    // new sandbox: it is done.
+    if policy == "Never" && attempt != 0 && !status.containers.is_empty() {
+        return PodActions {
+            kill_pod: status
+                .sandboxes
+                .iter()
+                .any(|s| s.state == SandboxState::Ready),
+            ..Default::default()
+        };
+    }
+    let mut actions = PodActions {
+        kill_pod: !status.sandboxes.is_empty(),
+        create_sandbox: Some(attempt),
+        ..Default::default()
+    };
+    if !inits.is_empty() {
+        // A new sandbox runs initialization again, from the first.
+        actions.containers_to_start.push(StartContainer {
+            index: 0,
+            kind: ContainerKind::Init,
+            restart_count: next_restart_count(status.container(&inits[0].name)),
+        });
+        return actions;
+    }
+    actions.containers_to_start = containers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| {
+            let last = status.container(&c.name);
+            // OnFailure (the container's, else the pod's): a container
+            // that already succeeded is not rerun.
+            let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
+            !(run_once
+                && last.is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0))
+        })
+        .map(|(index, c)| StartContainer {
+            index,
+            kind: ContainerKind::Regular,
+            restart_count: next_restart_count(status.container(&c.name)),
+        })
+        .collect();
+    actions
+}
+
 /// compute-pod-actions: the whole decision, as a table of cases in tests.
 pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView) -> PodActions {
     let containers = regular_containers(pod);
     let inits = init_containers(pod);
-    let policy = restart_policy(pod);
     let (create, attempt, sandbox_id) = sandbox_change(pod, status);
 
     if create {
-        // A pod that must not restart and has already run does not get a
-        // new sandbox: it is done.
-        if policy == "Never" && attempt != 0 && !status.containers.is_empty() {
-            return PodActions {
-                kill_pod: status
-                    .sandboxes
-                    .iter()
-                    .any(|s| s.state == SandboxState::Ready),
-                ..Default::default()
-            };
-        }
-        let mut actions = PodActions {
-            kill_pod: !status.sandboxes.is_empty(),
-            create_sandbox: Some(attempt),
-            ..Default::default()
-        };
-        if !inits.is_empty() {
-            // A new sandbox runs initialization again, from the first.
-            actions.containers_to_start.push(StartContainer {
-                index: 0,
-                kind: ContainerKind::Init,
-                restart_count: next_restart_count(status.container(&inits[0].name)),
-            });
-            return actions;
-        }
-        actions.containers_to_start = containers
-            .iter()
-            .enumerate()
-            .filter(|(_, c)| {
-                let last = status.container(&c.name);
-                // OnFailure (the container's, else the pod's): a container
-                // that already succeeded is not rerun.
-                let run_once = c.restart_policy.as_deref().unwrap_or(policy) == "OnFailure";
-                !(run_once
-                    && last.is_some_and(|l| l.state == ContainerState::Exited && l.exit_code == 0))
-            })
-            .map(|(index, c)| StartContainer {
-                index,
-                kind: ContainerKind::Regular,
-                restart_count: next_restart_count(status.container(&c.name)),
-            })
-            .collect();
-        return actions;
+        return new_sandbox_actions(pod, status, attempt);
     }
 
     let mut actions = PodActions {

@@ -362,19 +362,299 @@ fn seconds(t: SystemTime) -> f64 {
         .map_or(0.0, |d| d.as_secs() as f64)
 }
 
-/// The Prometheus text of `/metrics/cadvisor` for these cgroups and this
-/// machine, `now` being the scrape's time (container_last_seen).
-pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> String {
-    let f = |name, kind, help| Family::new(name, kind, help);
-    let mut fams: Vec<Family> = Vec::new();
-    let machine_labels = || {
-        vec![
-            ("boot_id", machine.boot_id.clone()),
-            ("machine_id", machine.machine_id.clone()),
-            ("system_uuid", machine.system_uuid.clone()),
-        ]
-    };
-    for (name, help, value) in [
+/// A series' values in one family: each with the labels it adds.
+type Values = Vec<(Vec<(&'static str, String)>, f64)>;
+/// How a family's values are read from a series.
+type Getter = fn(&Series) -> Values;
+/// How a spec family's value is read from a series (None: no sample).
+type SpecGetter = fn(&Series) -> Option<f64>;
+
+/// Each container family: (name, kind, help, values of a series), in
+/// cAdvisor's order.
+const CONTAINER_FAMILIES: &[(&str, &str, &str, Getter)] = &[
+    (
+        "container_cpu_cfs_periods_total",
+        "counter",
+        "Number of elapsed enforcement period intervals.",
+        |s| cfs(s, s.reading.cfs_periods as f64),
+    ),
+    (
+        "container_cpu_cfs_throttled_periods_total",
+        "counter",
+        "Number of throttled period intervals.",
+        |s| cfs(s, s.reading.cfs_throttled_periods as f64),
+    ),
+    (
+        "container_cpu_cfs_throttled_seconds_total",
+        "counter",
+        "Total time duration the container has been throttled.",
+        |s| cfs(s, s.reading.cfs_throttled_ns as f64 / 1e9),
+    ),
+    (
+        "container_cpu_system_seconds_total",
+        "counter",
+        "Cumulative system cpu time consumed in seconds.",
+        |s| vec![(Vec::new(), s.reading.cpu_system_ns as f64 / 1e9)],
+    ),
+    (
+        "container_cpu_usage_seconds_total",
+        "counter",
+        "Cumulative cpu time consumed in seconds.",
+        |s| {
+            if s.reading.cpu_total_ns == 0 {
+                return Vec::new();
+            }
+            vec![(
+                vec![("cpu", "total".to_owned())],
+                s.reading.cpu_total_ns as f64 / 1e9,
+            )]
+        },
+    ),
+    (
+        "container_cpu_user_seconds_total",
+        "counter",
+        "Cumulative user cpu time consumed in seconds.",
+        |s| vec![(Vec::new(), s.reading.cpu_user_ns as f64 / 1e9)],
+    ),
+    (
+        "container_fs_inodes_free",
+        "gauge",
+        "Number of available Inodes",
+        |s| {
+            s.filesystems
+                .iter()
+                .map(|fs| (vec![("device", fs.device.clone())], fs.inodes_free as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_fs_inodes_total",
+        "gauge",
+        "Number of Inodes",
+        |s| {
+            s.filesystems
+                .iter()
+                .map(|fs| (vec![("device", fs.device.clone())], fs.inodes as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_fs_limit_bytes",
+        "gauge",
+        "Number of bytes that can be consumed by the container on this filesystem.",
+        |s| {
+            s.filesystems
+                .iter()
+                .map(|fs| (vec![("device", fs.device.clone())], fs.limit_bytes as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_fs_reads_bytes_total",
+        "counter",
+        "Cumulative count of bytes read",
+        |s| {
+            s.reading
+                .io
+                .iter()
+                .map(|d| (vec![("device", d.device.clone())], d.read_bytes as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_fs_usage_bytes",
+        "gauge",
+        "Number of bytes that are consumed by the container on this filesystem.",
+        |s| {
+            s.filesystems
+                .iter()
+                .map(|fs| (vec![("device", fs.device.clone())], fs.usage_bytes as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_fs_writes_bytes_total",
+        "counter",
+        "Cumulative count of bytes written",
+        |s| {
+            s.reading
+                .io
+                .iter()
+                .map(|d| (vec![("device", d.device.clone())], d.write_bytes as f64))
+                .collect()
+        },
+    ),
+    (
+        "container_memory_cache",
+        "gauge",
+        "Number of bytes of page cache memory.",
+        |s| vec![(Vec::new(), s.reading.memory_cache as f64)],
+    ),
+    (
+        "container_memory_failcnt",
+        "counter",
+        "Number of memory usage hits limits",
+        |s| vec![(Vec::new(), s.reading.memory_failcnt as f64)],
+    ),
+    (
+        "container_memory_failures_total",
+        "counter",
+        "Cumulative count of memory allocation failures.",
+        |s| {
+            let r = &s.reading;
+            let l = |kind: &str, scope: &str| {
+                vec![
+                    ("failure_type", kind.to_owned()),
+                    ("scope", scope.to_owned()),
+                ]
+            };
+            vec![
+                (l("pgfault", "container"), r.pgfault as f64),
+                (l("pgmajfault", "container"), r.pgmajfault as f64),
+                (l("pgfault", "hierarchy"), r.pgfault as f64),
+                (l("pgmajfault", "hierarchy"), r.pgmajfault as f64),
+            ]
+        },
+    ),
+    (
+        "container_memory_mapped_file",
+        "gauge",
+        "Size of memory mapped files in bytes.",
+        |s| vec![(Vec::new(), s.reading.memory_mapped_file as f64)],
+    ),
+    (
+        "container_memory_max_usage_bytes",
+        "gauge",
+        "Maximum memory usage recorded in bytes",
+        |s| vec![(Vec::new(), s.reading.memory_max_usage as f64)],
+    ),
+    (
+        "container_memory_rss",
+        "gauge",
+        "Size of RSS in bytes.",
+        |s| vec![(Vec::new(), s.reading.memory_rss as f64)],
+    ),
+    (
+        "container_memory_swap",
+        "gauge",
+        "Container swap usage in bytes.",
+        |s| vec![(Vec::new(), s.reading.memory_swap as f64)],
+    ),
+    (
+        "container_memory_usage_bytes",
+        "gauge",
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+        |s| vec![(Vec::new(), s.reading.memory_usage as f64)],
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "gauge",
+        "Current working set in bytes.",
+        |s| vec![(Vec::new(), s.reading.memory_working_set as f64)],
+    ),
+    (
+        "container_network_receive_bytes_total",
+        "counter",
+        "Cumulative count of bytes received",
+        |s| net(s, |n| n.rx_bytes),
+    ),
+    (
+        "container_network_receive_errors_total",
+        "counter",
+        "Cumulative count of errors encountered while receiving",
+        |s| net(s, |n| n.rx_errors),
+    ),
+    (
+        "container_network_receive_packets_dropped_total",
+        "counter",
+        "Cumulative count of packets dropped while receiving",
+        |s| net(s, |n| n.rx_dropped),
+    ),
+    (
+        "container_network_receive_packets_total",
+        "counter",
+        "Cumulative count of packets received",
+        |s| net(s, |n| n.rx_packets),
+    ),
+    (
+        "container_network_transmit_bytes_total",
+        "counter",
+        "Cumulative count of bytes transmitted",
+        |s| net(s, |n| n.tx_bytes),
+    ),
+    (
+        "container_network_transmit_errors_total",
+        "counter",
+        "Cumulative count of errors encountered while transmitting",
+        |s| net(s, |n| n.tx_errors),
+    ),
+    (
+        "container_network_transmit_packets_dropped_total",
+        "counter",
+        "Cumulative count of packets dropped while transmitting",
+        |s| net(s, |n| n.tx_dropped),
+    ),
+    (
+        "container_network_transmit_packets_total",
+        "counter",
+        "Cumulative count of packets transmitted",
+        |s| net(s, |n| n.tx_packets),
+    ),
+    (
+        "container_oom_events_total",
+        "counter",
+        "Count of out of memory events observed for the container",
+        |s| vec![(Vec::new(), s.reading.oom_kills as f64)],
+    ),
+];
+
+/// The spec families and the times (const metrics: no timestamps).
+const SPEC_FAMILIES: &[(&str, &str, SpecGetter)] = &[
+    (
+        "container_creation_time_seconds",
+        "Container creation time since unix epoch in seconds.",
+        |s| Some(seconds(s.created)),
+    ),
+    (
+        "container_spec_cpu_period",
+        "CPU period of the container.",
+        |s| Some(s.reading.cpu_period as f64),
+    ),
+    (
+        "container_spec_cpu_quota",
+        "CPU quota of the container.",
+        |s| (s.reading.cpu_quota != 0).then_some(s.reading.cpu_quota as f64),
+    ),
+    (
+        "container_spec_cpu_shares",
+        "CPU share of the container.",
+        |s| Some(s.reading.cpu_shares as f64),
+    ),
+    (
+        "container_spec_memory_limit_bytes",
+        "Memory limit for the container.",
+        |s| Some(spec_memory(s.reading.memory_limit)),
+    ),
+    (
+        "container_spec_memory_reservation_limit_bytes",
+        "Memory reservation limit for the container.",
+        |s| Some(spec_memory(s.reading.memory_reservation)),
+    ),
+    (
+        "container_spec_memory_swap_limit_bytes",
+        "Memory swap limit for the container.",
+        |s| Some(spec_memory(s.reading.memory_swap_limit)),
+    ),
+    (
+        "container_start_time_seconds",
+        "Start time of the container since unix epoch in seconds.",
+        |s| Some(seconds(s.started)),
+    ),
+];
+
+/// The `machine_*` gauges: (name, help, value).
+fn machine_values(machine: &Machine) -> [(&'static str, &'static str, u64); 5] {
+    [
         (
             "machine_cpu_cores",
             "Number of logical CPU cores.",
@@ -400,7 +680,22 @@ pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> 
             "Amount of swap memory available on the machine.",
             machine.swap_bytes,
         ),
-    ] {
+    ]
+}
+
+/// The Prometheus text of `/metrics/cadvisor` for these cgroups and this
+/// machine, `now` being the scrape's time (container_last_seen).
+pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> String {
+    let f = |name, kind, help| Family::new(name, kind, help);
+    let mut fams: Vec<Family> = Vec::new();
+    let machine_labels = || {
+        vec![
+            ("boot_id", machine.boot_id.clone()),
+            ("machine_id", machine.machine_id.clone()),
+            ("system_uuid", machine.system_uuid.clone()),
+        ]
+    };
+    for (name, help, value) in machine_values(machine) {
         let mut fam = f(name, "gauge", help);
         fam.push(machine_labels(), value as f64, None);
         fams.push(fam);
@@ -413,246 +708,7 @@ pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> 
     scrape_error.push(Vec::new(), 0.0, None);
     fams.push(scrape_error);
 
-    // Each container family: (name, kind, help, values of a series).
-    type Values = Vec<(Vec<(&'static str, String)>, f64)>;
-    type Getter = fn(&Series) -> Values;
-    let families: Vec<(&'static str, &'static str, &'static str, Getter)> = vec![
-        (
-            "container_cpu_cfs_periods_total",
-            "counter",
-            "Number of elapsed enforcement period intervals.",
-            |s| cfs(s, s.reading.cfs_periods as f64),
-        ),
-        (
-            "container_cpu_cfs_throttled_periods_total",
-            "counter",
-            "Number of throttled period intervals.",
-            |s| cfs(s, s.reading.cfs_throttled_periods as f64),
-        ),
-        (
-            "container_cpu_cfs_throttled_seconds_total",
-            "counter",
-            "Total time duration the container has been throttled.",
-            |s| cfs(s, s.reading.cfs_throttled_ns as f64 / 1e9),
-        ),
-        (
-            "container_cpu_system_seconds_total",
-            "counter",
-            "Cumulative system cpu time consumed in seconds.",
-            |s| vec![(Vec::new(), s.reading.cpu_system_ns as f64 / 1e9)],
-        ),
-        (
-            "container_cpu_usage_seconds_total",
-            "counter",
-            "Cumulative cpu time consumed in seconds.",
-            |s| {
-                if s.reading.cpu_total_ns == 0 {
-                    return Vec::new();
-                }
-                vec![(
-                    vec![("cpu", "total".to_owned())],
-                    s.reading.cpu_total_ns as f64 / 1e9,
-                )]
-            },
-        ),
-        (
-            "container_cpu_user_seconds_total",
-            "counter",
-            "Cumulative user cpu time consumed in seconds.",
-            |s| vec![(Vec::new(), s.reading.cpu_user_ns as f64 / 1e9)],
-        ),
-        (
-            "container_fs_inodes_free",
-            "gauge",
-            "Number of available Inodes",
-            |s| {
-                s.filesystems
-                    .iter()
-                    .map(|fs| (vec![("device", fs.device.clone())], fs.inodes_free as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_inodes_total",
-            "gauge",
-            "Number of Inodes",
-            |s| {
-                s.filesystems
-                    .iter()
-                    .map(|fs| (vec![("device", fs.device.clone())], fs.inodes as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_limit_bytes",
-            "gauge",
-            "Number of bytes that can be consumed by the container on this filesystem.",
-            |s| {
-                s.filesystems
-                    .iter()
-                    .map(|fs| (vec![("device", fs.device.clone())], fs.limit_bytes as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_reads_bytes_total",
-            "counter",
-            "Cumulative count of bytes read",
-            |s| {
-                s.reading
-                    .io
-                    .iter()
-                    .map(|d| (vec![("device", d.device.clone())], d.read_bytes as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_usage_bytes",
-            "gauge",
-            "Number of bytes that are consumed by the container on this filesystem.",
-            |s| {
-                s.filesystems
-                    .iter()
-                    .map(|fs| (vec![("device", fs.device.clone())], fs.usage_bytes as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_fs_writes_bytes_total",
-            "counter",
-            "Cumulative count of bytes written",
-            |s| {
-                s.reading
-                    .io
-                    .iter()
-                    .map(|d| (vec![("device", d.device.clone())], d.write_bytes as f64))
-                    .collect()
-            },
-        ),
-        (
-            "container_memory_cache",
-            "gauge",
-            "Number of bytes of page cache memory.",
-            |s| vec![(Vec::new(), s.reading.memory_cache as f64)],
-        ),
-        (
-            "container_memory_failcnt",
-            "counter",
-            "Number of memory usage hits limits",
-            |s| vec![(Vec::new(), s.reading.memory_failcnt as f64)],
-        ),
-        (
-            "container_memory_failures_total",
-            "counter",
-            "Cumulative count of memory allocation failures.",
-            |s| {
-                let r = &s.reading;
-                let l = |kind: &str, scope: &str| {
-                    vec![
-                        ("failure_type", kind.to_owned()),
-                        ("scope", scope.to_owned()),
-                    ]
-                };
-                vec![
-                    (l("pgfault", "container"), r.pgfault as f64),
-                    (l("pgmajfault", "container"), r.pgmajfault as f64),
-                    (l("pgfault", "hierarchy"), r.pgfault as f64),
-                    (l("pgmajfault", "hierarchy"), r.pgmajfault as f64),
-                ]
-            },
-        ),
-        (
-            "container_memory_mapped_file",
-            "gauge",
-            "Size of memory mapped files in bytes.",
-            |s| vec![(Vec::new(), s.reading.memory_mapped_file as f64)],
-        ),
-        (
-            "container_memory_max_usage_bytes",
-            "gauge",
-            "Maximum memory usage recorded in bytes",
-            |s| vec![(Vec::new(), s.reading.memory_max_usage as f64)],
-        ),
-        (
-            "container_memory_rss",
-            "gauge",
-            "Size of RSS in bytes.",
-            |s| vec![(Vec::new(), s.reading.memory_rss as f64)],
-        ),
-        (
-            "container_memory_swap",
-            "gauge",
-            "Container swap usage in bytes.",
-            |s| vec![(Vec::new(), s.reading.memory_swap as f64)],
-        ),
-        (
-            "container_memory_usage_bytes",
-            "gauge",
-            "Current memory usage in bytes, including all memory regardless of when it was accessed",
-            |s| vec![(Vec::new(), s.reading.memory_usage as f64)],
-        ),
-        (
-            "container_memory_working_set_bytes",
-            "gauge",
-            "Current working set in bytes.",
-            |s| vec![(Vec::new(), s.reading.memory_working_set as f64)],
-        ),
-        (
-            "container_network_receive_bytes_total",
-            "counter",
-            "Cumulative count of bytes received",
-            |s| net(s, |n| n.rx_bytes),
-        ),
-        (
-            "container_network_receive_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while receiving",
-            |s| net(s, |n| n.rx_errors),
-        ),
-        (
-            "container_network_receive_packets_dropped_total",
-            "counter",
-            "Cumulative count of packets dropped while receiving",
-            |s| net(s, |n| n.rx_dropped),
-        ),
-        (
-            "container_network_receive_packets_total",
-            "counter",
-            "Cumulative count of packets received",
-            |s| net(s, |n| n.rx_packets),
-        ),
-        (
-            "container_network_transmit_bytes_total",
-            "counter",
-            "Cumulative count of bytes transmitted",
-            |s| net(s, |n| n.tx_bytes),
-        ),
-        (
-            "container_network_transmit_errors_total",
-            "counter",
-            "Cumulative count of errors encountered while transmitting",
-            |s| net(s, |n| n.tx_errors),
-        ),
-        (
-            "container_network_transmit_packets_dropped_total",
-            "counter",
-            "Cumulative count of packets dropped while transmitting",
-            |s| net(s, |n| n.tx_dropped),
-        ),
-        (
-            "container_network_transmit_packets_total",
-            "counter",
-            "Cumulative count of packets transmitted",
-            |s| net(s, |n| n.tx_packets),
-        ),
-        (
-            "container_oom_events_total",
-            "counter",
-            "Count of out of memory events observed for the container",
-            |s| vec![(Vec::new(), s.reading.oom_kills as f64)],
-        ),
-    ];
-    for (name, kind, help, get) in families {
+    for (name, kind, help, get) in CONTAINER_FAMILIES {
         let mut fam = f(name, kind, help);
         for s in series {
             for (extra, value) in get(s) {
@@ -665,50 +721,7 @@ pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> 
         fams.push(fam);
     }
     // The spec families and the times, without timestamps (const metrics).
-    type SpecGetter = fn(&Series) -> Option<f64>;
-    let specs: Vec<(&'static str, &'static str, SpecGetter)> = vec![
-        (
-            "container_creation_time_seconds",
-            "Container creation time since unix epoch in seconds.",
-            |s| Some(seconds(s.created)),
-        ),
-        (
-            "container_spec_cpu_period",
-            "CPU period of the container.",
-            |s| Some(s.reading.cpu_period as f64),
-        ),
-        (
-            "container_spec_cpu_quota",
-            "CPU quota of the container.",
-            |s| (s.reading.cpu_quota != 0).then_some(s.reading.cpu_quota as f64),
-        ),
-        (
-            "container_spec_cpu_shares",
-            "CPU share of the container.",
-            |s| Some(s.reading.cpu_shares as f64),
-        ),
-        (
-            "container_spec_memory_limit_bytes",
-            "Memory limit for the container.",
-            |s| Some(spec_memory(s.reading.memory_limit)),
-        ),
-        (
-            "container_spec_memory_reservation_limit_bytes",
-            "Memory reservation limit for the container.",
-            |s| Some(spec_memory(s.reading.memory_reservation)),
-        ),
-        (
-            "container_spec_memory_swap_limit_bytes",
-            "Memory swap limit for the container.",
-            |s| Some(spec_memory(s.reading.memory_swap_limit)),
-        ),
-        (
-            "container_start_time_seconds",
-            "Start time of the container since unix epoch in seconds.",
-            |s| Some(seconds(s.started)),
-        ),
-    ];
-    for (name, help, get) in specs {
+    for (name, help, get) in SPEC_FAMILIES {
         let mut fam = f(name, "gauge", help);
         for s in series {
             if let Some(v) = get(s) {

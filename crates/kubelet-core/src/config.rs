@@ -1232,6 +1232,10 @@ fn check_header(map: &Map<String, Value>) -> Result<(), ConfigError> {
 /// `apiVersion: kubelet.config.k8s.io/v1beta1`. Absent fields keep their
 /// defaults. The result is not validated: call
 /// [`KubeletConfiguration::validate`] once command-line overrides are applied.
+#[expect(
+    clippy::too_many_lines,
+    reason = "to go with the hand-written decoder (#31)"
+)]
 pub fn parse_kubelet_config_reporting(
     content: &str,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
@@ -1643,6 +1647,10 @@ impl KubeletConfiguration {
 
     /// Checks the values that upstream's validation would reject (and that
     /// rkubelet cannot run with).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "to go with the hand-written decoder (#31)"
+    )]
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.image_pull_verification()?;
         let invalid = |field: &str, message: String| ConfigError::Invalid {

@@ -4,6 +4,7 @@
 //! state machine, compute-pod-actions, PLEG diffing, status synthesis and
 //! backoff. The `kubelet` crate drives these against the world.
 
+#![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 // configz's serde_json::json! object has more fields than the default
 // macro recursion limit allows.
 #![recursion_limit = "256"]

@@ -396,120 +396,232 @@ impl Family<'_> {
     }
 }
 
-/// The kubelet's metric families; reach them through [`KubeletMetrics`].
-/// Field docs give the name, labels and what upstream records there.
-#[derive(Debug)]
-pub struct Families {
+/// Declares [`Families`] once: each family's field with its doc, the
+/// constructor that names it, and its place in [`Families::all`].
+macro_rules! families {
+    ($( $(#[$doc:meta])* $field:ident: $kind:ident($($arg:expr),+ $(,)?), )*) => {
+        /// The kubelet's metric families; reach them through [`KubeletMetrics`].
+        /// Field docs give the name, labels and what upstream records there.
+        #[derive(Debug)]
+        pub struct Families {
+            $( $(#[$doc])* pub $field: $kind, )*
+        }
+
+        impl Families {
+            fn new() -> Self {
+                Families { $( $field: $kind::new($($arg),+), )* }
+            }
+
+            fn all(&self) -> Vec<Family<'_>> {
+                vec![$( Family::$kind(&self.$field), )*]
+            }
+        }
+    };
+}
+
+families! {
     /// `kubelet_node_name{node}`: always 1.
-    pub node_name: Gauge,
+    node_name: Gauge(
+        "kubelet_node_name",
+        "[ALPHA] The node's name. The count is always 1.",
+        &["node"],
+    ),
     /// `kubelet_pod_start_duration_seconds`: first seen to running.
-    pub pod_start_duration: Histogram,
+    pod_start_duration: Histogram(
+        "kubelet_pod_start_duration_seconds",
+        "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+        &[],
+        &POD_STARTUP_BUCKETS,
+    ),
     /// `kubelet_pod_worker_duration_seconds{operation_type}`: one SyncPod
     /// (operation_type is upstream's SyncPodType: `create`, `update`, `sync`, `kill`).
-    pub pod_worker_duration: Histogram,
+    pod_worker_duration: Histogram(
+        "kubelet_pod_worker_duration_seconds",
+        "[ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+        &["operation_type"],
+        &DEF_BUCKETS,
+    ),
     /// `kubelet_pod_status_sync_duration_seconds`: status change to API update.
-    pub pod_status_sync_duration: Histogram,
+    pod_status_sync_duration: Histogram(
+        "kubelet_pod_status_sync_duration_seconds",
+        "[ALPHA] Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
+        &[],
+        &POD_STATUS_SYNC_BUCKETS,
+    ),
     /// `kubelet_pleg_relist_duration_seconds`.
-    pub pleg_relist_duration: Histogram,
+    pleg_relist_duration: Histogram(
+        "kubelet_pleg_relist_duration_seconds",
+        "[ALPHA] Duration in seconds for relisting pods in PLEG.",
+        &[],
+        &DEF_BUCKETS,
+    ),
     /// `kubelet_pleg_relist_interval_seconds`: between relist starts.
-    pub pleg_relist_interval: Histogram,
+    pleg_relist_interval: Histogram(
+        "kubelet_pleg_relist_interval_seconds",
+        "[ALPHA] Interval in seconds between relisting in PLEG.",
+        &[],
+        &DEF_BUCKETS,
+    ),
     /// `kubelet_pleg_last_seen_seconds`: unix time of the last relist.
-    pub pleg_last_seen: Gauge,
+    pleg_last_seen: Gauge(
+        "kubelet_pleg_last_seen_seconds",
+        "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
+        &[],
+    ),
     /// `kubelet_running_pods`: pods with a running sandbox.
-    pub running_pods: Gauge,
+    running_pods: Gauge(
+        "kubelet_running_pods",
+        "[ALPHA] Number of pods that have a running pod sandbox",
+        &[],
+    ),
     /// `kubelet_running_containers{container_state}`: containers by CRI state
     /// (`created`, `running`, `exited`, `unknown`).
-    pub running_containers: Gauge,
+    running_containers: Gauge(
+        "kubelet_running_containers",
+        "[ALPHA] Number of containers currently running",
+        &["container_state"],
+    ),
     /// `kubelet_runtime_operations_total{operation_type}`.
-    pub runtime_operations: Counter,
+    runtime_operations: Counter(
+        "kubelet_runtime_operations_total",
+        "[ALPHA] Cumulative number of runtime operations by operation type.",
+        &["operation_type"],
+    ),
     /// `kubelet_runtime_operations_duration_seconds{operation_type}`.
-    pub runtime_operations_duration: Histogram,
+    runtime_operations_duration: Histogram(
+        "kubelet_runtime_operations_duration_seconds",
+        "[ALPHA] Duration in seconds of runtime operations. Broken down by operation type.",
+        &["operation_type"],
+        &exponential_buckets(0.005, 2.5, 14),
+    ),
     /// `kubelet_runtime_operations_errors_total{operation_type}`.
-    pub runtime_operations_errors: Counter,
+    runtime_operations_errors: Counter(
+        "kubelet_runtime_operations_errors_total",
+        "[ALPHA] Cumulative number of runtime operation errors by operation type.",
+        &["operation_type"],
+    ),
     /// `kubelet_run_podsandbox_duration_seconds{runtime_handler}`.
-    pub run_podsandbox_duration: Histogram,
+    run_podsandbox_duration: Histogram(
+        "kubelet_run_podsandbox_duration_seconds",
+        "[ALPHA] Duration in seconds of the run_podsandbox operations. Broken down by RuntimeClass.Handler.",
+        &["runtime_handler"],
+        &DEF_BUCKETS,
+    ),
     /// `kubelet_run_podsandbox_errors_total{runtime_handler}`.
-    pub run_podsandbox_errors: Counter,
+    run_podsandbox_errors: Counter(
+        "kubelet_run_podsandbox_errors_total",
+        "[ALPHA] Cumulative number of the run_podsandbox operation errors by RuntimeClass.Handler.",
+        &["runtime_handler"],
+    ),
     /// `kubelet_started_pods_total`: RunPodSandbox calls.
-    pub started_pods: Counter,
+    started_pods: Counter(
+        "kubelet_started_pods_total",
+        "[ALPHA] Cumulative number of pods started",
+        &[],
+    ),
     /// `kubelet_started_pods_errors_total`.
-    pub started_pods_errors: Counter,
+    started_pods_errors: Counter(
+        "kubelet_started_pods_errors_total",
+        "[ALPHA] Cumulative number of errors when starting pods",
+        &[],
+    ),
     /// `kubelet_started_containers_total{container_type}`
     /// (`container`, `init_container`, `ephemeral_container`).
-    pub started_containers: Counter,
+    started_containers: Counter(
+        "kubelet_started_containers_total",
+        "[ALPHA] Cumulative number of containers started",
+        &["container_type"],
+    ),
     /// `kubelet_started_containers_errors_total{container_type,code}`
     /// (code: the CRI error's gRPC code name).
-    pub started_containers_errors: Counter,
+    started_containers_errors: Counter(
+        "kubelet_started_containers_errors_total",
+        "[ALPHA] Cumulative number of errors when starting containers",
+        &["container_type", "code"],
+    ),
     /// `rest_client_requests_total{code,method,host}`: API server requests.
-    pub rest_client_requests: Counter,
+    rest_client_requests: Counter(
+        "rest_client_requests_total",
+        "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
+        &["code", "method", "host"],
+    ),
     /// rkubelet: `kubelet_sync_loop_iteration_duration_seconds`.
-    pub sync_loop_iteration_duration: Histogram,
+    sync_loop_iteration_duration: Histogram(
+        "kubelet_sync_loop_iteration_duration_seconds",
+        "Duration in seconds of one iteration of the kubelet sync loop (rkubelet).",
+        &[],
+        &DEF_BUCKETS,
+    ),
     /// rkubelet: `kubelet_housekeeping_duration_seconds`.
-    pub housekeeping_duration: Histogram,
+    housekeeping_duration: Histogram(
+        "kubelet_housekeeping_duration_seconds",
+        "Duration in seconds of one pass of pod housekeeping (rkubelet).",
+        &[],
+        &DEF_BUCKETS,
+    ),
     /// rkubelet: `kubelet_pod_worker_queue_length`: pods waiting for their worker.
-    pub pod_worker_queue_length: Gauge,
+    pod_worker_queue_length: Gauge(
+        "kubelet_pod_worker_queue_length",
+        "Number of pods waiting for their pod worker (rkubelet).",
+        &[],
+    ),
     /// rkubelet: `kubelet_runtime_ready`: 1 while the runtime is ready.
-    pub runtime_ready: Gauge,
+    runtime_ready: Gauge(
+        "kubelet_runtime_ready",
+        "Whether the container runtime is ready: 1 or 0 (rkubelet).",
+        &[],
+    ),
     /// rkubelet: `kubelet_network_ready`: 1 while the runtime reports the network ready.
-    pub network_ready: Gauge,
+    network_ready: Gauge(
+        "kubelet_network_ready",
+        "Whether the container runtime reports the pod network ready: 1 or 0 (rkubelet).",
+        &[],
+    ),
     /// rkubelet: `kubelet_server_open_connections{server}`: connections a
     /// listener (`kubelet-api`, `healthz`, `readonly`) is serving, at most
     /// its connection cap.
-    pub server_open_connections: Gauge,
+    server_open_connections: Gauge(
+        "kubelet_server_open_connections",
+        "Number of connections a kubelet server is serving, at most its connection cap (rkubelet).",
+        &["server"],
+    ),
     /// rkubelet: `kubelet_server_accept_errors_total{server}`: failed accepts
     /// (each followed by a back-off).
-    pub server_accept_errors: Counter,
+    server_accept_errors: Counter(
+        "kubelet_server_accept_errors_total",
+        "Cumulative number of failed accepts of a kubelet server (rkubelet).",
+        &["server"],
+    ),
     /// `kubelet_imagemanager_ondisk_pullintents`: image pulls on record as
     /// begun and not ended.
-    pub pull_intents: Gauge,
+    pull_intents: Gauge(
+        "kubelet_imagemanager_ondisk_pullintents",
+        "[ALPHA] Number of ImagePullIntents stored on disk.",
+        &[],
+    ),
     /// `kubelet_imagemanager_ondisk_pulledrecords`: images on record as
     /// pulled, with the credentials that may use them.
-    pub pulled_records: Gauge,
+    pulled_records: Gauge(
+        "kubelet_imagemanager_ondisk_pulledrecords",
+        "[ALPHA] Number of ImagePulledRecords stored on disk.",
+        &[],
+    ),
     /// `kubelet_imagemanager_image_mustpull_checks_total{result}`: checks
     /// whether a pod may use an image on the node without pulling
     /// (`credentialPolicyAllowed`, `credentialRecordFound`,
     /// `mustAuthenticate`, `error`).
-    pub mustpull_checks: Counter,
+    mustpull_checks: Counter(
+        "kubelet_imagemanager_image_mustpull_checks_total",
+        "[ALPHA] Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
+        &["result"],
+    ),
     /// `kubelet_evictions{eviction_signal}`: pods the eviction manager
     /// evicted, by the signal it acted on.
-    pub evictions: Counter,
-}
-
-impl Families {
-    fn all(&self) -> [Family<'_>; 30] {
-        [
-            Family::Gauge(&self.node_name),
-            Family::Histogram(&self.pod_start_duration),
-            Family::Histogram(&self.pod_worker_duration),
-            Family::Histogram(&self.pod_status_sync_duration),
-            Family::Histogram(&self.pleg_relist_duration),
-            Family::Histogram(&self.pleg_relist_interval),
-            Family::Gauge(&self.pleg_last_seen),
-            Family::Gauge(&self.running_pods),
-            Family::Gauge(&self.running_containers),
-            Family::Counter(&self.runtime_operations),
-            Family::Histogram(&self.runtime_operations_duration),
-            Family::Counter(&self.runtime_operations_errors),
-            Family::Histogram(&self.run_podsandbox_duration),
-            Family::Counter(&self.run_podsandbox_errors),
-            Family::Counter(&self.started_pods),
-            Family::Counter(&self.started_pods_errors),
-            Family::Counter(&self.started_containers),
-            Family::Counter(&self.started_containers_errors),
-            Family::Counter(&self.rest_client_requests),
-            Family::Histogram(&self.sync_loop_iteration_duration),
-            Family::Histogram(&self.housekeeping_duration),
-            Family::Gauge(&self.pod_worker_queue_length),
-            Family::Gauge(&self.runtime_ready),
-            Family::Gauge(&self.network_ready),
-            Family::Gauge(&self.server_open_connections),
-            Family::Counter(&self.server_accept_errors),
-            Family::Gauge(&self.pull_intents),
-            Family::Gauge(&self.pulled_records),
-            Family::Counter(&self.mustpull_checks),
-            Family::Counter(&self.evictions),
-        ]
-    }
+    evictions: Counter(
+        "kubelet_evictions",
+        "[ALPHA] Cumulative number of pod evictions by eviction signal",
+        &["eviction_signal"],
+    ),
 }
 
 /// The kubelet's metrics registry: a cheap `Clone` handle (all clones record
@@ -528,168 +640,7 @@ impl Deref for KubeletMetrics {
 impl KubeletMetrics {
     /// All families, with `kubelet_node_name{node=node_name}` set to 1.
     pub fn new(node_name: &str) -> Self {
-        let runtime_buckets = exponential_buckets(0.005, 2.5, 14);
-        let f = Families {
-            node_name: Gauge::new(
-                "kubelet_node_name",
-                "[ALPHA] The node's name. The count is always 1.",
-                &["node"],
-            ),
-            pod_start_duration: Histogram::new(
-                "kubelet_pod_start_duration_seconds",
-                "[ALPHA] Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
-                &[],
-                &POD_STARTUP_BUCKETS,
-            ),
-            pod_worker_duration: Histogram::new(
-                "kubelet_pod_worker_duration_seconds",
-                "[ALPHA] Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
-                &["operation_type"],
-                &DEF_BUCKETS,
-            ),
-            pod_status_sync_duration: Histogram::new(
-                "kubelet_pod_status_sync_duration_seconds",
-                "[ALPHA] Duration in seconds to sync a pod status update. Measures time from detection of a change to pod status until the API is successfully updated for that pod, even if multiple intevening changes to pod status occur.",
-                &[],
-                &POD_STATUS_SYNC_BUCKETS,
-            ),
-            pleg_relist_duration: Histogram::new(
-                "kubelet_pleg_relist_duration_seconds",
-                "[ALPHA] Duration in seconds for relisting pods in PLEG.",
-                &[],
-                &DEF_BUCKETS,
-            ),
-            pleg_relist_interval: Histogram::new(
-                "kubelet_pleg_relist_interval_seconds",
-                "[ALPHA] Interval in seconds between relisting in PLEG.",
-                &[],
-                &DEF_BUCKETS,
-            ),
-            pleg_last_seen: Gauge::new(
-                "kubelet_pleg_last_seen_seconds",
-                "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
-                &[],
-            ),
-            running_pods: Gauge::new(
-                "kubelet_running_pods",
-                "[ALPHA] Number of pods that have a running pod sandbox",
-                &[],
-            ),
-            running_containers: Gauge::new(
-                "kubelet_running_containers",
-                "[ALPHA] Number of containers currently running",
-                &["container_state"],
-            ),
-            runtime_operations: Counter::new(
-                "kubelet_runtime_operations_total",
-                "[ALPHA] Cumulative number of runtime operations by operation type.",
-                &["operation_type"],
-            ),
-            runtime_operations_duration: Histogram::new(
-                "kubelet_runtime_operations_duration_seconds",
-                "[ALPHA] Duration in seconds of runtime operations. Broken down by operation type.",
-                &["operation_type"],
-                &runtime_buckets,
-            ),
-            runtime_operations_errors: Counter::new(
-                "kubelet_runtime_operations_errors_total",
-                "[ALPHA] Cumulative number of runtime operation errors by operation type.",
-                &["operation_type"],
-            ),
-            run_podsandbox_duration: Histogram::new(
-                "kubelet_run_podsandbox_duration_seconds",
-                "[ALPHA] Duration in seconds of the run_podsandbox operations. Broken down by RuntimeClass.Handler.",
-                &["runtime_handler"],
-                &DEF_BUCKETS,
-            ),
-            run_podsandbox_errors: Counter::new(
-                "kubelet_run_podsandbox_errors_total",
-                "[ALPHA] Cumulative number of the run_podsandbox operation errors by RuntimeClass.Handler.",
-                &["runtime_handler"],
-            ),
-            started_pods: Counter::new(
-                "kubelet_started_pods_total",
-                "[ALPHA] Cumulative number of pods started",
-                &[],
-            ),
-            started_pods_errors: Counter::new(
-                "kubelet_started_pods_errors_total",
-                "[ALPHA] Cumulative number of errors when starting pods",
-                &[],
-            ),
-            started_containers: Counter::new(
-                "kubelet_started_containers_total",
-                "[ALPHA] Cumulative number of containers started",
-                &["container_type"],
-            ),
-            started_containers_errors: Counter::new(
-                "kubelet_started_containers_errors_total",
-                "[ALPHA] Cumulative number of errors when starting containers",
-                &["container_type", "code"],
-            ),
-            rest_client_requests: Counter::new(
-                "rest_client_requests_total",
-                "[ALPHA] Number of HTTP requests, partitioned by status code, method, and host.",
-                &["code", "method", "host"],
-            ),
-            sync_loop_iteration_duration: Histogram::new(
-                "kubelet_sync_loop_iteration_duration_seconds",
-                "Duration in seconds of one iteration of the kubelet sync loop (rkubelet).",
-                &[],
-                &DEF_BUCKETS,
-            ),
-            housekeeping_duration: Histogram::new(
-                "kubelet_housekeeping_duration_seconds",
-                "Duration in seconds of one pass of pod housekeeping (rkubelet).",
-                &[],
-                &DEF_BUCKETS,
-            ),
-            pod_worker_queue_length: Gauge::new(
-                "kubelet_pod_worker_queue_length",
-                "Number of pods waiting for their pod worker (rkubelet).",
-                &[],
-            ),
-            runtime_ready: Gauge::new(
-                "kubelet_runtime_ready",
-                "Whether the container runtime is ready: 1 or 0 (rkubelet).",
-                &[],
-            ),
-            network_ready: Gauge::new(
-                "kubelet_network_ready",
-                "Whether the container runtime reports the pod network ready: 1 or 0 (rkubelet).",
-                &[],
-            ),
-            server_open_connections: Gauge::new(
-                "kubelet_server_open_connections",
-                "Number of connections a kubelet server is serving, at most its connection cap (rkubelet).",
-                &["server"],
-            ),
-            server_accept_errors: Counter::new(
-                "kubelet_server_accept_errors_total",
-                "Cumulative number of failed accepts of a kubelet server (rkubelet).",
-                &["server"],
-            ),
-            pull_intents: Gauge::new(
-                "kubelet_imagemanager_ondisk_pullintents",
-                "[ALPHA] Number of ImagePullIntents stored on disk.",
-                &[],
-            ),
-            pulled_records: Gauge::new(
-                "kubelet_imagemanager_ondisk_pulledrecords",
-                "[ALPHA] Number of ImagePulledRecords stored on disk.",
-                &[],
-            ),
-            mustpull_checks: Counter::new(
-                "kubelet_imagemanager_image_mustpull_checks_total",
-                "[ALPHA] Counter for how many times kubelet checked whether credentials need to be re-verified to access an image",
-                &["result"],
-            ),
-            evictions: Counter::new(
-                "kubelet_evictions",
-                "[ALPHA] Cumulative number of pod evictions by eviction signal",
-                &["eviction_signal"],
-            ),
-        };
+        let f = Families::new();
         f.node_name.set(&[node_name], 1.0);
         KubeletMetrics(Arc::new(f))
     }

@@ -863,6 +863,144 @@ fn seconds_of_nanos(nanos: u64) -> f64 {
     nanos as f64 / 1e9
 }
 
+/// The families of `/metrics/resource`, as upstream's resource metrics
+/// collector fills them from a summary.
+struct ResourceFamilies {
+    node_cpu: Family,
+    node_memory: Family,
+    node_swap: Family,
+    container_start: Family,
+    container_cpu: Family,
+    container_memory: Family,
+    pod_cpu: Family,
+    pod_memory: Family,
+}
+
+impl ResourceFamilies {
+    fn new() -> Self {
+        ResourceFamilies {
+            node_cpu: Family::stable(
+                "node_cpu_usage_seconds_total",
+                "STABLE",
+                "counter",
+                "Cumulative cpu time consumed by the node in core-seconds",
+            ),
+            node_memory: Family::stable(
+                "node_memory_working_set_bytes",
+                "STABLE",
+                "gauge",
+                "Current working set of the node in bytes",
+            ),
+            node_swap: Family::stable(
+                "node_swap_usage_bytes",
+                "ALPHA",
+                "gauge",
+                "Current swap usage of the node in bytes. Reported only on non-windows systems",
+            ),
+            container_start: Family::stable(
+                "container_start_time_seconds",
+                "STABLE",
+                "gauge",
+                "Start time of the container since unix epoch in seconds",
+            ),
+            container_cpu: Family::stable(
+                "container_cpu_usage_seconds_total",
+                "STABLE",
+                "counter",
+                "Cumulative cpu time consumed by the container in core-seconds",
+            ),
+            container_memory: Family::stable(
+                "container_memory_working_set_bytes",
+                "STABLE",
+                "gauge",
+                "Current working set of the container in bytes",
+            ),
+            pod_cpu: Family::stable(
+                "pod_cpu_usage_seconds_total",
+                "STABLE",
+                "counter",
+                "Cumulative cpu time consumed by the pod in core-seconds",
+            ),
+            pod_memory: Family::stable(
+                "pod_memory_working_set_bytes",
+                "STABLE",
+                "gauge",
+                "Current working set of the pod in bytes",
+            ),
+        }
+    }
+
+    fn add_node(&mut self, node: &NodeStats) {
+        if let Some(cpu) = &node.cpu
+            && let Some(ns) = cpu.usage_core_nano_seconds
+        {
+            self.node_cpu
+                .push(Vec::new(), seconds_of_nanos(ns), Some(cpu.time));
+        }
+        if let Some(memory) = &node.memory
+            && let Some(ws) = memory.working_set_bytes
+        {
+            self.node_memory
+                .push(Vec::new(), ws as f64, Some(memory.time));
+        }
+        if let Some(swap) = &node.swap
+            && let Some(used) = swap.swap_usage_bytes
+        {
+            self.node_swap
+                .push(Vec::new(), used as f64, Some(swap.time));
+        }
+    }
+
+    fn add_pod(&mut self, pod: &PodStats) {
+        let pod_labels = || {
+            vec![
+                ("namespace", pod.pod_ref.namespace.clone()),
+                ("pod", pod.pod_ref.name.clone()),
+            ]
+        };
+        for c in &pod.containers {
+            let labels = || {
+                vec![
+                    ("container", c.name.clone()),
+                    ("namespace", pod.pod_ref.namespace.clone()),
+                    ("pod", pod.pod_ref.name.clone()),
+                ]
+            };
+            if let Some(start) = c.start_time
+                && let Ok(since) = start.duration_since(UNIX_EPOCH)
+                && since.as_secs() > 0
+            {
+                let secs = since.as_nanos() as f64 / 1e9;
+                self.container_start.push(labels(), secs, None);
+            }
+            if let Some(cpu) = &c.cpu
+                && let Some(ns) = cpu.usage_core_nano_seconds
+            {
+                self.container_cpu
+                    .push(labels(), seconds_of_nanos(ns), Some(cpu.time));
+            }
+            if let Some(memory) = &c.memory
+                && let Some(ws) = memory.working_set_bytes
+            {
+                self.container_memory
+                    .push(labels(), ws as f64, Some(memory.time));
+            }
+        }
+        if let Some(cpu) = &pod.cpu
+            && let Some(ns) = cpu.usage_core_nano_seconds
+        {
+            self.pod_cpu
+                .push(pod_labels(), seconds_of_nanos(ns), Some(cpu.time));
+        }
+        if let Some(memory) = &pod.memory
+            && let Some(ws) = memory.working_set_bytes
+        {
+            self.pod_memory
+                .push(pod_labels(), ws as f64, Some(memory.time));
+        }
+    }
+}
+
 /// The Prometheus text of `/metrics/resource` for a CPU-and-memory summary,
 /// or for a failed scrape (`None`: only `resource_scrape_error 1`).
 ///
@@ -870,54 +1008,7 @@ fn seconds_of_nanos(nanos: u64) -> f64 {
 /// `scrape_error` is not written: upstream deprecated it in 1.29, so kubelets
 /// from 1.30 on hide it.
 pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
-    let mut node_cpu = Family::stable(
-        "node_cpu_usage_seconds_total",
-        "STABLE",
-        "counter",
-        "Cumulative cpu time consumed by the node in core-seconds",
-    );
-    let mut node_memory = Family::stable(
-        "node_memory_working_set_bytes",
-        "STABLE",
-        "gauge",
-        "Current working set of the node in bytes",
-    );
-    let mut node_swap = Family::stable(
-        "node_swap_usage_bytes",
-        "ALPHA",
-        "gauge",
-        "Current swap usage of the node in bytes. Reported only on non-windows systems",
-    );
-    let mut container_start = Family::stable(
-        "container_start_time_seconds",
-        "STABLE",
-        "gauge",
-        "Start time of the container since unix epoch in seconds",
-    );
-    let mut container_cpu = Family::stable(
-        "container_cpu_usage_seconds_total",
-        "STABLE",
-        "counter",
-        "Cumulative cpu time consumed by the container in core-seconds",
-    );
-    let mut container_memory = Family::stable(
-        "container_memory_working_set_bytes",
-        "STABLE",
-        "gauge",
-        "Current working set of the container in bytes",
-    );
-    let mut pod_cpu = Family::stable(
-        "pod_cpu_usage_seconds_total",
-        "STABLE",
-        "counter",
-        "Cumulative cpu time consumed by the pod in core-seconds",
-    );
-    let mut pod_memory = Family::stable(
-        "pod_memory_working_set_bytes",
-        "STABLE",
-        "gauge",
-        "Current working set of the pod in bytes",
-    );
+    let mut f = ResourceFamilies::new();
     let mut scrape_error = Family::stable(
         "resource_scrape_error",
         "STABLE",
@@ -925,79 +1016,21 @@ pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
         "1 if there was an error while getting container metrics, 0 otherwise",
     );
     scrape_error.push(Vec::new(), if summary.is_some() { 0.0 } else { 1.0 }, None);
-
     if let Some(summary) = summary {
-        let node = &summary.node;
-        if let Some(cpu) = &node.cpu
-            && let Some(ns) = cpu.usage_core_nano_seconds
-        {
-            node_cpu.push(Vec::new(), seconds_of_nanos(ns), Some(cpu.time));
-        }
-        if let Some(memory) = &node.memory
-            && let Some(ws) = memory.working_set_bytes
-        {
-            node_memory.push(Vec::new(), ws as f64, Some(memory.time));
-        }
-        if let Some(swap) = &node.swap
-            && let Some(used) = swap.swap_usage_bytes
-        {
-            node_swap.push(Vec::new(), used as f64, Some(swap.time));
-        }
+        f.add_node(&summary.node);
         for pod in &summary.pods {
-            let pod_labels = || {
-                vec![
-                    ("namespace", pod.pod_ref.namespace.clone()),
-                    ("pod", pod.pod_ref.name.clone()),
-                ]
-            };
-            for c in &pod.containers {
-                let labels = || {
-                    vec![
-                        ("container", c.name.clone()),
-                        ("namespace", pod.pod_ref.namespace.clone()),
-                        ("pod", pod.pod_ref.name.clone()),
-                    ]
-                };
-                if let Some(start) = c.start_time
-                    && let Ok(since) = start.duration_since(UNIX_EPOCH)
-                    && since.as_secs() > 0
-                {
-                    let secs = since.as_nanos() as f64 / 1e9;
-                    container_start.push(labels(), secs, None);
-                }
-                if let Some(cpu) = &c.cpu
-                    && let Some(ns) = cpu.usage_core_nano_seconds
-                {
-                    container_cpu.push(labels(), seconds_of_nanos(ns), Some(cpu.time));
-                }
-                if let Some(memory) = &c.memory
-                    && let Some(ws) = memory.working_set_bytes
-                {
-                    container_memory.push(labels(), ws as f64, Some(memory.time));
-                }
-            }
-            if let Some(cpu) = &pod.cpu
-                && let Some(ns) = cpu.usage_core_nano_seconds
-            {
-                pod_cpu.push(pod_labels(), seconds_of_nanos(ns), Some(cpu.time));
-            }
-            if let Some(memory) = &pod.memory
-                && let Some(ws) = memory.working_set_bytes
-            {
-                pod_memory.push(pod_labels(), ws as f64, Some(memory.time));
-            }
+            f.add_pod(pod);
         }
     }
-
     render(vec![
-        node_cpu,
-        node_memory,
-        node_swap,
-        container_start,
-        container_cpu,
-        container_memory,
-        pod_cpu,
-        pod_memory,
+        f.node_cpu,
+        f.node_memory,
+        f.node_swap,
+        f.container_start,
+        f.container_cpu,
+        f.container_memory,
+        f.pod_cpu,
+        f.pod_memory,
         scrape_error,
     ])
 }

@@ -429,49 +429,18 @@ fn condition(kind: &str, ok: bool, reason: Option<&str>, message: Option<String>
     }
 }
 
-/// The API status of a pod from the runtime's view (upstream's
-/// `generateAPIPodStatus`). `pod_is_terminal` once the kubelet has stopped
-/// the pod for good: running/pending phases then become final ones.
-pub fn generate_api_pod_status(
+/// The conditions the kubelet owns (PodReadyToStartContainers,
+/// Initialized, Ready, ContainersReady, PodScheduled), after those others
+/// own as the API pod has them; each says which generation it is about.
+fn pod_conditions(
     pod: &Pod,
     rt: &PodStatus,
-    waiting: &WaitingReasons,
-    runtime_name: &str,
     probes: &dyn ProbeView,
-    pod_is_terminal: bool,
-) -> ApiPodStatus {
+    init_statuses: &[ApiContainerStatus],
+    statuses: &[ApiContainerStatus],
+    phase: &str,
+) -> Vec<PodCondition> {
     let inits = init_containers(pod);
-    let cx = StatusContext {
-        rt,
-        waiting,
-        runtime_name,
-        probes,
-        default_reason: if inits.is_empty() {
-            "ContainerCreating"
-        } else {
-            "PodInitializing"
-        },
-    };
-    let statuses: Vec<ApiContainerStatus> = regular_containers(pod)
-        .iter()
-        .map(|c| container_status(c, false, &cx))
-        .collect();
-    let init_statuses: Vec<ApiContainerStatus> = inits
-        .iter()
-        .map(|c| container_status(c, true, &cx))
-        .collect();
-    // Ephemeral containers are reported as regular ones, but no prober
-    // reads them: never ready, started unset (as upstream's).
-    let ephemeral_statuses: Vec<ApiContainerStatus> = ephemeral_containers(pod)
-        .iter()
-        .map(|(c, _)| ApiContainerStatus {
-            ready: false,
-            started: None,
-            ..container_status(c, false, &cx)
-        })
-        .collect();
-    let phase = pod_phase(pod, &init_statuses, &statuses, pod_is_terminal);
-
     let host_network = pod
         .spec
         .as_ref()
@@ -569,7 +538,59 @@ pub fn generate_api_pod_status(
     {
         c.observed_generation = generation;
     }
+    conditions
+}
 
+/// The API status of a pod from the runtime's view (upstream's
+/// `generateAPIPodStatus`). `pod_is_terminal` once the kubelet has stopped
+/// the pod for good: running/pending phases then become final ones.
+pub fn generate_api_pod_status(
+    pod: &Pod,
+    rt: &PodStatus,
+    waiting: &WaitingReasons,
+    runtime_name: &str,
+    probes: &dyn ProbeView,
+    pod_is_terminal: bool,
+) -> ApiPodStatus {
+    let inits = init_containers(pod);
+    let cx = StatusContext {
+        rt,
+        waiting,
+        runtime_name,
+        probes,
+        default_reason: if inits.is_empty() {
+            "ContainerCreating"
+        } else {
+            "PodInitializing"
+        },
+    };
+    let statuses: Vec<ApiContainerStatus> = regular_containers(pod)
+        .iter()
+        .map(|c| container_status(c, false, &cx))
+        .collect();
+    let init_statuses: Vec<ApiContainerStatus> = inits
+        .iter()
+        .map(|c| container_status(c, true, &cx))
+        .collect();
+    // Ephemeral containers are reported as regular ones, but no prober
+    // reads them: never ready, started unset (as upstream's).
+    let ephemeral_statuses: Vec<ApiContainerStatus> = ephemeral_containers(pod)
+        .iter()
+        .map(|(c, _)| ApiContainerStatus {
+            ready: false,
+            started: None,
+            ..container_status(c, false, &cx)
+        })
+        .collect();
+    let phase = pod_phase(pod, &init_statuses, &statuses, pod_is_terminal);
+
+    let conditions = pod_conditions(pod, rt, probes, &init_statuses, &statuses, phase);
+    let generation = pod.metadata.generation;
+    let host_network = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.host_network)
+        .unwrap_or(false);
     let ips: Vec<PodIP> = if host_network {
         Vec::new()
     } else {

@@ -4,6 +4,7 @@
 //! in-memory runtime serving the same gRPC API on a temp socket, with fault
 //! injection, for tests and the bench.
 
+#![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 pub mod client;
 #[cfg(feature = "fake")]
 pub mod fake;

@@ -4,6 +4,7 @@
 //! blocking work runs on tokio's blocking pool through [`off_thread`] (clippy
 //! refuses `spawn_blocking` anywhere else).
 
+#![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 use std::future::Future;
 use std::io;
 

@@ -5,6 +5,7 @@
 //! Three owners of state: the pod manager (desired), the pod workers
 //! (actual), the status manager (reported).
 
+#![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 pub mod allocation;
 pub mod clock;
 pub mod cm;

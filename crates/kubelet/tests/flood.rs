@@ -103,8 +103,9 @@ async fn an_idle_connection_flood_leaves_healthz_and_pods_working() {
     let metrics = opts.metrics.clone();
     let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
     let cancel = CancellationToken::new();
-    let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
-    let done = tokio::spawn(kubelet.clone().run());
+    let boot = Kubelet::build(opts, cri, None, cancel.clone());
+    let kubelet = boot.kubelet.clone();
+    let done = tokio::spawn(boot.run());
     let deadline = Instant::now() + WAIT;
     while kubelet.bound.lock().len() < 2 {
         assert!(Instant::now() < deadline, "the servers did not start");

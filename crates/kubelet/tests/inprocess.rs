@@ -2,6 +2,10 @@
 //! workers, runtime manager, PLEG, status manager) against the fake CRI
 //! runtime serving the real gRPC API on a temp unix socket.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "each test is a scenario, read top to bottom"
+)]
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,9 +111,9 @@ impl Node {
         opts.legacy_logs_dir = self.dir.path().join("containers");
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
-        let kubelet = Kubelet::new(opts, cri, None, cancel.clone());
-        let k = kubelet.clone();
-        let done = tokio::spawn(async move { k.run().await.unwrap() });
+        let boot = Kubelet::build(opts, cri, None, cancel.clone());
+        let kubelet = boot.kubelet.clone();
+        let done = tokio::spawn(async move { boot.run().await.unwrap() });
         Running {
             kubelet,
             cancel,

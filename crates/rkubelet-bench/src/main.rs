@@ -13,6 +13,10 @@
 //! errors: rkubelet dying, the runtime failing, pods not running or not going
 //! away within the timeout, leftovers after cleanup.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the bench's phases are scripts, read top to bottom"
+)]
 mod cluster;
 mod kubelet;
 mod podview;

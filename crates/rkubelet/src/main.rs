@@ -204,10 +204,10 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     };
     opts.registration = api.as_ref().map(|_| registration(&settings));
     let cancel = CancellationToken::new();
-    let kubelet = Kubelet::new(opts, cri, api, cancel.clone());
+    let boot = Kubelet::build(opts, cri, api, cancel.clone());
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
-    let run = kubelet.run();
+    let run = boot.run();
     tokio::pin!(run);
     tokio::select! {
         r = &mut run => return r.map_err(Into::into),

@@ -19,6 +19,10 @@
 //! prints rkubelet's log. Tests run in name order; the one that stops the
 //! API server is `zz_` so it runs last.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "each test is a scenario against a real cluster, read top to bottom"
+)]
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::io::Write;

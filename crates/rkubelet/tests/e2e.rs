@@ -14,6 +14,10 @@
 //! A failing test still kills its rkubelet and removes its sandboxes (the
 //! `Node` drop guard), and prints rkubelet's log and what the runtime held.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "each test is a scenario against a real runtime, read top to bottom"
+)]
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

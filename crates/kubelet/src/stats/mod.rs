@@ -128,6 +128,14 @@ struct CpuCache {
     system: HashMap<String, CpuRecord>,
 }
 
+/// The runtime's running containers, its sandboxes and the container
+/// stats read with them.
+type RuntimeListing = (
+    Vec<cri::Container>,
+    Vec<cri::PodSandbox>,
+    Arc<Vec<cri::ContainerStats>>,
+);
+
 /// Whose CPU samples.
 #[derive(Clone, Copy, Debug)]
 enum Sampled {
@@ -142,6 +150,28 @@ enum Sampled {
 struct PodEntry {
     stats: PodStats,
     cgroup: Option<(CgroupName, SystemTime, CgroupUsage)>,
+}
+
+impl PodEntry {
+    fn new(
+        sandbox: &cri::PodSandbox,
+        meta: &cri::PodSandboxMetadata,
+        cgroup: Option<(CgroupName, SystemTime, CgroupUsage)>,
+    ) -> Self {
+        PodEntry {
+            stats: PodStats {
+                pod_ref: PodReference {
+                    name: meta.name.clone(),
+                    namespace: meta.namespace.clone(),
+                    uid: meta.uid.clone(),
+                },
+                // The summary API's pod start time is the sandbox's creation.
+                start_time: Some(time_from_nanos(sandbox.created_at)),
+                ..Default::default()
+            },
+            cgroup,
+        }
+    }
 }
 
 /// The record to keep after reading `cur`: the rate since `prev`, if it can be computed.
@@ -450,33 +480,16 @@ impl StatsProvider {
         update: bool,
         max_age: Duration,
     ) -> Result<Vec<PodStats>, StatsError> {
-        let cri = view.cri();
-        let cri_err = |what| move |source| StatsError::Cri { what, source };
-        let running = cri::ContainerFilter {
-            state: Some(cri::ContainerStateValue {
-                state: cri::ContainerState::ContainerRunning as i32,
-            }),
-            ..Default::default()
-        };
-        let containers = cri
-            .list_containers(Some(running))
-            .await
-            .map_err(cri_err("containers"))?;
-        let sandboxes = cri
-            .list_pod_sandbox(None)
-            .await
-            .map_err(cri_err("pod sandboxes"))?;
         let cgroups = view.pod_cgroups();
-        let stats = match (&cgroups, root_fs) {
-            // Every figure is the runtime's: the latest.
-            (None, _) => Arc::new(
-                cri.list_container_stats(None)
-                    .await
-                    .map_err(cri_err("container stats"))?,
-            ),
-            (Some(_), Some(_)) => self.runtime_stats(&cri, now, max_age).await?,
-            (Some(_), None) => Arc::default(),
-        };
+        let (containers, sandboxes, stats) = self
+            .runtime_listing(
+                &view.cri(),
+                cgroups.is_some(),
+                root_fs.is_some(),
+                now,
+                max_age,
+            )
+            .await?;
         let specs = view.pods();
         let by_uid: HashMap<&str, &Pod> = specs
             .iter()
@@ -510,19 +523,7 @@ impl StatsProvider {
                     let spec = by_uid.get(meta.uid.as_str()).copied();
                     self.pod_cgroup(c, spec, &meta.uid, now, max_age)
                 });
-                PodEntry {
-                    stats: PodStats {
-                        pod_ref: PodReference {
-                            name: meta.name.clone(),
-                            namespace: meta.namespace.clone(),
-                            uid: meta.uid.clone(),
-                        },
-                        // The summary API's pod start time is the sandbox's creation.
-                        start_time: Some(time_from_nanos(sandbox.created_at)),
-                        ..Default::default()
-                    },
-                    cgroup,
-                }
+                PodEntry::new(sandbox, meta, cgroup)
             });
             let name = container
                 .metadata
@@ -566,20 +567,9 @@ impl StatsProvider {
             };
             if let Some(root) = &root_fs_stats {
                 cs.swap = Some(container_swap(stat.and_then(|s| s.swap.as_ref()), now));
-                if let Some(layer) = stat.and_then(|s| s.writable_layer.as_ref()) {
-                    let fs = match &layer.fs_id {
-                        Some(id) => *mountpoints
-                            .entry(id.mountpoint.clone())
-                            .or_insert_with(|| statvfs(Path::new(&id.mountpoint)).ok()),
-                        None => None,
-                    };
-                    cs.rootfs = Some(FsStats::part_of(
-                        time_from_nanos(layer.timestamp),
-                        fs.as_ref(),
-                        layer.used_bytes.as_ref().map(|v| v.value),
-                        layer.inodes_used.as_ref().map(|v| v.value),
-                    ));
-                }
+                cs.rootfs = stat
+                    .and_then(|s| s.writable_layer.as_ref())
+                    .map(|layer| writable_layer(layer, &mut mountpoints));
                 cs.logs =
                     container_log_stats(&view.logs_root(), &pod.pod_ref, &name, root, root_fs)
                         .await;
@@ -588,25 +578,10 @@ impl StatsProvider {
             pod.containers.push(cs);
         }
 
-        let mut pods = Vec::with_capacity(by_sandbox.len());
-        for entry in by_sandbox.into_values() {
-            let mut pod = entry.stats;
-            pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
-            // The pod cgroup holds the sandbox and the pod overhead too
-            // (addPodCPUMemoryStats reads it first); without one, the sum
-            // of the containers'.
-            (pod.cpu, pod.memory) = match entry.cgroup {
-                Some((_, at, u)) => {
-                    let uid = pod.pod_ref.uid.clone();
-                    (
-                        Some(self.cgroup_cpu(Sampled::Pod, &uid, at, &u, update)),
-                        Some(u.memory_stats(at)),
-                    )
-                }
-                None => sum_cpu_memory(&pod.containers),
-            };
-            pods.push(pod);
-        }
+        let mut pods: Vec<PodStats> = by_sandbox
+            .into_values()
+            .map(|entry| self.pod_of(entry, update))
+            .collect();
         if update {
             self.forget_old_samples(now);
         }
@@ -624,31 +599,70 @@ impl StatsProvider {
                     Some(ephemeral_storage(&pod.containers, &pod.volume_stats, root));
             }
         }
-        // The kubelet's pods the runtime has nothing running for.
-        for pod in &specs {
-            let uid = pod.metadata.uid.clone().unwrap_or_default();
-            if pods.iter().any(|p| p.pod_ref.uid == uid) {
-                continue;
-            }
-            let start_time = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.start_time.as_ref())
-                .map(|t| time_from_nanos(i64::try_from(t.0.as_nanosecond()).unwrap_or(0)));
-            pods.push(PodStats {
-                pod_ref: PodReference {
-                    name: pod.metadata.name.clone().unwrap_or_default(),
-                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                    uid,
-                },
-                start_time,
-                ..Default::default()
-            });
-        }
+        add_pods_without_containers(&specs, &mut pods);
         pods.sort_by(|a, b| {
             (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name))
         });
         Ok(pods)
+    }
+
+    /// What the runtime runs: its running containers, its sandboxes, and
+    /// the container stats a summary needs (all of them, the latest, where
+    /// pods have no cgroups of their own; with cgroups, only the full
+    /// summary's writable layers, kept up to `max_age`).
+    async fn runtime_listing(
+        &self,
+        cri: &CriClient,
+        pod_cgroups: bool,
+        full: bool,
+        now: SystemTime,
+        max_age: Duration,
+    ) -> Result<RuntimeListing, StatsError> {
+        let cri_err = |what| move |source| StatsError::Cri { what, source };
+        let running = cri::ContainerFilter {
+            state: Some(cri::ContainerStateValue {
+                state: cri::ContainerState::ContainerRunning as i32,
+            }),
+            ..Default::default()
+        };
+        let containers = cri
+            .list_containers(Some(running))
+            .await
+            .map_err(cri_err("containers"))?;
+        let sandboxes = cri
+            .list_pod_sandbox(None)
+            .await
+            .map_err(cri_err("pod sandboxes"))?;
+        let stats = match (pod_cgroups, full) {
+            (false, _) => Arc::new(
+                cri.list_container_stats(None)
+                    .await
+                    .map_err(cri_err("container stats"))?,
+            ),
+            (true, true) => self.runtime_stats(cri, now, max_age).await?,
+            (true, false) => Arc::default(),
+        };
+        Ok((containers, sandboxes, stats))
+    }
+
+    /// A pod's stats once its containers are in: sorted, and its CPU and
+    /// memory from its cgroup, which holds the sandbox and the pod overhead
+    /// too (addPodCPUMemoryStats reads it first); without one, the sum of
+    /// the containers'.
+    fn pod_of(&self, entry: PodEntry, update: bool) -> PodStats {
+        let mut pod = entry.stats;
+        pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
+        (pod.cpu, pod.memory) = match entry.cgroup {
+            Some((_, at, u)) => {
+                let uid = pod.pod_ref.uid.clone();
+                (
+                    Some(self.cgroup_cpu(Sampled::Pod, &uid, at, &u, update)),
+                    Some(u.memory_stats(at)),
+                )
+            }
+            None => sum_cpu_memory(&pod.containers),
+        };
+        pod
     }
 
     /// The runtime's container stats, asked again when the kept ones are
@@ -950,6 +964,51 @@ impl StatsProvider {
 }
 
 /// A container's memory stats as the runtime reports them.
+/// A container's writable layer as the runtime measured it, on the file
+/// system of its mountpoint (each mountpoint's statvfs read once a summary).
+fn writable_layer(
+    layer: &cri::FilesystemUsage,
+    mountpoints: &mut HashMap<String, Option<FsUsage>>,
+) -> FsStats {
+    let fs = match &layer.fs_id {
+        Some(id) => *mountpoints
+            .entry(id.mountpoint.clone())
+            .or_insert_with(|| statvfs(Path::new(&id.mountpoint)).ok()),
+        None => None,
+    };
+    FsStats::part_of(
+        time_from_nanos(layer.timestamp),
+        fs.as_ref(),
+        layer.used_bytes.as_ref().map(|v| v.value),
+        layer.inodes_used.as_ref().map(|v| v.value),
+    )
+}
+
+/// The kubelet's pods the runtime has nothing running for: their
+/// reference and start time only.
+fn add_pods_without_containers(specs: &[Pod], pods: &mut Vec<PodStats>) {
+    for pod in specs {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if pods.iter().any(|p| p.pod_ref.uid == uid) {
+            continue;
+        }
+        let start_time = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| time_from_nanos(i64::try_from(t.0.as_nanosecond()).unwrap_or(0)));
+        pods.push(PodStats {
+            pod_ref: PodReference {
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                uid,
+            },
+            start_time,
+            ..Default::default()
+        });
+    }
+}
+
 fn container_memory(memory: Option<&cri::MemoryUsage>, now: SystemTime) -> MemoryStats {
     let Some(m) = memory else {
         return MemoryStats {

@@ -1,0 +1,482 @@
+//! The phased boot (upstream's Run): local servers, pod sources and the
+//! API modules at once; what needs the runtime once it answers healthy;
+//! then the sync loop until cancelled.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kubelet_api::node::watch_node;
+use kubelet_api::objects::watch_all;
+use kubelet_core::backoff::Backoff;
+use kubelet_core::pleg::PodLifecycleEvent;
+use kubelet_core::types::{PodUpdate, SOURCE_API, SOURCE_FILE};
+use kubelet_server::listener::Listener;
+use kubelet_server::{NodeView, listener};
+use kubelet_tasks::Tasks;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::views::EvictionView;
+use super::{CONTAINER_GC_PERIOD, Kubelet, KubeletError, RUNTIME_STATUS_PERIOD, Receivers};
+use crate::config::file::FileSource;
+use crate::config::mux::new_mux;
+use crate::config::{SourceSnapshot, SourcesReady};
+use crate::imagegc::IMAGE_GC_PERIOD;
+use crate::logs::{ContainerLogManager, LogPolicy};
+use crate::nodestatus::NodeStatusController;
+use crate::runtime_state::RuntimeState;
+use crate::server::Health;
+use crate::status_sync::StatusSync;
+use crate::sync::Syncer;
+use crate::{oomwatcher, server};
+
+impl Kubelet {
+    /// [`super::Boot::run`].
+    pub(super) async fn run(self: Arc<Self>, receivers: Receivers) -> Result<(), KubeletError> {
+        let cancel = self.tasks.token().clone();
+        // Phase 1: what needs no runtime: local servers, pod sources, mux.
+        if let Err(e) = self.start_servers().await {
+            self.tasks.shutdown().await;
+            return Err(e);
+        }
+        if let Err(e) = self.check_reservation() {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::ContainerManager(e));
+        }
+        if let Err(e) = self.syncer.cm.start(Vec::new()).await {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::ContainerManager(e));
+        }
+        if self.syncer.cm.enabled() {
+            let syncer = self.syncer.clone();
+            self.tasks
+                .spawn(tracing::info_span!("qos_cgroups"), move |token| {
+                    update_qos_every(syncer, token)
+                });
+        }
+        let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
+        let sources_ready = self.start_sources(updates_tx);
+        self.start_api_modules(receivers.events);
+        let events = self.events.clone();
+        self.tasks
+            .spawn(tracing::info_span!("oom_watcher"), move |token| {
+                oomwatcher::watch(events, token)
+            });
+        // Phase 2: runtime-dependent modules start once the runtime answers.
+        let (pleg_tx, pleg_rx) = mpsc::channel(64);
+        let me = self.clone();
+        self.tasks
+            .spawn(tracing::info_span!("runtime_up"), move |token| {
+                me.runtime_up(pleg_tx, token)
+            });
+
+        self.sync_loop(updates_rx, pleg_rx, receivers.probes, sources_ready, cancel)
+            .await;
+        tracing::info!("stopping: pods keep running");
+        self.tasks.shutdown().await;
+        Ok(())
+    }
+
+    async fn start_servers(self: &Arc<Self>) -> Result<(), KubeletError> {
+        let cfg = &self.opts.config;
+        if cfg.healthz_port != 0 {
+            let addr = format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port);
+            let listener = self.listen("healthz", addr).await?;
+            let health: Arc<dyn Health> = self.clone();
+            let tasks = self.tasks.clone();
+            self.tasks.spawn(
+                tracing::info_span!("server", what = "healthz"),
+                move |token| server::serve(listener, health, tasks, token),
+            );
+        }
+        if cfg.read_only_port != 0 {
+            let addr = format!("{}:{}", cfg.address, cfg.read_only_port);
+            let listener = self.listen("readonly", addr).await?;
+            let tasks = self.tasks.clone();
+            let token = self.tasks.child_token();
+            let router = Arc::new(
+                self.router(tasks.clone(), token.clone())
+                    .with_scope(kubelet_server::routes::Scope::ReadOnly),
+            );
+            self.tasks.spawn_with(
+                tracing::info_span!("server", what = "readonly"),
+                kubelet_server::server::serve_read_only(listener, router, tasks, token),
+            );
+        }
+        if cfg.port != 0 {
+            self.start_kubelet_api().await?;
+        }
+        Ok(())
+    }
+
+    /// The kubelet API's handlers over this kubelet.
+    fn router(
+        self: &Arc<Self>,
+        tasks: Tasks,
+        token: CancellationToken,
+    ) -> kubelet_server::routes::Router {
+        let view: Arc<dyn NodeView> = self.clone();
+        kubelet_server::routes::Router::new(
+            view,
+            kubelet_server::routes::Settings::from_config(&self.opts.config),
+            tasks,
+            token,
+        )
+    }
+
+    /// Bind `addr` for the server `what`, and record where it listens. Every
+    /// server listens through this: the cap on connections (for the file-handle
+    /// limit now in force), the timeouts and limits are those of
+    /// [`kubelet_server::listener`].
+    pub(super) async fn listen(
+        &self,
+        what: &'static str,
+        addr: String,
+    ) -> Result<Listener, KubeletError> {
+        let cap = listener::default_connection_cap();
+        let listener = Listener::bind(&addr, what, cap, self.opts.metrics.clone())
+            .await
+            .map_err(|source| KubeletError::Listen { what, addr, source })?;
+        if let Ok(local) = listener.local_addr() {
+            self.bound.lock().insert(what, local);
+            tracing::info!(%local, what, max_connections = cap, "listening");
+        }
+        Ok(listener)
+    }
+
+    /// The kubelet API on address:port (HTTPS, authenticated and authorized).
+    async fn start_kubelet_api(self: &Arc<Self>) -> Result<(), KubeletError> {
+        use kubelet_server::{auth, server, tls};
+        let cfg = &self.opts.config;
+        let addr = format!("{}:{}", cfg.address, cfg.port);
+        let identity = tls::SelfSignedIdentity {
+            node_name: self.opts.node_name.clone(),
+            node_ips: self
+                .opts
+                .registration
+                .as_ref()
+                .map(|r| r.node_ips.iter().filter_map(|ip| ip.parse().ok()).collect())
+                .unwrap_or_default(),
+        };
+        let tls = tls::server_config(cfg, &self.opts.root_dir, &identity)
+            .map_err(|e| KubeletError::Tls(e.to_string()))?;
+        let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
+            Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
+            None => Arc::new(auth::NoApiServer),
+        };
+        let auth = Arc::new(auth::Auth::new(&self.opts.node_name, cfg, reviewer));
+        let listener = self.listen("kubelet-api", addr).await?;
+        let tasks = self.tasks.clone();
+        let token = self.tasks.child_token();
+        let router = Arc::new(self.router(tasks.clone(), token.clone()));
+        self.tasks.spawn_with(
+            tracing::info_span!("kubelet_api"),
+            server::serve(listener, tls, router, auth, tasks, token),
+        );
+        Ok(())
+    }
+
+    fn start_sources(self: &Arc<Self>, updates_tx: mpsc::Sender<PodUpdate>) -> SourcesReady {
+        let cfg = &self.opts.config;
+        let mut sources: Vec<&'static str> = Vec::new();
+        if cfg.static_pod_path.is_some() {
+            sources.push(SOURCE_FILE);
+        }
+        if self.api.is_some() {
+            sources.push(SOURCE_API);
+        }
+        let (mux, ready) = new_mux(&sources, self.opts.clock);
+        let (snap_tx, snap_rx) = mpsc::channel::<SourceSnapshot>(16);
+        if let Some(api) = &self.api {
+            let (api, node, tx) = (api.clone(), self.opts.node_name.clone(), snap_tx.clone());
+            self.tasks
+                .spawn(tracing::info_span!("source", kind = "api"), move |token| {
+                    kubelet_api::pods::watch_node_pods(api, node, tx, token)
+                });
+        }
+        if let Some(dir) = &cfg.static_pod_path {
+            let source = FileSource {
+                dir: dir.clone(),
+                node_name: self.opts.node_name.clone(),
+                check_every: cfg.file_check_frequency,
+                clock: self.opts.clock,
+            };
+            self.tasks
+                .spawn(tracing::info_span!("source", kind = "file"), move |token| {
+                    source.run(snap_tx, token)
+                });
+        }
+        self.tasks
+            .spawn(tracing::info_span!("config_mux"), move |token| {
+                mux.run(snap_rx, updates_tx, token)
+            });
+        ready
+    }
+
+    /// With an API server: node registration, status and lease, and the
+    /// status manager's API sync. None of them needs the runtime to start.
+    fn start_api_modules(
+        self: &Arc<Self>,
+        events: Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>,
+    ) {
+        let (Some(api), Some(reg)) = (&self.api, &self.opts.registration) else {
+            return;
+        };
+        let controller = NodeStatusController {
+            api: api.clone(),
+            cri: self.syncer.runtime.cri().clone(),
+            runtime_state: self.runtime_state.clone(),
+            runtime_version: self.runtime_version.clone(),
+            root_dir: self.opts.root_dir.clone(),
+            node_memory: self.opts.node_memory,
+            node_cpu_cores: self.opts.node_cpu_cores,
+            reserved: self.reserved.clone(),
+            eviction_hard: self.eviction_hard.clone(),
+            reg: reg.clone(),
+            clock: self.opts.clock,
+            node_uid: self.node_uid.clone(),
+            events: self.events.clone(),
+            eviction: self.eviction.clone(),
+        };
+        self.tasks
+            .spawn(tracing::info_span!("node_status"), move |token| {
+                controller.run(token)
+            });
+        let (api_node, name, tx) = (api.clone(), reg.node_name.clone(), self.node.clone());
+        self.tasks
+            .spawn(tracing::info_span!("node_watch"), move |token| {
+                watch_node(api_node, name, tx, token)
+            });
+        let (api_services, tx) = (api.clone(), self.services.clone());
+        self.tasks
+            .spawn(tracing::info_span!("service_watch"), move |token| async move {
+                watch_all::<Service>(&api_services, "Services", tx, token).await
+            });
+        let (api_classes, tx) = (api.clone(), self.runtime_classes.clone());
+        self.tasks.spawn(
+            tracing::info_span!("runtime_class_watch"),
+            move |token| async move {
+                watch_all::<RuntimeClass>(&api_classes, "RuntimeClasses", tx, token).await
+            },
+        );
+        let status_sync = StatusSync {
+            api: api.clone(),
+            pod_manager: self.pod_manager.clone(),
+            status: self.status.clone(),
+            node_name: self.opts.node_name.clone(),
+            node_uid: self.node_uid.clone(),
+            metrics: self.opts.metrics.clone(),
+            events: self.events.clone(),
+            statics: self.clone(),
+        };
+        self.tasks
+            .spawn(tracing::info_span!("status_sync"), move |token| {
+                status_sync.run(token)
+            });
+        if let Some(rx) = events {
+            let cfg = &self.opts.config;
+            let api = api.with_limits(cfg.event_record_qps, cfg.event_burst);
+            let clock = self.opts.clock;
+            self.tasks
+                .spawn(tracing::info_span!("events"), move |token| {
+                    crate::events::run_event_writer(api, rx, clock, token)
+                });
+        }
+    }
+
+    /// Read the runtime's Version and Status until it answers healthy, then
+    /// start what depends on it (PLEG); keep reading Status afterwards.
+    async fn runtime_up(
+        self: Arc<Self>,
+        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+        cancel: CancellationToken,
+    ) {
+        let cri = self.syncer.runtime.cri().clone();
+        let mut backoff = Backoff::new(Duration::from_millis(200), RUNTIME_STATUS_PERIOD);
+        let mut pleg_tx = Some(pleg_tx);
+        loop {
+            let checked = async {
+                if pleg_tx.is_some() {
+                    let v = cri.version().await?;
+                    tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "container runtime answers");
+                    *self.runtime_version.write() =
+                        format!("{}://{}", v.runtime_name, v.runtime_version);
+                    *self.syncer.runtime_name.write() = v.runtime_name;
+                }
+                cri.status().await
+            }
+            .await;
+            let delay = match checked {
+                Ok(s) => {
+                    let problems = s.problems.join("; ");
+                    let runtime_err = (!s.runtime_ready)
+                        .then(|| format!("container runtime not ready: {problems}"));
+                    let network_err = (!s.network_ready)
+                        .then(|| format!("container runtime network not ready: {problems}"));
+                    let m = &self.opts.metrics;
+                    m.runtime_ready
+                        .set(&[], f64::from(u8::from(runtime_err.is_none())));
+                    m.network_ready
+                        .set(&[], f64::from(u8::from(network_err.is_none())));
+                    self.runtime_state
+                        .set_status(runtime_err.clone(), network_err);
+                    if runtime_err.is_none() {
+                        if let Some(tx) = pleg_tx.take() {
+                            self.initialize_runtime_dependent_modules(tx);
+                        }
+                        backoff.reset();
+                        RUNTIME_STATUS_PERIOD
+                    } else {
+                        backoff.next_delay()
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "container runtime check failed");
+                    self.opts.metrics.runtime_ready.set(&[], 0.0);
+                    self.runtime_state.set_unreachable(e.to_string());
+                    backoff.next_delay()
+                }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    fn initialize_runtime_dependent_modules(
+        self: &Arc<Self>,
+        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+    ) {
+        tracing::info!("runtime is healthy: starting PLEG");
+        let pleg = self.pleg.clone();
+        let started = self.started;
+        self.runtime_state
+            .add_health_check("pleg", Arc::new(move || pleg.healthy(started)));
+        let pleg = self.pleg.clone();
+        self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
+            pleg.run(pleg_tx, token)
+        });
+        let allocation = self.syncer.allocation.clone();
+        self.tasks.spawn(
+            tracing::info_span!("allocation_checkpoints"),
+            move |token| allocation.write_checkpoints(token),
+        );
+        let (runtime, state) = (self.syncer.runtime.clone(), self.runtime_state.clone());
+        self.tasks
+            .spawn(tracing::info_span!("container_gc"), move |token| {
+                collect_every(
+                    "dead containers",
+                    CONTAINER_GC_PERIOD,
+                    state,
+                    token,
+                    move || {
+                        let runtime = runtime.clone();
+                        async move { runtime.garbage_collect(&HashSet::new()).await }
+                    },
+                )
+            });
+        if self.image_gc_periodic {
+            let gc = self.image_gc.clone();
+            let state = self.runtime_state.clone();
+            self.tasks
+                .spawn(tracing::info_span!("image_gc"), move |token| {
+                    collect_every("images", IMAGE_GC_PERIOD, state, token, move || {
+                        let gc = gc.clone();
+                        async move { gc.collect().await }
+                    })
+                });
+        }
+        let cfg = &self.opts.config;
+        // The configuration's validation refuses a size that does not parse
+        // first; a negative one turns rotation off, as upstream's.
+        if let Ok(Some(max_size)) = cfg.container_log_max_bytes() {
+            let logs = ContainerLogManager::new(
+                self.syncer.runtime.cri().clone(),
+                LogPolicy {
+                    max_size,
+                    max_files: usize::try_from(cfg.container_log_max_files).unwrap_or(5),
+                    workers: usize::try_from(cfg.container_log_max_workers).unwrap_or(1),
+                    interval: cfg.container_log_monitor_interval,
+                },
+                cfg.pod_logs_dir.clone(),
+                self.events.clone(),
+                self.opts.clock,
+            );
+            self.tasks
+                .spawn(tracing::info_span!("container_log_manager"), move |token| {
+                    logs.run(token)
+                });
+        }
+        let (eviction, host) = (self.eviction.clone(), EvictionView(self.clone()));
+        self.tasks
+            .spawn(tracing::info_span!("eviction_manager"), move |token| {
+                eviction.run(host, token)
+            });
+        let runtime = self.syncer.runtime.clone();
+        self.tasks.spawn(
+            tracing::info_span!("image_pull_records"),
+            move |token| async move {
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    () = runtime.adopt_left_pulls() => {}
+                }
+            },
+        );
+    }
+}
+
+/// Run `collect` every `period` while the runtime is healthy (upstream's
+/// first run also waits a period): the container and image collectors;
+/// `what` names what they remove.
+async fn collect_every<F, Fut, E>(
+    what: &'static str,
+    period: Duration,
+    state: RuntimeState,
+    cancel: CancellationToken,
+    mut collect: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<usize, E>>,
+    E: std::fmt::Display,
+{
+    let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if !state.runtime_errors().is_empty() {
+            continue;
+        }
+        match collect().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(removed = n, "garbage collected {what}"),
+            Err(e) => tracing::warn!(error = %e, "garbage collection of {what}"),
+        }
+    }
+}
+
+/// Upstream's periodicQOSCgroupUpdateInterval.
+const QOS_UPDATE_PERIOD: Duration = Duration::from_secs(60);
+
+/// Keep the QoS cgroups' values in step with the active pods, every
+/// QOS_UPDATE_PERIOD (besides each new pod's own update).
+async fn update_qos_every(syncer: Syncer, cancel: CancellationToken) {
+    let mut tick = tokio::time::interval_at(Instant::now() + QOS_UPDATE_PERIOD, QOS_UPDATE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if let Err(e) = syncer.cm.update_qos(syncer.active_pods()).await {
+            tracing::info!(error = %e, "Failed to reserve QoS requests");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The Kubelet (upstream's kubelet.go), built then run: [`Kubelet::build`]
+//! wires its parts and starts nothing (`build`); [`Boot::run`] consumes
+//! what only the run owns and boots in phases (`boot`), then runs the sync
+//! loop (`sync_loop`) that dispatches config updates, PLEG events, periodic
+//! syncs and housekeeping (`housekeeping`) to the pod workers, admitting
+//! pods and resizes on the way (`admission`). `views` is how the kubelet's
+//! servers and managers read it.
+
+mod admission;
+mod boot;
+mod build;
+mod housekeeping;
+mod sync_loop;
+mod views;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::node::v1::RuntimeClass;
+use kubelet_api::ApiClient;
+use kubelet_api::objects::Latest;
+use kubelet_core::config::KubeletConfiguration;
+use kubelet_core::eviction::Threshold;
+use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::resources::Amounts;
+use kubelet_core::sysctl::Allowlist;
+use kubelet_core::types::PodUid;
+use kubelet_tasks::Tasks;
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::cm::{CmError, HostCgroups};
+use crate::events::Recorder;
+use crate::eviction::EvictionManager;
+use crate::imagegc::ImageGcManager;
+use crate::nodestatus::NodeRegistration;
+use crate::pleg::Pleg;
+use crate::pod_workers::PodWorkers;
+use crate::podmanager::PodManager;
+use crate::runtime_state::RuntimeState;
+use crate::stats::StatsProvider;
+use crate::status_manager::StatusManager;
+use crate::sync::Syncer;
+
+pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// How often dead containers are garbage collected (upstream's
+/// ContainerGCPeriod).
+pub const CONTAINER_GC_PERIOD: Duration = Duration::from_secs(60);
+/// How often the runtime's Status() is read once it is up.
+pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
+/// How often the pod directories are listed for orphans (upstream looks in
+/// every housekeeping).
+pub const POD_DIRS_PERIOD: Duration = HOUSEKEEPING_PERIOD;
+
+/// Everything the kubelet needs to know at start, from flags and config.
+#[derive(Clone, Debug)]
+pub struct KubeletOptions {
+    pub config: KubeletConfiguration,
+    pub root_dir: PathBuf,
+    pub node_name: String,
+    /// The node's memory in bytes (for oom_score_adj of Burstable pods).
+    pub node_memory: i64,
+    /// The node's CPUs (capacity in node status, admission until the Node
+    /// is seen).
+    pub node_cpu_cores: i64,
+    /// How the node registers, when an API server is configured.
+    pub registration: Option<NodeRegistration>,
+    /// The metrics registry every part records into (`/metrics`).
+    pub metrics: KubeletMetrics,
+    /// The wall clock every part reads.
+    pub clock: Clock,
+    /// The host's cgroup file system (pod cgroups are made in it).
+    pub cgroups: HostCgroups,
+    /// Where containers' log links go for log agents: upstream's fixed
+    /// `/var/log/containers` (tests give their own).
+    pub legacy_logs_dir: PathBuf,
+}
+
+impl KubeletOptions {
+    /// Options with the host's facts read from /proc and /etc.
+    pub fn from_host(config: KubeletConfiguration, root_dir: PathBuf, node_name: String) -> Self {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let node_memory = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            .map(|kb| kb * 1024)
+            .unwrap_or(1 << 30);
+        let node_cpu_cores = std::thread::available_parallelism()
+            .map(|n| n.get() as i64)
+            .unwrap_or(1);
+        KubeletOptions {
+            metrics: KubeletMetrics::new(&node_name),
+            config,
+            root_dir,
+            node_name,
+            node_memory,
+            node_cpu_cores,
+            registration: None,
+            clock: Clock::System,
+            cgroups: HostCgroups::detect(),
+            legacy_logs_dir: PathBuf::from(
+                crate::kuberuntime::legacylogs::LEGACY_CONTAINER_LOGS_DIR,
+            ),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeletError {
+    #[error("kubelet API serving certificate: {0}")]
+    Tls(String),
+    /// The container manager could not set up the node's cgroups
+    /// (upstream exits: "Failed to start ContainerManager").
+    #[error("Failed to start ContainerManager: {0}")]
+    ContainerManager(#[source] CmError),
+    #[error("listening on {addr} ({what}): {source}")]
+    Listen {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// The running kubelet. Cheap handles to its three owners of state are
+/// public so tests and the local server can read them.
+pub struct Kubelet {
+    pub opts: KubeletOptions,
+    pub pod_manager: PodManager,
+    pub status: StatusManager,
+    pub runtime_state: RuntimeState,
+    pub pleg: Pleg,
+    pub workers: PodWorkers<Syncer>,
+    syncer: Syncer,
+    tasks: Tasks,
+    started: Instant,
+    /// When the sync loop last began an iteration (its health).
+    sync_loop_seen: Arc<Mutex<Instant>>,
+    /// Addresses the local servers listen on, once bound.
+    pub bound: Mutex<HashMap<&'static str, SocketAddr>>,
+    /// The API server, when the kubelet is part of a cluster.
+    api: Option<ApiClient>,
+    node_uid: Arc<RwLock<Option<String>>>,
+    /// The Node as the API server has it (a watch), once seen: admission
+    /// checks against it.
+    node: watch::Sender<Option<Arc<Node>>>,
+    /// Every Service (a watch, in cluster mode): containers' service
+    /// variables.
+    services: watch::Sender<Latest<Vec<Service>>>,
+    /// Every RuntimeClass (a watch, in cluster mode): pods' sandbox
+    /// runtime handlers.
+    runtime_classes: watch::Sender<Latest<Vec<RuntimeClass>>>,
+    /// `<runtime>://<version>` for node status.
+    runtime_version: Arc<RwLock<String>>,
+    /// Pods admission refused: never started, reported Failed.
+    rejected: Mutex<std::collections::HashSet<PodUid>>,
+    /// The sysctls pods may set (the safe ones and allowedUnsafeSysctls).
+    sysctls: Allowlist,
+    /// Whether this host can enforce AppArmor profiles, and if not why.
+    apparmor: Result<(), &'static str>,
+    /// Image garbage collection: periodic unless the configuration turns
+    /// it off (imageGCHighThresholdPercent 100 and no imageMaximumGCAge);
+    /// the eviction manager's disk reclaim in any case.
+    image_gc: Arc<ImageGcManager>,
+    image_gc_periodic: bool,
+    /// The node's stats, for the kubelet API and the eviction manager.
+    stats: Arc<StatsProvider>,
+    eviction: Arc<EvictionManager>,
+    /// systemReserved plus kubeReserved, and the hard eviction thresholds:
+    /// what node allocatable keeps back.
+    reserved: Amounts,
+    eviction_hard: Vec<Threshold>,
+    /// Node allocatable from this host's capacity, for admission until the
+    /// Node is seen.
+    local_allocatable: Amounts,
+    events: Recorder,
+}
+
+/// A kubelet wired and not started ([`Kubelet::build`]): its shared
+/// handles, and what only its run owns. [`Boot::run`] consumes it.
+pub struct Boot {
+    pub kubelet: Arc<Kubelet>,
+    receivers: Receivers,
+}
+
+/// The receiving ends of the kubelet's queues, each moved into the one
+/// task that drains it.
+struct Receivers {
+    /// Events for the event writer, when an API server is configured.
+    events: Option<mpsc::Receiver<k8s_openapi::api::core::v1::Event>>,
+    /// Pods whose probe results, or projected objects, changed: the sync
+    /// loop syncs them.
+    probes: mpsc::UnboundedReceiver<PodUid>,
+}
+
+impl Boot {
+    /// Boot in phases, then run the sync loop until cancelled. Pods keep
+    /// running after the kubelet stops, as upstream's do.
+    pub async fn run(self) -> Result<(), KubeletError> {
+        self.kubelet.run(self.receivers).await
+    }
+}
+
+impl Kubelet {
+    /// The registered Node's UID, once registration succeeded.
+    pub fn node_uid(&self) -> Option<String> {
+        self.node_uid.read().clone()
+    }
+
+    /// Probe workers running (one per probe of each running pod).
+    pub fn probe_workers(&self) -> usize {
+        self.syncer.prober.worker_count()
+    }
+
+    /// Every desired pod with the status the status manager holds for it.
+    pub fn pods_with_status(&self) -> Vec<Pod> {
+        self.pod_manager
+            .pods()
+            .into_iter()
+            .map(|p| {
+                let mut pod = (*p).clone();
+                if let Some(s) = self.status.get_pod_status(&PodUid::of(&pod)) {
+                    pod.status = Some((*s).clone());
+                }
+                pod
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,194 @@
+//! The kubelet as its other parts read it: the kubelet API (NodeView),
+//! the stats provider, the eviction manager, the status sync (static
+//! pods) and /healthz.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::types::PodUid;
+use kubelet_cri::client::CriClient;
+use kubelet_server::NodeView;
+
+use super::Kubelet;
+use crate::events::{Involved, WARNING};
+use crate::eviction::{Eviction, EvictionHost};
+use crate::pod_workers::PodTarget;
+use crate::server::Health;
+use crate::stats::StatsView;
+use crate::status_sync::StaticPodView;
+
+/// The kubelet as the eviction manager sees it.
+pub(super) struct EvictionView(pub(super) Arc<Kubelet>);
+
+impl EvictionHost for EvictionView {
+    async fn summary(&self) -> Result<kubelet_core::stats::Summary, String> {
+        let view: &dyn StatsView = self.0.as_ref();
+        self.0.stats.get(view).await.map_err(|e| e.to_string())
+    }
+
+    /// HasDedicatedImageFs: the runtime's image file system is on another
+    /// device than the root directory (None while that cannot be told).
+    async fn dedicated_image_fs(&self) -> Option<bool> {
+        use std::os::unix::fs::MetadataExt as _;
+        let mountpoint = match self.0.syncer.runtime.cri().image_fs_mountpoint().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Some(false),
+            Err(error) => {
+                tracing::warn!(%error, "Eviction manager: failed to get HasDedicatedImageFs");
+                return None;
+            }
+        };
+        let (image, root) = tokio::join!(
+            tokio::fs::metadata(mountpoint),
+            tokio::fs::metadata(&self.0.opts.root_dir)
+        );
+        match (image, root) {
+            (Ok(i), Ok(r)) => Some(i.dev() != r.dev()),
+            _ => None,
+        }
+    }
+
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.0.active_pods()
+    }
+
+    async fn reclaim_disk(&self) {
+        // DeleteAllUnusedContainers: the pods that ran to their end keep
+        // nothing in the runtime either.
+        let done = self.0.workers.finished();
+        if let Err(error) = self.0.syncer.runtime.garbage_collect(&done).await {
+            tracing::warn!(%error, "Eviction manager: removing dead containers");
+        }
+        if let Err(error) = self.0.image_gc.delete_unused().await {
+            tracing::warn!(%error, "Eviction manager: removing unused images");
+        }
+    }
+
+    fn evict(&self, pod: &Arc<Pod>, eviction: Eviction) {
+        self.0
+            .syncer
+            .record_eviction(pod, eviction.message.clone(), eviction.disruption);
+        self.0.events.annotated_event(
+            &Involved::pod(pod, None),
+            eviction.annotations,
+            WARNING,
+            kubelet_core::eviction::rank::REASON,
+            eviction.message,
+        );
+        self.0
+            .workers
+            .evict_pod(PodTarget::from_pod(pod.clone()), Some(eviction.grace));
+    }
+
+    /// Upstream's podResourcesAreReclaimed, as the pod worker knows it: its
+    /// SyncTerminatedPod is done.
+    fn cleaned_up(&self, pod: &Pod) -> bool {
+        self.0
+            .workers
+            .state(&PodUid::of(pod))
+            .is_none_or(|s| s.is_finished())
+    }
+
+    fn node_event(&self, reason: &str, message: String) {
+        let node = self.0.opts.node_name.clone();
+        self.0.events.event(
+            &Involved::node(&node, self.0.node_uid()),
+            WARNING,
+            reason,
+            message,
+        );
+    }
+}
+
+impl NodeView for Kubelet {
+    fn node_name(&self) -> String {
+        self.opts.node_name.clone()
+    }
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        Health::problems(self)
+    }
+    fn pods(&self) -> Vec<Pod> {
+        self.pods_with_status()
+    }
+    fn cri(&self) -> CriClient {
+        self.syncer.runtime.cri().clone()
+    }
+    fn logs_root(&self) -> PathBuf {
+        self.opts.config.pod_logs_dir.clone()
+    }
+    fn configz(&self) -> serde_json::Value {
+        self.opts.config.to_v1beta1_json()
+    }
+    fn metrics_text(&self) -> String {
+        self.opts.metrics.render() + &crate::stats::process::render_process_metrics()
+    }
+    fn probe_metrics_text(&self) -> String {
+        self.syncer.prober.probe_metrics_text()
+    }
+    fn summary(
+        &self,
+        only_cpu_and_memory: bool,
+    ) -> BoxFuture<'_, Result<serde_json::Value, kubelet_server::BoxError>> {
+        Box::pin(async move {
+            let summary = self.stats.summary(self, only_cpu_and_memory).await?;
+            Ok(summary)
+        })
+    }
+    fn resource_metrics_text(&self) -> BoxFuture<'_, String> {
+        Box::pin(self.stats.resource_metrics(self))
+    }
+    fn cadvisor_metrics_text(&self) -> BoxFuture<'_, String> {
+        Box::pin(crate::stats::cadvisor::metrics(self))
+    }
+}
+
+impl StatsView for Kubelet {
+    fn node_name(&self) -> String {
+        self.opts.node_name.clone()
+    }
+    fn pods(&self) -> Vec<Pod> {
+        self.pods_with_status()
+    }
+    fn cri(&self) -> CriClient {
+        self.syncer.runtime.cri().clone()
+    }
+    fn logs_root(&self) -> PathBuf {
+        self.opts.config.pod_logs_dir.clone()
+    }
+    fn root_dir(&self) -> PathBuf {
+        self.opts.root_dir.clone()
+    }
+    fn pod_cgroups(&self) -> Option<kubelet_core::cgroups::PodCgroups> {
+        self.syncer.cm.pod_cgroups()
+    }
+}
+
+impl StaticPodView for Kubelet {
+    fn started(&self, full: &str) -> Option<PodUid> {
+        self.workers.static_pod_started(full)
+    }
+    fn terminating(&self, full: &str) -> bool {
+        self.workers.static_pod_terminating(full)
+    }
+}
+
+impl Health for Kubelet {
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let since = self.sync_loop_seen.lock().elapsed();
+        let limit = (self.opts.config.sync_frequency * 2).max(Duration::from_secs(5 * 60));
+        if since > limit {
+            out.push((
+                "syncloop",
+                format!("sync loop last ran {since:?} ago; threshold is {limit:?}"),
+            ));
+        }
+        if let Some(e) = self.pleg.healthy(self.started) {
+            out.push(("pleg", e));
+        }
+        out
+    }
+}
