@@ -436,12 +436,12 @@ impl Auth {
     pub fn new(node_name: &str, cfg: &KubeletConfiguration, reviewer: Arc<dyn Reviewer>) -> Self {
         Auth {
             node_name: node_name.to_owned(),
-            webhook_authn: cfg.authentication.webhook_enabled,
-            token_ttl: cfg.authentication.webhook_cache_ttl,
-            anonymous: cfg.authentication.anonymous_enabled,
+            webhook_authn: cfg.authentication.webhook.enabled,
+            token_ttl: cfg.authentication.webhook.cache_ttl,
+            anonymous: cfg.authentication.anonymous.enabled,
             mode: cfg.authorization.mode,
-            allowed_ttl: cfg.authorization.cache_authorized_ttl,
-            denied_ttl: cfg.authorization.cache_unauthorized_ttl,
+            allowed_ttl: cfg.authorization.webhook.cache_authorized_ttl,
+            denied_ttl: cfg.authorization.webhook.cache_unauthorized_ttl,
             reviewer,
             tokens: TtlCache::new(),
             decisions: TtlCache::new(),
@@ -712,7 +712,7 @@ pub(crate) mod tests {
             tokens: HashMap::from([("good".to_owned(), UserInfo::new("bob", vec![]))]),
             ..FakeReviewer::default()
         });
-        let auth = auth_with(reviewer, |c| c.authentication.anonymous_enabled = true);
+        let auth = auth_with(reviewer, |c| c.authentication.anonymous.enabled = true);
         let creds = |t: &str| Credentials {
             client_cert_user: None,
             authorization: None,
@@ -788,7 +788,7 @@ pub(crate) mod tests {
             Err(Denied::Unauthorized)
         );
         let on = auth_with(reviewer.clone(), |c| {
-            c.authentication.anonymous_enabled = true
+            c.authentication.anonymous.enabled = true
         });
         let user = on.authenticate(Credentials::default()).await.unwrap();
         assert_eq!(user.name, ANONYMOUS_USER);
@@ -805,7 +805,7 @@ pub(crate) mod tests {
                 failing: true,
                 ..FakeReviewer::default()
             }),
-            |c| c.authentication.anonymous_enabled = true,
+            |c| c.authentication.anonymous.enabled = true,
         );
         let creds = Credentials {
             client_cert_user: None,
@@ -815,7 +815,7 @@ pub(crate) mod tests {
         assert_eq!(failing.authenticate(creds).await, Err(Denied::Unauthorized));
         // Webhook authentication off: tokens are not looked at.
         let no_webhook = auth_with(reviewer.clone(), |c| {
-            c.authentication.webhook_enabled = false
+            c.authentication.webhook.enabled = false
         });
         let creds = Credentials {
             client_cert_user: None,

@@ -76,6 +76,7 @@ pub fn server_config(
     };
     let client_ca = cfg
         .authentication
+        .x509
         .client_ca_file
         .as_deref()
         .map(load_client_ca)
@@ -429,7 +430,7 @@ mod tests {
             tls_private_key_file: Some(key.clone()),
             ..KubeletConfiguration::default()
         };
-        cfg.authentication.client_ca_file = Some(ca.clone());
+        cfg.authentication.x509.client_ca_file = Some(ca.clone());
         let root = dir.path().join("root");
         server_config(&cfg, &root, &identity()).unwrap();
         assert!(

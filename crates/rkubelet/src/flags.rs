@@ -468,7 +468,7 @@ impl Flags {
             config.container_log_max_size = size.clone();
         }
         if let Some(n) = self.container_log_max_files {
-            config.container_log_max_files = i64::from(n);
+            config.container_log_max_files = n;
         }
         self.apply_node_resource_overrides(config);
         self.apply_server_overrides(config);
@@ -527,7 +527,7 @@ impl Flags {
             config.eviction_pressure_transition_period = d;
         }
         if let Some(n) = self.eviction_max_pod_grace_period {
-            config.eviction_max_pod_grace_period = i64::from(n);
+            config.eviction_max_pod_grace_period = n;
         }
         if let Some(b) = self.kernel_memcg_notification {
             config.kernel_memcg_notification = b;
@@ -553,26 +553,26 @@ impl Flags {
         }
         let authn = &mut config.authentication;
         if let Some(path) = &self.client_ca_file {
-            authn.client_ca_file = (!path.as_os_str().is_empty()).then(|| path.clone());
+            authn.x509.client_ca_file = (!path.as_os_str().is_empty()).then(|| path.clone());
         }
         if let Some(enabled) = self.authentication_token_webhook {
-            authn.webhook_enabled = enabled;
+            authn.webhook.enabled = enabled;
         }
         if let Some(ttl) = self.authentication_token_webhook_cache_ttl {
-            authn.webhook_cache_ttl = ttl;
+            authn.webhook.cache_ttl = ttl;
         }
         if let Some(enabled) = self.anonymous_auth {
-            authn.anonymous_enabled = enabled;
+            authn.anonymous.enabled = enabled;
         }
         let authz = &mut config.authorization;
         if let Some(mode) = self.authorization_mode {
             authz.mode = mode;
         }
         if let Some(ttl) = self.authorization_webhook_cache_authorized_ttl {
-            authz.cache_authorized_ttl = ttl;
+            authz.webhook.cache_authorized_ttl = ttl;
         }
         if let Some(ttl) = self.authorization_webhook_cache_unauthorized_ttl {
-            authz.cache_unauthorized_ttl = ttl;
+            authz.webhook.cache_unauthorized_ttl = ttl;
         }
         if let Some(d) = self.streaming_connection_idle_timeout {
             config.streaming_connection_idle_timeout = d;
@@ -820,19 +820,19 @@ hairpinMode: none
             ]
         );
         assert_eq!(
-            c.authentication.client_ca_file.as_deref(),
+            c.authentication.x509.client_ca_file.as_deref(),
             Some(Path::new("/pki/ca.crt"))
         );
-        assert!(c.authentication.webhook_enabled);
-        assert_eq!(c.authentication.webhook_cache_ttl, Duration::from_secs(10));
-        assert!(c.authentication.anonymous_enabled);
+        assert!(c.authentication.webhook.enabled);
+        assert_eq!(c.authentication.webhook.cache_ttl, Duration::from_secs(10));
+        assert!(c.authentication.anonymous.enabled);
         assert_eq!(c.authorization.mode, AuthorizationMode::AlwaysAllow);
         assert_eq!(
-            c.authorization.cache_authorized_ttl,
+            c.authorization.webhook.cache_authorized_ttl,
             Duration::from_secs(60)
         );
         assert_eq!(
-            c.authorization.cache_unauthorized_ttl,
+            c.authorization.webhook.cache_unauthorized_ttl,
             Duration::from_secs(5)
         );
         assert_eq!(
@@ -855,8 +855,8 @@ hairpinMode: none
             "--authorization-mode=Webhook",
         ])
         .unwrap();
-        assert!(!s.config.authentication.anonymous_enabled);
-        assert!(!s.config.authentication.webhook_enabled);
+        assert!(!s.config.authentication.anonymous.enabled);
+        assert!(!s.config.authentication.webhook.enabled);
         assert_eq!(s.config.authorization.mode, AuthorizationMode::Webhook);
 
         for (args, needle) in [

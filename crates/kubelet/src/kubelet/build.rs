@@ -334,7 +334,7 @@ fn eviction_settings(cfg: &KubeletConfiguration, cgroups: &HostCgroups) -> Evict
         // The configuration's validation refuses bad thresholds first.
         thresholds: cfg.eviction_thresholds().unwrap_or_default(),
         transition_period: cfg.eviction_pressure_transition_period,
-        max_pod_grace_period: cfg.eviction_max_pod_grace_period,
+        max_pod_grace_period: i64::from(cfg.eviction_max_pod_grace_period),
         local_storage_capacity_isolation: cfg.local_storage_capacity_isolation,
         memcg_pods: memcg.as_ref().filter(|_| cfg.cgroups_per_qos).map(|root| {
             root.join(

@@ -1,0 +1,943 @@
+use std::path::Path;
+
+use super::*;
+
+const HEADER: &str = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+
+fn parse_body(body: &str) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
+    parse_kubelet_config_reporting(&format!("{HEADER}{body}"))
+}
+
+#[test]
+fn tracing_section() {
+    let doc = |body: &str| format!("kind: KubeletConfiguration\napiVersion: {API_VERSION}\n{body}");
+    let cfg = parse_kubelet_config(&doc("tracing: {}")).unwrap();
+    assert_eq!(cfg.tracing, Some(TracingConfiguration::default()));
+    let cfg = parse_kubelet_config(&doc(
+        "tracing:\n  endpoint: otel:4317\n  samplingRatePerMillion: 1000000",
+    ))
+    .unwrap();
+    let t = cfg.tracing.unwrap();
+    assert_eq!(
+        (t.endpoint.as_str(), t.sampling_rate_per_million),
+        ("otel:4317", 1_000_000)
+    );
+    assert!(parse_kubelet_config(&doc("")).unwrap().tracing.is_none());
+    for (bad, names) in [
+        (
+            "tracing: {samplingRatePerMillion: 1000001}",
+            "tracing.samplingRatePerMillion",
+        ),
+        ("tracing: {collector: x}", "tracing.collector"),
+    ] {
+        let err = parse_kubelet_config(&doc(bad))
+            .and_then(|cfg| cfg.validate())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(names), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn configz_round_trips_through_the_decoder() {
+    fn drop_nulls(v: &mut serde_json::Value) {
+        if let serde_json::Value::Object(m) = v {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(drop_nulls);
+        }
+    }
+    let mut cfg = KubeletConfiguration {
+        static_pod_path: Some("/etc/kubernetes/manifests".into()),
+        sync_frequency: Duration::from_secs(90),
+        ..Default::default()
+    };
+    cfg.authorization.mode = AuthorizationMode::AlwaysAllow;
+    let mut json = cfg.to_v1beta1_json();
+    assert_eq!(json["syncFrequency"], "1m30s");
+    drop_nulls(&mut json);
+    let back = parse_kubelet_config(&json.to_string()).unwrap();
+    assert_eq!(back, cfg);
+}
+
+#[test]
+fn defaults_match_upstream() {
+    let d = KubeletConfiguration::default();
+    assert_eq!(d.static_pod_path, None);
+    assert_eq!(d.sync_frequency, Duration::from_secs(60));
+    assert_eq!(d.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(
+        d.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(d.runtime_request_timeout, Duration::from_secs(120));
+    assert_eq!(d.pod_logs_dir, PathBuf::from("/var/log/pods"));
+    assert_eq!(d.healthz_bind_address, "127.0.0.1");
+    assert_eq!(d.healthz_port, 10248);
+    assert_eq!(d.read_only_port, 0);
+    assert_eq!(d.address, "0.0.0.0");
+    assert_eq!(d.max_pods, 110);
+    assert_eq!(d.cgroup_driver, CgroupDriver::Cgroupfs);
+    assert_eq!(d.kube_api_qps, 50);
+    assert_eq!(d.kube_api_burst, 100);
+    assert_eq!(d.node_status_update_frequency, Duration::from_secs(10));
+    assert_eq!(d.node_status_report_frequency, Duration::from_secs(300));
+    assert!(d.register_node);
+    d.validate().unwrap();
+}
+
+#[test]
+fn header_only_gives_defaults() {
+    let (cfg, ignored) = parse_body("").unwrap();
+    assert_eq!(cfg, KubeletConfiguration::default());
+    assert!(ignored.is_empty());
+}
+
+#[test]
+fn decodes_each_field() {
+    type Check = fn(&KubeletConfiguration) -> bool;
+    let cases: &[(&str, Check)] = &[
+        ("staticPodPath: /etc/kubernetes/manifests", |c| {
+            c.static_pod_path.as_deref() == Some("/etc/kubernetes/manifests".as_ref())
+        }),
+        ("staticPodPath: \"\"", |c| c.static_pod_path.is_none()),
+        ("syncFrequency: 30s", |c| {
+            c.sync_frequency == Duration::from_secs(30)
+        }),
+        ("syncFrequency: 0s", |c| {
+            c.sync_frequency == Duration::from_secs(60)
+        }),
+        ("fileCheckFrequency: 1m0s", |c| {
+            c.file_check_frequency == Duration::from_secs(60)
+        }),
+        (
+            "containerRuntimeEndpoint: unix:///run/crio/crio.sock",
+            |c| c.container_runtime_endpoint == "unix:///run/crio/crio.sock",
+        ),
+        ("containerRuntimeEndpoint: \"\"", |c| {
+            c.container_runtime_endpoint == DEFAULT_CONTAINER_RUNTIME_ENDPOINT
+        }),
+        ("runtimeRequestTimeout: 15m", |c| {
+            c.runtime_request_timeout == Duration::from_secs(900)
+        }),
+        ("podLogsDir: /data/pod-logs", |c| {
+            c.pod_logs_dir == Path::new("/data/pod-logs")
+        }),
+        ("healthzBindAddress: 0.0.0.0", |c| {
+            c.healthz_bind_address == "0.0.0.0"
+        }),
+        ("healthzPort: 12345", |c| c.healthz_port == 12345),
+        ("healthzPort: 0", |c| c.healthz_port == 0),
+        ("readOnlyPort: 10255", |c| c.read_only_port == 10255),
+        ("address: 127.0.0.1", |c| c.address == "127.0.0.1"),
+        ("address: \"::\"", |c| c.address == "::"),
+        ("maxPods: 250", |c| c.max_pods == 250),
+        ("maxPods: 0", |c| c.max_pods == 110),
+        ("cgroupDriver: systemd", |c| {
+            c.cgroup_driver == CgroupDriver::Systemd
+        }),
+        ("cgroupDriver: cgroupfs", |c| {
+            c.cgroup_driver == CgroupDriver::Cgroupfs
+        }),
+        ("kubeAPIQPS: 5", |c| c.kube_api_qps == 5),
+        ("kubeAPIBurst: 10", |c| c.kube_api_burst == 10),
+        ("eventRecordQPS: 5", |c| c.event_record_qps == 5),
+        ("eventBurst: 7", |c| c.event_burst == 7),
+        ("kubeAPIBurst: 0", |c| c.kube_api_burst == 100),
+        ("nodeStatusUpdateFrequency: 4s", |c| {
+            c.node_status_update_frequency == Duration::from_secs(4)
+        }),
+        ("nodeStatusReportFrequency: 1m", |c| {
+            c.node_status_report_frequency == Duration::from_secs(60)
+        }),
+        ("registerNode: false", |c| !c.register_node),
+        ("maxPods: null", |c| c.max_pods == 110),
+        ("clusterDNS: [10.96.0.10, 'fd00::a']", |c| {
+            c.cluster_dns == ["10.96.0.10", "fd00::a"]
+        }),
+        ("clusterDomain: cluster.local", |c| {
+            c.cluster_domain == "cluster.local"
+        }),
+        ("resolvConf: ''", |c| c.resolv_conf.is_empty()),
+        ("resolvConf: /run/resolv.conf", |c| {
+            c.resolv_conf == "/run/resolv.conf"
+        }),
+        ("seccompDefault: true", |c| c.seccomp_default),
+        (
+            "allowedUnsafeSysctls: ['kernel.msg*', net.core.somaxconn]",
+            |c| c.allowed_unsafe_sysctls == ["kernel.msg*", "net.core.somaxconn"],
+        ),
+    ];
+    for (body, check) in cases {
+        let (cfg, ignored) = parse_body(body).unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert!(check(&cfg), "{body}: {cfg:?}");
+        assert!(ignored.is_empty(), "{body}: {ignored:?}");
+    }
+}
+
+#[test]
+fn kubeadm_style_zero_values_take_defaults() {
+    let body = "syncFrequency: 0s\nfileCheckFrequency: 0s\nruntimeRequestTimeout: 0s\n\
+                nodeStatusUpdateFrequency: 0s\nnodeStatusReportFrequency: 0s\n\
+                httpCheckFrequency: 0s\ncgroupDriver: systemd\n";
+    let (cfg, ignored) = parse_body(body).unwrap();
+    assert_eq!(
+        cfg,
+        KubeletConfiguration {
+            cgroup_driver: CgroupDriver::Systemd,
+            ..KubeletConfiguration::default()
+        }
+    );
+    assert_eq!(ignored, vec!["httpCheckFrequency".to_owned()]);
+    cfg.validate().unwrap();
+}
+
+#[test]
+fn errors_name_the_field() {
+    let cases: &[(&str, &[&str])] = &[
+        ("bogusField: 1", &["unknown field \"bogusField\""]),
+        ("staticpodpath: /x", &["unknown field \"staticpodpath\""]),
+        (
+            "syncFrequency: \"10\"",
+            &["syncFrequency", "missing unit", "\"10\""],
+        ),
+        (
+            "syncFrequency: 10",
+            &["syncFrequency", "duration string", "got 10"],
+        ),
+        ("syncFrequency: abc", &["syncFrequency", "\"abc\""]),
+        (
+            "fileCheckFrequency: -1s",
+            &["fileCheckFrequency", "negative"],
+        ),
+        ("runtimeRequestTimeout: 30", &["runtimeRequestTimeout"]),
+        (
+            "nodeStatusUpdateFrequency: true",
+            &["nodeStatusUpdateFrequency", "duration"],
+        ),
+        ("healthzPort: abc", &["healthzPort", "port", "\"abc\""]),
+        ("healthzPort: 70000", &["healthzPort", "70000"]),
+        ("readOnlyPort: -1", &["readOnlyPort", "-1"]),
+        ("maxPods: 1.5", &["maxPods", "integer"]),
+        ("maxPods: \"110\"", &["maxPods", "integer"]),
+        ("kubeAPIQPS: [1]", &["kubeAPIQPS", "a list"]),
+        ("kubeAPIBurst: {a: 1}", &["kubeAPIBurst", "a mapping"]),
+        ("cgroupDriver: upstart", &["cgroupDriver", "upstart"]),
+        ("cgroupDriver: 1", &["cgroupDriver", "string"]),
+        ("registerNode: 1", &["registerNode", "boolean"]),
+        ("address: 1", &["address", "string"]),
+        ("staticPodPath: [a]", &["staticPodPath", "string"]),
+    ];
+    for (body, needles) in cases {
+        let err = parse_body(body)
+            .and_then(|(cfg, _)| cfg.validate())
+            .expect_err(body)
+            .to_string();
+        for needle in *needles {
+            assert!(err.contains(needle), "{body}: {err:?} lacks {needle:?}");
+        }
+    }
+}
+
+#[test]
+fn header_is_required() {
+    let cases: &[(&str, &str)] = &[
+        ("kind: KubeletConfiguration\n", "apiVersion"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: Pod\n",
+            "kind must be \"KubeletConfiguration\", got \"Pod\"",
+        ),
+        ("apiVersion: kubelet.config.k8s.io/v1beta1\n", "kind"),
+        (
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n",
+            "apiVersion must be \"kubelet.config.k8s.io/v1beta1\", got \"kubelet.config.k8s.io/v1\"",
+        ),
+        (
+            "apiVersion: kubeletconfig/v1beta1\nkind: KubeletConfiguration\n",
+            "apiVersion",
+        ),
+        ("", "empty document"),
+        ("# only a comment\n", "empty document"),
+        ("- a\n- b\n", "mapping"),
+        ("just a string", "mapping"),
+        ("kind: [unclosed\n", "KubeletConfiguration"),
+    ];
+    for (content, needle) in cases {
+        let err = parse_kubelet_config(content)
+            .expect_err(content)
+            .to_string();
+        assert!(
+            err.contains(needle),
+            "{content:?}: {err:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn ignored_upstream_fields_are_accepted_and_listed() {
+    let body = "podCIDR: 10.1.0.0/24\nenableServer: true\n\
+                featureGates:\n  Foo: true\nmaxPods: 20\n";
+    let (cfg, ignored) = parse_body(body).unwrap();
+    assert_eq!(cfg.max_pods, 20);
+    assert_eq!(ignored, vec!["enableServer", "featureGates", "podCIDR"]);
+    assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
+    assert!(ignored_fields_present("not: [a config").is_empty());
+}
+
+/// The fields [`KubeletConfiguration`] declares, as `/configz` names them.
+fn declared_fields() -> Vec<String> {
+    match KubeletConfiguration::default().to_v1beta1_json() {
+        serde_json::Value::Object(map) => map
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "kind" && k != "apiVersion")
+            .collect(),
+        other => panic!("configz is not a mapping: {other}"),
+    }
+}
+
+#[test]
+fn every_upstream_field_is_accepted() {
+    let declared = declared_fields();
+    for field in &declared {
+        assert!(
+            UPSTREAM_FIELDS.contains(&field.as_str()),
+            "{field} is not an upstream field"
+        );
+    }
+    let defaults = parse_kubelet_config(HEADER).unwrap();
+    for field in UPSTREAM_FIELDS {
+        let (cfg, ignored) = parse_body(&format!("{field}: null\n")).unwrap();
+        assert_eq!(cfg, defaults, "{field}");
+        if declared.iter().any(|d| d == field) {
+            assert!(ignored.is_empty(), "{field}");
+        } else {
+            assert_eq!(ignored, vec![field.to_string()]);
+        }
+    }
+    let mut all = UPSTREAM_FIELDS.to_vec();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), UPSTREAM_FIELDS.len(), "duplicate field names");
+    assert_eq!(UPSTREAM_FIELDS.len(), 126, "upstream v1.37's fields");
+}
+
+#[test]
+fn json_input() {
+    let content = r#"{
+        "kind": "KubeletConfiguration",
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "staticPodPath": "/etc/kubernetes/manifests",
+        "syncFrequency": "1m30s",
+        "healthzPort": 0,
+        "cgroupDriver": "systemd",
+        "registerNode": false,
+        "rotateCertificates": true
+    }"#;
+    let (cfg, ignored) = parse_kubelet_config_reporting(content).unwrap();
+    assert_eq!(
+        cfg,
+        KubeletConfiguration {
+            static_pod_path: Some(PathBuf::from("/etc/kubernetes/manifests")),
+            sync_frequency: Duration::from_secs(90),
+            healthz_port: 0,
+            cgroup_driver: CgroupDriver::Systemd,
+            register_node: false,
+            ..KubeletConfiguration::default()
+        }
+    );
+    assert_eq!(ignored, vec!["rotateCertificates"]);
+    let err = parse_kubelet_config(
+        r#"{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","nope":1}"#,
+    )
+    .unwrap_err();
+    assert_eq!(err.to_string(), "unknown field \"nope\"");
+}
+
+#[test]
+fn validation() {
+    type Mutate = fn(&mut KubeletConfiguration);
+    let cases: &[(Mutate, &str)] = &[
+        (|c| c.sync_frequency = Duration::ZERO, "syncFrequency"),
+        (
+            |c| c.file_check_frequency = Duration::ZERO,
+            "fileCheckFrequency",
+        ),
+        (
+            |c| c.runtime_request_timeout = Duration::ZERO,
+            "runtimeRequestTimeout",
+        ),
+        (
+            |c| c.node_status_update_frequency = Duration::ZERO,
+            "nodeStatusUpdateFrequency",
+        ),
+        (
+            |c| c.node_status_report_frequency = Duration::ZERO,
+            "nodeStatusReportFrequency",
+        ),
+        (|c| c.max_pods = 0, "maxPods"),
+        (
+            |c| c.container_runtime_endpoint = "tcp://localhost:1234".into(),
+            "containerRuntimeEndpoint",
+        ),
+        (
+            |c| c.container_runtime_endpoint = "unix://".into(),
+            "containerRuntimeEndpoint",
+        ),
+        (
+            |c| c.container_runtime_endpoint = "/run/containerd/containerd.sock".into(),
+            "containerRuntimeEndpoint",
+        ),
+        (|c| c.pod_logs_dir = "logs".into(), "podLogsDir"),
+        (
+            |c| c.container_log_max_size = "10 Mi".into(),
+            "container log max size",
+        ),
+        (|c| c.container_log_max_files = 1, "containerLogMaxFiles"),
+        (
+            |c| c.container_log_max_workers = 0,
+            "containerLogMaxWorkers",
+        ),
+        (
+            |c| c.container_log_monitor_interval = Duration::from_secs(2),
+            "containerLogMonitorInterval",
+        ),
+        (|c| c.address = "not-an-ip".into(), "address"),
+        (
+            |c| c.allowed_unsafe_sysctls = vec!["vm.swappiness".into()],
+            "allowedUnsafeSysctls",
+        ),
+        (
+            |c| c.healthz_bind_address = String::new(),
+            "healthzBindAddress",
+        ),
+        (
+            |c| c.image_gc_high_threshold_percent = 101,
+            "imageGCHighThresholdPercent (--image-gc-high-threshold) 101 must be between 0 and 100",
+        ),
+        (
+            |c| c.image_gc_low_threshold_percent = 85,
+            "imageGCLowThresholdPercent (--image-gc-low-threshold) 85 must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) 85",
+        ),
+        (
+            |c| c.image_maximum_gc_age = Duration::from_secs(60),
+            "imageMaximumGCAge 1m0s must be greater than imageMinimumGCAge 2m0s",
+        ),
+        (
+            |c| c.max_parallel_image_pulls = Some(0),
+            "maxParallelImagePulls 0 must be a positive number",
+        ),
+        (
+            |c| c.max_parallel_image_pulls = Some(3),
+            "maxParallelImagePulls cannot be larger than 1",
+        ),
+        (
+            |c| c.cgroups_per_qos = false,
+            "invalid configuration: cgroupsPerQOS (--cgroups-per-qos) must be set to true when \"pods\" contained in enforceNodeAllocatable (--enforce-node-allocatable)",
+        ),
+        (
+            |c| c.enforce_node_allocatable = vec!["pods".into(), "pods".into()],
+            "duplicated enforcements \"pods\" in enforceNodeAllocatable",
+        ),
+        (
+            |c| c.enforce_node_allocatable = vec!["none".into(), "pods".into()],
+            "may not contain additional enforcements when \"none\" is specified",
+        ),
+        (
+            |c| c.enforce_node_allocatable = vec!["kube-reserved".into()],
+            "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when",
+        ),
+        (
+            |c| c.enforce_node_allocatable = vec!["pod".into()],
+            "option \"pod\" specified for enforceNodeAllocatable (--enforce-node-allocatable). Valid options are \"pods\"",
+        ),
+        (
+            |c| {
+                c.system_reserved_cgroup = "/system".into();
+                c.enforce_node_allocatable = vec![
+                    "system-reserved".into(),
+                    "system-reserved-compressible".into(),
+                ]
+            },
+            "both \"system-reserved\" and \"system-reserved-compressible\" cannot be specified together",
+        ),
+        (
+            |c| c.cpu_cfs_quota_period = Duration::from_secs(2),
+            "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) 2s must be between 1ms and 1sec, inclusive",
+        ),
+    ];
+    for (mutate, field) in cases {
+        let mut cfg = KubeletConfiguration::default();
+        mutate(&mut cfg);
+        let err = cfg.validate().expect_err(field).to_string();
+        assert!(err.contains(field), "{err:?} lacks {field:?}");
+    }
+    let ok = KubeletConfiguration {
+        healthz_port: 0,
+        read_only_port: 10255,
+        address: "::".into(),
+        ..KubeletConfiguration::default()
+    };
+    ok.validate().unwrap();
+    let no_qos = KubeletConfiguration {
+        cgroups_per_qos: false,
+        enforce_node_allocatable: vec!["none".into()],
+        ..KubeletConfiguration::default()
+    };
+    no_qos.validate().unwrap();
+}
+
+#[test]
+fn node_resources_fields() {
+    let (cfg, _) = parse_body(
+        "cgroupsPerQOS: false\ncgroupRoot: /rk\npodPidsLimit: 1024\ncpuCFSQuota: false\n\
+         cpuCFSQuotaPeriod: 50ms\nenforceNodeAllocatable: []\n\
+         systemReserved: {cpu: 500m, memory: 1Gi, pid: 100}\n\
+         kubeReserved: {ephemeral-storage: 1G}\nkubeReservedCgroup: /kube\n",
+    )
+    .unwrap();
+    assert!(!cfg.cgroups_per_qos && !cfg.cpu_cfs_quota);
+    assert_eq!(
+        (cfg.cgroup_root.as_str(), cfg.pod_pids_limit),
+        ("/rk", 1024)
+    );
+    assert_eq!(cfg.cpu_cfs_quota_period, Duration::from_millis(50));
+    assert!(cfg.enforce_node_allocatable.is_empty());
+    assert_eq!(
+        cfg.system_reserved,
+        BTreeMap::from([
+            ("cpu".to_owned(), 500),
+            ("memory".to_owned(), 1 << 30),
+            ("pid".to_owned(), 100)
+        ])
+    );
+    assert_eq!(cfg.kube_reserved["ephemeral-storage"], 1_000_000_000);
+    cfg.validate().unwrap();
+    let json = cfg.to_v1beta1_json();
+    assert_eq!(json["systemReserved"]["cpu"], "500m");
+    assert_eq!(json["enforceNodeAllocatable"], serde_json::json!([]));
+    assert_eq!(json["evictionHard"]["memory.available"], "100Mi");
+    let (given, _) = parse_body("evictionHard: {memory.available: 1Gi}\n").unwrap();
+    assert_eq!(given.eviction_hard.len(), 1);
+    let (merged, _) =
+        parse_body("evictionHard: {memory.available: 1Gi}\nmergeDefaultEvictionSettings: true\n")
+            .unwrap();
+    assert_eq!(merged.eviction_hard.len(), 5);
+    assert_eq!(merged.eviction_hard["memory.available"], "1Gi");
+    let bad = KubeletConfiguration {
+        eviction_hard: BTreeMap::from([("memory.free".into(), "1".into())]),
+        ..KubeletConfiguration::default()
+    };
+    assert_eq!(
+        bad.validate().unwrap_err().to_string(),
+        "invalid configuration: evictionHard unsupported eviction signal memory.free"
+    );
+    let (soft, ignored) = parse_body(
+        "evictionSoft: {memory.available: 1Gi}\n\
+         evictionSoftGracePeriod: {memory.available: 1m30s}\n\
+         evictionMinimumReclaim: {memory.available: 0.5Gi, nodefs.available: 5%}\n\
+         evictionPressureTransitionPeriod: 30s\nevictionMaxPodGracePeriod: 20\n\
+         localStorageCapacityIsolation: false\nkernelMemcgNotification: true\n",
+    )
+    .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    soft.validate().unwrap();
+    let t = soft.eviction_thresholds().unwrap();
+    assert_eq!(
+        t.len(),
+        7,
+        "five defaults, one soft, the allocatable copy of the hard memory one"
+    );
+    assert_eq!(
+        t[6].signal,
+        crate::eviction::Signal::AllocatableMemoryAvailable
+    );
+    let s = t.iter().find(|t| !t.is_hard()).unwrap();
+    assert_eq!(s.grace_period, Duration::from_secs(90));
+    assert_eq!(
+        s.min_reclaim,
+        Some(crate::eviction::ThresholdValue::Quantity(
+            512 << 20,
+            crate::eviction::Written::BinarySI
+        ))
+    );
+    assert_eq!(
+        soft.eviction_pressure_transition_period,
+        Duration::from_secs(30)
+    );
+    let json = soft.to_v1beta1_json();
+    assert_eq!(json["evictionPressureTransitionPeriod"], "30s");
+    assert_eq!(json["evictionMaxPodGracePeriod"], 20);
+    assert_eq!(json["localStorageCapacityIsolation"], false);
+    assert_eq!(json["kernelMemcgNotification"], true);
+    assert_eq!(json["evictionSoftGracePeriod"]["memory.available"], "1m30s");
+    for (body, message) in [
+        (
+            "evictionSoft: {memory.available: 1Gi}\n",
+            "grace period must be specified for the soft eviction threshold memory.available",
+        ),
+        (
+            "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1s}\n",
+            "invalid eviction grace period specified: -1s, must be a positive value",
+        ),
+        (
+            "evictionMinimumReclaim: {nodefs.available: 0%}\n",
+            "eviction percentage minimum reclaim nodefs.available must be positive: 0%",
+        ),
+        (
+            "evictionMinimumReclaim: {nodefs.available: -1Gi}\n",
+            "negative eviction minimum reclaim specified for nodefs.available",
+        ),
+    ] {
+        let (cfg, _) = parse_body(body).unwrap();
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains(message), "{body}: {err}");
+    }
+    for (body, message) in [
+        (
+            "kubeReserved: {gpu: 1}\n",
+            "cannot reserve \"gpu\" resource",
+        ),
+        (
+            "systemReserved: {memory: -1Gi}\n",
+            "resource quantity for \"memory\" cannot be negative: -1Gi",
+        ),
+        (
+            "systemReserved: {cpu: lots}\n",
+            "failed to parse quantity \"lots\" for \"cpu\" resource",
+        ),
+    ] {
+        let err = parse_body(body).unwrap_err().to_string();
+        assert!(err.contains(message), "{err:?} lacks {message:?}");
+    }
+}
+
+#[test]
+fn image_pulls_are_serialized_unless_parallel_pulls_are_asked_for() {
+    let limit = |fields: &str| {
+        let doc = format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n{fields}"
+        );
+        let c = parse_kubelet_config(&doc).unwrap();
+        c.validate().map(|()| c.image_pull_limit()).ok()
+    };
+    let cases = [
+        ("", Some(Some(1))),
+        ("maxParallelImagePulls: 1", Some(Some(1))),
+        ("maxParallelImagePulls: 4", Some(Some(4))),
+        ("serializeImagePulls: false", Some(None)),
+        (
+            "serializeImagePulls: false\nmaxParallelImagePulls: 2",
+            Some(Some(2)),
+        ),
+        (
+            "serializeImagePulls: true\nmaxParallelImagePulls: 1",
+            Some(Some(1)),
+        ),
+        ("serializeImagePulls: true\nmaxParallelImagePulls: 2", None),
+        ("maxParallelImagePulls: -1", None),
+    ];
+    for (fields, want) in cases {
+        assert_eq!(limit(fields), want, "{fields}");
+    }
+}
+
+#[test]
+fn server_defaults_match_upstream() {
+    let d = KubeletConfiguration::default();
+    assert_eq!(d.port, 10250);
+    assert_eq!(d.tls_cert_file, None);
+    assert_eq!(d.tls_private_key_file, None);
+    assert!(d.tls_cipher_suites.is_empty());
+    assert_eq!(d.tls_min_version, TlsMinVersion::Tls12);
+    assert_eq!(d.authentication.x509.client_ca_file, None);
+    assert!(d.authentication.webhook.enabled);
+    assert_eq!(d.authentication.webhook.cache_ttl, Duration::from_secs(120));
+    assert!(!d.authentication.anonymous.enabled);
+    assert_eq!(d.authorization.mode, AuthorizationMode::Webhook);
+    assert_eq!(
+        d.authorization.webhook.cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        d.authorization.webhook.cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+    assert!(d.enable_debugging_handlers);
+    assert_eq!(
+        d.streaming_connection_idle_timeout,
+        Duration::from_secs(4 * 3600)
+    );
+}
+
+#[test]
+fn decodes_server_fields() {
+    type Check = fn(&KubeletConfiguration) -> bool;
+    let cases: &[(&str, Check)] = &[
+        ("port: 10350", |c| c.port == 10350),
+        ("port: 0", |c| c.port == 10250),
+        (
+            "tlsCertFile: /pki/k.crt\ntlsPrivateKeyFile: /pki/k.key",
+            |c| {
+                c.tls_cert_file.as_deref() == Some(Path::new("/pki/k.crt"))
+                    && c.tls_private_key_file.as_deref() == Some(Path::new("/pki/k.key"))
+            },
+        ),
+        ("tlsCertFile: \"\"", |c| c.tls_cert_file.is_none()),
+        ("tlsMinVersion: VersionTLS13", |c| {
+            c.tls_min_version == TlsMinVersion::Tls13
+        }),
+        ("tlsMinVersion: VersionTLS12", |c| {
+            c.tls_min_version == TlsMinVersion::Tls12
+        }),
+        ("tlsMinVersion: \"\"", |c| {
+            c.tls_min_version == TlsMinVersion::Tls12
+        }),
+        (
+            "tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305]",
+            |c| {
+                c.tls_cipher_suites
+                    == [
+                        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+                        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+                    ]
+            },
+        ),
+        ("tlsCipherSuites: []", |c| c.tls_cipher_suites.is_empty()),
+        (
+            "authentication:\n  x509:\n    clientCAFile: /pki/ca.crt",
+            |c| {
+                c.authentication.x509.client_ca_file.as_deref() == Some(Path::new("/pki/ca.crt"))
+                    && c.authentication.webhook.enabled
+            },
+        ),
+        (
+            "authentication:\n  webhook:\n    enabled: false\n    cacheTTL: 10s",
+            |c| {
+                !c.authentication.webhook.enabled
+                    && c.authentication.webhook.cache_ttl == Duration::from_secs(10)
+            },
+        ),
+        ("authentication:\n  webhook:\n    cacheTTL: 0s", |c| {
+            c.authentication.webhook.cache_ttl == Duration::from_secs(120)
+        }),
+        ("authentication:\n  anonymous:\n    enabled: true", |c| {
+            c.authentication.anonymous.enabled
+        }),
+        ("authentication: null", |c| {
+            c.authentication == KubeletAuthentication::default()
+        }),
+        ("authorization:\n  mode: AlwaysAllow", |c| {
+            c.authorization.mode == AuthorizationMode::AlwaysAllow
+        }),
+        ("authorization:\n  mode: Webhook", |c| {
+            c.authorization.mode == AuthorizationMode::Webhook
+        }),
+        (
+            "authorization:\n  webhook:\n    cacheAuthorizedTTL: 1m\n    cacheUnauthorizedTTL: 5s",
+            |c| {
+                c.authorization.webhook.cache_authorized_ttl == Duration::from_secs(60)
+                    && c.authorization.webhook.cache_unauthorized_ttl == Duration::from_secs(5)
+            },
+        ),
+        (
+            "authorization:\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s",
+            |c| c.authorization == KubeletAuthorization::default(),
+        ),
+        ("enableDebuggingHandlers: false", |c| {
+            !c.enable_debugging_handlers
+        }),
+        ("streamingConnectionIdleTimeout: 30m", |c| {
+            c.streaming_connection_idle_timeout == Duration::from_secs(1800)
+        }),
+        ("streamingConnectionIdleTimeout: 0s", |c| {
+            c.streaming_connection_idle_timeout == Duration::from_secs(4 * 3600)
+        }),
+    ];
+    for (body, check) in cases {
+        let (cfg, ignored) = parse_body(body).unwrap_or_else(|e| panic!("{body}: {e}"));
+        assert!(check(&cfg), "{body}: {cfg:?}");
+        assert!(ignored.is_empty(), "{body}: {ignored:?}");
+    }
+    // kubeadm's file: every server field spelled out.
+    let kubeadm = "authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    cacheTTL: 0s\n    enabled: true\n  x509:\n    clientCAFile: /etc/kubernetes/pki/ca.crt\n\
+                   authorization:\n  mode: Webhook\n  webhook:\n    cacheAuthorizedTTL: 0s\n    cacheUnauthorizedTTL: 0s\n\
+                   streamingConnectionIdleTimeout: 0s\n";
+    let (cfg, ignored) = parse_body(kubeadm).unwrap();
+    assert!(ignored.is_empty());
+    assert_eq!(
+        cfg.authentication,
+        KubeletAuthentication {
+            x509: KubeletX509Authentication {
+                client_ca_file: Some(PathBuf::from("/etc/kubernetes/pki/ca.crt")),
+            },
+            ..KubeletAuthentication::default()
+        }
+    );
+    assert_eq!(cfg.authorization, KubeletAuthorization::default());
+    cfg.validate().unwrap();
+}
+
+#[test]
+fn server_field_errors_name_the_field() {
+    let cases: &[(&str, &[&str])] = &[
+        ("port: 70000", &["port", "70000"]),
+        (
+            "clusterDNS: [10.96.0.300]",
+            &["clusterDNS", "\"10.96.0.300\" is not an IP address"],
+        ),
+        (
+            "clusterDNS: 10.96.0.10",
+            &["clusterDNS", "a list of strings"],
+        ),
+        (
+            "allowedUnsafeSysctls: vm.swappiness",
+            &["allowedUnsafeSysctls", "a list of strings"],
+        ),
+        ("seccompDefault: 3", &["seccompDefault", "boolean"]),
+        ("port: \"10250\"", &["port", "integer"]),
+        ("tlsCertFile: [a]", &["tlsCertFile", "string"]),
+        (
+            "tlsMinVersion: VersionTLS10",
+            &["tlsMinVersion", "VersionTLS10", "not supported"],
+        ),
+        (
+            "tlsMinVersion: VersionTLS11",
+            &["tlsMinVersion", "VersionTLS11"],
+        ),
+        ("tlsMinVersion: TLS12", &["tlsMinVersion", "\"TLS12\""]),
+        (
+            "tlsCipherSuites: [TLS_RSA_WITH_AES_128_CBC_SHA]",
+            &[
+                "tlsCipherSuites",
+                "TLS_RSA_WITH_AES_128_CBC_SHA not supported",
+            ],
+        ),
+        (
+            "tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, BOGUS]",
+            &["tlsCipherSuites", "BOGUS not supported"],
+        ),
+        (
+            "tlsCipherSuites: TLS_AES_128_GCM_SHA256",
+            &["tlsCipherSuites", "list"],
+        ),
+        ("tlsCipherSuites: [1]", &["tlsCipherSuites", "got 1"]),
+        ("authentication: true", &["authentication", "mapping"]),
+        (
+            "authentication:\n  oidc: {}",
+            &["unknown field \"authentication.oidc\""],
+        ),
+        (
+            "authentication:\n  webhook:\n    enabled: yes please",
+            &["authentication.webhook.enabled", "boolean"],
+        ),
+        (
+            "authentication:\n  webhook:\n    cacheTTL: 5",
+            &["authentication.webhook.cacheTTL", "duration"],
+        ),
+        (
+            "authentication:\n  x509:\n    clientCaFile: /x",
+            &["unknown field \"authentication.x509.clientCaFile\""],
+        ),
+        (
+            "authentication:\n  anonymous:\n    enabled: 1",
+            &["authentication.anonymous.enabled", "boolean"],
+        ),
+        (
+            "authorization:\n  mode: RBAC",
+            &["authorization.mode", "\"RBAC\""],
+        ),
+        (
+            "authorization:\n  webhook:\n    cacheAuthorizedTTL: soon",
+            &["authorization.webhook.cacheAuthorizedTTL", "\"soon\""],
+        ),
+        (
+            "authorization:\n  webhook:\n    cacheTTL: 1m",
+            &["unknown field \"authorization.webhook.cacheTTL\""],
+        ),
+        (
+            "enableDebuggingHandlers: 1",
+            &["enableDebuggingHandlers", "boolean"],
+        ),
+        (
+            "streamingConnectionIdleTimeout: 4",
+            &["streamingConnectionIdleTimeout", "duration"],
+        ),
+    ];
+    for (body, needles) in cases {
+        let err = parse_body(body)
+            .and_then(|(cfg, _)| cfg.validate())
+            .expect_err(body)
+            .to_string();
+        for needle in *needles {
+            assert!(err.contains(needle), "{body}: {err:?} lacks {needle:?}");
+        }
+    }
+}
+
+#[test]
+fn server_validation() {
+    type Mutate = fn(&mut KubeletConfiguration);
+    let cases: &[(Mutate, &str)] = &[
+        (
+            |c| c.port = 0,
+            "port (--port) 0 must be between 1 and 65535",
+        ),
+        (
+            |c| c.tls_cert_file = Some("/pki/k.crt".into()),
+            "tlsCertFile (--tls-cert-file) and tlsPrivateKeyFile",
+        ),
+        (
+            |c| c.tls_private_key_file = Some("/pki/k.key".into()),
+            "tlsCertFile (--tls-cert-file) and tlsPrivateKeyFile",
+        ),
+        (
+            |c| c.streaming_connection_idle_timeout = Duration::ZERO,
+            "streamingConnectionIdleTimeout",
+        ),
+    ];
+    for (mutate, needle) in cases {
+        let mut cfg = KubeletConfiguration::default();
+        mutate(&mut cfg);
+        let err = cfg.validate().expect_err(needle).to_string();
+        assert!(err.contains(needle), "{err:?} lacks {needle:?}");
+    }
+    KubeletConfiguration {
+        tls_cert_file: Some("/pki/k.crt".into()),
+        tls_private_key_file: Some("/pki/k.key".into()),
+        ..KubeletConfiguration::default()
+    }
+    .validate()
+    .unwrap();
+}
+
+#[test]
+fn server_enum_strings() {
+    assert_eq!(TlsMinVersion::Tls12.as_str(), "VersionTLS12");
+    assert_eq!(TlsMinVersion::Tls13.as_str(), "VersionTLS13");
+    assert_eq!(AuthorizationMode::Webhook.as_str(), "Webhook");
+    assert_eq!(AuthorizationMode::AlwaysAllow.as_str(), "AlwaysAllow");
+    for mode in [AuthorizationMode::Webhook, AuthorizationMode::AlwaysAllow] {
+        assert_eq!(mode.as_str().parse::<AuthorizationMode>(), Ok(mode));
+    }
+    for version in [TlsMinVersion::Tls12, TlsMinVersion::Tls13] {
+        assert_eq!(version.as_str().parse::<TlsMinVersion>(), Ok(version));
+    }
+    assert_eq!(
+        "RBAC".parse::<AuthorizationMode>(),
+        Err(ParseAuthorizationModeError("RBAC".into()))
+    );
+    assert_eq!(
+        "VersionTLS11".parse::<TlsMinVersion>(),
+        Err(ParseTlsMinVersionError::Unsupported("VersionTLS11".into()))
+    );
+}
+
+#[test]
+fn cgroup_driver_strings() {
+    for d in [CgroupDriver::Cgroupfs, CgroupDriver::Systemd] {
+        assert_eq!(d.as_str().parse::<CgroupDriver>(), Ok(d));
+        assert_eq!(d.to_string(), d.as_str());
+    }
+    let err = "Systemd".parse::<CgroupDriver>().unwrap_err();
+    assert!(err.to_string().contains("\"Systemd\""), "{err}");
+}

@@ -1,0 +1,344 @@
+//! What upstream's validation refuses, checked once command-line overrides
+//! are applied: each error names the field (and its flag) in upstream's words.
+
+use std::time::Duration;
+
+use super::*;
+use crate::duration::format_go_duration;
+
+impl KubeletConfiguration {
+    /// Checks the values that upstream's validation would reject (and that
+    /// rkubelet cannot run with).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.image_pull_verification()?;
+        self.validate_images()?;
+        self.validate_periods()?;
+        self.validate_logs_and_resources()?;
+        self.validate_node_allocatable()?;
+        self.validate_runtime_and_server()?;
+        self.validate_names()
+    }
+    /// enforceNodeAllocatable as upstream validates it, in its words.
+    fn validate_node_allocatable(&self) -> Result<(), ConfigError> {
+        let flag = "enforceNodeAllocatable (--enforce-node-allocatable)";
+        let list = &self.enforce_node_allocatable;
+        let has = |k: &str| list.iter().any(|v| v == k);
+        for (a, b) in [
+            (
+                ENFORCE_SYSTEM_RESERVED,
+                ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE,
+            ),
+            (ENFORCE_KUBE_RESERVED, ENFORCE_KUBE_RESERVED_COMPRESSIBLE),
+        ] {
+            if has(a) && has(b) {
+                return Err(ConfigError::Rejected(format!(
+                    "both {a:?} and {b:?} cannot be specified together in {flag}"
+                )));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for val in list {
+            if !seen.insert(val.as_str()) {
+                return Err(ConfigError::Rejected(format!(
+                    "duplicated enforcements {val:?} in {flag}"
+                )));
+            }
+            match val.as_str() {
+                ENFORCE_PODS => {}
+                ENFORCE_SYSTEM_RESERVED | ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE
+                    if self.system_reserved_cgroup.is_empty() =>
+                {
+                    return Err(ConfigError::Rejected(format!(
+                        "systemReservedCgroup (--system-reserved-cgroup) must be specified when \
+                         {ENFORCE_SYSTEM_RESERVED:?} or {ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE:?} \
+                         included in {flag}"
+                    )));
+                }
+                ENFORCE_KUBE_RESERVED | ENFORCE_KUBE_RESERVED_COMPRESSIBLE
+                    if self.kube_reserved_cgroup.is_empty() =>
+                {
+                    return Err(ConfigError::Rejected(format!(
+                        "kubeReservedCgroup (--kube-reserved-cgroup) must be specified when \
+                         {ENFORCE_KUBE_RESERVED:?} or {ENFORCE_KUBE_RESERVED_COMPRESSIBLE:?} \
+                         included in {flag}"
+                    )));
+                }
+                ENFORCE_SYSTEM_RESERVED
+                | ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE
+                | ENFORCE_KUBE_RESERVED
+                | ENFORCE_KUBE_RESERVED_COMPRESSIBLE => {}
+                ENFORCE_NONE => {
+                    if list.len() > 1 {
+                        return Err(ConfigError::Rejected(format!(
+                            "{flag} may not contain additional enforcements when {ENFORCE_NONE:?} is specified"
+                        )));
+                    }
+                    continue;
+                }
+                other => {
+                    return Err(ConfigError::Rejected(format!(
+                        "option {other:?} specified for {flag}. Valid options are {ENFORCE_PODS:?}, \
+                         {ENFORCE_SYSTEM_RESERVED:?}, {ENFORCE_SYSTEM_RESERVED_COMPRESSIBLE:?}, \
+                         {ENFORCE_KUBE_RESERVED:?}, {ENFORCE_KUBE_RESERVED_COMPRESSIBLE:?} or {ENFORCE_NONE:?}"
+                    )));
+                }
+            }
+            if !self.cgroups_per_qos {
+                return Err(ConfigError::Rejected(format!(
+                    "cgroupsPerQOS (--cgroups-per-qos) must be set to true when {val:?} contained in {flag}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Image garbage collection and pulls.
+    fn validate_images(&self) -> Result<(), ConfigError> {
+        let (high, low) = (
+            self.image_gc_high_threshold_percent,
+            self.image_gc_low_threshold_percent,
+        );
+        for (field, n) in [
+            (
+                "imageGCHighThresholdPercent (--image-gc-high-threshold)",
+                high,
+            ),
+            ("imageGCLowThresholdPercent (--image-gc-low-threshold)", low),
+        ] {
+            if !(0..=100).contains(&n) {
+                return Err(invalid(
+                    field,
+                    format!("{n} must be between 0 and 100, inclusive"),
+                ));
+            }
+        }
+        if low >= high {
+            return Err(invalid(
+                "imageGCLowThresholdPercent (--image-gc-low-threshold)",
+                format!(
+                    "{low} must be less than imageGCHighThresholdPercent (--image-gc-high-threshold) {high}"
+                ),
+            ));
+        }
+        let (min_age, max_age) = (self.image_minimum_gc_age, self.image_maximum_gc_age);
+        if !max_age.is_zero() && max_age <= min_age {
+            return Err(invalid(
+                "imageMaximumGCAge",
+                format!(
+                    "{} must be greater than imageMinimumGCAge {}",
+                    format_go_duration(max_age),
+                    format_go_duration(min_age)
+                ),
+            ));
+        }
+        match self.max_parallel_image_pulls {
+            Some(n) if n < 1 => {
+                return Err(invalid(
+                    "maxParallelImagePulls",
+                    format!("{n} must be a positive number"),
+                ));
+            }
+            Some(n) if n > 1 && self.serialize_image_pulls => {
+                return Err(invalid(
+                    "maxParallelImagePulls",
+                    "cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".into(),
+                ));
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The loops' periods.
+    fn validate_periods(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("syncFrequency (--sync-frequency)", self.sync_frequency),
+            (
+                "fileCheckFrequency (--file-check-frequency)",
+                self.file_check_frequency,
+            ),
+            (
+                "runtimeRequestTimeout (--runtime-request-timeout)",
+                self.runtime_request_timeout,
+            ),
+            (
+                "nodeStatusUpdateFrequency",
+                self.node_status_update_frequency,
+            ),
+            (
+                "nodeStatusReportFrequency",
+                self.node_status_report_frequency,
+            ),
+        ];
+        for (field, d) in positive {
+            if d.is_zero() {
+                return Err(invalid(
+                    field,
+                    format!("must be greater than 0, got {}", format_go_duration(d)),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Container logs, sysctls and eviction.
+    fn validate_logs_and_resources(&self) -> Result<(), ConfigError> {
+        self.container_log_max_bytes()?;
+        if self.enable_system_log_query && !self.enable_system_log_handler {
+            return Err(ConfigError::Rejected(
+                "invalid configuration: enableSystemLogHandler is required for enableSystemLogQuery"
+                    .into(),
+            ));
+        }
+        if self.container_log_max_workers < 1 {
+            return Err(invalid(
+                "containerLogMaxWorkers",
+                "must be greater than or equal to 1".into(),
+            ));
+        }
+        if self.container_log_monitor_interval < Duration::from_secs(3) {
+            return Err(invalid(
+                "containerLogMonitorInterval",
+                "must be a positive time duration greater than or equal to 3s".into(),
+            ));
+        }
+        if self.container_log_max_files <= 1 {
+            return Err(invalid(
+                "containerLogMaxFiles",
+                "must be greater than 1".into(),
+            ));
+        }
+        if let Err(e) = crate::sysctl::Allowlist::new("", &self.allowed_unsafe_sysctls) {
+            return Err(invalid(
+                "allowedUnsafeSysctls (--allowed-unsafe-sysctls)",
+                e,
+            ));
+        }
+        self.validate_node_allocatable()?;
+        crate::eviction::parse_thresholds(&self.eviction_hard)
+            .map_err(|m| invalid("evictionHard", m))?;
+        self.eviction_thresholds().map_err(|m| {
+            invalid(
+                "evictionSoft, evictionSoftGracePeriod, evictionMinimumReclaim",
+                m,
+            )
+        })?;
+        Ok(())
+    }
+
+    /// The runtime, cgroups and the servers.
+    fn validate_runtime_and_server(&self) -> Result<(), ConfigError> {
+        let period = self.cpu_cfs_quota_period;
+        if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
+            return Err(ConfigError::Rejected(format!(
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} must be between 1ms and 1sec, inclusive",
+                format_go_duration(period)
+            )));
+        }
+        if self.max_pods == 0 {
+            return Err(invalid(
+                "maxPods (--max-pods)",
+                "must be greater than 0".to_owned(),
+            ));
+        }
+        let endpoint = &self.container_runtime_endpoint;
+        match endpoint.strip_prefix("unix://") {
+            Some(path) if !path.is_empty() => {}
+            _ => {
+                return Err(invalid(
+                    "containerRuntimeEndpoint (--container-runtime-endpoint)",
+                    format!(
+                        "must be a unix socket such as \"unix:///run/containerd/containerd.sock\", got {endpoint:?}"
+                    ),
+                ));
+            }
+        }
+        if !self.pod_logs_dir.is_absolute() {
+            return Err(invalid(
+                "podLogsDir",
+                format!("must be an absolute path, got {:?}", self.pod_logs_dir),
+            ));
+        }
+        if self.address.parse::<std::net::IpAddr>().is_err() {
+            return Err(invalid(
+                "address (--address)",
+                format!("must be an IP address, got {:?}", self.address),
+            ));
+        }
+        if self.port == 0 {
+            return Err(invalid(
+                "port (--port)",
+                "0 must be between 1 and 65535, inclusive".to_owned(),
+            ));
+        }
+        if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
+            return Err(invalid(
+                "tlsCertFile (--tls-cert-file)",
+                "and tlsPrivateKeyFile (--tls-private-key-file) must be set together".to_owned(),
+            ));
+        }
+        if self.streaming_connection_idle_timeout.is_zero() {
+            return Err(invalid(
+                "streamingConnectionIdleTimeout",
+                "must be greater than 0, got 0s".to_owned(),
+            ));
+        }
+        if self.healthz_bind_address.is_empty() {
+            return Err(invalid(
+                "healthzBindAddress (--healthz-bind-address)",
+                "must not be empty".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The names lists hold: cipher suites, nameservers, the tracing
+    /// sampling rate.
+    fn validate_names(&self) -> Result<(), ConfigError> {
+        if let Some(name) = self
+            .tls_cipher_suites
+            .iter()
+            .find(|name| !TLS_CIPHER_SUITES.contains(&name.as_str()))
+        {
+            return Err(invalid(
+                "tlsCipherSuites (--tls-cipher-suites)",
+                format!(
+                    "cipher suite {name} not supported or doesn't exist (supported: {})",
+                    TLS_CIPHER_SUITES.join(", ")
+                ),
+            ));
+        }
+        if let Some(ip) = self
+            .cluster_dns
+            .iter()
+            .find(|ip| ip.parse::<std::net::IpAddr>().is_err())
+        {
+            return Err(invalid(
+                "clusterDNS (--cluster-dns)",
+                format!("{ip:?} is not an IP address"),
+            ));
+        }
+        if let Some(rate) = self
+            .tracing
+            .as_ref()
+            .map(|t| t.sampling_rate_per_million)
+            .filter(|rate| *rate > 1_000_000)
+        {
+            return Err(invalid(
+                "tracing.samplingRatePerMillion",
+                format!(
+                    "{rate}: sampling rate per million must be less than or equal to one million"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A field (with its flag) whose value upstream's validation refuses.
+fn invalid(field: &str, message: String) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.to_owned(),
+        message,
+    }
+}

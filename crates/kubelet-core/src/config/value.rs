@@ -1,0 +1,458 @@
+//! How a configuration field is spelled in the file: each field's type
+//! decodes itself from, and encodes itself to, its JSON value
+//! ([`ConfigValue`]); [`config_section!`] declares a section's fields once
+//! (name in the file, type, default, doc) and derives its struct, its
+//! defaults, its decoder and its encoder from that one declaration.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::{Map, Value};
+
+use super::ConfigError;
+use crate::duration::{format_go_duration, parse_go_duration};
+use crate::quantity::{parse_bytes, parse_cpu_millis_nearest};
+
+/// `field` (a dotted path in the file) holds a value of another type.
+pub fn wrong_type(field: &str, expected: &'static str, v: &Value) -> ConfigError {
+    ConfigError::WrongType {
+        field: field.to_owned(),
+        expected,
+        found: describe(v),
+    }
+}
+
+/// `field` holds a value of its type that cannot be used.
+pub fn invalid_value(field: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        field: field.to_owned(),
+        message: message.into(),
+    }
+}
+
+/// A short, human description of a JSON value for error messages.
+pub fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Array(_) => "a list".to_owned(),
+        Value::Object(_) => "a mapping".to_owned(),
+    }
+}
+
+/// The type of a configuration field, as upstream's JSON spells it. A
+/// null in the file leaves the field's default; so does Go's zero value of
+/// a field upstream's defaulting replaces (see [`config_section!`]).
+pub trait ConfigValue: Sized {
+    /// The value the file gives (never null) for `field`.
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError>;
+    /// The value as `/configz` shows it.
+    fn encode(&self) -> Value;
+    /// Go's zero value of the field's type.
+    fn is_zero(&self) -> bool;
+}
+
+impl ConfigValue for bool {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        v.as_bool().ok_or_else(|| wrong_type(field, "a boolean", v))
+    }
+    fn encode(&self) -> Value {
+        Value::Bool(*self)
+    }
+    fn is_zero(&self) -> bool {
+        !*self
+    }
+}
+
+impl ConfigValue for String {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| wrong_type(field, "a string", v))
+    }
+    fn encode(&self) -> Value {
+        Value::String(self.clone())
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl ConfigValue for PathBuf {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        String::decode(v, field).map(PathBuf::from)
+    }
+    fn encode(&self) -> Value {
+        Value::String(self.display().to_string())
+    }
+    fn is_zero(&self) -> bool {
+        self.as_os_str().is_empty()
+    }
+}
+
+/// An optional path: empty in the file is none.
+impl ConfigValue for Option<PathBuf> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        PathBuf::decode(v, field).map(|p| (!p.is_zero()).then_some(p))
+    }
+    fn encode(&self) -> Value {
+        self.as_ref().map_or(Value::Null, PathBuf::encode)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_none()
+    }
+}
+
+/// A Go duration string such as `1m0s`.
+impl ConfigValue for Duration {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let s = v
+            .as_str()
+            .ok_or_else(|| wrong_type(field, "a duration string such as \"1m0s\"", v))?;
+        parse_go_duration(s).map_err(|e| invalid_value(field, e.to_string()))
+    }
+    fn encode(&self) -> Value {
+        Value::String(format_go_duration(*self))
+    }
+    fn is_zero(&self) -> bool {
+        Duration::is_zero(self)
+    }
+}
+
+/// Integers, each within the range of its Go type.
+macro_rules! integer {
+    ($ty:ty, $as:ident, $expected:literal) => {
+        impl ConfigValue for $ty {
+            fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+                v.$as()
+                    .and_then(|n| <$ty>::try_from(n).ok())
+                    .ok_or_else(|| wrong_type(field, $expected, v))
+            }
+            fn encode(&self) -> Value {
+                Value::from(*self)
+            }
+            fn is_zero(&self) -> bool {
+                *self == 0
+            }
+        }
+    };
+}
+integer!(u16, as_u64, "an integer port between 0 and 65535");
+integer!(u32, as_u64, "a non-negative 32-bit integer");
+integer!(i32, as_i64, "a 32-bit integer");
+integer!(i64, as_i64, "a 64-bit integer");
+
+/// An optional 32-bit integer (unset: none).
+impl ConfigValue for Option<i32> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        i32::decode(v, field).map(Some)
+    }
+    fn encode(&self) -> Value {
+        self.map_or(Value::Null, Value::from)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_none()
+    }
+}
+
+/// An optional boolean (unset: decided with other fields).
+impl ConfigValue for Option<bool> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        bool::decode(v, field).map(Some)
+    }
+    fn encode(&self) -> Value {
+        self.map_or(Value::Null, Value::Bool)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_none()
+    }
+}
+
+/// A list of strings.
+impl ConfigValue for Vec<String> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        const EXPECTED: &str = "a list of strings";
+        v.as_array()
+            .ok_or_else(|| wrong_type(field, EXPECTED, v))?
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| wrong_type(field, EXPECTED, item))
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::from(self.clone())
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// A mapping of strings (numbers are read as their text, as upstream's
+/// YAML to JSON conversion leaves `10%` and `100Mi` alike as strings).
+impl ConfigValue for BTreeMap<String, String> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let map = v
+            .as_object()
+            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
+        map.iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                Value::Number(n) => Ok((k.clone(), n.to_string())),
+                other => Err(wrong_type(&join(field, k), "a string", other)),
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::Object(
+            self.iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect(),
+        )
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// The resources `systemReserved` and `kubeReserved` may name
+/// (upstream's parseResourceList).
+pub const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// A reservation (`cpu: 100m`, `memory: 1Gi`, `pid: "1000"`): each amount
+/// parsed, cpu in milli-CPUs (rounded to the nearest, as upstream), none
+/// negative, only what may be reserved.
+impl ConfigValue for BTreeMap<String, i64> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let map = v
+            .as_object()
+            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
+        map.iter()
+            .map(|(k, v)| {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    other => return Err(wrong_type(&join(field, k), "a quantity", other)),
+                };
+                let amount = reserved_amount(k, &text).map_err(|m| invalid_value(field, m))?;
+                Ok((k.clone(), amount))
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::Object(
+            self.iter()
+                .map(|(k, v)| {
+                    let text = if k == "cpu" {
+                        format!("{v}m")
+                    } else {
+                        v.to_string()
+                    };
+                    (k.clone(), Value::String(text))
+                })
+                .collect(),
+        )
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// One reserved amount, checked as upstream's parseResourceList checks it.
+pub fn reserved_amount(resource: &str, text: &str) -> Result<i64, String> {
+    if !RESERVABLE.contains(&resource) {
+        return Err(format!("cannot reserve {resource:?} resource"));
+    }
+    let q = Quantity(text.to_owned());
+    let amount = if resource == "cpu" {
+        parse_cpu_millis_nearest(&q)
+    } else {
+        parse_bytes(&q)
+    }
+    .map_err(|e| {
+        format!(
+            "failed to parse quantity {text:?} for {resource:?} resource: {}",
+            e.message
+        )
+    })?;
+    if amount < 0 {
+        return Err(format!(
+            "resource quantity for {resource:?} cannot be negative: {text}"
+        ));
+    }
+    Ok(amount)
+}
+
+/// Strings with a fixed set of spellings (`cgroupDriver`, `tlsMinVersion`,
+/// `authorization.mode`), each parsed by its `FromStr` and spelled by its
+/// `as_str`; empty in the file is the default.
+macro_rules! spelled {
+    ($($ty:ty),*) => {$(
+        impl ConfigValue for $ty {
+            fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+                let s = v.as_str().ok_or_else(|| wrong_type(field, "a string", v))?;
+                if s.is_empty() {
+                    return Ok(<$ty>::default());
+                }
+                s.parse()
+                    .map_err(|e: <$ty as std::str::FromStr>::Err| invalid_value(field, e.to_string()))
+            }
+            fn encode(&self) -> Value {
+                Value::String(self.as_str().to_owned())
+            }
+            fn is_zero(&self) -> bool {
+                false
+            }
+        }
+    )*};
+}
+spelled!(
+    super::CgroupDriver,
+    super::TlsMinVersion,
+    super::AuthorizationMode
+);
+
+/// The field `key` of `path` (the top level when `path` is empty).
+pub fn join(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
+/// A section of the configuration (the whole of it, `authentication`,
+/// `authorization.webhook`, `tracing`...): a mapping in the file.
+pub trait Section: Default {
+    /// Decode the fields of `map` it knows (removing them), the others
+    /// left in `map`; `path` names the section in errors.
+    fn decode_from(map: &mut Map<String, Value>, path: &str) -> Result<Self, ConfigError>;
+    /// Its fields as `/configz` shows them.
+    fn encode_into(&self, map: &mut Map<String, Value>);
+}
+
+/// Declares a section's fields once, each as
+///
+/// ```text
+/// /// doc
+/// "nameInTheFile" rust_name: Type = default;                // a value given replaces the default
+/// "nameInTheFile" rust_name: Type = default, zero_is_unset; // Go's zero value keeps the default
+/// ```
+///
+/// and derives the struct (with the docs), its `Default` (upstream's
+/// defaults) and its [`Section`] decoder and encoder. `zero_is_unset`
+/// marks fields upstream's defaulting replaces when they hold Go's zero
+/// value (non-pointer fields); fields without it keep a zero given
+/// (upstream's pointer fields: `healthzPort: 0` disables the endpoint).
+macro_rules! config_section {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$fmeta:meta])*
+                $wire:literal $field:ident: $ty:ty = $default:expr $(, $zero:ident)?;
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                $name { $( $field: $default, )* }
+            }
+        }
+
+        impl $crate::config::value::Section for $name {
+            fn decode_from(
+                map: &mut serde_json::Map<String, serde_json::Value>,
+                path: &str,
+            ) -> Result<Self, $crate::config::ConfigError> {
+                let mut out = Self::default();
+                $(
+                    if let Some(v) = map.remove($wire).filter(|v| !v.is_null()) {
+                        let field = $crate::config::value::join(path, $wire);
+                        let value =
+                            <$ty as $crate::config::value::ConfigValue>::decode(&v, &field)?;
+                        let unset = config_section!(@zero $($zero)?)
+                            && $crate::config::value::ConfigValue::is_zero(&value);
+                        if !unset {
+                            out.$field = value;
+                        }
+                    }
+                )*
+                Ok(out)
+            }
+
+            fn encode_into(&self, map: &mut serde_json::Map<String, serde_json::Value>) {
+                $( map.insert(
+                    $wire.to_owned(),
+                    $crate::config::value::ConfigValue::encode(&self.$field),
+                ); )*
+            }
+        }
+
+        /// Nested in another section: a mapping whose every key is one of
+        /// its fields.
+        impl $crate::config::value::ConfigValue for $name {
+            fn decode(
+                v: &serde_json::Value,
+                field: &str,
+            ) -> Result<Self, $crate::config::ConfigError> {
+                $crate::config::value::decode_section(v, field)
+            }
+            fn encode(&self) -> serde_json::Value {
+                let mut map = serde_json::Map::new();
+                $crate::config::value::Section::encode_into(self, &mut map);
+                serde_json::Value::Object(map)
+            }
+            fn is_zero(&self) -> bool {
+                false
+            }
+        }
+    };
+    (@zero zero_is_unset) => { true };
+    (@zero) => { false };
+}
+pub(crate) use config_section;
+
+/// A section nested in another: a mapping whose every key is one of its
+/// fields (another key is `unknown field "section.key"`).
+pub fn decode_section<S: Section>(v: &Value, field: &str) -> Result<S, ConfigError> {
+    let mut map = v
+        .as_object()
+        .cloned()
+        .ok_or_else(|| wrong_type(field, "a mapping", v))?;
+    let section = S::decode_from(&mut map, field)?;
+    match map.keys().next() {
+        Some(key) => Err(ConfigError::UnknownField(join(field, key))),
+        None => Ok(section),
+    }
+}
+
+/// An optional section (`tracing`): absent or null is none; present, its
+/// fields' defaults fill what it leaves out.
+impl<S: Section> ConfigValue for Option<S> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        decode_section(v, field).map(Some)
+    }
+    fn encode(&self) -> Value {
+        self.as_ref().map_or(Value::Null, |s| {
+            let mut map = Map::new();
+            s.encode_into(&mut map);
+            Value::Object(map)
+        })
+    }
+    fn is_zero(&self) -> bool {
+        self.is_none()
+    }
+}
