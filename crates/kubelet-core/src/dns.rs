@@ -23,13 +23,21 @@ pub struct ResolvConf {
     pub options: Vec<String>,
 }
 
+/// A resolv.conf upstream's parser refuses: `nameserver` lines without an
+/// address (upstream's words, one per such line).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", vec!["nameserver list is empty "; *.empty_nameservers].join(", "))]
+pub struct ResolvConfError {
+    pub empty_nameservers: usize,
+}
+
 /// Upstream's parseResolvConf: `nameserver` lines accumulate, the last
 /// `search` line wins (a trailing dot dropped, a lone `.` skipped),
 /// `options` merge by name; `#` comments skipped. A `nameserver` line
 /// without an address is an error.
-pub fn parse_resolv_conf(text: &str) -> Result<ResolvConf, String> {
+pub fn parse_resolv_conf(text: &str) -> Result<ResolvConf, ResolvConfError> {
     let mut rc = ResolvConf::default();
-    let mut errors = Vec::new();
+    let mut empty_nameservers = 0;
     for line in text.split('\n') {
         let line = line.trim();
         if line.starts_with('#') {
@@ -39,7 +47,7 @@ pub fn parse_resolv_conf(text: &str) -> Result<ResolvConf, String> {
         match fields.next() {
             Some("nameserver") => match fields.next() {
                 Some(ip) => rc.servers.push(ip.to_owned()),
-                None => errors.push("nameserver list is empty "),
+                None => empty_nameservers += 1,
             },
             Some("search") => {
                 rc.searches = fields
@@ -51,10 +59,10 @@ pub fn parse_resolv_conf(text: &str) -> Result<ResolvConf, String> {
             _ => {}
         }
     }
-    if errors.is_empty() {
+    if empty_nameservers == 0 {
         Ok(rc)
     } else {
-        Err(errors.join(", "))
+        Err(ResolvConfError { empty_nameservers })
     }
 }
 
@@ -242,22 +250,47 @@ fn fit_limits(rc: &mut ResolvConf, events: &mut Vec<DnsEvent>) {
     }
 }
 
+/// A hostname the pod's spec cannot give, in upstream's words; only a new
+/// spec helps.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HostnameError {
+    /// hostnameOverride, hostname or subdomain is not a DNS name.
+    #[error("pod {field} {value:?} is not a valid DNS {what}: {}", .errors.join(";"))]
+    Invalid {
+        field: &'static str,
+        what: &'static str,
+        value: String,
+        errors: Vec<String>,
+    },
+    #[error("hostname for pod {pod:?} was invalid: {hostname:?}")]
+    Truncated { pod: String, hostname: String },
+    #[error(
+        "failed to construct FQDN from pod hostname and cluster domain, FQDN {0} is too long (64 characters is the max, {len} characters requested)",
+        len = .0.len()
+    )]
+    FqdnTooLong(String),
+}
+
 /// The pod's hostname and domain (upstream's GeneratePodHostNameAndDomain):
 /// hostnameOverride when set (a DNS subdomain, no domain); else `hostname`
 /// (a DNS label) or the pod's name, cut to 63 characters; the domain
 /// `<subdomain>.<namespace>.svc.<clusterDomain>` when `subdomain` is set.
-pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, String), String> {
+pub fn hostname_and_domain(
+    pod: &Pod,
+    cluster_domain: &str,
+) -> Result<(String, String), HostnameError> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     let spec = pod.spec.as_ref();
-    // Upstream's message for a value its validator refuses.
-    let valid = |field: &str, what: &str, value: &str, errs: Vec<String>| {
-        if errs.is_empty() {
+    let valid = |field, what, value: &str, errors: Vec<String>| {
+        if errors.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "pod {field} {value:?} is not a valid DNS {what}: {}",
-                errs.join(";")
-            ))
+            Err(HostnameError::Invalid {
+                field,
+                what,
+                value: value.to_owned(),
+                errors,
+            })
         }
     };
     if let Some(h) = spec.and_then(|s| s.hostname_override.as_deref()) {
@@ -287,31 +320,33 @@ pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> Result<(String, S
 
 /// Upstream's truncatePodHostnameIfNeeded: at most 63 characters, no
 /// trailing `-` or `.`.
-fn truncate_hostname(pod_name: &str, hostname: &str) -> Result<String, String> {
+fn truncate_hostname(pod_name: &str, hostname: &str) -> Result<String, HostnameError> {
     if hostname.len() <= 63 {
         return Ok(hostname.to_owned());
     }
     let cut = hostname[..63].trim_end_matches(['-', '.']);
     if cut.is_empty() {
-        return Err(format!(
-            "hostname for pod {pod_name:?} was invalid: {hostname:?}"
-        ));
+        return Err(HostnameError::Truncated {
+            pod: pod_name.to_owned(),
+            hostname: hostname.to_owned(),
+        });
     }
     Ok(cut.to_owned())
 }
 
 /// The sandbox's kernel hostname (upstream's GetNodenameForKernel): the
 /// FQDN when setHostnameAsFQDN and a domain, at most 64 characters.
-pub fn kernel_hostname(hostname: &str, domain: &str, as_fqdn: bool) -> Result<String, String> {
+pub fn kernel_hostname(
+    hostname: &str,
+    domain: &str,
+    as_fqdn: bool,
+) -> Result<String, HostnameError> {
     if domain.is_empty() || !as_fqdn {
         return Ok(hostname.to_owned());
     }
     let fqdn = format!("{hostname}.{domain}");
     if fqdn.len() > 64 {
-        return Err(format!(
-            "failed to construct FQDN from pod hostname and cluster domain, FQDN {fqdn} is too long (64 characters is the max, {} characters requested)",
-            fqdn.len()
-        ));
+        return Err(HostnameError::FqdnTooLong(fqdn));
     }
     Ok(fqdn)
 }
@@ -406,7 +441,7 @@ mod tests {
         ];
         for (text, want) in cases {
             assert_eq!(
-                &parse_resolv_conf(text),
+                &parse_resolv_conf(text).map_err(|e| e.to_string()),
                 &want.clone().map_err(str::to_owned),
                 "{text}"
             );
@@ -622,7 +657,7 @@ mod tests {
             match want {
                 Ok((h, d)) => assert_eq!(got, Ok((h.to_owned(), d.to_owned())), "case {i}"),
                 Err(m) => assert!(
-                    got.as_ref().is_err_and(|e| e.contains(m)),
+                    got.as_ref().is_err_and(|e| e.to_string().contains(m)),
                     "case {i}: {got:?}"
                 ),
             }
@@ -643,7 +678,8 @@ mod tests {
         );
         let e = kernel_hostname(&"h".repeat(40), &"d".repeat(30), true).unwrap_err();
         assert!(
-            e.contains("is too long (64 characters is the max, 71 characters requested)"),
+            e.to_string()
+                .contains("is too long (64 characters is the max, 71 characters requested)"),
             "{e}"
         );
     }

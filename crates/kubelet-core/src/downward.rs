@@ -16,10 +16,27 @@ pub struct Allocatable {
     pub ephemeral_storage_bytes: i64,
 }
 
+/// Why a downward API value could not be read: a field or resource the
+/// pod names that cannot be given (upstream's messages); only a new spec
+/// helps.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DownwardError {
+    #[error("fieldPath {0:?} does not support subscript")]
+    Subscript(String),
+    #[error("unsupported fieldPath: {0}")]
+    FieldPath(String),
+    #[error("container {0} not found")]
+    ContainerNotFound(String),
+    #[error("unsupported container resource : {0}")]
+    Resource(String),
+    #[error(transparent)]
+    Quantity(#[from] crate::quantity::QuantityError),
+}
+
 /// The value of a pod field (upstream's ExtractFieldPathAsString):
 /// `metadata.name`, `.namespace`, `.uid`, `.labels`, `.annotations` (as
 /// `key="value"` lines, sorted) and one label or annotation by subscript.
-pub fn field_value(pod: &Pod, field_path: &str) -> Result<String, String> {
+pub fn field_value(pod: &Pod, field_path: &str) -> Result<String, DownwardError> {
     let meta = &pod.metadata;
     if let Some((path, key)) = split_subscript(field_path) {
         return match path {
@@ -35,9 +52,7 @@ pub fn field_value(pod: &Pod, field_path: &str) -> Result<String, String> {
                 .and_then(|m| m.get(key))
                 .cloned()
                 .unwrap_or_default()),
-            _ => Err(format!(
-                "fieldPath {field_path:?} does not support subscript"
-            )),
+            _ => Err(DownwardError::Subscript(field_path.to_owned())),
         };
     }
     let or_empty = |s: &Option<String>| s.clone().unwrap_or_default();
@@ -47,7 +62,7 @@ pub fn field_value(pod: &Pod, field_path: &str) -> Result<String, String> {
         "metadata.name" => Ok(or_empty(&meta.name)),
         "metadata.namespace" => Ok(or_empty(&meta.namespace)),
         "metadata.uid" => Ok(or_empty(&meta.uid)),
-        _ => Err(format!("unsupported fieldPath: {field_path}")),
+        _ => Err(DownwardError::FieldPath(field_path.to_owned())),
     }
 }
 
@@ -113,9 +128,10 @@ pub fn resource_value(
     pod: &Pod,
     sel: &ResourceFieldSelector,
     allocatable: &Allocatable,
-) -> Result<String, String> {
+) -> Result<String, DownwardError> {
     let name = sel.container_name.as_deref().unwrap_or("");
-    let c = find_container(pod, name).ok_or_else(|| format!("container {name} not found"))?;
+    let c = find_container(pod, name)
+        .ok_or_else(|| DownwardError::ContainerNotFound(name.to_owned()))?;
     container_resource_value(c, sel, allocatable)
 }
 
@@ -124,18 +140,15 @@ pub fn container_resource_value(
     c: &Container,
     sel: &ResourceFieldSelector,
     allocatable: &Allocatable,
-) -> Result<String, String> {
-    let (kind, resource) = sel
-        .resource
-        .split_once('.')
-        .ok_or_else(|| format!("unsupported container resource : {}", sel.resource))?;
+) -> Result<String, DownwardError> {
+    let unsupported = || DownwardError::Resource(sel.resource.clone());
+    let (kind, resource) = sel.resource.split_once('.').ok_or_else(unsupported)?;
     let list = c.resources.as_ref().and_then(|r| match kind {
         "limits" => r.limits.as_ref(),
         "requests" => r.requests.as_ref(),
         _ => None,
     });
     let set = list.and_then(|l| l.get(resource)).filter(|q| !is_zero(q));
-    let bad = |e: crate::quantity::QuantityError| e.to_string();
     let divisor = sel.divisor.as_ref().filter(|d| !is_zero(d));
     let ceil_div = |v: i64, d: i64| -> String {
         if d <= 0 {
@@ -146,29 +159,29 @@ pub fn container_resource_value(
     match (kind, resource) {
         ("limits" | "requests", "cpu") => {
             let v = match set {
-                Some(q) => parse_cpu_millis(q).map_err(bad)?,
+                Some(q) => parse_cpu_millis(q)?,
                 None if kind == "limits" => allocatable.cpu_millis,
                 None => 0,
             };
-            let d = divisor.map_or(Ok(1000), parse_cpu_millis).map_err(bad)?;
+            let d = divisor.map_or(Ok(1000), parse_cpu_millis)?;
             Ok(ceil_div(v, d))
         }
         ("limits" | "requests", "memory" | "ephemeral-storage") => {
             let v = match set {
-                Some(q) => parse_bytes(q).map_err(bad)?,
+                Some(q) => parse_bytes(q)?,
                 None if kind == "limits" && resource == "memory" => allocatable.memory_bytes,
                 None if kind == "limits" => allocatable.ephemeral_storage_bytes,
                 None => 0,
             };
-            let d = divisor.map_or(Ok(1), parse_bytes).map_err(bad)?;
+            let d = divisor.map_or(Ok(1), parse_bytes)?;
             Ok(ceil_div(v, d))
         }
         ("limits" | "requests", r) if r.starts_with("hugepages-") => {
-            let v = set.map_or(Ok(0), parse_bytes).map_err(bad)?;
-            let d = divisor.map_or(Ok(1), parse_bytes).map_err(bad)?;
+            let v = set.map_or(Ok(0), parse_bytes)?;
+            let d = divisor.map_or(Ok(1), parse_bytes)?;
             Ok(ceil_div(v, d))
         }
-        _ => Err(format!("unsupported container resource : {}", sel.resource)),
+        _ => Err(unsupported()),
     }
 }
 
@@ -233,7 +246,7 @@ mod tests {
         ];
         for (path, want) in cases {
             assert_eq!(
-                field_value(&pod(), path),
+                field_value(&pod(), path).map_err(|e| e.to_string()),
                 want.map(String::from).map_err(String::from),
                 "{path}"
             );
@@ -270,7 +283,7 @@ mod tests {
         ];
         for (s, want) in cases {
             assert_eq!(
-                resource_value(&pod(), &s, &alloc),
+                resource_value(&pod(), &s, &alloc).map_err(|e| e.to_string()),
                 want.map(String::from).map_err(String::from),
                 "{} {:?}",
                 s.resource,
@@ -280,8 +293,8 @@ mod tests {
         let mut missing = sel("limits.cpu", None);
         missing.container_name = Some("nope".into());
         assert_eq!(
-            resource_value(&pod(), &missing, &alloc).unwrap_err(),
-            "container nope not found"
+            resource_value(&pod(), &missing, &alloc),
+            Err(DownwardError::ContainerNotFound("nope".into()))
         );
     }
 }

@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 
 use crate::downward::{Allocatable, container_resource_value, field_value, resource_value};
 use crate::expansion::expand;
+use crate::failure::Cause;
 
 /// What reading a referenced ConfigMap or Secret gave.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,15 +78,23 @@ pub fn file_key_refs(c: &Container) -> Vec<FileKey> {
 #[error("{message}")]
 pub struct EnvError {
     pub message: String,
-    /// A transient failure (an object not read yet): back off and retry.
-    pub transient: bool,
+    /// What would clear it: a missing object or key (its watch wakes the
+    /// pod), a field that cannot be given, or an object not read yet.
+    pub cause: Cause,
 }
 
 impl EnvError {
-    fn fixed(message: String) -> Self {
+    fn unsupported(message: String) -> Self {
         EnvError {
             message,
-            transient: false,
+            cause: Cause::Unsupported,
+        }
+    }
+
+    fn missing(message: String) -> Self {
+        EnvError {
+            message,
+            cause: Cause::MissingObject,
         }
     }
 }
@@ -247,14 +256,14 @@ fn lookup<'a, T>(
     match objects.get(name) {
         Some(Fetched::Found(o)) => Ok(Some(o)),
         Some(Fetched::NotFound(_)) if optional => Ok(None),
-        Some(Fetched::NotFound(m)) => Err(EnvError::fixed(m.clone())),
+        Some(Fetched::NotFound(m)) => Err(EnvError::missing(m.clone())),
         Some(Fetched::Failed(m)) => Err(EnvError {
             message: m.clone(),
-            transient: true,
+            cause: Cause::Transient,
         }),
         None => Err(EnvError {
             message: format!("couldn't get {kind} {namespace}/{name}, not read"),
-            transient: true,
+            cause: Cause::Transient,
         }),
     }
 }
@@ -324,9 +333,7 @@ fn value_from(
     ns: &str,
 ) -> Result<Option<String>, EnvError> {
     if let Some(f) = &from.field_ref {
-        return pod_field(pod, f.api_version.as_deref(), &f.field_path, src)
-            .map(Some)
-            .map_err(EnvError::fixed);
+        return pod_field(pod, f.api_version.as_deref(), &f.field_path, src).map(Some);
     }
     if let Some(r) = &from.resource_field_ref {
         let named = r.container_name.as_deref().is_some_and(|n| !n.is_empty());
@@ -335,7 +342,9 @@ fn value_from(
         } else {
             container_resource_value(c, r, &src.allocatable)
         };
-        return v.map(Some).map_err(EnvError::fixed);
+        return v
+            .map(Some)
+            .map_err(|e| EnvError::unsupported(e.to_string()));
     }
     if let Some(r) = &from.config_map_key_ref {
         let optional = r.optional.unwrap_or(false);
@@ -345,7 +354,7 @@ fn value_from(
         return match cm.data.as_ref().and_then(|d| d.get(&r.key)) {
             Some(v) => Ok(Some(v.clone())),
             None if optional => Ok(None),
-            None => Err(EnvError::fixed(format!(
+            None => Err(EnvError::missing(format!(
                 "couldn't find key {} in ConfigMap {ns}/{}",
                 r.key, r.name
             ))),
@@ -359,7 +368,7 @@ fn value_from(
         return match s.data.as_ref().and_then(|d| d.get(&r.key)) {
             Some(v) => Ok(Some(String::from_utf8_lossy(&v.0).into_owned())),
             None if optional => Ok(None),
-            None => Err(EnvError::fixed(format!(
+            None => Err(EnvError::missing(format!(
                 "couldn't find key {} in Secret {ns}/{}",
                 r.key, r.name
             ))),
@@ -377,7 +386,7 @@ fn value_from(
             None => {
                 return Err(EnvError {
                     message: format!("environment variable file {:?} not read", f.path),
-                    transient: true,
+                    cause: Cause::Transient,
                 });
             }
         };
@@ -390,7 +399,7 @@ fn value_from(
                     "environment variable key {:?} not found in file {path:?}",
                     f.key
                 ),
-                transient: true,
+                cause: Cause::Transient,
             }),
         };
     }
@@ -405,23 +414,27 @@ fn pod_field(
     api_version: Option<&str>,
     path: &str,
     src: &EnvSources,
-) -> Result<String, String> {
+) -> Result<String, EnvError> {
     let version = api_version.filter(|v| !v.is_empty()).unwrap_or("v1");
     if version != "v1" {
-        return Err(format!("unsupported pod version: {version}"));
+        return Err(EnvError::unsupported(format!(
+            "unsupported pod version: {version}"
+        )));
     }
     if let Some((head, _)) = path.split_once('[') {
         if !matches!(head, "metadata.annotations" | "metadata.labels") {
-            return Err(format!("field label does not support subscript: {path}"));
+            return Err(EnvError::unsupported(format!(
+                "field label does not support subscript: {path}"
+            )));
         }
-        return field_value(pod, path);
+        return field_value(pod, path).map_err(|e| EnvError::unsupported(e.to_string()));
     }
     let spec = pod.spec.as_ref();
     let host_ip = || {
-        src.host_ips
-            .first()
-            .cloned()
-            .ok_or_else(|| "failed to get node addresses: none known".to_owned())
+        src.host_ips.first().cloned().ok_or_else(|| EnvError {
+            message: "failed to get node addresses: none known".to_owned(),
+            cause: Cause::Transient,
+        })
     };
     match path {
         "spec.nodeName" | "spec.host" => {
@@ -441,8 +454,12 @@ fn pod_field(
         | "metadata.uid"
         | "spec.restartPolicy"
         | "spec.schedulerName"
-        | "status.phase" => field_value(pod, path),
-        _ => Err(format!("field label not supported: {path}")),
+        | "status.phase" => {
+            field_value(pod, path).map_err(|e| EnvError::unsupported(e.to_string()))
+        }
+        _ => Err(EnvError::unsupported(format!(
+            "field label not supported: {path}"
+        ))),
     }
 }
 
@@ -576,7 +593,7 @@ mod tests {
                         file_key("BAD"),
                         Err(EnvError {
                             message: "couldn't parse env file".into(),
-                            transient: true,
+                            cause: Cause::Transient,
                         }),
                     ),
                 ]),
@@ -733,12 +750,15 @@ mod tests {
             e.message,
             "environment variable key \"NONE\" not found in file \"/p/env.sh\""
         );
-        assert!(e.transient, "the file may still be written");
+        assert_eq!(e.cause, Cause::Transient, "the file may still be written");
         assert_eq!(
             err(vec![from_file("B", "BAD", None)]).message,
             "couldn't parse env file"
         );
-        assert!(err(vec![from_file("U", "UNREAD", None)]).transient);
+        assert_eq!(
+            err(vec![from_file("U", "UNREAD", None)]).cause,
+            Cause::Transient
+        );
     }
 
     #[test]
@@ -855,38 +875,46 @@ mod tests {
             }),
             ..Default::default()
         };
-        let cases: Vec<(EnvVarSource, &str, bool)> = vec![
-            (key("gone", "x"), "configmaps \"gone\" not found", false),
+        let cases: Vec<(EnvVarSource, &str, Cause)> = vec![
+            (
+                key("gone", "x"),
+                "configmaps \"gone\" not found",
+                Cause::MissingObject,
+            ),
             (
                 key("conf", "x"),
                 "couldn't find key x in ConfigMap shop/conf",
-                false,
+                Cause::MissingObject,
             ),
-            (key("later", "x"), "failed to sync configmap cache", true),
+            (
+                key("later", "x"),
+                "failed to sync configmap cache",
+                Cause::Transient,
+            ),
             (
                 field("spec.nodeNme"),
                 "field label not supported: spec.nodeNme",
-                false,
+                Cause::Unsupported,
             ),
             (
                 field("spec.nodeName['x']"),
                 "field label does not support subscript: spec.nodeName['x']",
-                false,
+                Cause::Unsupported,
             ),
             (
                 field("status.phase"),
                 "unsupported fieldPath: status.phase",
-                false,
+                Cause::Unsupported,
             ),
-            (versioned, "unsupported pod version: v2", false),
-            (other, "container nope not found", false),
+            (versioned, "unsupported pod version: v2", Cause::Unsupported),
+            (other, "container nope not found", Cause::Unsupported),
         ];
-        for (src, message, transient) in cases {
+        for (src, message, cause) in cases {
             assert_eq!(
                 w.env(one(src)),
                 Err(EnvError {
                     message: message.into(),
-                    transient
+                    cause
                 })
             );
         }

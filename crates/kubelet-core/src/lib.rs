@@ -27,6 +27,7 @@ pub mod events;
 pub mod eviction;
 pub mod expansion;
 pub mod expfmt;
+pub mod failure;
 pub mod final_status;
 pub mod flowcontrol;
 pub mod gc;

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
 };
 
 use crate::downward;
+use crate::failure::Cause;
 use crate::quantity::parse_bytes;
 
 /// The plugin directories under `<pod>/volumes/` (the plugin name with `/`
@@ -131,39 +132,101 @@ pub type Payload = BTreeMap<String, FileProjection>;
 const MAX_PATH_LENGTH: usize = 4096;
 const MAX_FILE_NAME_LENGTH: usize = 255;
 
+/// A payload path the atomic writer refuses, in upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("invalid path: must not be empty: {0:?}")]
+    Empty(String),
+    #[error("invalid path: must be relative path: {0}")]
+    Absolute(String),
+    #[error("invalid path: must be less than or equal to {MAX_PATH_LENGTH} characters")]
+    TooLong,
+    #[error("invalid path: must not contain NUL: {0:?}")]
+    Nul(String),
+    #[error("invalid path: must not contain '..': {0}")]
+    DotDot(String),
+    #[error(
+        "invalid path: filenames must be less than or equal to {MAX_FILE_NAME_LENGTH} characters"
+    )]
+    NameTooLong,
+    #[error("invalid path: must not start with '..': {0}")]
+    StartsWithDots(String),
+}
+
 /// The atomic writer's check of a payload path, with upstream's messages:
 /// relative, no `..` element, not starting with `..` (the writer's own
 /// names), within the length limits.
-pub fn validate_path(path: &str) -> Result<(), String> {
+pub fn validate_path(path: &str) -> Result<(), PathError> {
+    let owned = || path.to_owned();
     if path.is_empty() {
-        return Err(format!("invalid path: must not be empty: {path:?}"));
+        return Err(PathError::Empty(owned()));
     }
     if path.starts_with('/') {
-        return Err(format!("invalid path: must be relative path: {path}"));
+        return Err(PathError::Absolute(owned()));
     }
     if path.len() > MAX_PATH_LENGTH {
-        return Err(format!(
-            "invalid path: must be less than or equal to {MAX_PATH_LENGTH} characters"
-        ));
+        return Err(PathError::TooLong);
     }
     if path.contains('\0') {
-        return Err(format!("invalid path: must not contain NUL: {path:?}"));
+        return Err(PathError::Nul(owned()));
     }
     let items: Vec<&str> = path.split('/').collect();
     for item in &items {
         if *item == ".." {
-            return Err(format!("invalid path: must not contain '..': {path}"));
+            return Err(PathError::DotDot(owned()));
         }
         if item.len() > MAX_FILE_NAME_LENGTH {
-            return Err(format!(
-                "invalid path: filenames must be less than or equal to {MAX_FILE_NAME_LENGTH} characters"
-            ));
+            return Err(PathError::NameTooLong);
         }
     }
     if items[0].starts_with("..") && items[0].len() > 2 {
-        return Err(format!("invalid path: must not start with '..': {path}"));
+        return Err(PathError::StartsWithDots(owned()));
     }
     Ok(())
+}
+
+/// Why a volume's files could not be made from the objects it projects,
+/// in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub enum PayloadError {
+    #[error("configmap references non-existent config key: {0}")]
+    ConfigMapKey(String),
+    #[error("references non-existent secret key: {0}")]
+    SecretKey(String),
+    #[error(transparent)]
+    Downward(#[from] downward::DownwardError),
+    /// Several items failed (upstream's aggregate).
+    #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Several(Vec<PayloadError>),
+    #[error("while normalizing trust anchors: {0}")]
+    TrustAnchors(#[source] pem::PemError),
+}
+
+impl PayloadError {
+    /// What would clear it: a key the object lacks comes with an update
+    /// of the object (its watch wakes the pod); a field the pod names that
+    /// cannot be read, or a bundle that is not PEM, needs a new spec or
+    /// object.
+    pub fn cause(&self) -> Cause {
+        match self {
+            PayloadError::ConfigMapKey(_) | PayloadError::SecretKey(_) => Cause::MissingObject,
+            PayloadError::Downward(_) | PayloadError::TrustAnchors(_) => Cause::Unsupported,
+            PayloadError::Several(errors) => errors
+                .iter()
+                .map(PayloadError::cause)
+                .reduce(Cause::sooner)
+                .unwrap_or(Cause::Unsupported),
+        }
+    }
+}
+
+/// One error of several, or their aggregate.
+pub fn aggregate<E>(mut errors: Vec<E>, several: impl FnOnce(Vec<E>) -> E) -> Option<E> {
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        _ => Some(several(errors)),
+    }
 }
 
 /// A path as Go's `filepath.Clean` leaves a relative one: no empty or `.`
@@ -182,7 +245,7 @@ pub fn clean_path(path: &str) -> String {
 
 /// Checks every path of `payload` and cleans it (upstream's
 /// validatePayload).
-pub fn clean_payload(payload: Payload) -> Result<Payload, String> {
+pub fn clean_payload(payload: Payload) -> Result<Payload, PathError> {
     let mut out = Payload::new();
     for (path, file) in payload {
         validate_path(&path)?;
@@ -201,33 +264,29 @@ pub struct KeyedSource<'a> {
 /// The payload of a configMap (upstream's configmap.MakePayload): every key
 /// of `data` and `binaryData` under its own name, or the `items` asked for
 /// (a missing key is an error unless the volume is optional).
-pub fn config_map_payload(src: &KeyedSource, cm: &ConfigMap) -> Result<Payload, String> {
+pub fn config_map_payload(src: &KeyedSource, cm: &ConfigMap) -> Result<Payload, PayloadError> {
     let text = cm.data.iter().flatten().map(|(k, v)| (k, v.as_bytes()));
     let binary = cm.binary_data.iter().flatten().map(|(k, v)| (k, &v.0[..]));
     let all: BTreeMap<&String, &[u8]> = text.chain(binary).collect();
-    keyed_payload(src, &all, |key| {
-        format!("configmap references non-existent config key: {key}")
-    })
+    keyed_payload(src, &all, PayloadError::ConfigMapKey)
 }
 
 /// The payload of a secret (upstream's secret.MakePayload).
-pub fn secret_payload(src: &KeyedSource, secret: &Secret) -> Result<Payload, String> {
+pub fn secret_payload(src: &KeyedSource, secret: &Secret) -> Result<Payload, PayloadError> {
     let all: BTreeMap<&String, &[u8]> = secret
         .data
         .iter()
         .flatten()
         .map(|(k, v)| (k, &v.0[..]))
         .collect();
-    keyed_payload(src, &all, |key| {
-        format!("references non-existent secret key: {key}")
-    })
+    keyed_payload(src, &all, PayloadError::SecretKey)
 }
 
 fn keyed_payload(
     src: &KeyedSource,
     all: &BTreeMap<&String, &[u8]>,
-    missing: impl Fn(&str) -> String,
-) -> Result<Payload, String> {
+    missing: impl Fn(String) -> PayloadError,
+) -> Result<Payload, PayloadError> {
     let file = |data: &[u8], mode: Option<i32>| FileProjection {
         data: data.to_vec(),
         mode: mode.unwrap_or(src.default_mode),
@@ -245,7 +304,7 @@ fn keyed_payload(
                 out.insert(item.path.clone(), file(data, item.mode));
             }
             None if src.optional => {}
-            None => return Err(missing(&item.key)),
+            None => return Err(missing(item.key.clone())),
         }
     }
     Ok(out)
@@ -259,7 +318,7 @@ pub fn downward_payload(
     pod: &Pod,
     allocatable: &downward::Allocatable,
     default_mode: i32,
-) -> Result<Payload, String> {
+) -> Result<Payload, PayloadError> {
     let mut out = Payload::new();
     let mut errors = Vec::new();
     for item in items {
@@ -280,13 +339,12 @@ pub fn downward_payload(
                     },
                 );
             }
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(PayloadError::from(e)),
         }
     }
-    match errors.len() {
-        0 => Ok(out),
-        1 => Err(errors.remove(0)),
-        _ => Err(format!("[{}]", errors.join(", "))),
+    match aggregate(errors, PayloadError::Several) {
+        None => Ok(out),
+        Some(e) => Err(e),
     }
 }
 
@@ -298,11 +356,10 @@ pub fn downward_payload(
 pub fn normalize_trust_anchors(
     bundles: &[&str],
     order: &impl std::hash::BuildHasher,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, PayloadError> {
     let mut ders: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
     for b in bundles {
-        let pems =
-            pem::parse_many(b).map_err(|e| format!("while normalizing trust anchors: {e}"))?;
+        let pems = pem::parse_many(b).map_err(PayloadError::TrustAnchors)?;
         for p in pems {
             let der = p.into_contents();
             ders.entry(order.hash_one(&der)).or_insert(der);
@@ -399,7 +456,7 @@ pub fn check_mounts(pod: &Pod, c: &Container) -> Result<(), (String, String)> {
             ));
         }
         if !sub.is_empty() {
-            check_sub_path(sub).map_err(|e| (field("subPath"), e))?;
+            check_sub_path(sub).map_err(|e| (field("subPath"), e.to_string()))?;
         }
         if m.mount_propagation.as_deref() == Some("Bidirectional") && !privileged {
             return Err((
@@ -411,24 +468,28 @@ pub fn check_mounts(pod: &Pod, c: &Container) -> Result<(), (String, String)> {
     Ok(())
 }
 
+/// A subPath that would leave its volume, in upstream's makeMounts words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubPathError {
+    #[error("error SubPath `{0}` must not be an absolute path")]
+    Absolute(String),
+    #[error("unable to provision SubPath `{0}`: must not contain NUL")]
+    Nul(String),
+    #[error("unable to provision SubPath `{0}`: must not contain '..'")]
+    DotDot(String),
+}
+
 /// A subPath (or an expanded subPathExpr) must stay inside its volume:
-/// relative, without a `..` element, without NUL (upstream's makeMounts
-/// words).
-pub fn check_sub_path(sub: &str) -> Result<(), String> {
+/// relative, without a `..` element, without NUL.
+pub fn check_sub_path(sub: &str) -> Result<(), SubPathError> {
     if sub.starts_with('/') {
-        return Err(format!(
-            "error SubPath `{sub}` must not be an absolute path"
-        ));
+        return Err(SubPathError::Absolute(sub.to_owned()));
     }
     if sub.contains('\0') {
-        return Err(format!(
-            "unable to provision SubPath `{sub}`: must not contain NUL"
-        ));
+        return Err(SubPathError::Nul(sub.to_owned()));
     }
     if sub.split('/').any(|p| p == "..") {
-        return Err(format!(
-            "unable to provision SubPath `{sub}`: must not contain '..'"
-        ));
+        return Err(SubPathError::DotDot(sub.to_owned()));
     }
     Ok(())
 }
@@ -537,7 +598,7 @@ mod tests {
         for (path, want) in cases {
             match (validate_path(path), want) {
                 (Ok(()), Ok(())) => {}
-                (Err(e), Err(w)) => assert!(e.contains(w), "{path:?}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{path:?}: {e}"),
                 (got, want) => panic!("{path:?}: {got:?}, want {want:?}"),
             }
         }
@@ -600,12 +661,16 @@ mod tests {
             optional,
         };
         assert_eq!(
-            config_map_payload(&src(false), &cm()).unwrap_err(),
+            config_map_payload(&src(false), &cm())
+                .unwrap_err()
+                .to_string(),
             "configmap references non-existent config key: nope"
         );
         assert!(config_map_payload(&src(true), &cm()).unwrap().is_empty());
         assert_eq!(
-            secret_payload(&src(false), &Secret::default()).unwrap_err(),
+            secret_payload(&src(false), &Secret::default())
+                .unwrap_err()
+                .to_string(),
             "references non-existent secret key: nope"
         );
     }

@@ -11,7 +11,11 @@ use kubelet_cri::client::CriError;
 
 use crate::cm::CmError;
 use crate::volumes::VolumeError;
+use kubelet_core::dns::{HostnameError, ResolvConfError};
 use kubelet_core::env::EnvError;
+use kubelet_core::failure::Cause;
+
+use crate::runtimeclass::RuntimeClassError;
 
 /// Why a container's config could not be built; the name of the field.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +38,17 @@ pub enum Retry {
     /// Only a change helps (of the spec, or of what the kubelet is told):
     /// the update syncs the pod; until then, the periodic resync.
     Resync,
+}
+
+/// A missing object is waited for by its watch and an unsupported spec
+/// by its change, both through the pod's resync; the rest backs off.
+impl From<Cause> for Retry {
+    fn from(cause: Cause) -> Retry {
+        match cause {
+            Cause::MissingObject | Cause::Unsupported => Retry::Resync,
+            Cause::Transient => Retry::Backoff,
+        }
+    }
 }
 
 impl Retry {
@@ -118,8 +133,7 @@ impl StartError {
                 ..
             }
             | StartError::Config(_) => Retry::Resync,
-            // A missing object wakes the pod when it appears.
-            StartError::Env(e) if !e.transient => Retry::Resync,
+            StartError::Env(e) => e.cause.into(),
             _ => Retry::Backoff,
         }
     }
@@ -174,8 +188,8 @@ pub enum SyncError {
     /// GeneratePodSandboxConfig failure: the pod's hostname, the node's
     /// resolvConf, a user namespace); upstream's FailedCreatePodSandBox
     /// event gives the message as is.
-    #[error("{0}")]
-    SandboxConfig(String),
+    #[error(transparent)]
+    SandboxConfig(SandboxConfigError),
     /// The pod's cgroup could not be made (upstream's words; its
     /// FailedToCreatePodContainer event says it too).
     #[error(
@@ -191,11 +205,77 @@ pub enum SyncError {
     PodCgroupTeardown(#[source] CmError),
     /// A running container's resources could not be updated in place
     /// (PodResizeInProgress, with reason Error, says why); tried again.
-    #[error("{0}")]
-    Resize(String),
+    #[error(transparent)]
+    Resize(ResizeError),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,
+}
+
+/// Why a sandbox's config could not be made (upstream's
+/// GeneratePodSandboxConfig failures), in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxConfigError {
+    #[error(transparent)]
+    RuntimeClass(#[from] RuntimeClassError),
+    /// containerd 1.6 has no user namespaces.
+    #[error("can't set `spec.hostUsers: false`, runtime does not support user namespaces")]
+    UserNamespaces,
+    #[error(transparent)]
+    Hostname(#[from] HostnameError),
+    #[error("open {path}: {source}")]
+    ReadResolvConf {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Encountered error while parsing resolv conf file. Error: {0}")]
+    ParseResolvConf(#[source] ResolvConfError),
+}
+
+impl SandboxConfigError {
+    /// What would clear it: the pod's own fields need a new spec; a
+    /// RuntimeClass, or the node's resolv.conf, may come or be fixed
+    /// (retried with back-off, as upstream retries a sandbox).
+    pub fn cause(&self) -> Cause {
+        match self {
+            SandboxConfigError::UserNamespaces | SandboxConfigError::Hostname(_) => {
+                Cause::Unsupported
+            }
+            SandboxConfigError::RuntimeClass(_)
+            | SandboxConfigError::ReadResolvConf { .. }
+            | SandboxConfigError::ParseResolvConf(_) => Cause::Transient,
+        }
+    }
+}
+
+/// Why an in-place resize could not be carried out (PodResizeInProgress,
+/// with reason Error, says it); each is tried again with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum ResizeError {
+    #[error("failed to checkpoint the pod's allocation")]
+    Checkpoint,
+    /// A memory limit would go at or below what is used (upstream's
+    /// validateMemoryResizeAction, in its words).
+    #[error("{0}")]
+    MemoryDecrease(String),
+    #[error("failed to resize container {container}: {source}")]
+    Container {
+        container: String,
+        #[source]
+        source: ContainerResizeError,
+    },
+    #[error("failed to resize the pod cgroup: {0}")]
+    PodCgroup(#[source] CmError),
+}
+
+/// Why one container's resources could not be updated.
+#[derive(Debug, thiserror::Error)]
+pub enum ContainerResizeError {
+    #[error(transparent)]
+    Config(ConfigError),
+    #[error(transparent)]
+    Runtime(CriError),
 }
 
 fn join(failures: &[StartFailure]) -> String {
@@ -216,6 +296,8 @@ impl SyncError {
                 .iter()
                 .map(|f| f.error.retry())
                 .reduce(Retry::sooner),
+            SyncError::Volumes(e) => Some(e.cause().into()),
+            SyncError::SandboxConfig(e) => Some(e.cause().into()),
             _ => Some(Retry::Backoff),
         }
     }
@@ -322,6 +404,45 @@ mod tests {
         ];
         for (err, want) in cases {
             assert_eq!(err.retry(), want, "{err}");
+        }
+    }
+
+    #[test]
+    fn volume_and_sandbox_failures_retry_by_their_cause() {
+        use crate::volumes::{SetUpError, VolumeError};
+        let io = || SetUpError::Io(std::io::Error::other("disk"));
+        let volumes = |failed: Vec<SetUpError>| {
+            SyncError::Volumes(VolumeError {
+                failed: failed.into_iter().map(|e| ("v".to_owned(), e)).collect(),
+            })
+        };
+        let unsupported = || SetUpError::UnsupportedType("gcePersistentDisk".into());
+        let missing_key =
+            || SetUpError::Payload(kubelet_core::volume::PayloadError::ConfigMapKey("k".into()));
+        let cases: Vec<(SyncError, Retry)> = vec![
+            (volumes(vec![unsupported()]), Retry::Resync),
+            (volumes(vec![missing_key()]), Retry::Resync),
+            (volumes(vec![io()]), Retry::Backoff),
+            (volumes(vec![unsupported(), io()]), Retry::Backoff),
+            (
+                volumes(vec![SetUpError::Several(vec![unsupported(), io()])]),
+                Retry::Backoff,
+            ),
+            (
+                SyncError::SandboxConfig(SandboxConfigError::UserNamespaces),
+                Retry::Resync,
+            ),
+            (
+                SyncError::SandboxConfig(SandboxConfigError::ReadResolvConf {
+                    path: "/etc/resolv.conf".into(),
+                    source: std::io::Error::other("gone"),
+                }),
+                Retry::Backoff,
+            ),
+            (SyncError::Resize(ResizeError::Checkpoint), Retry::Backoff),
+        ];
+        for (err, want) in cases {
+            assert_eq!(err.retry(), Some(want), "{err}");
         }
     }
 

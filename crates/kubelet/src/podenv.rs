@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::nodestatus::NodeAllocatable;
 use crate::volumes::objects::{GetError, ObjectStore};
 use crate::volumes::{PodVolumes, subpath};
+use kubelet_core::failure::Cause;
 use kubelet_core::types::is_static_pod;
 
 /// The Services, from their watch (cluster mode).
@@ -45,8 +46,8 @@ async fn fetch<K: Watched>(
     };
     match store.get(namespace, name).await {
         Ok(o) => Fetched::Found(o),
-        Err(GetError::NotFound(m)) => Fetched::NotFound(m),
-        Err(GetError::Other(m)) => Fetched::Failed(m),
+        Err(e @ GetError::NotFound { .. }) => Fetched::NotFound(e.to_string()),
+        Err(e) => Fetched::Failed(e.to_string()),
     }
 }
 
@@ -84,7 +85,7 @@ impl PodEnv {
                     message:
                         "services have not yet been read at least once, cannot construct envvars"
                             .into(),
-                    transient: true,
+                    cause: Cause::Transient,
                 });
             }
             _ => Arc::default(),
@@ -183,7 +184,7 @@ async fn read_env_file(pod: &Pod, key: &FileKey, volumes: &PodVolumes) -> EnvFil
                 "cannot find the volume {:?} referenced by FileKeyRef",
                 key.volume
             ),
-            transient: false,
+            cause: Cause::Unsupported,
         });
     };
     let (root, rel, name) = (volume.host_path.clone(), key.path.clone(), key.key.clone());
@@ -208,7 +209,7 @@ async fn read_env_file(pod: &Pod, key: &FileKey, volumes: &PodVolumes) -> EnvFil
             tracing::error!(pod = %kubelet_core::types::pod_full_name(pod), error = %e, "Failed to parse env file");
             Err(EnvError {
                 message: "couldn't parse env file".into(),
-                transient: true,
+                cause: Cause::Transient,
             })
         }
     }

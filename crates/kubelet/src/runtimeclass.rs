@@ -21,14 +21,12 @@ impl RuntimeClasses {
     /// The runtime handler of the pod's sandbox (upstream's
     /// LookupRuntimeHandler): empty for no RuntimeClass; Err is the message
     /// of the pod's FailedCreatePodSandBox event.
-    pub fn handler(&self, name: Option<&str>) -> Result<String, String> {
+    pub fn handler(&self, name: Option<&str>) -> Result<String, RuntimeClassError> {
         let Some(name) = name.filter(|n| !n.is_empty()) else {
             return Ok(String::new());
         };
         match &self.0 {
-            None => Err(format!(
-                "failed to lookup RuntimeClass {name}: no API server to read RuntimeClasses from"
-            )),
+            None => Err(RuntimeClassError::NoApiServer(name.to_owned())),
             Some(rx) => lookup(&rx.borrow(), name),
         }
     }
@@ -36,17 +34,26 @@ impl RuntimeClasses {
 
 /// `name`'s handler among the listed classes, with upstream's errors: the
 /// lister's NotFound as is, any other failure to look it up wrapped.
-fn lookup(classes: &Latest<Vec<RuntimeClass>>, name: &str) -> Result<String, String> {
+fn lookup(classes: &Latest<Vec<RuntimeClass>>, name: &str) -> Result<String, RuntimeClassError> {
     match classes {
         Latest::Present(all) => all
             .iter()
             .find(|rc| rc.metadata.name.as_deref() == Some(name))
             .map(|rc| rc.handler.clone())
-            .ok_or_else(|| format!("runtimeclass.node.k8s.io {name:?} not found")),
-        Latest::Pending | Latest::Absent => Err(format!(
-            "failed to lookup RuntimeClass {name}: RuntimeClasses are not listed yet"
-        )),
+            .ok_or_else(|| RuntimeClassError::NotFound(name.to_owned())),
+        Latest::Pending | Latest::Absent => Err(RuntimeClassError::NotListed(name.to_owned())),
     }
+}
+
+/// Why a pod's RuntimeClass has no handler, in upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeClassError {
+    #[error("runtimeclass.node.k8s.io {0:?} not found")]
+    NotFound(String),
+    #[error("failed to lookup RuntimeClass {0}: RuntimeClasses are not listed yet")]
+    NotListed(String),
+    #[error("failed to lookup RuntimeClass {0}: no API server to read RuntimeClasses from")]
+    NoApiServer(String),
 }
 
 #[cfg(test)]
@@ -94,7 +101,11 @@ mod tests {
         ];
         for (classes, name, want) in cases {
             let got = classes.handler(name);
-            assert_eq!(got.as_deref().map_err(String::as_str), want, "{name:?}");
+            assert_eq!(
+                got.as_deref().map_err(ToString::to_string),
+                want.map_err(str::to_owned),
+                "{name:?}"
+            );
         }
     }
 }

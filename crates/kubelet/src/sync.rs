@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::allocation::AllocationManager;
 use crate::clock::Clock;
 use crate::cm::{CmError, ContainerManager, PodNarrowing};
-use crate::error::{SyncError, waiting_reasons};
+use crate::error::{ResizeError, SyncError, waiting_reasons};
 use crate::events::{Involved, WARNING};
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
@@ -345,10 +345,11 @@ impl Syncer {
         // containers keep what they have.
         let resizing = actuated != allocation_of(&allocated);
         let blocked = if resizing && !self.allocation.persisted(CHECKPOINT_WAIT).await {
-            Some("failed to checkpoint the pod's allocation".to_owned())
+            Some(ResizeError::Checkpoint)
         } else if resizing {
             self.memory_decrease_blocked(&allocated, &actuated_pod, &actuated, &rt)
                 .await
+                .map(ResizeError::MemoryDecrease)
         } else {
             None
         };
@@ -380,7 +381,7 @@ impl Syncer {
         if let Some(narrowing) = narrowing.filter(|_| result.resize_error.is_none())
             && let Err(e) = self.cm.narrow_pod(narrowing).await
         {
-            result.resize_error = Some(format!("failed to resize the pod cgroup: {e}"));
+            result.resize_error = Some(ResizeError::PodCgroup(e));
         }
         let running: Vec<&str> = rt.running_containers().map(|c| c.name.as_str()).collect();
         let changed: Vec<String> = result
@@ -396,7 +397,7 @@ impl Syncer {
             result.resize_error.is_none(),
         );
         if let Some(e) = &result.resize_error {
-            self.allocation.resize_failed(&allocated, e);
+            self.allocation.resize_failed(&allocated, &e.to_string());
         }
         self.reasons.lock().insert(
             target.pod_ref.uid.clone(),

@@ -162,8 +162,8 @@ impl Kubelet {
                 .map(|r| r.node_ips.iter().filter_map(|ip| ip.parse().ok()).collect())
                 .unwrap_or_default(),
         };
-        let tls = tls::server_config(cfg, &self.opts.root_dir, &identity)
-            .map_err(|e| KubeletError::Tls(e.to_string()))?;
+        let tls =
+            tls::server_config(cfg, &self.opts.root_dir, &identity).map_err(KubeletError::Tls)?;
         let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
             Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
             None => Arc::new(auth::NoApiServer),

@@ -116,7 +116,7 @@ impl KubeletOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum KubeletError {
     #[error("kubelet API serving certificate: {0}")]
-    Tls(String),
+    Tls(#[source] kubelet_server::tls::TlsError),
     /// The container manager could not set up the node's cgroups
     /// (upstream exits: "Failed to start ContainerManager").
     #[error("Failed to start ContainerManager: {0}")]

@@ -24,7 +24,7 @@ use super::hooks::{Hook, run_hook};
 use super::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
 use super::status::pod_ip;
 use super::{MIN_GRACE_PERIOD, RuntimeManager, Sandbox, SyncResult, ok_if_not_found};
-use crate::error::{ConfigError, StartError};
+use crate::error::{ConfigError, ContainerResizeError, ResizeError, StartError};
 use crate::events::{Involved, NORMAL, WARNING};
 use crate::volumes::pod_dir;
 
@@ -52,18 +52,21 @@ impl RuntimeManager {
                     .cri
                     .update_container_resources(&update.id, linux)
                     .await
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+                    .map_err(ContainerResizeError::Runtime),
+                Err(e) => Err(ContainerResizeError::Config(e)),
             };
             match applied {
                 Ok(()) => {
                     tracing::info!(container = %c.name, "container resources updated in place");
                     result.resized.push(c.name.clone());
                 }
-                Err(e) => {
-                    let message = format!("failed to resize container {}: {e}", c.name);
-                    tracing::warn!(%message);
-                    result.resize_error = Some(message);
+                Err(source) => {
+                    let e = ResizeError::Container {
+                        container: c.name.clone(),
+                        source,
+                    };
+                    tracing::warn!(error = %e, "resize");
+                    result.resize_error = Some(e);
                     return;
                 }
             }

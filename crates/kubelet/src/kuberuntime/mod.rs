@@ -38,7 +38,7 @@ use parking_lot::Mutex;
 use self::config::{NodeResources, SecurityDefaults};
 use crate::clock::Clock;
 use crate::cm::ContainerManager;
-use crate::error::{StartFailure, SyncError};
+use crate::error::{ResizeError, StartFailure, SyncError};
 use crate::events::{Involved, Recorder};
 use crate::podenv::PodEnv;
 use crate::pullmanager::PullManager;
@@ -48,8 +48,8 @@ use crate::volumes::PodVolumes;
 /// Upstream never kills with less than this grace period (seconds).
 pub const MIN_GRACE_PERIOD: i64 = 2;
 
-/// A pod as the runtime manager needs to know it to stop or clean it: its
-/// identity and, when a source still knows it, its spec.
+/// A pod as the runtime manager needs to know it to read its status, stop
+/// or clean it when no spec may be left: its identity.
 #[derive(Clone, Debug)]
 pub struct PodRef {
     pub uid: PodUid,
@@ -67,8 +67,8 @@ pub struct SyncResult {
     pub started: Vec<String>,
     /// Running containers whose resources were updated in place.
     pub resized: Vec<String>,
-    /// Why updating a container's resources failed.
-    pub resize_error: Option<String>,
+    /// Why the resize could not be carried out.
+    pub resize_error: Option<ResizeError>,
 }
 
 /// The sandbox a pod's containers start in: its config, the pod's IPs and

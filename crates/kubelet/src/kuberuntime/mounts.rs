@@ -128,7 +128,7 @@ pub async fn container_mounts(
         let host_path: PathBuf = if sub.is_empty() {
             vol.host_path.clone()
         } else {
-            check_sub_path(&sub).map_err(|e| err(field("subPath"), e))?;
+            check_sub_path(&sub).map_err(|e| err(field("subPath"), e.to_string()))?;
             let target = pod_dir
                 .join("volume-subpaths")
                 .join(&m.name)

@@ -5,7 +5,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::PodActions;
 use kubelet_core::dns::{
-    ResolvConf, hostname_and_domain, kernel_hostname, parse_resolv_conf, pod_dns,
+    HostnameError, ResolvConf, hostname_and_domain, kernel_hostname, parse_resolv_conf, pod_dns,
 };
 use kubelet_core::runtime::PodStatus;
 use kubelet_cri::client::CriError;
@@ -13,7 +13,7 @@ use kubelet_cri::client::CriError;
 use super::config::{host_network, sandbox_config};
 use super::status::sandbox_ips;
 use super::{PodName, RuntimeManager, Sandbox};
-use crate::error::SyncError;
+use crate::error::{SandboxConfigError, SyncError};
 use crate::events::{Involved, WARNING};
 use crate::volumes::PodVolumes;
 
@@ -41,7 +41,7 @@ impl RuntimeManager {
                         .sandbox_config(pod, attempt)
                         .await
                         .map(|(config, name)| (handler, config, name)),
-                    Err(e) => Err(SyncError::SandboxConfig(e)),
+                    Err(e) => Err(SyncError::SandboxConfig(e.into())),
                 };
                 let (handler, config, name) = made.inspect_err(|e| {
                     self.events.event(
@@ -99,14 +99,11 @@ impl RuntimeManager {
         pod: &Pod,
         attempt: u32,
     ) -> Result<(cri::PodSandboxConfig, PodName), SyncError> {
-        let fail = |m: String| SyncError::SandboxConfig(m);
+        let fail = |e: HostnameError| SyncError::SandboxConfig(e.into());
         // containerd 1.6 has no user namespaces: refused as upstream's
         // userns manager refuses them on such a runtime.
         if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-            return Err(fail(
-                "can't set `spec.hostUsers: false`, runtime does not support user namespaces"
-                    .into(),
-            ));
+            return Err(SyncError::SandboxConfig(SandboxConfigError::UserNamespaces));
         }
         let (hostname, domain) =
             hostname_and_domain(pod, &self.host.dns.cluster_domain).map_err(fail)?;
@@ -125,12 +122,14 @@ impl RuntimeManager {
         } else {
             let text = read_resolv_conf(&self.host.resolv_conf)
                 .await
-                .map_err(|e| fail(format!("open {}: {e}", self.host.resolv_conf)))?;
-            parse_resolv_conf(&text).map_err(|e| {
-                fail(format!(
-                    "Encountered error while parsing resolv conf file. Error: {e}"
-                ))
-            })?
+                .map_err(|source| {
+                    SyncError::SandboxConfig(SandboxConfigError::ReadResolvConf {
+                        path: self.host.resolv_conf.clone(),
+                        source,
+                    })
+                })?;
+            parse_resolv_conf(&text)
+                .map_err(|e| SyncError::SandboxConfig(SandboxConfigError::ParseResolvConf(e)))?
         };
         let (dns, events) = pod_dns(pod, &host, &self.host.dns);
         for e in events {

@@ -31,12 +31,13 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ClusterTrustBundleProjection, ConfigMap, Pod, Secret, Volume};
+use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::quantity::parse_bytes;
 use kubelet_core::types::PodUid;
 use kubelet_core::volume::{
-    self as vol, EMPTY_DIR, KeyedSource, Kind, Payload, config_map_payload, downward_payload,
-    memory_volume_size, secret_payload, volume_dir,
+    self as vol, EMPTY_DIR, KeyedSource, Kind, Payload, PayloadError, aggregate,
+    config_map_payload, downward_payload, memory_volume_size, secret_payload, volume_dir,
 };
 
 use crate::events::{Involved, Recorder, WARNING};
@@ -61,10 +62,22 @@ pub struct MountedVolume {
 pub type PodVolumes = HashMap<String, MountedVolume>;
 
 /// Volumes that could not be set up; each was told in an event.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct VolumeError {
-    /// (volume, why), in the pod's order.
-    pub failed: Vec<(String, String)>,
+    /// (volume, why), in the pod's order; the volume is empty for a
+    /// failure of the pod's own directory.
+    pub failed: Vec<(String, SetUpError)>,
+}
+
+impl VolumeError {
+    /// What would clear them all: the soonest of their causes.
+    pub fn cause(&self) -> Cause {
+        self.failed
+            .iter()
+            .map(|(_, e)| e.cause())
+            .reduce(Cause::sooner)
+            .unwrap_or(Cause::Transient)
+    }
 }
 
 impl std::fmt::Display for VolumeError {
@@ -85,6 +98,113 @@ impl std::fmt::Display for VolumeError {
 }
 
 impl std::error::Error for VolumeError {}
+
+/// Why one volume (or the pod's directory) could not be set up, in
+/// upstream's words where it has them.
+#[derive(Debug, thiserror::Error)]
+pub enum SetUpError {
+    #[error("pod UID {0:?} is not a path component")]
+    PodUid(String),
+    #[error("creating the pod directory: {0}")]
+    PodDir(#[source] io::Error),
+    #[error("invalid volume name: {0}")]
+    InvalidName(String),
+    #[error("volume name is not unique")]
+    NotUnique,
+    #[error("no volume plugin matched: {0} volumes are not supported by rkubelet")]
+    UnsupportedType(String),
+    #[error("no volume plugin matched")]
+    NoPlugin,
+    #[error("podCertificate projections are not supported by rkubelet")]
+    PodCertificate,
+    #[error("ClusterTrustBundle projection requires either name or signerName to be set")]
+    TrustBundleSelector,
+    /// cluster mode only: a configMap, secret, token or trust bundle.
+    #[error("{what}: a pod without an API server cannot reference one")]
+    NoApiServer { what: String },
+    #[error(transparent)]
+    Object(#[from] GetError),
+    #[error(transparent)]
+    Payload(#[from] PayloadError),
+    #[error(transparent)]
+    Token(#[from] token::TokenError),
+    #[error(transparent)]
+    Trust(#[from] trust::TrustError),
+    #[error(transparent)]
+    HostPath(#[from] HostPathError),
+    /// The node's file system.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// Several projected sources failed (upstream's aggregate).
+    #[error("[{}]", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    Several(Vec<SetUpError>),
+}
+
+impl SetUpError {
+    /// What would clear it.
+    pub fn cause(&self) -> Cause {
+        match self {
+            SetUpError::InvalidName(_)
+            | SetUpError::PodUid(_)
+            | SetUpError::NotUnique
+            | SetUpError::UnsupportedType(_)
+            | SetUpError::NoPlugin
+            | SetUpError::PodCertificate
+            | SetUpError::TrustBundleSelector
+            | SetUpError::NoApiServer { .. } => Cause::Unsupported,
+            SetUpError::Object(e) => e.cause(),
+            SetUpError::Payload(e) => e.cause(),
+            SetUpError::Trust(e) => e.cause(),
+            SetUpError::HostPath(e) => e.cause(),
+            SetUpError::Token(_) | SetUpError::Io(_) | SetUpError::PodDir(_) => Cause::Transient,
+            SetUpError::Several(errors) => errors
+                .iter()
+                .map(SetUpError::cause)
+                .reduce(Cause::sooner)
+                .unwrap_or(Cause::Transient),
+        }
+    }
+}
+
+/// A hostPath whose type does not match, in upstream's words (a path
+/// missing may be made later by someone else: retried).
+#[derive(Debug, thiserror::Error)]
+pub enum HostPathError {
+    #[error("hostPath type check failed: {path} is not a {expected}, it's a {found}")]
+    Mismatch {
+        path: String,
+        expected: &'static str,
+        found: &'static str,
+    },
+    #[error(
+        "hostPath type check failed, {path} is not a {expected}, unable to determine its type: {source}"
+    )]
+    Unknown {
+        path: String,
+        expected: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{0} is an invalid volume type")]
+    InvalidType(String),
+    #[error("creating hostPath {path}: {source}")]
+    Create {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl HostPathError {
+    /// What would clear it: an invalid type needs a new spec; a missing or
+    /// mistyped path may be made on the host.
+    pub fn cause(&self) -> Cause {
+        match self {
+            HostPathError::InvalidType(_) => Cause::Unsupported,
+            _ => Cause::Transient,
+        }
+    }
+}
 
 /// What cluster mode adds: the objects volumes project, and tokens.
 #[derive(Clone)]
@@ -141,10 +261,7 @@ impl VolumeManager {
         let uid = PodUid::of(pod);
         let Some(pod_dir) = self.pod_dir(&uid) else {
             return Err(VolumeError {
-                failed: vec![(
-                    String::new(),
-                    format!("pod UID {uid:?} is not a path component"),
-                )],
+                failed: vec![(String::new(), SetUpError::PodUid(uid.to_string()))],
             });
         };
         let volumes: Vec<Volume> = pod
@@ -162,10 +279,7 @@ impl VolumeManager {
         })
         .await;
         if let Err(e) = made {
-            return Err(self.fail(
-                pod,
-                vec![(String::new(), format!("creating the pod directory: {e}"))],
-            ));
+            return Err(self.fail(pod, vec![(String::new(), SetUpError::PodDir(e))]));
         }
         let mut out = PodVolumes::new();
         let mut failed = Vec::new();
@@ -175,14 +289,11 @@ impl VolumeManager {
             // server checks; said again here, since it names directories).
             let bad = is_dns1123_label(&v.name);
             if !bad.is_empty() {
-                failed.push((
-                    v.name.clone(),
-                    format!("invalid volume name: {}", bad.join("; ")),
-                ));
+                failed.push((v.name.clone(), SetUpError::InvalidName(bad.join("; "))));
                 continue;
             }
             if !seen.insert(v.name.as_str()) {
-                failed.push((v.name.clone(), "volume name is not unique".to_owned()));
+                failed.push((v.name.clone(), SetUpError::NotUnique));
                 continue;
             }
             match self.set_up(pod, &pod_dir, v).await {
@@ -199,7 +310,7 @@ impl VolumeManager {
         }
     }
 
-    fn fail(&self, pod: &Pod, failed: Vec<(String, String)>) -> VolumeError {
+    fn fail(&self, pod: &Pod, failed: Vec<(String, SetUpError)>) -> VolumeError {
         for (name, why) in &failed {
             self.events.event(
                 &Involved::pod(pod, None),
@@ -254,15 +365,18 @@ impl VolumeManager {
         api.secrets.register(&uid, ns, &secrets);
     }
 
-    async fn set_up(&self, pod: &Pod, pod_dir: &Path, v: &Volume) -> Result<MountedVolume, String> {
+    async fn set_up(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        v: &Volume,
+    ) -> Result<MountedVolume, SetUpError> {
         let kind = Kind::of(v);
         let Some(plugin) = kind.plugin_dir() else {
             return match kind {
                 Kind::HostPath => self.host_path(v).await,
-                Kind::Unsupported(t) => Err(format!(
-                    "no volume plugin matched: {t} volumes are not supported by rkubelet"
-                )),
-                _ => Err("no volume plugin matched".into()),
+                Kind::Unsupported(t) => Err(SetUpError::UnsupportedType(t.to_string())),
+                _ => Err(SetUpError::NoPlugin),
             };
         };
         let dir = volume_dir(pod_dir, plugin, &v.name);
@@ -323,8 +437,7 @@ impl VolumeManager {
             }
             Ok(())
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
         Ok(MountedVolume {
             host_path: dir,
             read_only,
@@ -332,14 +445,12 @@ impl VolumeManager {
     }
 
     /// A hostPath: the host's path, checked (or made) as its type says.
-    async fn host_path(&self, v: &Volume) -> Result<MountedVolume, String> {
+    async fn host_path(&self, v: &Volume) -> Result<MountedVolume, SetUpError> {
         let hp = v.host_path.clone().unwrap_or_default();
         let path = PathBuf::from(&hp.path);
         let kind = hp.type_.unwrap_or_default();
         let checked = path.clone();
-        blocking(move || Ok(check_host_path(&checked, &kind)))
-            .await
-            .map_err(|e| e.to_string())??;
+        blocking(move || Ok(check_host_path(&checked, &kind))).await??;
         Ok(MountedVolume {
             host_path: path,
             read_only: false,
@@ -347,7 +458,7 @@ impl VolumeManager {
     }
 
     /// The files of a configMap, secret, downwardAPI or projected volume.
-    async fn payload(&self, pod: &Pod, v: &Volume) -> Result<Payload, String> {
+    async fn payload(&self, pod: &Pod, v: &Volume) -> Result<Payload, SetUpError> {
         if let Some(c) = &v.config_map {
             let items = c.items.as_deref().unwrap_or(&[]);
             let src = KeyedSource {
@@ -356,7 +467,7 @@ impl VolumeManager {
                 optional: c.optional.unwrap_or(false),
             };
             let cm = self.config_map(pod, &c.name, src.optional).await?;
-            return config_map_payload(&src, &cm);
+            return Ok(config_map_payload(&src, &cm)?);
         }
         if let Some(s) = &v.secret {
             let items = s.items.as_deref().unwrap_or(&[]);
@@ -367,16 +478,16 @@ impl VolumeManager {
             };
             let name = s.secret_name.clone().unwrap_or_default();
             let secret = self.secret(pod, &name, src.optional).await?;
-            return secret_payload(&src, &secret);
+            return Ok(secret_payload(&src, &secret)?);
         }
         if let Some(d) = &v.downward_api {
             let items = d.items.as_deref().unwrap_or(&[]);
-            return downward_payload(
+            return Ok(downward_payload(
                 items,
                 pod,
                 &self.allocatable.get(),
                 d.default_mode.unwrap_or(0o644),
-            );
+            )?);
         }
         let Some(p) = &v.projected else {
             return Ok(Payload::new());
@@ -394,7 +505,7 @@ impl VolumeManager {
                 };
                 self.config_map(pod, &c.name, keyed.optional)
                     .await
-                    .and_then(|cm| config_map_payload(&keyed, &cm))
+                    .and_then(|cm| Ok(config_map_payload(&keyed, &cm)?))
             } else if let Some(s) = &src.secret {
                 let items = s.items.as_deref().unwrap_or(&[]);
                 let keyed = KeyedSource {
@@ -404,10 +515,11 @@ impl VolumeManager {
                 };
                 self.secret(pod, &s.name, keyed.optional)
                     .await
-                    .and_then(|secret| secret_payload(&keyed, &secret))
+                    .and_then(|secret| Ok(secret_payload(&keyed, &secret)?))
             } else if let Some(d) = &src.downward_api {
                 let items = d.items.as_deref().unwrap_or(&[]);
                 downward_payload(items, pod, &self.allocatable.get(), mode)
+                    .map_err(SetUpError::from)
             } else if let Some(t) = &src.service_account_token {
                 self.token(
                     pod,
@@ -421,7 +533,7 @@ impl VolumeManager {
                     .await
                     .map(|pem| file(&b.path, pem, owner_only(pod, mode)))
             } else if src.pod_certificate.is_some() {
-                Err("podCertificate projections are not supported by rkubelet".into())
+                Err(SetUpError::PodCertificate)
             } else {
                 Ok(Payload::new())
             };
@@ -430,50 +542,54 @@ impl VolumeManager {
                 Err(e) => errors.push(e),
             }
         }
-        match errors.len() {
-            0 => Ok(out),
-            1 => Err(errors.remove(0)),
-            _ => Err(format!("[{}]", errors.join(", "))),
+        match aggregate(errors, SetUpError::Several) {
+            None => Ok(out),
+            Some(e) => Err(e),
         }
     }
 
     /// A clusterTrustBundle projection's certificates, by name or by signer.
-    async fn trust_anchors(&self, b: &ClusterTrustBundleProjection) -> Result<Vec<u8>, String> {
+    async fn trust_anchors(&self, b: &ClusterTrustBundleProjection) -> Result<Vec<u8>, SetUpError> {
         let Some(api) = &self.api else {
-            return Err("cannot get ClusterTrustBundles without an API server".into());
+            return Err(SetUpError::NoApiServer {
+                what: "clusterTrustBundle".into(),
+            });
         };
         let optional = b.optional.unwrap_or(false);
         match (&b.name, &b.signer_name) {
-            (Some(name), _) => api.trust.anchors(trust::By::Name(name), optional).await,
+            (Some(name), _) => Ok(api.trust.anchors(trust::By::Name(name), optional).await?),
             (None, Some(signer)) => {
                 let by = trust::By::Signer(signer, b.label_selector.as_ref());
-                api.trust.anchors(by, optional).await
+                Ok(api.trust.anchors(by, optional).await?)
             }
-            (None, None) => Err(
-                "ClusterTrustBundle projection requires either name or signerName to be set".into(),
-            ),
+            (None, None) => Err(SetUpError::TrustBundleSelector),
         }
     }
 
-    async fn config_map(&self, pod: &Pod, name: &str, optional: bool) -> Result<ConfigMap, String> {
+    async fn config_map(
+        &self,
+        pod: &Pod,
+        name: &str,
+        optional: bool,
+    ) -> Result<ConfigMap, SetUpError> {
         let Some(api) = &self.api else {
             return absent_or(optional, "configmap", name);
         };
         match api.config_maps.get(namespace(pod), name).await {
             Ok(cm) => Ok((*cm).clone()),
-            Err(GetError::NotFound(_)) if optional => Ok(ConfigMap::default()),
-            Err(e) => Err(e.to_string()),
+            Err(GetError::NotFound { .. }) if optional => Ok(ConfigMap::default()),
+            Err(e) => Err(e.into()),
         }
     }
 
-    async fn secret(&self, pod: &Pod, name: &str, optional: bool) -> Result<Secret, String> {
+    async fn secret(&self, pod: &Pod, name: &str, optional: bool) -> Result<Secret, SetUpError> {
         let Some(api) = &self.api else {
             return absent_or(optional, "secret", name);
         };
         match api.secrets.get(namespace(pod), name).await {
             Ok(s) => Ok((*s).clone()),
-            Err(GetError::NotFound(_)) if optional => Ok(Secret::default()),
-            Err(e) => Err(e.to_string()),
+            Err(GetError::NotFound { .. }) if optional => Ok(Secret::default()),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -482,16 +598,19 @@ impl VolumeManager {
         pod: &Pod,
         audience: Option<String>,
         expiration_seconds: i64,
-    ) -> Result<String, String> {
+    ) -> Result<String, SetUpError> {
         let Some(api) = &self.api else {
-            return Err("cannot get a service account token without an API server".into());
+            return Err(SetUpError::NoApiServer {
+                what: "serviceAccountToken".into(),
+            });
         };
         let spec = pod.spec.as_ref();
         let account = spec
             .and_then(|s| s.service_account_name.clone())
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "default".into());
-        api.tokens
+        Ok(api
+            .tokens
             .get(&TokenSpec {
                 namespace: namespace(pod).to_owned(),
                 service_account: account,
@@ -500,7 +619,7 @@ impl VolumeManager {
                 pod_name: pod.metadata.name.clone().unwrap_or_default(),
                 pod_uid: PodUid::of(pod),
             })
-            .await
+            .await?)
     }
 
     /// Tear down every volume of the pod `uid` (idempotent): mounts under
@@ -577,19 +696,19 @@ fn namespace(pod: &Pod) -> &str {
 }
 
 /// Without an API server, an object can only be absent.
-fn absent_or<K: Default>(optional: bool, kind: &str, name: &str) -> Result<K, String> {
+fn absent_or<K: Default>(optional: bool, kind: &str, name: &str) -> Result<K, SetUpError> {
     if optional {
         Ok(K::default())
     } else {
-        Err(format!(
-            "{kind} {name:?}: a pod without an API server cannot reference one"
-        ))
+        Err(SetUpError::NoApiServer {
+            what: format!("{kind} {name:?}"),
+        })
     }
 }
 
 /// Upstream's hostPath type check (checkTypeInternal), with its messages;
 /// DirectoryOrCreate and FileOrCreate make what is missing.
-pub fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
+pub fn check_host_path(path: &Path, kind: &str) -> Result<(), HostPathError> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let stat = || std::fs::metadata(path);
     let exists = stat().is_ok();
@@ -609,25 +728,32 @@ pub fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
             "unknown"
         }
     };
-    let matched = |expected: &str, want: &str| -> Result<(), String> {
-        let p = path.display();
+    let shown = || path.display().to_string();
+    let matched = |expected: &'static str, want: &str| -> Result<(), HostPathError> {
         match stat() {
             Ok(m) if type_name(&m) == want => Ok(()),
-            Ok(m) => Err(format!(
-                "hostPath type check failed: {p} is not a {expected}, it's a {}",
-                type_name(&m)
-            )),
-            Err(e) => Err(format!(
-                "hostPath type check failed, {p} is not a {expected}, unable to determine its type: {e}"
-            )),
+            Ok(m) => Err(HostPathError::Mismatch {
+                path: shown(),
+                expected,
+                found: type_name(&m),
+            }),
+            Err(source) => Err(HostPathError::Unknown {
+                path: shown(),
+                expected,
+                source,
+            }),
         }
+    };
+    let create = |source| HostPathError::Create {
+        path: shown(),
+        source,
     };
     match kind {
         "" => Ok(()),
         "DirectoryOrCreate" if !exists => {
-            std::fs::create_dir_all(path).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(path).map_err(create)?;
             std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                .map_err(|e| e.to_string())
+                .map_err(create)
         }
         "DirectoryOrCreate" | "Directory" => matched("directory", "Directory"),
         "FileOrCreate" if !exists => std::fs::OpenOptions::new()
@@ -636,12 +762,12 @@ pub fn check_host_path(path: &Path, kind: &str) -> Result<(), String> {
             .mode(0o644)
             .open(path)
             .map(drop)
-            .map_err(|e| e.to_string()),
+            .map_err(create),
         "FileOrCreate" | "File" => matched("file", "File"),
         "Socket" => matched("socket file", "Socket"),
         "CharDevice" => matched("character device", "CharDevice"),
         "BlockDevice" => matched("block device", "BlockDevice"),
-        other => Err(format!("{other} is an invalid volume type")),
+        other => Err(HostPathError::InvalidType(other.to_owned())),
     }
 }
 

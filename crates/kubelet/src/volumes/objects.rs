@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use kubelet_api::ApiClient;
 use kubelet_api::objects::{Latest, Watched, watch_object};
+use kubelet_core::failure::Cause;
 use kubelet_core::types::PodUid;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -146,25 +147,23 @@ impl<K: Watched> ObjectStore<K> {
             .get(&(namespace.to_owned(), name.to_owned()))
             .map(|e| e.latest.clone());
         let Some(mut rx) = rx else {
-            return Err(GetError::Other(format!(
-                "{} {namespace}/{name} is not registered",
-                self.kind
-            )));
+            return Err(GetError::NotRegistered {
+                kind: self.kind,
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            });
         };
         let ready =
             tokio::time::timeout(SYNC_TIMEOUT, rx.wait_for(|l| !matches!(l, Latest::Pending)))
                 .await;
         match ready {
-            Err(_) | Ok(Err(_)) => Err(GetError::Other(format!(
-                "failed to sync {} cache: timed out waiting for the condition",
-                self.kind
-            ))),
+            Err(_) | Ok(Err(_)) => Err(GetError::NotSynced { kind: self.kind }),
             Ok(Ok(l)) => match &*l {
                 Latest::Present(o) => Ok(o.clone()),
-                _ => Err(GetError::NotFound(format!(
-                    "{}s {name:?} not found",
-                    self.kind
-                ))),
+                _ => Err(GetError::NotFound {
+                    kind: self.kind,
+                    name: name.to_owned(),
+                }),
             },
         }
     }
@@ -175,11 +174,30 @@ impl<K: Watched> ObjectStore<K> {
     }
 }
 
-/// Why an object could not be read.
+/// Why an object could not be read, in upstream's words.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GetError {
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    Other(String),
+    /// It does not exist: its watch wakes the pods that name it.
+    #[error("{kind}s {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+    /// Its watch has not listed it yet.
+    #[error("failed to sync {kind} cache: timed out waiting for the condition")]
+    NotSynced { kind: &'static str },
+    /// No pod registered it (a kubelet bug, or a pod gone meanwhile).
+    #[error("{kind} {namespace}/{name} is not registered")]
+    NotRegistered {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+}
+
+impl GetError {
+    /// What would clear it.
+    pub fn cause(&self) -> Cause {
+        match self {
+            GetError::NotFound { .. } => Cause::MissingObject,
+            GetError::NotSynced { .. } | GetError::NotRegistered { .. } => Cause::Transient,
+        }
+    }
 }

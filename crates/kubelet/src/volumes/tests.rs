@@ -232,7 +232,7 @@ fn host_path_types_are_checked_as_upstream_checks_them() {
     for (path, kind, want) in cases {
         match (check_host_path(path, kind), want) {
             (Ok(()), None) => {}
-            (Err(e), Some(w)) => assert!(e.contains(w), "{path:?} {kind}: {e}"),
+            (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{path:?} {kind}: {e}"),
             (got, want) => panic!("{path:?} {kind}: {got:?}, want {want:?}"),
         }
     }

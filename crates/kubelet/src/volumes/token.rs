@@ -7,8 +7,8 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use kubelet_api::ApiClient;
 use kubelet_api::objects::request_token;
+use kubelet_api::{ApiClient, ApiError};
 use kubelet_core::types::PodUid;
 
 use crate::clock::Clock;
@@ -61,7 +61,7 @@ impl TokenManager {
 
     /// The token for `spec`: the cached one while it is fresh, else a new
     /// one. A failed request falls back to a cached token not yet expired.
-    pub async fn get(&self, spec: &TokenSpec) -> Result<String, String> {
+    pub async fn get(&self, spec: &TokenSpec) -> Result<String, TokenError> {
         let now = self.clock.now_nanos() / 1_000_000_000;
         let cached = self.cache.lock().get(spec).cloned();
         if let Some(c) = &cached
@@ -87,13 +87,13 @@ impl TokenManager {
                         tracing::warn!(error = %e, account = %spec.service_account, "refreshing a service account token failed: keeping the current one");
                         Ok(c.token)
                     }
-                    _ => Err(format!("failed to fetch token: {e}")),
+                    _ => Err(TokenError::Request(e)),
                 };
             }
         };
         let status = tr.status.unwrap_or_default();
         let Some(token) = status.token.filter(|t| !t.is_empty()) else {
-            return Err("failed to fetch token: the API server returned none".into());
+            return Err(TokenError::Empty);
         };
         let lifetime = tr
             .spec
@@ -117,6 +117,16 @@ impl TokenManager {
     pub fn forget_pod(&self, uid: &PodUid) {
         self.cache.lock().retain(|k, _| &k.pod_uid != uid);
     }
+}
+
+/// Why a service account token could not be had (the API server may
+/// answer later: retried with back-off).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("failed to fetch token: {0}")]
+    Request(#[source] ApiError),
+    #[error("failed to fetch token: the API server returned none")]
+    Empty,
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kubelet_api::ApiClient;
 use kubelet_api::objects::{Latest, watch_all};
 use kubelet_core::admission::label_selector_matches;
-use kubelet_core::volume::normalize_trust_anchors;
+use kubelet_core::failure::Cause;
+use kubelet_core::volume::{PayloadError, normalize_trust_anchors};
 use tokio::sync::watch;
 
 use kubelet_tasks::Tasks;
@@ -43,7 +44,7 @@ impl TrustBundles {
         }
     }
 
-    async fn all(&self) -> Result<Arc<Vec<ClusterTrustBundle>>, String> {
+    async fn all(&self) -> Result<Arc<Vec<ClusterTrustBundle>>, TrustError> {
         let mut rx = {
             let mut latest = self.latest.lock();
             latest
@@ -69,21 +70,21 @@ impl TrustBundles {
                 Latest::Present(all) => Ok(all.clone()),
                 _ => Ok(Arc::default()),
             },
-            _ => Err("ClusterTrustBundle informer has not yet synced".into()),
+            _ => Err(TrustError::NotSynced),
         }
     }
 
-    fn normalize(&self, bundles: &[&ClusterTrustBundle]) -> Result<Vec<u8>, String> {
+    fn normalize(&self, bundles: &[&ClusterTrustBundle]) -> Result<Vec<u8>, TrustError> {
         let pems: Vec<&str> = bundles
             .iter()
             .map(|b| b.spec.trust_bundle.as_str())
             .collect();
-        normalize_trust_anchors(&pems, &*self.order)
+        normalize_trust_anchors(&pems, &*self.order).map_err(TrustError::Normalize)
     }
 
     /// The anchors of the bundles a projection names (upstream's
     /// GetTrustAnchorsByName and GetTrustAnchorsBySigner).
-    pub async fn anchors(&self, by: By<'_>, allow_missing: bool) -> Result<Vec<u8>, String> {
+    pub async fn anchors(&self, by: By<'_>, allow_missing: bool) -> Result<Vec<u8>, TrustError> {
         let all = self.all().await?;
         let picked = pick(&all, by, allow_missing)?;
         if picked.is_empty() {
@@ -107,7 +108,7 @@ fn pick<'a>(
     all: &'a [ClusterTrustBundle],
     by: By<'_>,
     allow_missing: bool,
-) -> Result<Vec<&'a ClusterTrustBundle>, String> {
+) -> Result<Vec<&'a ClusterTrustBundle>, TrustError> {
     let no_labels = Default::default();
     let picked: Vec<&ClusterTrustBundle> = all
         .iter()
@@ -126,13 +127,36 @@ fn pick<'a>(
         return Ok(picked);
     }
     Err(match by {
-        By::Name(name) => format!(
-            "while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io {name:?} not found"
-        ),
-        By::Signer(..) => {
-            "combination of signerName and labelSelector matched zero ClusterTrustBundles".into()
-        }
+        By::Name(name) => TrustError::NotFound(name.to_owned()),
+        By::Signer(..) => TrustError::NoneMatched,
     })
+}
+
+/// Why a clusterTrustBundle projection could not be filled, in upstream's
+/// words.
+#[derive(Debug, thiserror::Error)]
+pub enum TrustError {
+    #[error("ClusterTrustBundle informer has not yet synced")]
+    NotSynced,
+    #[error(
+        "while getting ClusterTrustBundle: clustertrustbundles.certificates.k8s.io {0:?} not found"
+    )]
+    NotFound(String),
+    #[error("combination of signerName and labelSelector matched zero ClusterTrustBundles")]
+    NoneMatched,
+    #[error(transparent)]
+    Normalize(PayloadError),
+}
+
+impl TrustError {
+    /// What would clear it: the informer's sync, or the bundle's watch.
+    pub fn cause(&self) -> Cause {
+        match self {
+            TrustError::NotSynced => Cause::Transient,
+            TrustError::NotFound(_) | TrustError::NoneMatched => Cause::MissingObject,
+            TrustError::Normalize(e) => e.cause(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -168,7 +192,7 @@ mod tests {
             ..Default::default()
         };
         let everything = LabelSelector::default();
-        let names = |r: Result<Vec<&ClusterTrustBundle>, String>| {
+        let names = |r: Result<Vec<&ClusterTrustBundle>, TrustError>| {
             r.map(|v| {
                 v.iter()
                     .map(|b| b.metadata.name.clone().unwrap())
@@ -199,7 +223,7 @@ mod tests {
         for (i, (by, missing_ok, want)) in cases.into_iter().enumerate() {
             match (names(pick(&all, by, missing_ok)), want) {
                 (Ok(got), Ok(w)) => assert_eq!(got, w, "case {i}"),
-                (Err(e), Err(w)) => assert!(e.contains(w), "case {i}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "case {i}: {e}"),
                 (got, want) => panic!("case {i}: {got:?}, want {want:?}"),
             }
         }
