@@ -414,9 +414,18 @@ pub fn node_allocatable(capacity: &Amounts, reserved: &[&Amounts]) -> Amounts {
     out
 }
 
+/// Reservations over their capacity (upstream's validateNodeAllocatable
+/// words, one per resource).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid Node Allocatable configuration. {}", .0.join(" "))]
+pub struct AllocatableError(pub Vec<String>);
+
 /// validateNodeAllocatable: no reservation may exceed its capacity, in
 /// upstream's words.
-pub fn check_reservation(capacity: &Amounts, reserved: &[&Amounts]) -> Result<(), String> {
+pub fn check_reservation(
+    capacity: &Amounts,
+    reserved: &[&Amounts],
+) -> Result<(), AllocatableError> {
     let mut errors = Vec::new();
     for (k, cap) in capacity {
         let kept = reserved
@@ -439,10 +448,7 @@ pub fn check_reservation(capacity: &Amounts, reserved: &[&Amounts]) -> Result<()
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "invalid Node Allocatable configuration. {}",
-            errors.join(" ")
-        ))
+        Err(AllocatableError(errors))
     }
 }
 
@@ -1031,7 +1037,9 @@ mod tests {
         );
         assert_eq!(status["memory"], 512 << 20);
         assert_eq!(
-            check_reservation(&capacity, &[&system, &kube]).unwrap_err(),
+            check_reservation(&capacity, &[&system, &kube])
+                .unwrap_err()
+                .to_string(),
             "invalid Node Allocatable configuration. Resource \"pid\" has a reservation of 5000 but capacity of 4096. Expected capacity >= reservation."
         );
         check_reservation(&capacity, &[&system]).unwrap();

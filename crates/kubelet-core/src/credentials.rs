@@ -96,18 +96,43 @@ struct ConfigJson {
     auths: BTreeMap<String, Entry>,
 }
 
+/// An `auth` field that is not base64(username:password).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error(transparent)]
+    Base64(#[from] base64::DecodeError),
+    #[error("must be formatted as base64(username:password)")]
+    Format,
+}
+
+/// A pull secret whose docker config does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyringError {
+    #[error("image pull secret {secret:?}: {source}")]
+    Config {
+        secret: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("image pull secret {secret:?}: {location}: auth {source}")]
+    Auth {
+        secret: String,
+        location: String,
+        #[source]
+        source: AuthError,
+    },
+}
+
 /// `auth`'s user and password.
-fn decode_auth(field: &str) -> Result<(String, String), String> {
+fn decode_auth(field: &str) -> Result<(String, String), AuthError> {
     let engine = if field.trim().ends_with('=') {
         &base64::engine::general_purpose::STANDARD
     } else {
         &base64::engine::general_purpose::STANDARD_NO_PAD
     };
-    let decoded = engine.decode(field).map_err(|e| e.to_string())?;
+    let decoded = engine.decode(field)?;
     let text = String::from_utf8_lossy(&decoded);
-    let (username, password) = text
-        .split_once(':')
-        .ok_or("must be formatted as base64(username:password)")?;
+    let (username, password) = text.split_once(':').ok_or(AuthError::Format)?;
     Ok((username.to_owned(), password.to_owned()))
 }
 
@@ -126,7 +151,7 @@ impl Keyring {
     /// not parse.
     pub fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a Secret>,
-    ) -> Result<Keyring, String> {
+    ) -> Result<Keyring, KeyringError> {
         let mut ring = Keyring::default();
         for secret in secrets {
             let meta = &secret.metadata;
@@ -145,7 +170,10 @@ impl Keyring {
                     .map(|b| b.0.as_slice())
                     .filter(|b| !b.is_empty())
             };
-            let bad = |e: serde_json::Error| format!("image pull secret {name:?}: {e}");
+            let bad = |source| KeyringError::Config {
+                secret: name.to_owned(),
+                source,
+            };
             let entries: BTreeMap<String, Entry> = if kind == DOCKER_CONFIG_JSON.0 {
                 let Some(b) = config(DOCKER_CONFIG_JSON.1) else {
                     continue;
@@ -163,8 +191,11 @@ impl Keyring {
                 let (username, password) = if entry.auth.is_empty() {
                     (entry.username, entry.password)
                 } else {
-                    decode_auth(&entry.auth)
-                        .map_err(|e| format!("image pull secret {name:?}: {location}: auth {e}"))?
+                    decode_auth(&entry.auth).map_err(|source| KeyringError::Auth {
+                        secret: name.to_owned(),
+                        location: location.clone(),
+                        source,
+                    })?
                 };
                 let cred = Credential {
                     username,
@@ -397,9 +428,22 @@ mod tests {
             b"{not json",
         );
         let err = Keyring::from_secrets([&bad]).unwrap_err();
+        assert!(matches!(err, KeyringError::Config { .. }), "{err}");
+        let err = err.to_string();
         assert!(err.starts_with("image pull secret \"bad\": "), "{err}");
         let no_colon = json_secret("nc", r#"{"r.test": {"auth": "dXNlcg=="}}"#);
         let err = Keyring::from_secrets([&no_colon]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                KeyringError::Auth {
+                    source: AuthError::Format,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = err.to_string();
         assert!(
             err.ends_with("must be formatted as base64(username:password)"),
             "{err}"

@@ -32,23 +32,39 @@ pub struct KmsgRecord {
     pub message: String,
 }
 
+/// A kernel log record go-kmsg-parser refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KmsgError {
+    #[error("invalid kmsg; must contain a ';': {0:?}")]
+    NoSemicolon(String),
+    #[error("invalid kmsg: must contain at least 3 ',' separated fields: {0:?}")]
+    TooFewFields(String),
+    #[error("invalid kmsg field {index} {text:?}: {source}")]
+    Field {
+        index: usize,
+        text: String,
+        #[source]
+        source: std::num::ParseIntError,
+    },
+}
+
 /// Parse a record as go-kmsg-parser does: the message is the text after
 /// the first `;` up to the first newline (continuation lines, which start
 /// with a space, are dropped).
-pub fn parse_kmsg(raw: &str) -> Result<KmsgRecord, String> {
+pub fn parse_kmsg(raw: &str) -> Result<KmsgRecord, KmsgError> {
     let (prefix, rest) = raw
         .split_once(';')
-        .ok_or_else(|| format!("invalid kmsg; must contain a ';': {raw:?}"))?;
+        .ok_or_else(|| KmsgError::NoSemicolon(raw.to_owned()))?;
     let fields: Vec<&str> = prefix.split(',').collect();
     if fields.len() < 3 {
-        return Err(format!(
-            "invalid kmsg: must contain at least 3 ',' separated fields: {raw:?}"
-        ));
+        return Err(KmsgError::TooFewFields(raw.to_owned()));
     }
     let number = |i: usize| {
-        fields[i]
-            .parse::<u64>()
-            .map_err(|e| format!("invalid kmsg field {i} {:?}: {e}", fields[i]))
+        fields[i].parse::<u64>().map_err(|source| KmsgError::Field {
+            index: i,
+            text: fields[i].to_owned(),
+            source,
+        })
     };
     number(0)?;
     Ok(KmsgRecord {

@@ -154,32 +154,47 @@ pub fn encode<T: Serialize>(record: &T) -> Vec<u8> {
     bytes
 }
 
+/// A record file that cannot be read (upstream drops such a record).
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error("not a {want}: kind {kind:?}, apiVersion {version:?}")]
+    Type {
+        want: &'static str,
+        kind: String,
+        version: String,
+    },
+}
+
 /// Read an intent: Ok also says whether it is in the current version.
-pub fn decode_intent(bytes: &[u8]) -> Result<(ImagePullIntent, bool), String> {
-    let intent: ImagePullIntent = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn decode_intent(bytes: &[u8]) -> Result<(ImagePullIntent, bool), RecordError> {
+    let intent: ImagePullIntent = serde_json::from_slice(bytes)?;
     let current = check_type(&intent.kind, &intent.api_version, "ImagePullIntent")?;
     Ok((ImagePullIntent::new(&intent.image), current))
 }
 
 /// Read a pulled record: Ok also says whether it is in the current version.
-pub fn decode_record(bytes: &[u8]) -> Result<(ImagePulledRecord, bool), String> {
-    let mut record: ImagePulledRecord = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn decode_record(bytes: &[u8]) -> Result<(ImagePulledRecord, bool), RecordError> {
+    let mut record: ImagePulledRecord = serde_json::from_slice(bytes)?;
     let current = check_type(&record.kind, &record.api_version, "ImagePulledRecord")?;
     record.api_version = API_VERSION.into();
     Ok((record, current))
 }
 
-fn check_type(kind: &str, version: &str, want: &str) -> Result<bool, String> {
+fn check_type(kind: &str, version: &str, want: &'static str) -> Result<bool, RecordError> {
     if kind != want || !READABLE_VERSIONS.contains(&version) {
-        return Err(format!(
-            "not a {want}: kind {kind:?}, apiVersion {version:?}"
-        ));
+        return Err(RecordError::Type {
+            want,
+            kind: kind.to_owned(),
+            version: version.to_owned(),
+        });
     }
     Ok(version == API_VERSION)
 }
 
 /// `image` without its tag and digest (upstream's trimImageTagDigest).
-pub fn image_without_tag(image: &str) -> Result<String, String> {
+pub fn image_without_tag(image: &str) -> Result<String, reference::ReferenceError> {
     reference::parse(image).map(|r| r.name)
 }
 
@@ -209,12 +224,10 @@ pub const POLICY_NAMES: [&str; 4] = [
 impl VerificationPolicy {
     /// The policy named `name` with `allowlist`
     /// (preloadedImagesVerificationAllowlist), with upstream's messages.
-    pub fn new(name: &str, allowlist: &[String]) -> Result<Self, String> {
+    pub fn new(name: &str, allowlist: &[String]) -> Result<Self, PolicyError> {
         let [never, preloaded, allowlisted, always] = POLICY_NAMES;
         if !allowlist.is_empty() && name != allowlisted {
-            return Err(format!(
-                "can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVertificationPolicy` is not {allowlisted:?}"
-            ));
+            return Err(PolicyError::AllowlistWithout);
         }
         Ok(match name {
             n if n == never => VerificationPolicy::NeverVerify,
@@ -223,11 +236,7 @@ impl VerificationPolicy {
             n if n == allowlisted => {
                 let (mut exact, mut prefixes) = (HashSet::new(), Vec::new());
                 for p in allowlist {
-                    match allowlist_pattern(p).map_err(|e| {
-                        format!(
-                            "invalid image pattern in `preloadedImagesVerificationAllowlist`: {e}"
-                        )
-                    })? {
+                    match allowlist_pattern(p)? {
                         (prefix, true) => prefixes.push(prefix),
                         (name, false) => {
                             exact.insert(name);
@@ -236,11 +245,7 @@ impl VerificationPolicy {
                 }
                 VerificationPolicy::NeverVerifyAllowlistedImages { exact, prefixes }
             }
-            other => {
-                return Err(format!(
-                    "option {other:?} specified for imagePullCredentialsVerificationPolicy. Valid options are {never:?}, {preloaded:?}, {allowlisted:?} or {always:?}"
-                ));
-            }
+            other => return Err(PolicyError::Unknown(other.to_owned())),
         })
     }
 
@@ -260,14 +265,45 @@ impl VerificationPolicy {
     }
 }
 
+/// imagePullCredentialsVerificationPolicy and its allowlist refused, in
+/// upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(
+        "can't set `preloadedImagesVerificationAllowlist` if `imagePullCredentialsVertificationPolicy` is not \"NeverVerifyAllowlistedImages\""
+    )]
+    AllowlistWithout,
+    #[error(
+        "option {0:?} specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
+    )]
+    Unknown(String),
+    #[error("invalid image pattern in `preloadedImagesVerificationAllowlist`: {0}")]
+    Pattern(#[from] PatternError),
+}
+
+/// An allowlist entry upstream's getAllowlistImagePattern refuses.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    #[error("leading/trailing spaces are not allowed: {0}")]
+    Spaces(String),
+    #[error("the supplied pattern is too short: {0}")]
+    TooShort(String),
+    #[error("not a valid wildcard pattern, only patterns ending with '/*' are allowed: {0}")]
+    Wildcard(String),
+    #[error("at least registry hostname is required")]
+    NoHost,
+    #[error("failed to parse as an image name: {0}")]
+    Name(#[from] reference::ReferenceError),
+    #[error("neither tag nor digest is accepted in an image reference: {0}")]
+    TagOrDigest(String),
+}
+
 /// An allowlist entry (upstream's getAllowlistImagePattern): an image name
 /// without tag or digest, or a prefix ending in `/*`; Ok is the name or
 /// the prefix (with its `/`) and whether it is a prefix.
-fn allowlist_pattern(pattern: &str) -> Result<(String, bool), String> {
+fn allowlist_pattern(pattern: &str) -> Result<(String, bool), PatternError> {
     if pattern != pattern.trim() {
-        return Err(format!(
-            "leading/trailing spaces are not allowed: {pattern}"
-        ));
+        return Err(PatternError::Spaces(pattern.to_owned()));
     }
     let wildcard = pattern.ends_with("/*");
     let trimmed = if wildcard {
@@ -276,25 +312,20 @@ fn allowlist_pattern(pattern: &str) -> Result<(String, bool), String> {
         pattern
     };
     if trimmed.is_empty() {
-        return Err(format!("the supplied pattern is too short: {pattern}"));
+        return Err(PatternError::TooShort(pattern.to_owned()));
     }
     if trimmed.contains('*') {
-        return Err(format!(
-            "not a valid wildcard pattern, only patterns ending with '/*' are allowed: {pattern}"
-        ));
+        return Err(PatternError::Wildcard(pattern.to_owned()));
     }
     if wildcard {
         if trimmed.len() == 1 {
-            return Err("at least registry hostname is required".into());
+            return Err(PatternError::NoHost);
         }
         return Ok((trimmed.to_owned(), true));
     }
-    let name =
-        image_without_tag(trimmed).map_err(|e| format!("failed to parse as an image name: {e}"))?;
+    let name = image_without_tag(trimmed)?;
     if name != trimmed {
-        return Err(format!(
-            "neither tag nor digest is accepted in an image reference: {pattern}"
-        ));
+        return Err(PatternError::TagOrDigest(pattern.to_owned()));
     }
     Ok((name, false))
 }
@@ -582,7 +613,7 @@ mod tests {
         for (pattern, want) in cases {
             let err = allow(&[pattern]).unwrap_err();
             assert_eq!(
-                err,
+                err.to_string(),
                 format!("invalid image pattern in `preloadedImagesVerificationAllowlist`: {want}"),
                 "{pattern}"
             );
@@ -617,12 +648,13 @@ mod tests {
                 .requires_verification("a", false)
         );
         assert!(
-            VerificationPolicy::new("AlwaysVerify", &["r.test/a".into()])
-                .unwrap_err()
-                .starts_with("can't set `preloadedImagesVerificationAllowlist`")
+            VerificationPolicy::new("AlwaysVerify", &["r.test/a".into()]).unwrap_err()
+                == PolicyError::AllowlistWithout
         );
         assert_eq!(
-            VerificationPolicy::new("Sometimes", &[]).unwrap_err(),
+            VerificationPolicy::new("Sometimes", &[])
+                .unwrap_err()
+                .to_string(),
             "option \"Sometimes\" specified for imagePullCredentialsVerificationPolicy. Valid options are \"NeverVerify\", \"NeverVerifyPreloadedImages\", \"NeverVerifyAllowlistedImages\" or \"AlwaysVerify\""
         );
     }

@@ -39,43 +39,54 @@ pub struct Reference {
     pub digest: Option<String>,
 }
 
+/// An image reference distribution's parser refuses, in its words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("invalid repository name ({0}), cannot specify 64-byte hexadecimal strings")]
+    Identifier(String),
+    #[error("invalid reference format: repository name ({0}) must be lowercase")]
+    UppercaseRemote(String),
+    #[error("repository name must have at least one component")]
+    Empty,
+    #[error("invalid reference format: repository name must be lowercase")]
+    Uppercase,
+    #[error("invalid reference format")]
+    Format,
+    #[error("repository name must not be more than {NAME_TOTAL_LENGTH_MAX} characters")]
+    TooLong,
+}
+
 /// Parse `s` as distribution's ParseNormalizedNamed does, with its errors.
-pub fn parse_normalized(s: &str) -> Result<Reference, String> {
+pub fn parse_normalized(s: &str) -> Result<Reference, ReferenceError> {
     if IDENTIFIER.is_match(s) {
-        return Err(format!(
-            "invalid repository name ({s}), cannot specify 64-byte hexadecimal strings"
-        ));
+        return Err(ReferenceError::Identifier(s.to_owned()));
     }
     let (domain, remainder) = split_domain(s);
     let remote = remainder
         .split_once(':')
         .map_or(remainder.as_str(), |(r, _)| r);
     if remote.to_lowercase() != remote {
-        return Err(format!(
-            "invalid reference format: repository name ({remote}) must be lowercase"
-        ));
+        return Err(ReferenceError::UppercaseRemote(remote.to_owned()));
     }
     parse(&format!("{domain}/{remainder}"))
 }
 
 /// Parse `s` as written, not normalized (distribution's Parse), with its
 /// errors: `name` is `s` without its tag and digest.
-pub fn parse(s: &str) -> Result<Reference, String> {
+pub fn parse(s: &str) -> Result<Reference, ReferenceError> {
     if s.is_empty() {
-        return Err("repository name must have at least one component".into());
+        return Err(ReferenceError::Empty);
     }
     let Some(m) = REFERENCE.captures(s) else {
         return Err(if REFERENCE.is_match(&s.to_lowercase()) {
-            "invalid reference format: repository name must be lowercase".into()
+            ReferenceError::Uppercase
         } else {
-            "invalid reference format".into()
+            ReferenceError::Format
         });
     };
     let name = m[1].to_owned();
     if name.len() > NAME_TOTAL_LENGTH_MAX {
-        return Err(format!(
-            "repository name must not be more than {NAME_TOTAL_LENGTH_MAX} characters"
-        ));
+        return Err(ReferenceError::TooLong);
     }
     Ok(Reference {
         name,
@@ -179,7 +190,11 @@ mod tests {
             ),
         ];
         for (image, want) in cases {
-            assert_eq!(parse_normalized(&image), want, "{image}");
+            assert_eq!(
+                parse_normalized(&image).map_err(|e| e.to_string()),
+                want,
+                "{image}"
+            );
         }
     }
 
@@ -205,7 +220,7 @@ mod tests {
             ("a b".into(), Err("invalid reference format")),
         ];
         for (image, want) in cases {
-            let got = parse(&image).map(|r| r.name);
+            let got = parse(&image).map(|r| r.name).map_err(|e| e.to_string());
             assert_eq!(
                 got,
                 want.map(str::to_owned).map_err(str::to_owned),

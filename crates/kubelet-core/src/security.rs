@@ -278,9 +278,50 @@ fn apparmor_field(pod: &Pod, c: &Container) -> Option<AppArmorProfile> {
     pod_sc(pod).and_then(|p| p.app_armor_profile.clone())
 }
 
+/// A security setting that cannot be honoured, in upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecurityError {
+    #[error("missing localhost apparmor profile name")]
+    AppArmorNoName,
+    #[error("unknown apparmor profile type: {0:?}")]
+    AppArmorType(String),
+    #[error("Cannot enforce AppArmor: {0}")]
+    AppArmorHost(String),
+    #[error("Cannot enforce AppArmor: invalid empty AppArmor profile name (container {0:?})")]
+    AppArmorEmptyName(String),
+    #[error("unsupported supplementalGroupsPolicy: {0}")]
+    SupplementalGroupsPolicy(String),
+    #[error("container's runAsUser breaks non-root policy (pod: {pod:?}, container: {container})")]
+    RunAsRoot { pod: String, container: String },
+    #[error(
+        "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod:?}, container: {container})"
+    )]
+    NonNumericUser {
+        user: String,
+        pod: String,
+        container: String,
+    },
+    #[error(
+        "container has runAsNonRoot and image will run as root (pod: {pod:?}, container: {container})"
+    )]
+    ImageRunsAsRoot { pod: String, container: String },
+    #[error(
+        "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({max})): must be between 0 and {max}, inclusive (pod: {pod:?}, container: {container})",
+        max = i32::MAX
+    )]
+    InvalidUid {
+        uid: i64,
+        pod: String,
+        container: String,
+    },
+}
+
 /// The AppArmor profile of `c` and its deprecated string form (upstream's
 /// getAppArmorProfile); None: the runtime's choice.
-pub fn apparmor_profile(pod: &Pod, c: &Container) -> Result<Option<(Profile, String)>, String> {
+pub fn apparmor_profile(
+    pod: &Pod,
+    c: &Container,
+) -> Result<Option<(Profile, String)>, SecurityError> {
     let Some(p) = apparmor_field(pod, c) else {
         return Ok(None);
     };
@@ -288,13 +329,11 @@ pub fn apparmor_profile(pod: &Pod, c: &Container) -> Result<Option<(Profile, Str
         "RuntimeDefault" => (Profile::RuntimeDefault, "runtime/default".into()),
         "Unconfined" => (Profile::Unconfined, "unconfined".into()),
         "Localhost" => {
-            let name = p
-                .localhost_profile
-                .ok_or("missing localhost apparmor profile name")?;
+            let name = p.localhost_profile.ok_or(SecurityError::AppArmorNoName)?;
             let deprecated = format!("localhost/{name}");
             (Profile::Localhost(name), deprecated)
         }
-        other => return Err(format!("unknown apparmor profile type: {other:?}")),
+        other => return Err(SecurityError::AppArmorType(other.to_owned())),
     }))
 }
 
@@ -324,7 +363,7 @@ fn all_containers(pod: &Pod) -> impl Iterator<Item = Container> + '_ {
 /// Unconfined needs AppArmor on the host (`host` is why not, if it is not
 /// there); a Localhost profile needs a name. The message the pod is
 /// rejected with (reason `AppArmor`).
-pub fn apparmor_admission(pod: &Pod, host: Result<(), &str>) -> Result<(), String> {
+pub fn apparmor_admission(pod: &Pod, host: Result<(), &str>) -> Result<(), SecurityError> {
     // Upstream rechecks only pods not yet running.
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     if phase.is_some_and(|p| p != "Pending") {
@@ -347,7 +386,7 @@ pub fn apparmor_admission(pod: &Pod, host: Result<(), &str>) -> Result<(), Strin
     if !required {
         return Ok(());
     }
-    host.map_err(|e| format!("Cannot enforce AppArmor: {e}"))?;
+    host.map_err(|e| SecurityError::AppArmorHost(e.to_owned()))?;
     for c in all_containers(pod) {
         if let Some(p) = apparmor_field(pod, &c)
             && p.type_ == "Localhost"
@@ -355,21 +394,18 @@ pub fn apparmor_admission(pod: &Pod, host: Result<(), &str>) -> Result<(), Strin
                 .as_deref()
                 .is_none_or(|n| n.trim().is_empty())
         {
-            return Err(format!(
-                "Cannot enforce AppArmor: invalid empty AppArmor profile name (container {:?})",
-                c.name
-            ));
+            return Err(SecurityError::AppArmorEmptyName(c.name));
         }
     }
     Ok(())
 }
 
 /// supplementalGroupsPolicy as the runtime numbers it (Merge 0, Strict 1).
-pub fn supplemental_groups_policy(pod: &Pod) -> Result<i32, String> {
+pub fn supplemental_groups_policy(pod: &Pod) -> Result<i32, SecurityError> {
     match pod_sc(pod).and_then(|p| p.supplemental_groups_policy.as_deref()) {
         None | Some("Merge") => Ok(0),
         Some("Strict") => Ok(1),
-        Some(other) => Err(format!("unsupported supplementalGroupsPolicy: {other}")),
+        Some(other) => Err(SecurityError::SupplementalGroupsPolicy(other.to_owned())),
     }
 }
 
@@ -393,40 +429,39 @@ pub fn verify_run_as_non_root(
     c: &Container,
     image_uid: Option<i64>,
     image_user: &str,
-) -> Result<(), String> {
+) -> Result<(), SecurityError> {
     let eff = effective(pod, c);
     if eff.run_as_non_root != Some(true) {
         return Ok(());
     }
-    let (pod_name, name) = (format_pod(pod), &c.name);
+    let pod = format_pod(pod);
+    let container = c.name.clone();
     if let Some(uid) = eff.run_as_user {
         if uid == 0 {
-            return Err(format!(
-                "container's runAsUser breaks non-root policy (pod: {pod_name:?}, container: {name})"
-            ));
+            return Err(SecurityError::RunAsRoot { pod, container });
         }
         return Ok(());
     }
     let uid = match (image_uid, image_user) {
         (None, user) if !user.is_empty() => {
-            return Err(format!(
-                "container has runAsNonRoot and image has non-numeric user ({user}), cannot verify user is non-root (pod: {pod_name:?}, container: {name})"
-            ));
+            return Err(SecurityError::NonNumericUser {
+                user: user.to_owned(),
+                pod,
+                container,
+            });
         }
         (None, _) => 0,
         (Some(uid), _) => uid,
     };
     if uid == 0 {
-        return Err(format!(
-            "container has runAsNonRoot and image will run as root (pod: {pod_name:?}, container: {name})"
-        ));
+        return Err(SecurityError::ImageRunsAsRoot { pod, container });
     }
     if !(0..=i64::from(i32::MAX)).contains(&uid) {
-        return Err(format!(
-            "container has runAsNonRoot and image has an invalid user id ({uid}). (Must be 1-({})): must be between 0 and {}, inclusive (pod: {pod_name:?}, container: {name})",
-            i32::MAX,
-            i32::MAX
-        ));
+        return Err(SecurityError::InvalidUid {
+            uid,
+            pod,
+            container,
+        });
     }
     Ok(())
 }
@@ -728,10 +763,7 @@ mod tests {
                 ..Default::default()
             }),
         );
-        assert_eq!(
-            apparmor_profile(&p, &c),
-            Err("missing localhost apparmor profile name".into())
-        );
+        assert_eq!(apparmor_profile(&p, &c), Err(SecurityError::AppArmorNoName));
     }
 
     #[test]
@@ -757,7 +789,9 @@ mod tests {
         );
         assert_eq!(
             apparmor_admission(&p, no_host),
-            Err("Cannot enforce AppArmor: AppArmor is not enabled on the host".into())
+            Err(SecurityError::AppArmorHost(
+                "AppArmor is not enabled on the host".into()
+            ))
         );
         assert_eq!(apparmor_admission(&p, Ok(())), Ok(()));
         // A running pod is not rechecked.
@@ -787,10 +821,10 @@ mod tests {
                 ..Default::default()
             }),
         );
-        assert!(
-            apparmor_admission(&p, Ok(()))
-                .is_err_and(|e| e.contains("invalid empty AppArmor profile name"))
-        );
+        assert!(apparmor_admission(&p, Ok(())).is_err_and(|e| {
+            e.to_string()
+                .contains("invalid empty AppArmor profile name")
+        }));
     }
 
     #[test]
@@ -801,7 +835,7 @@ mod tests {
             (Some("Strict"), Ok(1)),
             (
                 Some("Loose"),
-                Err("unsupported supplementalGroupsPolicy: Loose".to_owned()),
+                Err(SecurityError::SupplementalGroupsPolicy("Loose".to_owned())),
             ),
         ] {
             let (p, _) = pod(
@@ -890,7 +924,7 @@ mod tests {
             match want {
                 None => assert_eq!(got, Ok(()), "case {i}"),
                 Some(m) => assert!(
-                    got.as_ref().is_err_and(|e| e.contains(m)),
+                    got.as_ref().is_err_and(|e| e.to_string().contains(m)),
                     "case {i}: {got:?}"
                 ),
             }

@@ -148,12 +148,30 @@ pub struct Allowlist {
     prefixes: BTreeMap<String, Namespace>,
 }
 
+/// A sysctl refused, in upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SysctlError {
+    #[error(
+        "sysctl {0:?} must have at most {MAX_LENGTH} characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
+    )]
+    Pattern(String),
+    #[error("the sysctls {0:?} are not known to be namespaced")]
+    NotNamespaced(String),
+    #[error("{0:?} not allowlisted")]
+    NotAllowlisted(String),
+    #[error("{name:?} not allowed with host {namespace} enabled")]
+    HostNamespace {
+        name: String,
+        namespace: &'static str,
+    },
+}
+
 impl Allowlist {
     /// The safe sysctls the kernel `release` (`6.1.0-18-amd64`) namespaces,
     /// plus `unsafe_allowed` (`allowedUnsafeSysctls`). A pattern that is not
     /// valid or not known to be namespaced is refused with upstream's
     /// message.
-    pub fn new(release: &str, unsafe_allowed: &[String]) -> Result<Allowlist, String> {
+    pub fn new(release: &str, unsafe_allowed: &[String]) -> Result<Allowlist, SysctlError> {
         let kernel = kernel_version(release);
         let mut list = Allowlist::default();
         let safe = SAFE_SYSCTLS
@@ -162,13 +180,12 @@ impl Allowlist {
             .map(|(name, _)| (*name).to_owned());
         for pattern in safe.chain(unsafe_allowed.iter().cloned()) {
             if !is_valid_pattern(&pattern) {
-                return Err(format!(
-                    "sysctl {pattern:?} must have at most {MAX_LENGTH} characters and match regex ([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]"
-                ));
+                return Err(SysctlError::Pattern(pattern));
             }
             let (ns, name, prefixed) = namespace_of(&pattern);
-            let ns =
-                ns.ok_or_else(|| format!("the sysctls {name:?} are not known to be namespaced"))?;
+            let Some(ns) = ns else {
+                return Err(SysctlError::NotNamespaced(name));
+            };
             if prefixed {
                 list.prefixes.insert(name, ns);
             } else {
@@ -185,7 +202,7 @@ impl Allowlist {
         host_net: bool,
         host_ipc: bool,
         host_users: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), SysctlError> {
         let name = normalize_name(sysctl);
         let ns = self.names.get(&name).copied().or_else(|| {
             self.prefixes
@@ -194,7 +211,7 @@ impl Allowlist {
                 .map(|(_, ns)| *ns)
         });
         let Some(ns) = ns else {
-            return Err(format!("{name:?} not allowlisted"));
+            return Err(SysctlError::NotAllowlisted(name));
         };
         let shared = match ns {
             Namespace::Ipc => host_ipc,
@@ -203,10 +220,10 @@ impl Allowlist {
             Namespace::Uts => false,
         };
         if shared {
-            return Err(format!(
-                "{name:?} not allowed with host {} enabled",
-                ns.name()
-            ));
+            return Err(SysctlError::HostNamespace {
+                name,
+                namespace: ns.name(),
+            });
         }
         Ok(())
     }
@@ -415,10 +432,12 @@ mod tests {
     fn unknown_or_invalid_patterns_are_refused() {
         let e = Allowlist::new("6.1", &["vm.swappiness".into()]).unwrap_err();
         assert_eq!(
-            e,
+            e.to_string(),
             "the sysctls \"vm.swappiness\" are not known to be namespaced"
         );
-        let e = Allowlist::new("6.1", &["Net.x".into()]).unwrap_err();
+        let e = Allowlist::new("6.1", &["Net.x".into()])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.starts_with("sysctl \"Net.x\" must have at most 253 characters"),
             "{e}"

@@ -38,6 +38,7 @@ use kubelet_core::types::pod_full_name;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::stats::StatsError;
 use kubelet_tasks::blocking;
 use memcg::MemcgNotifier;
 
@@ -56,7 +57,7 @@ const NOTIFIER_REFRESH_INTERVAL: Duration = Duration::from_secs(10);
 /// What the manager acts through (the kubelet; a fake in tests).
 pub trait EvictionHost: Send + Sync + 'static {
     /// The node's stats summary, with new samples.
-    fn summary(&self) -> impl Future<Output = Result<Summary, String>> + Send;
+    fn summary(&self) -> impl Future<Output = Result<Summary, StatsError>> + Send;
     /// Whether the runtime's images live on a file system of their own;
     /// None when that cannot be told now (asked again next pass).
     fn dedicated_image_fs(&self) -> impl Future<Output = Option<bool>> + Send;
@@ -539,7 +540,7 @@ mod tests {
     }
 
     impl EvictionHost for FakeHost {
-        async fn summary(&self) -> Result<Summary, String> {
+        async fn summary(&self) -> Result<Summary, StatsError> {
             let time = self.now();
             let available = *self.available.lock();
             let mem = |ws: u64, available: Option<u64>| MemoryStats {

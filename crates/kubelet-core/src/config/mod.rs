@@ -34,7 +34,7 @@ use serde_json::{Map, Value};
 
 use crate::pullrecords::VerificationPolicy;
 use crate::quantity::parse_bytes;
-pub use value::{RESERVABLE, reserved_amount};
+pub use value::{RESERVABLE, ReservationError, reserved_amount};
 use value::{Section as _, config_section, describe};
 
 /// The only `apiVersion` accepted in a KubeletConfiguration file.
@@ -684,12 +684,12 @@ pub fn ignored_fields_present(content: &str) -> Vec<String> {
 
 /// A reservation in the flags' form, `cpu=100m,memory=1Gi`
 /// (--kube-reserved, --system-reserved).
-pub fn parse_reservation(s: &str) -> Result<BTreeMap<String, i64>, String> {
+pub fn parse_reservation(s: &str) -> Result<BTreeMap<String, i64>, ReservationError> {
     let mut out = BTreeMap::new();
     for pair in s.split(',').filter(|p| !p.is_empty()) {
         let (k, v) = pair
             .split_once('=')
-            .ok_or_else(|| format!("{pair:?} is not resource=quantity"))?;
+            .ok_or_else(|| ReservationError::Pair(pair.to_owned()))?;
         out.insert(k.trim().to_owned(), reserved_amount(k.trim(), v.trim())?);
     }
     Ok(out)
@@ -729,7 +729,9 @@ impl KubeletConfiguration {
 
     /// Every eviction threshold the configuration asks for (hard, then
     /// soft), as upstream's ParseThresholdConfig reads them.
-    pub fn eviction_thresholds(&self) -> Result<Vec<crate::eviction::Threshold>, String> {
+    pub fn eviction_thresholds(
+        &self,
+    ) -> Result<Vec<crate::eviction::Threshold>, crate::eviction::ThresholdError> {
         crate::eviction::parse_threshold_config(crate::eviction::Statements {
             hard: &self.eviction_hard,
             soft: &self.eviction_soft,
@@ -769,7 +771,7 @@ impl KubeletConfiguration {
             &self.image_pull_credentials_verification_policy,
             &self.preloaded_images_verification_allowlist,
         )
-        .map_err(ConfigError::Rejected)
+        .map_err(|e| ConfigError::Rejected(e.to_string()))
     }
 
     /// Whether `key` is in enforceNodeAllocatable.

@@ -141,7 +141,7 @@ impl KubeletConfiguration {
             Some(n) if n > 1 && self.serialize_image_pulls => {
                 return Err(invalid(
                     "maxParallelImagePulls",
-                    "cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false".into(),
+                    "cannot be larger than 1 unless SerializeImagePulls (--serialize-image-pulls) is set to false",
                 ));
             }
             _ => {}
@@ -193,20 +193,17 @@ impl KubeletConfiguration {
         if self.container_log_max_workers < 1 {
             return Err(invalid(
                 "containerLogMaxWorkers",
-                "must be greater than or equal to 1".into(),
+                "must be greater than or equal to 1",
             ));
         }
         if self.container_log_monitor_interval < Duration::from_secs(3) {
             return Err(invalid(
                 "containerLogMonitorInterval",
-                "must be a positive time duration greater than or equal to 3s".into(),
+                "must be a positive time duration greater than or equal to 3s",
             ));
         }
         if self.container_log_max_files <= 1 {
-            return Err(invalid(
-                "containerLogMaxFiles",
-                "must be greater than 1".into(),
-            ));
+            return Err(invalid("containerLogMaxFiles", "must be greater than 1"));
         }
         if let Err(e) = crate::sysctl::Allowlist::new("", &self.allowed_unsafe_sysctls) {
             return Err(invalid(
@@ -236,10 +233,7 @@ impl KubeletConfiguration {
             )));
         }
         if self.max_pods == 0 {
-            return Err(invalid(
-                "maxPods (--max-pods)",
-                "must be greater than 0".to_owned(),
-            ));
+            return Err(invalid("maxPods (--max-pods)", "must be greater than 0"));
         }
         let endpoint = &self.container_runtime_endpoint;
         match endpoint.strip_prefix("unix://") {
@@ -268,25 +262,25 @@ impl KubeletConfiguration {
         if self.port == 0 {
             return Err(invalid(
                 "port (--port)",
-                "0 must be between 1 and 65535, inclusive".to_owned(),
+                "0 must be between 1 and 65535, inclusive",
             ));
         }
         if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
             return Err(invalid(
                 "tlsCertFile (--tls-cert-file)",
-                "and tlsPrivateKeyFile (--tls-private-key-file) must be set together".to_owned(),
+                "and tlsPrivateKeyFile (--tls-private-key-file) must be set together",
             ));
         }
         if self.streaming_connection_idle_timeout.is_zero() {
             return Err(invalid(
                 "streamingConnectionIdleTimeout",
-                "must be greater than 0, got 0s".to_owned(),
+                "must be greater than 0, got 0s",
             ));
         }
         if self.healthz_bind_address.is_empty() {
             return Err(invalid(
                 "healthzBindAddress (--healthz-bind-address)",
-                "must not be empty".to_owned(),
+                "must not be empty",
             ));
         }
         Ok(())
@@ -336,9 +330,9 @@ impl KubeletConfiguration {
 }
 
 /// A field (with its flag) whose value upstream's validation refuses.
-fn invalid(field: &str, message: String) -> ConfigError {
+fn invalid(field: &str, message: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid {
         field: field.to_owned(),
-        message,
+        message: message.to_string(),
     }
 }

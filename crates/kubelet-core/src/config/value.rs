@@ -240,7 +240,8 @@ impl ConfigValue for BTreeMap<String, i64> {
                     Value::Number(n) => n.to_string(),
                     other => return Err(wrong_type(&join(field, k), "a quantity", other)),
                 };
-                let amount = reserved_amount(k, &text).map_err(|m| invalid_value(field, m))?;
+                let amount =
+                    reserved_amount(k, &text).map_err(|e| invalid_value(field, e.to_string()))?;
                 Ok((k.clone(), amount))
             })
             .collect()
@@ -264,10 +265,27 @@ impl ConfigValue for BTreeMap<String, i64> {
     }
 }
 
+/// A reservation upstream's parseResourceList refuses, in its words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReservationError {
+    #[error("cannot reserve {0:?} resource")]
+    Resource(String),
+    #[error("failed to parse quantity {text:?} for {resource:?} resource: {message}")]
+    Quantity {
+        text: String,
+        resource: String,
+        message: String,
+    },
+    #[error("resource quantity for {resource:?} cannot be negative: {text}")]
+    Negative { resource: String, text: String },
+    #[error("{0:?} is not resource=quantity")]
+    Pair(String),
+}
+
 /// One reserved amount, checked as upstream's parseResourceList checks it.
-pub fn reserved_amount(resource: &str, text: &str) -> Result<i64, String> {
+pub fn reserved_amount(resource: &str, text: &str) -> Result<i64, ReservationError> {
     if !RESERVABLE.contains(&resource) {
-        return Err(format!("cannot reserve {resource:?} resource"));
+        return Err(ReservationError::Resource(resource.to_owned()));
     }
     let q = Quantity(text.to_owned());
     let amount = if resource == "cpu" {
@@ -275,16 +293,16 @@ pub fn reserved_amount(resource: &str, text: &str) -> Result<i64, String> {
     } else {
         parse_bytes(&q)
     }
-    .map_err(|e| {
-        format!(
-            "failed to parse quantity {text:?} for {resource:?} resource: {}",
-            e.message
-        )
+    .map_err(|e| ReservationError::Quantity {
+        text: text.to_owned(),
+        resource: resource.to_owned(),
+        message: e.message,
     })?;
     if amount < 0 {
-        return Err(format!(
-            "resource quantity for {resource:?} cannot be negative: {text}"
-        ));
+        return Err(ReservationError::Negative {
+            resource: resource.to_owned(),
+            text: text.to_owned(),
+        });
     }
     Ok(amount)
 }

@@ -219,9 +219,38 @@ impl Threshold {
     }
 }
 
+/// An eviction statement that cannot be read, in upstream's words.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ThresholdError {
+    #[error("unsupported eviction signal {0}")]
+    Signal(String),
+    #[error("strconv.ParseFloat: parsing {0:?}: invalid syntax")]
+    Percentage(String),
+    #[error("eviction percentage threshold {signal} must be >= 0%: {value}")]
+    BelowZero { signal: String, value: String },
+    #[error("eviction percentage threshold {signal} must be <= 100%: {value}")]
+    AboveHundred { signal: String, value: String },
+    #[error("eviction threshold {signal} must be positive: {value}")]
+    NotPositive { signal: String, value: String },
+    #[error(transparent)]
+    Quantity(#[from] crate::quantity::QuantityError),
+    #[error("invalid eviction grace period specified: {0}, must be a positive value")]
+    NegativeGracePeriod(String),
+    #[error(transparent)]
+    GracePeriod(#[from] crate::duration::DurationError),
+    #[error("grace period must be specified for the soft eviction threshold {0}")]
+    NoGracePeriod(&'static str),
+    #[error("eviction percentage minimum reclaim {signal} must be positive: {value}")]
+    ReclaimNotPositive { signal: String, value: String },
+    #[error("negative eviction minimum reclaim specified for {0}")]
+    NegativeReclaim(String),
+}
+
 /// parseThresholdStatements: each `signal: value`, in upstream's words
 /// when it cannot be; `0%` and `100%` are ignored, as upstream ignores them.
-pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Threshold>, String> {
+pub fn parse_thresholds(
+    statements: &BTreeMap<String, String>,
+) -> Result<Vec<Threshold>, ThresholdError> {
     let mut out = Vec::new();
     for (signal, val) in statements {
         let sig = parse_signal(signal)?;
@@ -230,15 +259,14 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
                 continue;
             }
             let p = parse_percentage(pct)?;
+            let stated = || (signal.clone(), val.clone());
             if p < 0.0 {
-                return Err(format!(
-                    "eviction percentage threshold {signal} must be >= 0%: {val}"
-                ));
+                let (signal, value) = stated();
+                return Err(ThresholdError::BelowZero { signal, value });
             }
             if p > 1.0 {
-                return Err(format!(
-                    "eviction percentage threshold {signal} must be <= 100%: {val}"
-                ));
+                let (signal, value) = stated();
+                return Err(ThresholdError::AboveHundred { signal, value });
             }
             out.push(Threshold {
                 signal: sig,
@@ -248,11 +276,12 @@ pub fn parse_thresholds(statements: &BTreeMap<String, String>) -> Result<Vec<Thr
             });
             continue;
         }
-        let q = parse_bytes(&Quantity(val.clone())).map_err(|e| e.to_string())?;
+        let q = parse_bytes(&Quantity(val.clone()))?;
         if q <= 0 {
-            return Err(format!(
-                "eviction threshold {signal} must be positive: {val}"
-            ));
+            return Err(ThresholdError::NotPositive {
+                signal: signal.clone(),
+                value: val.clone(),
+            });
         }
         out.push(Threshold {
             signal: sig,
@@ -281,26 +310,21 @@ pub struct Statements<'a> {
 /// when a statement cannot be read; then, when `pods` is enforced, an
 /// allocatableMemory.available copy of each hard memory.available threshold
 /// (addAllocatableThresholds).
-pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, String> {
+pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, ThresholdError> {
     let mut out = parse_thresholds(s.hard)?;
     let soft = parse_thresholds(s.soft)?;
     let mut grace = BTreeMap::new();
     for (signal, val) in s.soft_grace_period {
         let sig = parse_signal(signal)?;
         if val.starts_with('-') && crate::duration::parse_go_duration(&val[1..]).is_ok() {
-            return Err(format!(
-                "invalid eviction grace period specified: {val}, must be a positive value"
-            ));
+            return Err(ThresholdError::NegativeGracePeriod(val.clone()));
         }
-        let period = crate::duration::parse_go_duration(val).map_err(|e| e.to_string())?;
+        let period = crate::duration::parse_go_duration(val)?;
         grace.insert(sig, period);
     }
     for mut t in soft {
         let Some(period) = grace.get(&t.signal) else {
-            return Err(format!(
-                "grace period must be specified for the soft eviction threshold {}",
-                t.signal.as_str()
-            ));
+            return Err(ThresholdError::NoGracePeriod(t.signal.as_str()));
         };
         t.grace_period = *period;
         out.push(t);
@@ -326,34 +350,33 @@ pub fn parse_threshold_config(s: Statements<'_>) -> Result<Vec<Threshold>, Strin
     Ok(out)
 }
 
-fn parse_signal(signal: &str) -> Result<Signal, String> {
-    Signal::parse(signal).ok_or_else(|| format!("unsupported eviction signal {signal}"))
+fn parse_signal(signal: &str) -> Result<Signal, ThresholdError> {
+    Signal::parse(signal).ok_or_else(|| ThresholdError::Signal(signal.to_owned()))
 }
 
 /// parsePercentage: the number before `%`, as a share (float32).
-fn parse_percentage(pct: &str) -> Result<f32, String> {
+fn parse_percentage(pct: &str) -> Result<f32, ThresholdError> {
     pct.parse::<f32>()
         .map(|p| p / 100.0)
-        .map_err(|_| format!("strconv.ParseFloat: parsing {pct:?}: invalid syntax"))
+        .map_err(|_| ThresholdError::Percentage(pct.to_owned()))
 }
 
 /// parseMinimumReclaims' value: a positive percentage or a quantity not
 /// below zero.
-fn parse_minimum_reclaim(signal: &str, val: &str) -> Result<ThresholdValue, String> {
+fn parse_minimum_reclaim(signal: &str, val: &str) -> Result<ThresholdValue, ThresholdError> {
     if let Some(pct) = val.strip_suffix('%') {
         let p = parse_percentage(pct)?;
         if p <= 0.0 {
-            return Err(format!(
-                "eviction percentage minimum reclaim {signal} must be positive: {val}"
-            ));
+            return Err(ThresholdError::ReclaimNotPositive {
+                signal: signal.to_owned(),
+                value: val.to_owned(),
+            });
         }
         return Ok(ThresholdValue::Percentage(p));
     }
-    let q = parse_bytes(&Quantity(val.to_owned())).map_err(|e| e.to_string())?;
+    let q = parse_bytes(&Quantity(val.to_owned()))?;
     if q < 0 {
-        return Err(format!(
-            "negative eviction minimum reclaim specified for {signal}"
-        ));
+        return Err(ThresholdError::NegativeReclaim(signal.to_owned()));
     }
     Ok(ThresholdValue::Quantity(q, Written::of(val)))
 }
@@ -454,7 +477,7 @@ mod tests {
             (map(&[("nodefs.available", "-5%")]), "must be >= 0%: -5%"),
             (map(&[("memory.available", "lots")]), "lots"),
         ] {
-            let err = parse_thresholds(&statements).unwrap_err();
+            let err = parse_thresholds(&statements).unwrap_err().to_string();
             assert!(err.contains(message), "{err:?} lacks {message:?}");
         }
     }

@@ -26,7 +26,7 @@ impl Kubelet {
         self.admit_to_node(pod)?;
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
             reason: "AppArmor".into(),
-            message,
+            message: message.to_string(),
         })
     }
 

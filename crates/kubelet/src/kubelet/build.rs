@@ -253,7 +253,7 @@ impl Kubelet {
             0,
         );
         kubelet_core::cgroups::check_reservation(&capacity, &[&self.reserved, &eviction])
-            .map_err(CmError::Config)
+            .map_err(|e| CmError::Config(e.to_string()))
     }
 }
 

@@ -17,16 +17,16 @@ use crate::events::{Involved, WARNING};
 use crate::eviction::{Eviction, EvictionHost};
 use crate::pod_workers::PodTarget;
 use crate::server::Health;
-use crate::stats::StatsView;
+use crate::stats::{StatsError, StatsView};
 use crate::status_sync::StaticPodView;
 
 /// The kubelet as the eviction manager sees it.
 pub(super) struct EvictionView(pub(super) Arc<Kubelet>);
 
 impl EvictionHost for EvictionView {
-    async fn summary(&self) -> Result<kubelet_core::stats::Summary, String> {
+    async fn summary(&self) -> Result<kubelet_core::stats::Summary, StatsError> {
         let view: &dyn StatsView = self.0.as_ref();
-        self.0.stats.get(view).await.map_err(|e| e.to_string())
+        self.0.stats.get(view).await
     }
 
     /// HasDedicatedImageFs: the runtime's image file system is on another

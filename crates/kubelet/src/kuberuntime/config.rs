@@ -412,9 +412,13 @@ fn container_security(
     )
     .map_err(|e| err(&e.field, e.message))?;
     let apparmor = security::apparmor_profile(pod, c)
-        .map_err(|m| err("securityContext.appArmorProfile", m))?;
-    let policy = security::supplemental_groups_policy(pod)
-        .map_err(|m| err("spec.securityContext.supplementalGroupsPolicy", m))?;
+        .map_err(|m| err("securityContext.appArmorProfile", m.to_string()))?;
+    let policy = security::supplemental_groups_policy(pod).map_err(|m| {
+        err(
+            "spec.securityContext.supplementalGroupsPolicy",
+            m.to_string(),
+        )
+    })?;
     let (masked_paths, readonly_paths) =
         security::proc_paths(eff.proc_mount.as_deref(), &defaults.extra_masked_paths);
     let (apparmor, apparmor_profile) = match apparmor {

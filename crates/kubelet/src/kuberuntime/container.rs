@@ -244,7 +244,7 @@ impl RuntimeManager {
             StartError::Config(ConfigError {
                 container: c.name.clone(),
                 field: "securityContext.runAsNonRoot".into(),
-                message,
+                message: message.to_string(),
             })
         })
     }

@@ -139,7 +139,7 @@ impl RuntimeManager {
             Keyring::from_secrets(secrets.iter().map(|s| s.as_ref())).map_err(|message| {
                 StartError::Image {
                     reason: "ErrImagePull",
-                    message,
+                    message: message.to_string(),
                     source: None,
                 }
             })?;

@@ -16,42 +16,54 @@ use kubelet_core::volume::{check_mounts, check_sub_path};
 use crate::error::ConfigError;
 use crate::volumes::{PodVolumes, subpath};
 
-fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, String> {
+/// A volumeMount the runtime cannot be given, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+enum MountError {
+    #[error("invalid MountPropagation mode: {0:?}")]
+    Propagation(String),
+    #[error("volume {0:?} requested recursive read-only mode, but it is not read-only")]
+    NotReadOnly(String),
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not compatible with propagation {1:?}"
+    )]
+    WithPropagation(String, String),
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
+    )]
+    RecursiveReadOnly(String),
+    #[error("unknown recursive read-only mode {0:?}")]
+    RecursiveReadOnlyMode(String),
+    #[error("missing value for {}", .0.join(", "))]
+    MissingVariables(Vec<String>),
+}
+
+fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, MountError> {
     match m.mount_propagation.as_deref() {
         None | Some("None") => Ok(cri::MountPropagation::PropagationPrivate),
         Some("HostToContainer") => Ok(cri::MountPropagation::PropagationHostToContainer),
         Some("Bidirectional") => Ok(cri::MountPropagation::PropagationBidirectional),
-        Some(other) => Err(format!("invalid MountPropagation mode: {other:?}")),
+        Some(other) => Err(MountError::Propagation(other.to_owned())),
     }
 }
 
 /// Upstream's resolveRecursiveReadOnly; the runtimes here (containerd 1.6)
 /// do not say they support recursive read-only mounts, so `Enabled` is
 /// refused and `IfPossible` is a plain read-only mount.
-fn recursive_read_only(m: &VolumeMount) -> Result<bool, String> {
+fn recursive_read_only(m: &VolumeMount) -> Result<bool, MountError> {
     let mode = m.recursive_read_only.as_deref();
     if matches!(mode, None | Some("Disabled")) {
         return Ok(false);
     }
     if !m.read_only.unwrap_or(false) {
-        return Err(format!(
-            "volume {:?} requested recursive read-only mode, but it is not read-only",
-            m.name
-        ));
+        return Err(MountError::NotReadOnly(m.name.clone()));
     }
     if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
-        return Err(format!(
-            "volume {:?} requested recursive read-only mode, but it is not compatible with propagation {p:?}",
-            m.name
-        ));
+        return Err(MountError::WithPropagation(m.name.clone(), p.to_owned()));
     }
     match mode {
         Some("IfPossible") => Ok(false),
-        Some("Enabled") => Err(format!(
-            "volume {:?} requested recursive read-only mode, but it is not supported by the runtime",
-            m.name
-        )),
-        Some(other) => Err(format!("unknown recursive read-only mode {other:?}")),
+        Some("Enabled") => Err(MountError::RecursiveReadOnly(m.name.clone())),
+        Some(other) => Err(MountError::RecursiveReadOnlyMode(other.to_owned())),
         None => Ok(false),
     }
 }
@@ -59,7 +71,7 @@ fn recursive_read_only(m: &VolumeMount) -> Result<bool, String> {
 /// The subPath of mount `m` (subPathExpr expanded from the container's
 /// environment, upstream's ExpandContainerVolumeMounts: a reference to a
 /// variable unset or empty is an error).
-fn sub_path(env: &HashMap<&str, &str>, m: &VolumeMount) -> Result<String, String> {
+fn sub_path(env: &HashMap<&str, &str>, m: &VolumeMount) -> Result<String, MountError> {
     let expr = m.sub_path_expr.as_deref().unwrap_or("");
     if expr.is_empty() {
         return Ok(m.sub_path.clone().unwrap_or_default());
@@ -76,8 +88,7 @@ fn sub_path(env: &HashMap<&str, &str>, m: &VolumeMount) -> Result<String, String
     if missing.is_empty() {
         Ok(out)
     } else {
-        let names: Vec<String> = missing.into_iter().collect();
-        Err(format!("missing value for {}", names.join(", ")))
+        Err(MountError::MissingVariables(missing.into_iter().collect()))
     }
 }
 
@@ -124,7 +135,7 @@ pub async fn container_mounts(
                 ),
             ));
         };
-        let sub = sub_path(&env, m).map_err(|e| err(field("subPathExpr"), e))?;
+        let sub = sub_path(&env, m).map_err(|e| err(field("subPathExpr"), e.to_string()))?;
         let host_path: PathBuf = if sub.is_empty() {
             vol.host_path.clone()
         } else {
@@ -147,7 +158,8 @@ pub async fn container_mounts(
                 )
             })?
         };
-        let propagation = propagation(m).map_err(|e| err(field("mountPropagation"), e))?;
+        let propagation =
+            propagation(m).map_err(|e| err(field("mountPropagation"), e.to_string()))?;
         let rro = recursive_read_only(m).map_err(|e| {
             err(
                 field("recursiveReadOnly"),
@@ -344,7 +356,9 @@ mod tests {
             sub_path_expr: Some("$(EMPTY)/$(POD)".into()),
             ..mount("data", "/x")
         };
-        assert_eq!(sub_path(&env, &m).unwrap_err(), "missing value for EMPTY");
+        assert!(
+            matches!(sub_path(&env, &m), Err(MountError::MissingVariables(v)) if v == ["EMPTY"])
+        );
     }
 
     #[tokio::test]
