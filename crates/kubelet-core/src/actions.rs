@@ -478,24 +478,17 @@ mod tests {
     use super::*;
     use crate::podspec::ephemeral_containers;
     use crate::runtime::{NoProbes, SandboxStatus};
-    use k8s_openapi::api::core::v1::{ContainerRestartRule, PodSpec};
+    use crate::testing::{PodBuilder, container};
+    use k8s_openapi::api::core::v1::ContainerRestartRule;
 
     fn pod(policy: &str, names: &[&str]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                restart_policy: Some(policy.into()),
-                containers: names
-                    .iter()
-                    .map(|n| Container {
-                        name: (*n).into(),
-                        image: Some("busybox:1".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::default()
+            .restart_policy(policy)
+            .containers(names.iter().map(|n| Container {
+                image: Some("busybox:1".into()),
+                ..container(n)
+            }))
+            .build()
     }
 
     fn sandbox(state: SandboxState, attempt: u32) -> SandboxStatus {

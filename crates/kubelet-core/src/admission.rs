@@ -338,9 +338,9 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{PodBuilder, container, resources};
     use k8s_openapi::api::core::v1::{
         Affinity, Container, NodeAffinity, NodeSelector, NodeSelectorTerm, PodOS, PodSpec,
-        ResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
@@ -490,35 +490,26 @@ mod tests {
     }
 
     fn pod(cpu: &str, mem: &str) -> Pod {
-        let mut requests = BTreeMap::new();
-        if !cpu.is_empty() {
-            requests.insert("cpu".to_string(), Quantity(cpu.into()));
-        }
-        if !mem.is_empty() {
-            requests.insert("memory".to_string(), Quantity(mem.into()));
-        }
-        Pod {
-            spec: Some(PodSpec {
-                node_name: Some("node1".into()),
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(requests),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                tolerations: Some(vec![Toleration {
+        let requests: Vec<_> = [("cpu", cpu), ("memory", mem)]
+            .into_iter()
+            .filter(|(_, q)| !q.is_empty())
+            .collect();
+        PodBuilder::default()
+            .node_name("node1")
+            .container(Container {
+                resources: Some(resources(&requests, &[])),
+                ..container("c")
+            })
+            .with_spec(|s| {
+                s.tolerations = Some(vec![Toleration {
                     key: Some("dedicated".into()),
                     operator: Some("Equal".into()),
                     value: Some("infra".into()),
                     effect: Some("NoExecute".into()),
                     ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                }]);
+            })
+            .build()
     }
 
     fn with(mut p: Pod, f: impl FnOnce(&mut PodSpec)) -> Pod {

@@ -697,11 +697,14 @@ fn hugetlb_limits(cfg: &ResourceConfig, sizes: &[u64]) -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::PodBuilder;
     use serde_json::json;
 
     fn pod(spec: serde_json::Value) -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": "p", "uid": "u1"}, "spec": spec}))
-            .unwrap()
+        PodBuilder::new("p")
+            .uid("u1")
+            .spec(serde_json::from_value(spec).unwrap())
+            .build()
     }
 
     fn container(requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {

@@ -405,20 +405,15 @@ fn host_alias_lines(aliases: &[HostAlias]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::PodBuilder;
     use k8s_openapi::api::core::v1::{PodDNSConfigOption, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(spec: PodSpec) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("shop".into()),
-                uid: Some("u1".into()),
-                ..Default::default()
-            },
-            spec: Some(spec),
-            ..Default::default()
-        }
+        PodBuilder::new("web")
+            .namespace("shop")
+            .uid("u1")
+            .spec(spec)
+            .build()
     }
 
     fn strs(v: &[&str]) -> Vec<String> {

@@ -192,40 +192,22 @@ fn is_zero(q: &Quantity) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use std::collections::BTreeMap;
+    use crate::testing::{PodBuilder, container, resources};
 
     fn pod() -> Pod {
-        let q = |s: &str| Quantity(s.into());
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("ns".into()),
-                uid: Some("u-1".into()),
-                labels: Some(BTreeMap::from([
-                    ("b".into(), "2".into()),
-                    ("a".into(), "say \"hi\"\n".into()),
-                ])),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    resources: Some(ResourceRequirements {
-                        limits: Some(BTreeMap::from([("memory".into(), q("64Mi"))])),
-                        requests: Some(BTreeMap::from([
-                            ("cpu".into(), q("250m")),
-                            ("memory".into(), q("32Mi")),
-                        ])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::new("web")
+            .namespace("ns")
+            .uid("u-1")
+            .label("b", "2")
+            .label("a", "say \"hi\"\n")
+            .container(Container {
+                resources: Some(resources(
+                    &[("cpu", "250m"), ("memory", "32Mi")],
+                    &[("memory", "64Mi")],
+                )),
+                ..container("app")
+            })
+            .build()
     }
 
     #[test]

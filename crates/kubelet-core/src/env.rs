@@ -483,32 +483,24 @@ pub fn expand_command_and_args(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::PodBuilder;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
-        ConfigMapEnvSource, ConfigMapKeySelector, ObjectFieldSelector, PodSpec,
-        ResourceFieldSelector, ResourceRequirements, SecretEnvSource, SecretKeySelector,
-        ServicePort, ServiceSpec,
+        ConfigMapEnvSource, ConfigMapKeySelector, ObjectFieldSelector, ResourceFieldSelector,
+        ResourceRequirements, SecretEnvSource, SecretKeySelector, ServicePort, ServiceSpec,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(c: Container) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("shop".into()),
-                uid: Some("u-1".into()),
-                labels: Some(BTreeMap::from([("app".into(), "web".into())])),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                node_name: Some("node-1".into()),
-                service_account_name: Some("sa".into()),
-                containers: vec![c],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::new("web")
+            .namespace("shop")
+            .uid("u-1")
+            .label("app", "web")
+            .node_name("node-1")
+            .with_spec(|s| s.service_account_name = Some("sa".into()))
+            .container(c)
+            .build()
     }
 
     fn lit(name: &str, value: &str) -> EnvVar {

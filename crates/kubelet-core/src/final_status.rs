@@ -100,24 +100,20 @@ pub fn keep_final(pod: &Pod, old: &ApiPodStatus, new: &mut ApiPodStatus) -> bool
 mod tests {
     use super::*;
     use crate::phase::PHASE_SUCCEEDED;
+    use crate::testing::{PodBuilder, container};
     use k8s_openapi::api::core::v1::{
         ContainerRestartRule, ContainerRestartRuleOnExitCodes, ContainerState,
-        ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, PodSpec,
+        ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
     };
 
     fn pod(policy: &str, container_policy: Option<&str>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                restart_policy: Some(policy.into()),
-                containers: vec![Container {
-                    name: "a".into(),
-                    restart_policy: container_policy.map(Into::into),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::default()
+            .restart_policy(policy)
+            .container(Container {
+                restart_policy: container_policy.map(Into::into),
+                ..container("a")
+            })
+            .build()
     }
 
     fn exited(code: i32) -> ContainerStatus {

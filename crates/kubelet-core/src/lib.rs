@@ -54,6 +54,8 @@ pub mod security;
 pub mod stats;
 pub mod status;
 pub mod sysctl;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod timefmt;
 pub mod types;
 pub mod volume;

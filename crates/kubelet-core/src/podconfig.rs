@@ -190,26 +190,22 @@ fn annotations_equal(a: &Pod, b: &Pod) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{Container, PodSpec, PodStatus};
+    use k8s_openapi::api::core::v1::{Container, PodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+    use crate::testing::{PodBuilder, container};
     use crate::types::{SOURCE_API, SOURCE_FILE};
 
     fn pod(name: &str, uid: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some(name.into());
-        p.metadata.namespace = Some("default".into());
-        p.metadata.uid = Some(uid.into());
-        p.spec = Some(PodSpec {
-            containers: vec![Container {
-                name: "c".into(),
+        PodBuilder::new(name)
+            .namespace("default")
+            .uid(uid)
+            .container(Container {
                 image: Some("img:1".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        p
+                ..container("c")
+            })
+            .build()
     }
 
     fn with(mut p: Pod, f: impl FnOnce(&mut Pod)) -> Pod {

@@ -550,10 +550,11 @@ pub fn pod_resources_status(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ContainerResizePolicy, PodSpec};
+    use k8s_openapi::api::core::v1::ContainerResizePolicy;
 
     use super::*;
     use crate::runtime::ContainerStatus;
+    use crate::testing::PodBuilder;
 
     fn requirements(cpu: &str, memory: &str) -> ResourceRequirements {
         let list = |pairs: [(&str, &str); 2]| {
@@ -648,13 +649,7 @@ mod tests {
     }
 
     fn pod(containers: Vec<Container>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::default().containers(containers).build()
     }
 
     fn running(name: &str, id: &str) -> ContainerStatus {

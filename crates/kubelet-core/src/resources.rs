@@ -237,11 +237,7 @@ pub fn hugepages(list: &Amounts) -> BTreeMap<u64, i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pod(json: serde_json::Value) -> Pod {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": json}))
-            .unwrap()
-    }
+    use crate::testing::PodBuilder;
 
     fn c(name: &str, requests: serde_json::Value, limits: serde_json::Value) -> serde_json::Value {
         serde_json::json!({"name": name, "resources": {"requests": requests, "limits": limits}})
@@ -290,7 +286,9 @@ mod tests {
             ),
         ];
         for (what, spec, reqs, limits) in cases {
-            let p = pod(spec);
+            let p = PodBuilder::new("p")
+                .spec(serde_json::from_value(spec).unwrap())
+                .build();
             let expect = |l: &[(&str, i64)]| -> Amounts {
                 l.iter().map(|(k, v)| (k.to_string(), *v)).collect()
             };

@@ -469,29 +469,19 @@ pub fn verify_run_as_non_root(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use crate::testing::{PodBuilder, container};
 
     fn pod(pod_sc: Option<PodSecurityContext>, sc: Option<SecurityContext>) -> (Pod, Container) {
         let c = Container {
-            name: "c".into(),
             security_context: sc,
-            ..Default::default()
+            ..container("c")
         };
-        let p = Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                namespace: Some("ns".into()),
-                uid: Some("u".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                security_context: pod_sc,
-                containers: vec![c.clone()],
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let p = PodBuilder::new("p")
+            .namespace("ns")
+            .uid("u")
+            .with_spec(|s| s.security_context = pod_sc)
+            .container(c.clone())
+            .build();
         (p, c)
     }
 

@@ -726,25 +726,18 @@ pub fn carry_over(new: &mut ApiPodStatus, old: Option<&ApiPodStatus>, now: &Time
 mod tests {
     use super::*;
     use crate::runtime::{NoProbes, SandboxStatus};
-    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use crate::testing::{PodBuilder, container};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn pod(policy: &str, names: &[&str]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                restart_policy: Some(policy.into()),
-                containers: names
-                    .iter()
-                    .map(|n| Container {
-                        name: (*n).into(),
-                        image: Some("busybox:1".into()),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::default()
+            .restart_policy(policy)
+            .containers(names.iter().map(|n| Container {
+                image: Some("busybox:1".into()),
+                ..container(n)
+            }))
+            .build()
     }
 
     /// The first container with its own restartPolicy.

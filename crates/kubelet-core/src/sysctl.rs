@@ -268,29 +268,24 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
+    use crate::testing::PodBuilder;
+    use k8s_openapi::api::core::v1::{PodSecurityContext, Sysctl};
 
     fn pod(sysctls: &[&str], host_net: bool, host_ipc: bool) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                host_network: Some(host_net),
-                host_ipc: Some(host_ipc),
-                security_context: Some(PodSecurityContext {
-                    sysctls: Some(
-                        sysctls
-                            .iter()
-                            .map(|n| Sysctl {
-                                name: (*n).into(),
-                                value: "1".into(),
-                            })
-                            .collect(),
-                    ),
+        let sysctls = sysctls.iter().map(|n| Sysctl {
+            name: (*n).into(),
+            value: "1".into(),
+        });
+        PodBuilder::default()
+            .with_spec(|s| {
+                s.host_network = Some(host_net);
+                s.host_ipc = Some(host_ipc);
+                s.security_context = Some(PodSecurityContext {
+                    sysctls: Some(sysctls.collect()),
                     ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                });
+            })
+            .build()
     }
 
     #[test]

@@ -120,9 +120,9 @@ pub fn exceeded(pod: &Pod, stats: &PodStats, dedicated_image_fs: bool) -> Option
 mod tests {
     use super::*;
     use crate::stats::{ContainerStats, VolumeStats};
-    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PodSpec, ResourceRequirements, Volume};
+    use crate::testing::{PodBuilder, container, resources};
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, Volume};
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use std::collections::BTreeMap;
     use std::time::UNIX_EPOCH;
 
     fn fs(used: u64) -> Option<FsStats> {
@@ -131,36 +131,25 @@ mod tests {
 
     fn limited(name: &str, limit: Option<&str>, sidecar: bool) -> Container {
         Container {
-            name: name.into(),
             restart_policy: sidecar.then(|| "Always".into()),
-            resources: limit.map(|l| ResourceRequirements {
-                limits: Some(BTreeMap::from([(
-                    EPHEMERAL_STORAGE.into(),
-                    Quantity(l.into()),
-                )])),
-                ..Default::default()
-            }),
-            ..Default::default()
+            resources: limit.map(|l| resources(&[], &[(EPHEMERAL_STORAGE, l)])),
+            ..container(name)
         }
     }
 
     fn pod(containers: Vec<Container>, init: Vec<Container>, size_limit: Option<&str>) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers,
-                init_containers: Some(init),
-                volumes: Some(vec![Volume {
-                    name: "scratch".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        size_limit: size_limit.map(|s| Quantity(s.into())),
-                        ..Default::default()
-                    }),
+        PodBuilder::default()
+            .containers(containers)
+            .init_containers(init)
+            .volume(Volume {
+                name: "scratch".into(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: size_limit.map(|s| Quantity(s.into())),
                     ..Default::default()
-                }]),
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }
+            })
+            .build()
     }
 
     fn stats(scratch: u64, containers: &[(&str, u64, u64)]) -> PodStats {

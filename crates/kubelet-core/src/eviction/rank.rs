@@ -313,33 +313,21 @@ mod tests {
     use super::*;
     use crate::eviction::decide::Observation;
     use crate::stats::{ContainerStats, MemoryStats, PodReference, ProcessStats};
-    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use crate::testing::{PodBuilder, container, resources};
+    use k8s_openapi::api::core::v1::Container;
     use std::time::{Duration, UNIX_EPOCH};
 
     const MI: u64 = 1 << 20;
 
     fn pod(name: &str, memory_request: Option<&str>, prio: Option<i32>) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                uid: Some(format!("uid-{name}")),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                priority: prio,
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: memory_request.map(|r| ResourceRequirements {
-                        requests: Some(BTreeMap::from([("memory".into(), Quantity(r.into()))])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::new(name)
+            .uid(&format!("uid-{name}"))
+            .with_spec(|s| s.priority = prio)
+            .container(Container {
+                resources: memory_request.map(|r| resources(&[("memory", r)], &[])),
+                ..container("c")
+            })
+            .build()
     }
 
     fn mem(ws: u64) -> Option<MemoryStats> {
