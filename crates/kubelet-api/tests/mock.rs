@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use http::{Method, Request, Response};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{Container, Node, NodeCondition, NodeStatus, Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::client::Body;
 use kubelet_api::node::{self, LEASE_NAMESPACE, LeaseHeartbeat};
 use kubelet_api::pods;
 use kubelet_api::{ApiClient, ApiError};
+use kubelet_core::testing::PodBuilder;
 use kubelet_core::types::{SOURCE_API, SourceSnapshot, keys};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -211,20 +212,12 @@ async fn finished<T>(task: JoinHandle<T>) -> T {
 // ---------------------------------------------------------------------------
 
 fn pod(namespace: &str, name: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            uid: Some(format!("uid-{name}")),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some("node1".into()),
-            containers: vec![Default::default()],
-            ..Default::default()
-        }),
-        status: None,
-    }
+    PodBuilder::new(name)
+        .namespace(namespace)
+        .uid(&format!("uid-{name}"))
+        .node_name("node1")
+        .container(Container::default())
+        .build()
 }
 
 /// `pod` as the API server has it at `resource_version`.

@@ -651,12 +651,12 @@ mod tests {
     use std::io::Cursor;
 
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-        ContainerStateWaiting, PodSpec, PodStatus,
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+        PodStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
+    use crate::testing::{PodBuilder, container};
 
     fn at(secs: u64, nanos: u32) -> SystemTime {
         UNIX_EPOCH + Duration::new(secs, nanos)
@@ -885,27 +885,14 @@ garbage line
     }
 
     fn pod_with(status: ContainerStatus) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    ..Default::default()
-                }],
-                init_containers: Some(vec![Container {
-                    name: "init".into(),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
+        PodBuilder::new("web")
+            .container(container("app"))
+            .init_container(container("init"))
+            .status(PodStatus {
                 container_statuses: Some(vec![status]),
                 ..Default::default()
-            }),
-        }
+            })
+            .build()
     }
 
     fn terminated(id: &str) -> ContainerState {

@@ -8,7 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements, Volume};
+use k8s_openapi::api::core::v1::{
+    Container, Pod, PodSpec, PodStatus, ResourceRequirements, Volume,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 /// A `Pod` built field by field. Only what is set is there: no name unless
@@ -116,6 +118,11 @@ impl PodBuilder {
     /// set yet).
     pub fn with_spec(mut self, f: impl FnOnce(&mut PodSpec)) -> Self {
         f(self.pod.spec.get_or_insert_with(PodSpec::default));
+        self
+    }
+
+    pub fn status(mut self, status: PodStatus) -> Self {
+        self.pod.status = Some(status);
         self
     }
 

@@ -512,31 +512,18 @@ fn checkpoint_of(records: &HashMap<PodUid, Allocation>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::api::core::v1::Container;
+    use kubelet_core::testing::{PodBuilder, container, resources};
 
     fn pod(cpu: &str) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                namespace: Some("default".into()),
-                uid: Some("u1".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        PodBuilder::new("p")
+            .namespace("default")
+            .uid("u1")
+            .container(Container {
+                resources: Some(resources(&[("cpu", cpu)], &[])),
+                ..container("c")
+            })
+            .arc()
     }
 
     fn cpu_of(p: &Pod) -> String {

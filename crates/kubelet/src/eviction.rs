@@ -458,11 +458,10 @@ async fn wait_for_cleanup<H: EvictionHost>(host: &H, pods: &[Arc<Pod>]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kubelet_core::stats::{
         ContainerStats, FsStats, MemoryStats, NodeStats, PodReference, VolumeStats,
     };
+    use kubelet_core::testing::{PodBuilder, container};
     use std::time::{SystemTime, UNIX_EPOCH};
 
     const MI: u64 = 1 << 20;
@@ -491,27 +490,18 @@ mod tests {
     }
 
     fn pod(name: &str, priority: Option<i32>, static_pod: bool) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(format!("uid-{name}")),
-                annotations: static_pod.then(|| {
-                    BTreeMap::from([("kubernetes.io/config.source".into(), "file".into())])
-                }),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                priority,
-                termination_grace_period_seconds: Some(60),
-                containers: vec![Container {
-                    name: "c".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        let mut p = PodBuilder::new(name)
+            .namespace("default")
+            .uid(&format!("uid-{name}"))
+            .with_spec(|s| {
+                s.priority = priority;
+                s.termination_grace_period_seconds = Some(60);
+            })
+            .container(container("c"));
+        if static_pod {
+            p = p.annotation("kubernetes.io/config.source", "file");
+        }
+        p.arc()
     }
 
     impl FakeHost {

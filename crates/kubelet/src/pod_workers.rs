@@ -513,7 +513,7 @@ async fn run_worker<S: PodSyncer>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::testing::PodBuilder;
     use tokio::sync::mpsc;
 
     #[test]
@@ -571,32 +571,24 @@ mod tests {
         }
     }
 
+    /// Pod p of namespace default at `version` of its object.
+    fn at_version(uid: &str, version: &str) -> PodBuilder {
+        PodBuilder::new("p")
+            .namespace("default")
+            .uid(uid)
+            .resource_version(version)
+    }
+
     fn pod(version: &str) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                name: Some("p".into()),
-                namespace: Some("default".into()),
-                uid: Some("u1".into()),
-                resource_version: Some(version.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+        at_version("u1", version).arc()
     }
 
     /// A static pod as one version of its manifest makes it: its UID (the
     /// hash of the content), the pod's full name.
     fn static_pod(uid: &str, version: &str) -> Arc<Pod> {
-        let mut p = (*pod(version)).clone();
-        p.metadata.uid = Some(uid.into());
-        p.metadata.annotations = Some(
-            [(
-                kubelet_core::types::keys::CONFIG_SOURCE.to_string(),
-                "file".to_string(),
-            )]
-            .into(),
-        );
-        Arc::new(p)
+        at_version(uid, version)
+            .annotation(kubelet_core::types::keys::CONFIG_SOURCE, "file")
+            .arc()
     }
 
     async fn next(rx: &mut mpsc::UnboundedReceiver<String>) -> String {

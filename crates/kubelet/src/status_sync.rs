@@ -450,10 +450,11 @@ mod tests {
     use http::{Method, Request, Response, StatusCode};
     use http_body_util::BodyExt;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, PodSpec,
+        Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use kube::client::Body;
+    use kubelet_core::testing::PodBuilder;
     use tokio::sync::mpsc;
 
     use crate::clock::Clock;
@@ -476,21 +477,15 @@ mod tests {
     type Seen = (Method, String, Instant);
 
     fn api_pod(name: &str, deleting: bool, status: PodStatus) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                uid: Some(format!("uid-{name}")),
-                deletion_timestamp: deleting.then(|| Time(Default::default())),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                restart_policy: Some("Never".into()),
-                containers: vec![Default::default()],
-                ..Default::default()
-            }),
-            status: Some(status),
-        }
+        let mut pod = PodBuilder::new(name)
+            .namespace("default")
+            .uid(&format!("uid-{name}"))
+            .restart_policy("Never")
+            .container(Container::default())
+            .status(status)
+            .build();
+        pod.metadata.deletion_timestamp = deleting.then(|| Time(Default::default()));
+        pod
     }
 
     fn container(state: ContainerState) -> Option<Vec<ContainerStatus>> {

@@ -90,7 +90,8 @@ impl Mux {
 mod tests {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use k8s_openapi::api::core::v1::{Container, Pod};
+    use kubelet_core::testing::{PodBuilder, container};
     use kubelet_core::types::{PodOperation, SOURCE_API, SOURCE_FILE, keys};
     use tokio::time::timeout;
 
@@ -99,19 +100,14 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     fn pod(name: &str, uid: &str) -> Pod {
-        let mut p = Pod::default();
-        p.metadata.name = Some(name.into());
-        p.metadata.namespace = Some("default".into());
-        p.metadata.uid = Some(uid.into());
-        p.spec = Some(PodSpec {
-            containers: vec![Container {
-                name: "c".into(),
+        PodBuilder::new(name)
+            .namespace("default")
+            .uid(uid)
+            .container(Container {
                 image: Some("img".into()),
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
-        p
+                ..container("c")
+            })
+            .build()
     }
 
     async fn recv(rx: &mut mpsc::Receiver<PodUpdate>) -> PodUpdate {

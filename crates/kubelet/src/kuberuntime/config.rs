@@ -593,53 +593,35 @@ mod tests {
         )
     }
     use k8s_openapi::api::core::v1::{
-        ContainerPort, EnvVar, PodSecurityContext, PodSpec, ResourceRequirements,
+        ContainerPort, EnvVar, PodSecurityContext, ResourceRequirements,
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::testing::{self, PodBuilder, resources};
 
     fn pod() -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web-node1".into()),
-                namespace: Some("default".into()),
-                uid: Some("u1".into()),
-                labels: Some([("app".to_string(), "web".to_string())].into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                termination_grace_period_seconds: Some(30),
-                containers: vec![Container {
-                    name: "c".into(),
-                    image: Some("busybox:1".into()),
-                    command: Some(vec!["sh".into()]),
-                    env: Some(vec![EnvVar {
-                        name: "A".into(),
-                        value: Some("1".into()),
-                        ..Default::default()
-                    }]),
-                    ports: Some(vec![ContainerPort {
-                        container_port: 80,
-                        host_port: Some(8080),
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    }]),
-                    resources: Some(ResourceRequirements {
-                        limits: Some(
-                            [
-                                ("cpu".to_string(), Quantity("500m".into())),
-                                ("memory".to_string(), Quantity("64Mi".into())),
-                            ]
-                            .into(),
-                        ),
-                        ..Default::default()
-                    }),
+        PodBuilder::new("web-node1")
+            .namespace("default")
+            .uid("u1")
+            .label("app", "web")
+            .with_spec(|s| s.termination_grace_period_seconds = Some(30))
+            .container(Container {
+                image: Some("busybox:1".into()),
+                command: Some(vec!["sh".into()]),
+                env: Some(vec![EnvVar {
+                    name: "A".into(),
+                    value: Some("1".into()),
                     ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                }]),
+                ports: Some(vec![ContainerPort {
+                    container_port: 80,
+                    host_port: Some(8080),
+                    protocol: Some("TCP".into()),
+                    ..Default::default()
+                }]),
+                resources: Some(resources(&[], &[("cpu", "500m"), ("memory", "64Mi")])),
+                ..testing::container("c")
+            })
+            .build()
     }
 
     #[test]

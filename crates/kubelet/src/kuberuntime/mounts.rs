@@ -189,38 +189,27 @@ pub async fn container_mounts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EnvVar, PodSpec, Volume};
+    use k8s_openapi::api::core::v1::{EnvVar, Volume};
+    use kubelet_core::testing::{PodBuilder, container};
 
     use crate::volumes::MountedVolume;
 
     fn pod(mounts: Vec<VolumeMount>) -> (Pod, PodVolumes) {
-        let c = Container {
-            name: "app".into(),
-            env: Some(vec![EnvVar {
-                name: "POD".into(),
-                value: Some("web-1".into()),
+        let pod = PodBuilder::default()
+            .container(Container {
+                env: Some(vec![EnvVar {
+                    name: "POD".into(),
+                    value: Some("web-1".into()),
+                    ..Default::default()
+                }]),
+                volume_mounts: Some(mounts),
+                ..container("app")
+            })
+            .volumes(["data", "cfg"].map(|name| Volume {
+                name: name.into(),
                 ..Default::default()
-            }]),
-            volume_mounts: Some(mounts),
-            ..Default::default()
-        };
-        let pod = Pod {
-            spec: Some(PodSpec {
-                containers: vec![c],
-                volumes: Some(vec![
-                    Volume {
-                        name: "data".into(),
-                        ..Default::default()
-                    },
-                    Volume {
-                        name: "cfg".into(),
-                        ..Default::default()
-                    },
-                ]),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+            }))
+            .build();
         let volumes = PodVolumes::from([
             (
                 "data".to_owned(),

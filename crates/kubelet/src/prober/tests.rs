@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, Event, ExecAction, Pod,
     PodSpec, PodStatus, Probe,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubelet_core::probe::ProbeResult;
+use kubelet_core::testing::PodBuilder;
 use kubelet_core::types::PodUid;
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::FakeRuntime;
@@ -166,19 +166,11 @@ fn exec_probe(cmd: &str, success_threshold: Option<i32>) -> Probe {
 }
 
 fn pod(containers: Vec<Container>) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some(UID.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers,
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+    PodBuilder::new("web")
+        .namespace("default")
+        .uid(UID)
+        .containers(containers)
+        .arc()
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,19 +1,17 @@
 //! The volume manager on a real file system (tmpfs and bind mounts need
 //! root: without it those tests say so and pass).
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
     DownwardAPIVolumeFile, DownwardAPIVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource,
-    ObjectFieldSelector, PersistentVolumeClaimVolumeSource, PodSpec,
+    ObjectFieldSelector, PersistentVolumeClaimVolumeSource,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::*;
 use crate::clock::Clock;
 use crate::nodestatus::NodeAllocatable;
 use kubelet_core::downward::Allocatable;
+use kubelet_core::testing::PodBuilder;
 use tokio::sync::watch;
 
 fn root() -> bool {
@@ -57,20 +55,12 @@ fn volume(name: &str, f: impl FnOnce(&mut Volume)) -> Volume {
 }
 
 fn pod(uid: &str, volumes: Vec<Volume>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("ns".into()),
-            uid: Some(uid.into()),
-            labels: Some(BTreeMap::from([("app".into(), "web".into())])),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            volumes: Some(volumes),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    PodBuilder::new("web")
+        .namespace("ns")
+        .uid(uid)
+        .label("app", "web")
+        .volumes(volumes)
+        .build()
 }
 
 fn mounts_in(dir: &Path) -> usize {
