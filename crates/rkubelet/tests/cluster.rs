@@ -31,11 +31,12 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_cri::v1 as cri;
-use kubelet_cri::client::CriClient;
 use serde_json::{Value, json};
 
 mod common;
-use common::{CgroupRoot, POLL, consistently, eventually, release_mounts};
+use common::process::{KUBELET_PORT, Rkubelet};
+use common::runtime::{CRI_TIMEOUT, Labels, POD_NAME, POD_UID, RESTART_COUNT, cleanup_runtime};
+use common::{POLL, consistently, eventually, release_mounts};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Every object a test creates carries this label (pods and sandboxes too).
@@ -54,18 +55,8 @@ const START: Duration = Duration::from_secs(60);
 /// but after an API server outage rkubelet's pod watch may take up to a
 /// minute to reconnect (its retry backoff grew during the outage).
 const CLEANUP: Duration = Duration::from_secs(120);
-/// rkubelet's exit after SIGTERM.
-const EXIT: Duration = Duration::from_secs(15);
-/// The kubelet API's port: not 10250, so a developer's kubelet (hack/up.sh)
-/// or a conformance run on the same machine is left alone.
-const KUBELET_PORT: u16 = 10350;
-const CRI_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the API server stays down in the outage test.
 const OUTAGE: Duration = Duration::from_secs(30);
-
-const POD_UID: &str = "io.kubernetes.pod.uid";
-const POD_NAME: &str = "io.kubernetes.pod.name";
-const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} must be set: run through hack/test.sh"))
@@ -381,73 +372,46 @@ fn deployment(app: &str, replicas: u32) -> Value {
 /// failed test.
 struct Kubelet {
     api: Api,
-    endpoint: String,
-    dir: tempfile::TempDir,
-    cri: CriClient,
-    child: Option<Child>,
+    rk: Rkubelet,
     finished: bool,
-    /// Its cgroupRoot (dropped after rkubelet is gone).
-    cgroups: CgroupRoot,
+}
+
+/// Labels of the pods `uids`.
+fn of(uids: &HashSet<String>) -> impl Fn(&Labels) -> bool + '_ {
+    |l| l.get(POD_UID).is_some_and(|u| uids.contains(u))
 }
 
 impl Kubelet {
     fn new(tag: &str) -> Kubelet {
         let api = Api::from_env();
-        let endpoint = env("RKUBELET_E2E_ENDPOINT");
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("rkubelet-cluster-{tag}-"))
-            .tempdir()
-            .unwrap();
-        for d in ["manifests", "root", "logs"] {
-            std::fs::create_dir(dir.path().join(d)).unwrap();
-        }
-        let cgroups = CgroupRoot::new(&dir.path().file_name().unwrap().to_string_lossy());
         // The kubelet API trusts the cluster CA for client certificates
-        // (the API server's), and cuts idle streams after 10 s. No image GC:
-        // the test images are imported, not pullable. Eviction thresholds as
-        // upstream's kubelet gets them in hack/conformance.sh (1 %): these
-        // disks may look nearly full.
-        let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
-             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
-             podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n\
-             streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
-             authentication:\n  x509:\n    clientCAFile: {}\n",
-            cgroups.name,
-            dir.path().join("logs").display(),
-            api.dir.join("pki/ca.crt").display()
+        // (the API server's), and cuts idle streams after 10 s.
+        let rk = Rkubelet::new(
+            &format!("rkubelet-cluster-{tag}-"),
+            None,
+            env("RKUBELET_E2E_ENDPOINT"),
+            &format!(
+                "streamingConnectionIdleTimeout: 10s\nclusterDomain: cluster.local\n\
+                 authentication:\n  x509:\n    clientCAFile: {}\n",
+                api.dir.join("pki/ca.crt").display()
+            ),
         );
-        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        let cri = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT).unwrap();
-        eprintln!("rkubelet as node {} in {}", api.node, dir.path().display());
+        eprintln!(
+            "rkubelet as node {} in {}",
+            api.node,
+            rk.dir.path().display()
+        );
         Kubelet {
             api,
-            endpoint,
-            dir,
-            cri,
-            child: None,
+            rk,
             finished: false,
-            cgroups,
         }
-    }
-
-    fn manifests(&self) -> PathBuf {
-        self.dir.path().join("manifests")
-    }
-
-    /// Add KubeletConfiguration lines (top-level fields), for the next start.
-    fn add_config(&self, yaml: &str) {
-        let path = self.dir.path().join("config.yaml");
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str(yaml);
-        std::fs::write(&path, text).unwrap();
     }
 
     /// Replace the configuration's eviction settings (the evictionHard
     /// block) with `yaml`, for the next start.
     fn set_eviction(&self, yaml: &str) {
-        let path = self.dir.path().join("config.yaml");
+        let path = self.rk.config();
         let text = std::fs::read_to_string(&path).unwrap();
         let start = text.find("evictionHard:").unwrap();
         let end = start + text[start..].find("podLogsDir:").unwrap();
@@ -462,7 +426,8 @@ impl Kubelet {
             Some(c) => format!("{}/", c.to_lowercase()),
             None => panic!("no qosClass in {pod}"),
         };
-        self.cgroups
+        self.rk
+            .cgroups
             .dir("memory")
             .join(format!("kubepods/{class}pod{uid}"))
     }
@@ -470,33 +435,8 @@ impl Kubelet {
     /// Start (or restart) rkubelet; its output is appended to rkubelet.log.
     /// Returns the start time as an RFC 3339 string, for freshness checks.
     fn start(&mut self) -> String {
-        assert!(self.child.is_none(), "rkubelet already runs");
         let since = rfc3339(SystemTime::now());
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("rkubelet.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-            .arg("--config")
-            .arg(self.dir.path().join("config.yaml"))
-            .arg("--kubeconfig")
-            .arg(self.api.node_conf())
-            .arg("--hostname-override")
-            .arg(&self.api.node)
-            .arg("--container-runtime-endpoint")
-            .arg(&self.endpoint)
-            .arg("--pod-manifest-path")
-            .arg(self.manifests())
-            .arg("--root-dir")
-            .arg(self.dir.path().join("root"))
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawning rkubelet");
-        self.child = Some(child);
+        self.rk.start(&self.api.node, Some(&self.api.node_conf()));
         since
     }
 
@@ -509,78 +449,26 @@ impl Kubelet {
         .await;
     }
 
-    fn assert_alive(&mut self) {
-        let child = self.child.as_mut().expect("rkubelet was started");
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("rkubelet exited unexpectedly: {status}");
-        }
-    }
-
-    fn kill9(&mut self) {
-        let mut child = self.child.take().expect("rkubelet was started");
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    /// SIGTERM rkubelet and wait for a clean exit.
-    async fn terminate(&mut self) {
-        let mut child = self.child.take().expect("rkubelet was started");
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -TERM rkubelet failed");
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > EXIT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("rkubelet did not exit within {EXIT:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        assert!(status.success(), "rkubelet exited with {status} on SIGTERM");
-    }
-
     /// Sandboxes of the given pod UIDs (any state).
     async fn sandboxes_of(&self, uids: &HashSet<String>) -> Option<Vec<cri::PodSandbox>> {
-        let all = self.cri.list_pod_sandbox(None).await.ok()?;
-        Some(
-            all.into_iter()
-                .filter(|s| s.labels.get(POD_UID).is_some_and(|u| uids.contains(u)))
-                .collect(),
-        )
+        self.rk.sandboxes_where(of(uids)).await
     }
 
     /// Containers of the given pod UIDs (any state).
     async fn containers_of(&self, uids: &HashSet<String>) -> Option<Vec<cri::Container>> {
-        let all = self.cri.list_containers(None).await.ok()?;
-        Some(
-            all.into_iter()
-                .filter(|c| c.labels.get(POD_UID).is_some_and(|u| uids.contains(u)))
-                .collect(),
-        )
+        self.rk.containers_where(of(uids)).await
     }
 
     /// Wait until the runtime holds nothing of the pods `uids`.
     async fn wait_runtime_clean(&self, what: &str, uids: &HashSet<String>) {
-        eventually(what, CLEANUP, async || {
-            let s = self.sandboxes_of(uids).await?;
-            let c = self.containers_of(uids).await?;
-            (s.is_empty() && c.is_empty()).then_some(())
-        })
-        .await;
+        self.rk.wait_runtime_clean(what, CLEANUP, of(uids)).await;
     }
 
     /// Delete what the test made in the API, wait until its pods are gone
     /// from the API and the runtime, then stop rkubelet with SIGTERM.
     async fn finish(mut self, uids: &HashSet<String>) {
         let mut statics = 0;
-        for entry in std::fs::read_dir(self.manifests()).unwrap() {
+        for entry in std::fs::read_dir(self.rk.manifests()).unwrap() {
             std::fs::remove_file(entry.unwrap().path()).unwrap();
             statics += 1;
         }
@@ -608,8 +496,8 @@ impl Kubelet {
         .await;
         self.wait_runtime_clean("the test's pods are gone from the runtime", uids)
             .await;
-        self.assert_alive();
-        self.terminate().await;
+        self.rk.assert_alive();
+        self.rk.terminate().await;
         self.finished = true;
     }
 }
@@ -617,11 +505,11 @@ impl Kubelet {
 impl Drop for Kubelet {
     fn drop(&mut self) {
         if self.finished {
-            release_mounts(self.dir.path());
+            release_mounts(self.rk.dir.path());
             return;
         }
         // Best effort, with rkubelet still running so it can stop the pods.
-        if let Ok(entries) = std::fs::read_dir(self.manifests()) {
+        if let Ok(entries) = std::fs::read_dir(self.rk.manifests()) {
             for e in entries.flatten() {
                 let _ = std::fs::remove_file(e.path());
             }
@@ -643,10 +531,7 @@ impl Drop for Kubelet {
                 p["status"]["phase"]
             );
         }
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.rk.kill_if_running();
         let _ = self.api.run(&[
             "delete",
             "pods",
@@ -659,59 +544,25 @@ impl Drop for Kubelet {
             "--wait=false",
             "--ignore-not-found",
         ]);
-        if let Ok(log) = std::fs::read_to_string(self.dir.path().join("rkubelet.log")) {
-            let lines: Vec<_> = log.lines().collect();
-            let from = lines.len().saturating_sub(150);
-            eprintln!("---- rkubelet log (last {} lines) ----", lines.len() - from);
-            for l in &lines[from..] {
-                eprintln!("{l}");
-            }
-            eprintln!("---- end of rkubelet log ----");
-        }
-        cleanup_runtime(self.endpoint.clone());
-        release_mounts(self.dir.path());
-    }
-}
-
-/// Best effort: stop and remove every sandbox labelled `TEST_LABEL` and its
-/// containers. Runs on a thread of its own so it can be called from `Drop`
-/// inside the test's runtime.
-fn cleanup_runtime(endpoint: String) {
-    let work = move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let Ok(cri) = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT) else {
-                return;
-            };
-            let sandboxes = cri.list_pod_sandbox(None).await.unwrap_or_default();
-            let mine: HashSet<String> = sandboxes
-                .iter()
+        self.rk.print_log_tail(&self.api.node);
+        // Every sandbox labelled TEST_LABEL, and the containers of their pods.
+        cleanup_runtime(self.rk.endpoint.clone(), |sandboxes, containers| {
+            let sandboxes: Vec<_> = sandboxes
+                .into_iter()
                 .filter(|s| s.labels.contains_key(TEST_LABEL))
+                .collect();
+            let uids: HashSet<String> = sandboxes
+                .iter()
                 .filter_map(|s| s.labels.get(POD_UID).cloned())
                 .collect();
-            let containers = cri.list_containers(None).await.unwrap_or_default();
-            for c in containers
-                .iter()
-                .filter(|c| c.labels.get(POD_UID).is_some_and(|u| mine.contains(u)))
-            {
-                eprintln!("left behind: container {}", c.id);
-                let _ = cri.stop_container(&c.id, 0).await;
-                let _ = cri.remove_container(&c.id).await;
-            }
-            for s in sandboxes
-                .iter()
-                .filter(|s| s.labels.contains_key(TEST_LABEL))
-            {
-                eprintln!("left behind: sandbox {}", s.id);
-                let _ = cri.stop_pod_sandbox(&s.id).await;
-                let _ = cri.remove_pod_sandbox(&s.id).await;
-            }
+            let containers = containers
+                .into_iter()
+                .filter(|c| of(&uids)(&c.labels))
+                .collect();
+            (sandboxes, containers)
         });
-    };
-    let _ = std::thread::spawn(work).join();
+        release_mounts(self.rk.dir.path());
+    }
 }
 
 fn uids_of(pods: &[Value]) -> HashSet<String> {
@@ -860,7 +711,7 @@ async fn c_static_pod_has_a_mirror_pod_that_comes_back() {
         "metadata": {"name": "cl-static", "labels": {"app": "cl-static", TEST_LABEL: "1"}},
         "spec": pod_spec(),
     });
-    std::fs::write(k.manifests().join("static.json"), manifest.to_string()).unwrap();
+    std::fs::write(k.rk.manifests().join("static.json"), manifest.to_string()).unwrap();
     k.start_ready().await;
     let mirror_name = format!("cl-static-{}", k.api.node);
 
@@ -879,15 +730,15 @@ async fn c_static_pod_has_a_mirror_pod_that_comes_back() {
     let first_uid = uid(&mirror).to_owned();
     let mirror_hash = annotations["kubernetes.io/config.mirror"].clone();
     // The static pod's own UID, as the runtime knows it.
-    let static_uids: HashSet<String> = k
-        .cri
-        .list_pod_sandbox(None)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|s| s.labels.get(POD_NAME) == Some(&mirror_name))
-        .filter_map(|s| s.labels.get(POD_UID).cloned())
-        .collect();
+    let static_uids: HashSet<String> =
+        k.rk.cri
+            .list_pod_sandbox(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.labels.get(POD_NAME) == Some(&mirror_name))
+            .filter_map(|s| s.labels.get(POD_UID).cloned())
+            .collect();
     assert_eq!(static_uids.len(), 1, "one sandbox of the static pod");
     let running_ids = async || -> Vec<String> {
         let cs = k.containers_of(&static_uids).await.unwrap_or_default();
@@ -953,7 +804,7 @@ async fn d_kill9_and_restart_adopts_running_containers() {
     let before = containers_by_pod(&pods);
     let seen = uids_of(&pods);
 
-    k.kill9();
+    k.rk.kill9();
     let since = k.start();
     eventually("node Ready after the restart", READY_AGAIN, async || {
         k.api.node_ready_since(&since)
@@ -1155,7 +1006,7 @@ impl Kubelet {
             .into_iter()
             .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == name))
             .max_by_key(|c| c.created_at)?;
-        Some(self.cri.container_status(&c.id).await.ok()?.finished_at)
+        Some(self.rk.cri.container_status(&c.id).await.ok()?.finished_at)
     }
 
     /// Run a command in a running container through the CRI, as a user
@@ -1166,6 +1017,7 @@ impl Kubelet {
             .await
             .unwrap_or_else(|| panic!("{name} of {uid} is not running"));
         let out = self
+            .rk
             .cri
             .exec_sync(
                 &c.id,
@@ -1376,12 +1228,12 @@ async fn i_init_sidecar_pre_stop_and_active_deadline() {
     );
     // The preStop hook ran while main was still running: its line is in
     // main's log.
-    let log = k
-        .dir
-        .path()
-        .join("logs")
-        .join(format!("default_cl-seq_{id}"))
-        .join("main/0.log");
+    let log =
+        k.rk.dir
+            .path()
+            .join("logs")
+            .join(format!("default_cl-seq_{id}"))
+            .join("main/0.log");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         text.contains(" stdout F prestop-ran"),
@@ -1719,12 +1571,12 @@ async fn k_kubelet_api_refuses_strangers_and_path_escapes() {
         assert!(code >= 400, "{escape}: {code}");
     }
     // A symlink planted in place of the container's log file is not followed.
-    let log = k
-        .dir
-        .path()
-        .join("logs")
-        .join(format!("default_cl-sec_{id}"))
-        .join("main/0.log");
+    let log =
+        k.rk.dir
+            .path()
+            .join("logs")
+            .join(format!("default_cl-sec_{id}"))
+            .join("main/0.log");
     std::fs::remove_file(&log).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", &log).unwrap();
     let (code, body) = k.curl(admin, "/containerLogs/default/cl-sec/main");
@@ -2207,7 +2059,7 @@ async fn n_volumes_configmaps_secrets_tokens_and_safe_sub_paths() {
         k.api
             .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
     }
-    let root = k.dir.path().join("root");
+    let root = k.rk.root();
     k.finish(&uids).await;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let left: Vec<&str> = mounts
@@ -2771,7 +2623,7 @@ async fn r_private_images_pull_only_with_their_pull_secret() {
     .await;
     assert!(waiting.contains("401 Unauthorized"), "{waiting}");
     // The record, as upstream lays it out.
-    let records: Vec<String> = std::fs::read_dir(k.dir.path().join("root/image_manager/pulled"))
+    let records: Vec<String> = std::fs::read_dir(k.rk.root().join("image_manager/pulled"))
         .unwrap()
         .flatten()
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
@@ -2825,7 +2677,7 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
         v["node"]["memory"]["availableBytes"].as_u64()
     })
     .await;
-    k.terminate().await;
+    k.rk.terminate().await;
     let threshold = available / MI - 400;
     k.set_eviction(&format!(
         "evictionHard:\n  memory.available: {threshold}Mi\n\
@@ -2943,7 +2795,7 @@ async fn s_memory_pressure_evicts_the_pod_over_its_request() {
             (c["status"] == want).then_some(c)
         }
     };
-    let log = std::fs::read_to_string(k.dir.path().join("rkubelet.log")).unwrap();
+    let log = std::fs::read_to_string(k.rk.log()).unwrap();
     assert!(
         log.contains("hard memory eviction threshold crossed"),
         "the kernel's memcg notification woke the eviction manager"
@@ -3064,10 +2916,10 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     let (cid, _) = container_of(&pod);
     let cid = cid.trim_start_matches("containerd://").to_owned();
     let cgroup = |file: &str| {
-        let dir = k
-            .cgroups
-            .dir("cpu")
-            .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
+        let dir =
+            k.rk.cgroups
+                .dir("cpu")
+                .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
         cgroup_value(&dir.join(file))
     };
     assert_eq!(cgroup("cpu.cfs_quota_us"), "20000");
@@ -3165,10 +3017,10 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     // A shrink: the pod cgroup's quota narrows after the container's (the
     // kernel refuses a pod quota below a container's).
     let pod_cgroup = |file: &str| {
-        let dir = k
-            .cgroups
-            .dir("cpu")
-            .join(format!("kubepods/burstable/pod{pod_uid}"));
+        let dir =
+            k.rk.cgroups
+                .dir("cpu")
+                .join(format!("kubepods/burstable/pod{pod_uid}"));
         cgroup_value(&dir.join(file))
     };
     assert_eq!(pod_cgroup("cpu.cfs_quota_us"), "150000");
@@ -3185,10 +3037,10 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     // A memory limit below what the container uses: the resize stops with
     // PodResizeInProgress (Error) and the container keeps its limit.
     let memory_limit = || {
-        let dir = k
-            .cgroups
-            .dir("memory")
-            .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
+        let dir =
+            k.rk.cgroups
+                .dir("memory")
+                .join(format!("kubepods/burstable/pod{pod_uid}/{cid}"));
         cgroup_value(&dir.join("memory.limit_in_bytes"))
     };
     assert_eq!(memory_limit(), (64 << 20).to_string());
@@ -3253,10 +3105,10 @@ async fn u_a_resize_reaches_the_running_container_and_its_cgroup() {
     let (plr_cid, _) = container_of(&plr);
     let plr_cid = plr_cid.trim_start_matches("containerd://").to_owned();
     let plr_cgroup = |sub: &str| {
-        let dir = k
-            .cgroups
-            .dir("cpu")
-            .join(format!("kubepods/burstable/pod{plr_uid}{sub}"));
+        let dir =
+            k.rk.cgroups
+                .dir("cpu")
+                .join(format!("kubepods/burstable/pod{plr_uid}{sub}"));
         cgroup_value(&dir.join("cpu.cfs_quota_us"))
     };
     let in_container = format!("/{plr_cid}");
@@ -3330,11 +3182,11 @@ async fn v_a_deferred_resize_waits_across_a_restart() {
     }
     let pod = k.api.pod("cl-deferred").unwrap();
     let deferred_uid = uid(&pod).to_owned();
-    let shares_file = k
-        .cgroups
-        .dir("cpu")
-        .join(format!("kubepods/burstable/pod{}", uid(&pod)))
-        .join("cpu.shares");
+    let shares_file =
+        k.rk.cgroups
+            .dir("cpu")
+            .join(format!("kubepods/burstable/pod{}", uid(&pod)))
+            .join("cpu.shares");
     let shares = || cgroup_value(&shares_file);
     assert_eq!(shares(), "102");
     let patch = json!({"spec": {"containers": [{"name": "main", "resources": {
@@ -3366,7 +3218,7 @@ async fn v_a_deferred_resize_waits_across_a_restart() {
     // Killed and started again, rkubelet keeps the pod's allocation (its
     // checkpoint): the resize is admitted again, deferred again, and the
     // pod cgroup keeps its shares.
-    k.kill9();
+    k.rk.kill9();
     k.start_ready().await;
     eventually("the resize deferred again", START, async || {
         (deferred_events(&k.api, &deferred_uid) >= 2).then_some(())
@@ -3481,7 +3333,7 @@ fn slow_static(version: &str) -> Value {
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_b_a_static_pod_stops_within_its_grace_while_its_mirror_shows_it() {
     let mut k = Kubelet::new("grace");
-    let file = k.manifests().join("grace.json");
+    let file = k.rk.manifests().join("grace.json");
     std::fs::write(&file, slow_static("v1").to_string()).unwrap();
     k.start_ready().await;
     let mirror_name = format!("cl-grace-{}", k.api.node);
@@ -3583,7 +3435,7 @@ async fn w_c_host_to_container_propagation_and_an_env_file() {
     let logs = k.api.ok(&["logs", name, "-n", "default", "-c", "c"]);
     assert!(logs.contains("greeting: hello from a file"), "{logs}");
     // A mount made on the host inside the volume reaches the container.
-    let volume = k.dir.path().join(format!(
+    let volume = k.rk.dir.path().join(format!(
         "root/pods/{}/volumes/kubernetes.io~empty-dir/shared",
         uid(&pod)
     ));
@@ -3629,7 +3481,7 @@ fn log_files(dir: &Path) -> Vec<(String, u64)> {
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_d_logs_rotate_keep_their_link_and_kubectl_logs_follows() {
     let mut k = Kubelet::new("logs");
-    k.add_config(
+    k.rk.add_config(
         "containerLogMaxSize: 512Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
     );
     k.start_ready().await;
@@ -3652,10 +3504,7 @@ async fn w_d_logs_rotate_keep_their_link_and_kubectl_logs_follows() {
         .and_then(|id| id.split_once("://"))
         .map(|(_, id)| id.to_owned())
         .expect("a container ID");
-    let dir = k
-        .dir
-        .path()
-        .join(format!("logs/default_{name}_{pod_uid}/c"));
+    let dir = k.rk.logs().join(format!("default_{name}_{pod_uid}/c"));
     // The link log agents tail.
     let link = PathBuf::from(format!("/var/log/containers/{name}_default_c-{id}.log"));
     assert_eq!(std::fs::read_link(&link).unwrap(), dir.join("0.log"));
@@ -3794,14 +3643,17 @@ async fn w_e_cadvisor_metrics_feed_prometheus_and_the_kube_prometheus_rules() {
     ] {
         assert!(raw.contains(&format!("# TYPE {family} ")), "no {family}");
     }
-    let series = format!("container=\"busy\",cpu=\"total\",id=\"{}", k.cgroups.name);
+    let series = format!(
+        "container=\"busy\",cpu=\"total\",id=\"{}",
+        k.rk.cgroups.name
+    );
     assert!(
         raw.contains(&series),
         "the busy container's CPU series under its cgroup: {series}"
     );
     // Prometheus scrapes rkubelet over TLS with a client certificate, and
     // kube-state-metrics; the kube-prometheus rules join them.
-    let work = k.dir.path().join("prometheus");
+    let work = k.rk.dir.path().join("prometheus");
     std::fs::create_dir_all(&work).unwrap();
     let ksm_port = 14580;
     let ksm = Daemon(
@@ -3899,7 +3751,7 @@ async fn w_e_cadvisor_metrics_feed_prometheus_and_the_kube_prometheus_rules() {
 async fn w_f_node_logs_through_the_api_and_the_read_only_port() {
     let mut k = Kubelet::new("nodelogs");
     let read_only = KUBELET_PORT + 5;
-    k.add_config(&format!(
+    k.rk.add_config(&format!(
         "readOnlyPort: {read_only}\nenableSystemLogQuery: true\n"
     ));
     k.start_ready().await;
@@ -4006,12 +3858,12 @@ async fn x_restarts_of_rkubelet_keep_ready_pods_ready() {
     let restarts = 20;
     let started = Instant::now();
     for _ in 0..restarts {
-        k.terminate().await;
-        let log = std::fs::metadata(k.dir.path().join("rkubelet.log")).map_or(0, |m| m.len());
+        k.rk.terminate().await;
+        let log = std::fs::metadata(k.rk.log()).map_or(0, |m| m.len());
         k.start_ready().await;
         // Until this rkubelet synced the pod (its first status follows at once).
         eventually("the pod synced after the restart", START, async || {
-            let text = std::fs::read(k.dir.path().join("rkubelet.log")).ok()?;
+            let text = std::fs::read(k.rk.log()).ok()?;
             let new = String::from_utf8_lossy(text.get(log as usize..)?).into_owned();
             new.lines()
                 .any(|l| l.contains("pod update") && l.contains(&format!("pod=default/{steady} ")))
@@ -4036,7 +3888,7 @@ async fn x_restarts_of_rkubelet_keep_ready_pods_ready() {
     );
     // The other pod's probe fails while rkubelet is down: unready within
     // a probe period of the restart.
-    k.terminate().await;
+    k.rk.terminate().await;
     k.exec(uid(&pods[1]), "c", &["rm", "/tmp/ready"]).await;
     k.start();
     let restarted = Instant::now();
@@ -4083,7 +3935,7 @@ async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
     let outage = Instant::now();
     apiserver.stop().await;
 
-    let socket = k.endpoint.trim_start_matches("unix://").to_owned();
+    let socket = k.rk.endpoint.trim_start_matches("unix://").to_owned();
     let out = Command::new("ctr")
         .args([
             "-a", &socket, "-n", "k8s.io", "task", "kill", "-s", "KILL", &cid,
@@ -4114,7 +3966,7 @@ async fn zz_container_exit_during_apiserver_outage_is_reported_after() {
     if let Some(rest) = OUTAGE.checked_sub(outage.elapsed()) {
         tokio::time::sleep(rest).await;
     }
-    k.assert_alive();
+    k.rk.assert_alive();
     let back = rfc3339(SystemTime::now());
     let status = apiserver.up();
     assert!(status.success(), "hack/cluster.sh up failed: {status}");

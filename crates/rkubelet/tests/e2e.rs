@@ -18,34 +18,28 @@
     clippy::too_many_lines,
     reason = "each test is a scenario against a real runtime, read top to bottom"
 )]
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 
 mod common;
-use common::{CgroupRoot, consistently, eventually, release_mounts};
+use common::process::Rkubelet;
+use common::runtime::{
+    CRI_TIMEOUT, Labels, POD_NAME, POD_UID, cleanup_runtime, cname, label, restart_count,
+};
+use common::{consistently, eventually, release_mounts};
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Starting a pod (sandbox, network, two containers) on a loaded machine.
 const START: Duration = Duration::from_secs(60);
 /// Everything of a removed pod gone from the runtime.
 const CLEANUP: Duration = Duration::from_secs(60);
-/// rkubelet's exit after SIGTERM.
-const EXIT: Duration = Duration::from_secs(15);
-/// The kubelet API's port: not 10250, so a developer's kubelet (hack/up.sh)
-/// or a conformance run on the same machine is left alone.
-const KUBELET_PORT: u16 = 10350;
-const CRI_TIMEOUT: Duration = Duration::from_secs(10);
 
-const POD_NAME: &str = "io.kubernetes.pod.name";
 const POD_NAMESPACE: &str = "io.kubernetes.pod.namespace";
-const POD_UID: &str = "io.kubernetes.pod.uid";
 const CONTAINER_NAME: &str = "io.kubernetes.container.name";
-const RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 
 /// Runs until SIGTERM, which it honours within a second (sh as PID 1 has no
 /// default SIGTERM action, so the trap is needed).
@@ -71,18 +65,6 @@ fn pod(name: &str, containers: &[(&str, &str)], extra_spec: &str) -> String {
     s
 }
 
-fn label<'a>(labels: &'a std::collections::HashMap<String, String>, key: &str) -> &'a str {
-    labels.get(key).map(String::as_str).unwrap_or("")
-}
-
-fn cname(c: &cri::Container) -> &str {
-    c.metadata.as_ref().map(|m| m.name.as_str()).unwrap_or("")
-}
-
-fn restart_count(c: &cri::Container) -> &str {
-    label(&c.annotations, RESTART_COUNT)
-}
-
 fn is_running(c: &cri::Container) -> bool {
     c.state == cri::ContainerState::ContainerRunning as i32
 }
@@ -103,66 +85,20 @@ fn unique_node(tag: &str) -> String {
 /// One rkubelet child process with its own directories and node name.
 struct Node {
     name: String,
-    endpoint: String,
-    dir: tempfile::TempDir,
-    cri: CriClient,
-    child: Option<Child>,
+    rk: Rkubelet,
     finished: bool,
-    /// Its cgroupRoot (dropped after the fields above: rkubelet is gone).
-    cgroups: CgroupRoot,
 }
 
 impl Node {
     fn new(tag: &str) -> Node {
-        let endpoint = endpoint();
         let name = unique_node(tag);
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("rkubelet-{name}-"))
-            .tempdir()
-            .unwrap();
-        for d in ["manifests", "root", "logs"] {
-            std::fs::create_dir(dir.path().join(d)).unwrap();
-        }
-        let cgroups = CgroupRoot::new(&name);
-        // No image GC: the test images are imported, not pullable. Eviction
-        // thresholds as upstream's kubelet gets them in hack/conformance.sh
-        // (1 %): these disks may look nearly full.
-        let config = format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
-             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
-             podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n",
-            cgroups.name,
-            dir.path().join("logs").display()
-        );
-        std::fs::write(dir.path().join("config.yaml"), config).unwrap();
-        let cri = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT).unwrap();
-        eprintln!("node {name} in {}", dir.path().display());
+        let rk = Rkubelet::new(&format!("rkubelet-{name}-"), Some(&name), endpoint(), "");
+        eprintln!("node {name} in {}", rk.dir.path().display());
         Node {
             name,
-            endpoint,
-            dir,
-            cri,
-            child: None,
+            rk,
             finished: false,
-            cgroups,
         }
-    }
-
-    fn manifests(&self) -> PathBuf {
-        self.dir.path().join("manifests")
-    }
-
-    /// Add KubeletConfiguration lines (top-level fields), for the next start.
-    fn add_config(&self, yaml: &str) {
-        let path = self.dir.path().join("config.yaml");
-        let mut text = std::fs::read_to_string(&path).unwrap();
-        text.push_str(yaml);
-        std::fs::write(&path, text).unwrap();
-    }
-
-    fn logs(&self) -> PathBuf {
-        self.dir.path().join("logs")
     }
 
     /// The static pod's name on this node.
@@ -172,101 +108,32 @@ impl Node {
 
     fn write(&self, file: &str, body: &str) {
         // Write then rename, as editors and config tools do.
-        let tmp = self.dir.path().join(format!(".{file}.tmp"));
+        let tmp = self.rk.dir.path().join(format!(".{file}.tmp"));
         std::fs::write(&tmp, body).unwrap();
-        std::fs::rename(&tmp, self.manifests().join(file)).unwrap();
+        std::fs::rename(&tmp, self.rk.manifests().join(file)).unwrap();
     }
 
     fn remove(&self, file: &str) {
-        std::fs::remove_file(self.manifests().join(file)).unwrap();
+        std::fs::remove_file(self.rk.manifests().join(file)).unwrap();
     }
 
     /// Start (or restart) rkubelet; its output is appended to rkubelet.log.
     fn start(&mut self) {
-        assert!(self.child.is_none(), "rkubelet already runs");
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("rkubelet.log"))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
-            .arg("--config")
-            .arg(self.dir.path().join("config.yaml"))
-            .arg("--container-runtime-endpoint")
-            .arg(&self.endpoint)
-            .arg("--pod-manifest-path")
-            .arg(self.manifests())
-            .arg("--root-dir")
-            .arg(self.dir.path().join("root"))
-            .arg("--hostname-override")
-            .arg(&self.name)
-            // The log goes to a file: no terminal colours in it.
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("spawning rkubelet");
-        self.child = Some(child);
+        self.rk.start(&self.name, None);
     }
 
-    /// Fails the test if rkubelet has exited.
-    fn assert_alive(&mut self) {
-        let child = self.child.as_mut().expect("rkubelet was started");
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("rkubelet exited unexpectedly: {status}");
-        }
-    }
-
-    /// `kill -9` rkubelet.
-    fn kill9(&mut self) {
-        let mut child = self.child.take().expect("rkubelet was started");
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
-
-    /// SIGTERM rkubelet and wait for a clean exit.
-    async fn terminate(&mut self) {
-        let mut child = self.child.take().expect("rkubelet was started");
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -TERM rkubelet failed");
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if start.elapsed() > EXIT {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("rkubelet did not exit within {EXIT:?} of SIGTERM");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        eprintln!(
-            "rkubelet exited {status} {:.2}s after SIGTERM",
-            start.elapsed().as_secs_f64()
-        );
-        assert!(status.success(), "rkubelet exited with {status} on SIGTERM");
-    }
-
-    fn mine(&self, labels: &std::collections::HashMap<String, String>) -> bool {
+    fn mine(&self, labels: &Labels) -> bool {
         label(labels, POD_NAME).ends_with(&format!("-{}", self.name))
     }
 
     /// This node's sandboxes.
     async fn sandboxes(&self) -> Option<Vec<cri::PodSandbox>> {
-        let all = self.cri.list_pod_sandbox(None).await.ok()?;
-        Some(all.into_iter().filter(|s| self.mine(&s.labels)).collect())
+        self.rk.sandboxes_where(|l| self.mine(l)).await
     }
 
     /// This node's containers.
     async fn containers(&self) -> Option<Vec<cri::Container>> {
-        let all = self.cri.list_containers(None).await.ok()?;
-        Some(all.into_iter().filter(|c| self.mine(&c.labels)).collect())
+        self.rk.containers_where(|l| self.mine(l)).await
     }
 
     /// The containers of `pod` (the manifest's name).
@@ -304,95 +171,37 @@ impl Node {
     /// Remove every manifest, wait until the runtime holds nothing of this
     /// node, then stop rkubelet with SIGTERM.
     async fn finish(mut self) {
-        for entry in std::fs::read_dir(self.manifests()).unwrap() {
+        for entry in std::fs::read_dir(self.rk.manifests()).unwrap() {
             std::fs::remove_file(entry.unwrap().path()).unwrap();
         }
-        eventually(
-            "the runtime holds nothing of this node",
-            CLEANUP,
-            async || {
-                let s = self.sandboxes().await?;
-                let c = self.containers().await?;
-                (s.is_empty() && c.is_empty()).then_some(())
-            },
-        )
-        .await;
-        self.assert_alive();
-        self.terminate().await;
+        self.rk
+            .wait_runtime_clean("the runtime holds nothing of this node", CLEANUP, |l| {
+                self.mine(l)
+            })
+            .await;
+        self.rk.assert_alive();
+        self.rk.terminate().await;
         self.finished = true;
     }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        release_mounts(self.dir.path());
+        self.rk.kill_if_running();
+        release_mounts(self.rk.dir.path());
         if self.finished {
             return;
         }
-        if let Ok(log) = std::fs::read_to_string(self.dir.path().join("rkubelet.log")) {
-            let lines: Vec<_> = log.lines().collect();
-            let from = lines.len().saturating_sub(150);
-            eprintln!(
-                "---- rkubelet log of {} (last {} lines) ----",
-                self.name,
-                lines.len() - from
-            );
-            for l in &lines[from..] {
-                eprintln!("{l}");
-            }
-            eprintln!("---- end of rkubelet log ----");
-        }
-        cleanup_runtime(self.endpoint.clone(), format!("-{}", self.name));
-    }
-}
-
-/// Best effort: print, then stop and remove every sandbox and container
-/// whose pod name ends with `suffix`. Runs on a thread of its own so it can
-/// be called from `Drop` inside the test's runtime.
-fn cleanup_runtime(endpoint: String, suffix: String) {
-    let work = move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let Ok(cri) = CriClient::connect_lazy(&endpoint, CRI_TIMEOUT) else {
-                return;
-            };
-            let mine = |l: &std::collections::HashMap<String, String>| {
-                label(l, POD_NAME).ends_with(&suffix)
-            };
-            let containers = cri.list_containers(None).await.unwrap_or_default();
-            for c in containers.iter().filter(|c| mine(&c.labels)) {
-                eprintln!(
-                    "left behind: container {} {} of {} {:?} restartCount {}",
-                    &c.id[..12.min(c.id.len())],
-                    cname(c),
-                    label(&c.labels, POD_NAME),
-                    cri::ContainerState::try_from(c.state),
-                    restart_count(c)
-                );
-                let _ = cri.stop_container(&c.id, 0).await;
-                let _ = cri.remove_container(&c.id).await;
-            }
-            let sandboxes = cri.list_pod_sandbox(None).await.unwrap_or_default();
-            for s in sandboxes.iter().filter(|s| mine(&s.labels)) {
-                eprintln!(
-                    "left behind: sandbox {} of {} {:?}",
-                    &s.id[..12.min(s.id.len())],
-                    label(&s.labels, POD_NAME),
-                    cri::PodSandboxState::try_from(s.state)
-                );
-                let _ = cri.stop_pod_sandbox(&s.id).await;
-                let _ = cri.remove_pod_sandbox(&s.id).await;
-            }
+        self.rk.print_log_tail(&self.name);
+        let suffix = format!("-{}", self.name);
+        cleanup_runtime(self.rk.endpoint.clone(), move |sandboxes, containers| {
+            let mine = |l: &Labels| label(l, POD_NAME).ends_with(&suffix);
+            (
+                sandboxes.into_iter().filter(|s| mine(&s.labels)).collect(),
+                containers.into_iter().filter(|c| mine(&c.labels)).collect(),
+            )
         });
-    };
-    let _ = std::thread::spawn(work).join();
+    }
 }
 
 /// `<RFC3339Nano> <stdout|stderr> <F|P> <text>`, the CRI log format.
@@ -469,7 +278,7 @@ fn file_sizes(dir: &Path) -> Vec<(String, u64)> {
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn a_10_mb_per_second_log_stays_bounded() {
     let mut node = Node::new("flood");
-    node.add_config(
+    node.rk.add_config(
         "containerLogMaxSize: 1Mi\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
     );
     let flood =
@@ -480,7 +289,7 @@ async fn a_10_mb_per_second_log_stays_bounded() {
     );
     node.start();
     let c = eventually("a runs", START, async || node.running("p", "a").await).await;
-    let log = PathBuf::from(node.cri.container_status(&c.id).await.unwrap().log_path);
+    let log = PathBuf::from(node.rk.cri.container_status(&c.id).await.unwrap().log_path);
     let dir = log.parent().unwrap().to_owned();
     eventually("rotated twice: a compressed copy", START, async || {
         file_sizes(&dir)
@@ -552,7 +361,7 @@ async fn multi_container_pod_runs_with_ip_and_cri_logs() {
         assert_eq!(label(&c.labels, CONTAINER_NAME), cname(c));
         assert_eq!(restart_count(c), "0");
     }
-    let status = node.cri.pod_sandbox_status(&sb.id).await.unwrap();
+    let status = node.rk.cri.pod_sandbox_status(&sb.id).await.unwrap();
     let ip = status.network.map(|n| n.ip).unwrap_or_default();
     assert!(
         ip.parse::<std::net::Ipv4Addr>().is_ok(),
@@ -561,6 +370,7 @@ async fn multi_container_pod_runs_with_ip_and_cri_logs() {
     eprintln!("pod IP {ip}");
 
     let log = node
+        .rk
         .logs()
         .join(format!("default_{}_{uid}", node.pod_name("web")))
         .join("a")
@@ -577,7 +387,7 @@ async fn multi_container_pod_runs_with_ip_and_cri_logs() {
         Some(("stdout", "F", "hello from a")),
         "CRI log line: {line:?}"
     );
-    let status = node.cri.container_status(&a.id).await.unwrap();
+    let status = node.rk.cri.container_status(&a.id).await.unwrap();
     assert_eq!(Path::new(&status.log_path), log, "ContainerStatus log path");
     node.finish().await;
 }
@@ -661,6 +471,7 @@ async fn manifest_removal_kills_within_grace_and_removes_everything() {
     .await;
     let uid = label(&c.labels, POD_UID).to_owned();
     let log_dir = node
+        .rk
         .logs()
         .join(format!("default_{}_{uid}", node.pod_name("p")));
     assert!(log_dir.is_dir(), "{} exists", log_dir.display());
@@ -720,7 +531,7 @@ async fn bad_manifests_beside_a_good_one() {
     let sbs = node.sandboxes().await.unwrap();
     assert_eq!(sbs.len(), 1, "only the good pod has a sandbox: {sbs:?}");
     assert!(is_ready(&sbs[0]));
-    node.assert_alive();
+    node.rk.assert_alive();
     node.finish().await;
 }
 
@@ -754,11 +565,11 @@ async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
     let gone_sandbox = node.pod_sandboxes("gone").await.unwrap();
     let gone_uid = label(&gone_sandbox[0].labels, POD_UID).to_owned();
     let keep_sandbox = keep_sandbox[0].id.clone();
-    let besteffort = node.cgroups.dir("memory").join("kubepods/besteffort");
+    let besteffort = node.rk.cgroups.dir("memory").join("kubepods/besteffort");
     let pod_cgroup = |uid: &str| besteffort.join(format!("pod{uid}"));
     assert!(pod_cgroup(&gone_uid).is_dir(), "gone has its cgroup");
 
-    node.kill9();
+    node.rk.kill9();
     node.remove("gone.yaml");
     node.start();
     eventually(
@@ -797,7 +608,7 @@ async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
         },
     )
     .await;
-    node.assert_alive();
+    node.rk.assert_alive();
     node.finish().await;
 }
 
@@ -835,7 +646,7 @@ async fn a_pod_runs_in_its_own_cgroup_which_goes_with_it() {
     let sandbox = node.pod_sandboxes("g").await.unwrap();
     let uid = label(&sandbox[0].labels, POD_UID).to_owned();
     // Guaranteed: right under kubepods, with upstream's values.
-    let pod_dir = |c: &str| node.cgroups.dir(c).join(format!("kubepods/pod{uid}"));
+    let pod_dir = |c: &str| node.rk.cgroups.dir(c).join(format!("kubepods/pod{uid}"));
     let read = |c: &str, f: &str| {
         std::fs::read_to_string(pod_dir(c).join(f))
             .unwrap_or_default()
@@ -879,7 +690,7 @@ async fn exit_codes_and_restart_policies() {
             .find(|c| c.state == cri::ContainerState::ContainerExited as i32)
     })
     .await;
-    let status = node.cri.container_status(&fail.id).await.unwrap();
+    let status = node.rk.cri.container_status(&fail.id).await.unwrap();
     assert_eq!(status.exit_code, 3, "exit code of `exit 3`: {status:?}");
     eventually("never's sandbox is stopped", START, async || {
         let sbs = node.pod_sandboxes("never").await?;
@@ -941,13 +752,13 @@ async fn a_container_over_its_memory_limit_is_oom_killed_and_seen() {
             .find(|c| c.state == cri::ContainerState::ContainerExited as i32)
     })
     .await;
-    let status = node.cri.container_status(&hog.id).await.unwrap();
+    let status = node.rk.cri.container_status(&hog.id).await.unwrap();
     assert_eq!(
         (status.reason.as_str(), status.exit_code),
         ("OOMKilled", 137),
         "{status:?}"
     );
-    let log = node.dir.path().join("rkubelet.log");
+    let log = node.rk.log();
     eventually("the OOM watcher logged the kill", START, async || {
         let text = std::fs::read_to_string(&log).ok()?;
         text.lines()
@@ -1054,12 +865,12 @@ async fn zz_containerd_outage_is_survived() {
     node.write("new.yaml", &pod("new", &[("b", SLEEPER)], ""));
     let outage = Instant::now();
     while outage.elapsed() < Duration::from_secs(20) {
-        node.assert_alive();
+        node.rk.assert_alive();
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     containerd.start();
     eprintln!("containerd back");
-    node.assert_alive();
+    node.rk.assert_alive();
 
     eventually(
         "the pod written during the outage runs",
@@ -1076,7 +887,7 @@ async fn zz_containerd_outage_is_survived() {
     let sbs = node.pod_sandboxes("old").await.unwrap();
     assert_eq!(sbs.len(), 1, "old keeps one sandbox: {sbs:?}");
     assert_eq!(sbs[0].id, old.pod_sandbox_id);
-    node.assert_alive();
+    node.rk.assert_alive();
     node.finish().await;
     drop(containerd);
 }

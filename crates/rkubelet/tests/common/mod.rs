@@ -1,7 +1,12 @@
 //! Helpers shared by the end-to-end and cluster tests: await a condition
 //! by polling (the real runtime and API server have no change feed the
 //! tests can subscribe to), never a fixed sleep; a cgroup root of each test
-//! kubelet's own; the mounts a test kubelet leaves, released.
+//! kubelet's own; the mounts a test kubelet leaves, released; the rkubelet
+//! child process (`process`) and what the runtime holds of its pods
+//! (`runtime`).
+
+pub mod process;
+pub mod runtime;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
