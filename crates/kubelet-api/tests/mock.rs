@@ -686,7 +686,11 @@ async fn the_pod_watch_retries_a_failing_list_after_a_delay() {
             .all(|gap| *gap >= Duration::from_millis(200)),
         "retried at {failed:?}"
     );
-    assert!(rx.try_recv().is_err(), "no snapshot while the list fails");
+    assert_eq!(
+        rx.try_recv().err(),
+        Some(mpsc::error::TryRecvError::Empty),
+        "no snapshot while the list fails"
+    );
 
     let list = server.next().await;
     assert_list(&list);

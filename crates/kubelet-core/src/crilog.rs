@@ -716,15 +716,18 @@ mod tests {
             });
             assert_eq!(&got, want, "{line:?}");
         }
-        // Arbitrary bytes never panic.
-        for bytes in [
-            &b"\xff\xfe stdout F x"[..],
-            b" ",
-            b"  ",
-            b"\n\n",
-            b"2016 \xff F",
+        // Arbitrary bytes never panic: they are no timestamp.
+        for (bytes, want) in [
+            (
+                &b"\xff\xfe stdout F x"[..],
+                ParseError::BadTimestamp("\u{fffd}\u{fffd}".into()),
+            ),
+            (b" ", ParseError::BadTimestamp(String::new())),
+            (b"  ", ParseError::BadTimestamp(String::new())),
+            (b"\n\n", ParseError::NoTimestamp),
+            (b"2016 \xff F", ParseError::BadTimestamp("2016".into())),
         ] {
-            assert!(parse_line(bytes).is_err());
+            assert_eq!(parse_line(bytes), Err(want), "{bytes:?}");
         }
     }
 

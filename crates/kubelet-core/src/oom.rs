@@ -204,9 +204,22 @@ mod tests {
             })
         );
         assert_eq!(parse_kmsg("6,1,2,-,caller=T1;a;b").unwrap().message, "a;b");
-        assert!(parse_kmsg("no separator").is_err());
-        assert!(parse_kmsg("6,1;short").is_err());
-        assert!(parse_kmsg("x,1,2,-;m").is_err());
+        assert_eq!(
+            parse_kmsg("no separator"),
+            Err(KmsgError::NoSemicolon("no separator".into()))
+        );
+        assert_eq!(
+            parse_kmsg("6,1;short"),
+            Err(KmsgError::TooFewFields("6,1;short".into()))
+        );
+        assert!(
+            matches!(
+                parse_kmsg("x,1,2,-;m"),
+                Err(KmsgError::Field { index: 0, ref text, .. }) if text == "x"
+            ),
+            "{:?}",
+            parse_kmsg("x,1,2,-;m")
+        );
     }
 
     /// cadvisor's test cases: a container's memory limit (no event), the

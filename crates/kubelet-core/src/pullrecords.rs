@@ -571,8 +571,16 @@ mod tests {
         assert_eq!(encode(&read), format!("{intent}\n").into_bytes());
         // Upstream's broken record, and one of another kind, are refused.
         let broken = r#"{"kind":"ImagePulledRecord","apiVersion":"kubelet.config.k8s.io/v1alpha1","lastUpdatedTime":"2024-10-21T12:26:40Z","imageRef":"testbrokenrecord":"credentialMapping":{}}"#;
-        assert!(decode_record(broken.as_bytes()).is_err());
-        assert!(decode_record(intent.as_bytes()).is_err());
+        let err = decode_record(broken.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Json(e) if e.is_syntax()),
+            "{err}"
+        );
+        let err = decode_record(intent.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&err, RecordError::Json(e) if e.to_string().starts_with("unknown field `image`")),
+            "{err}"
+        );
         assert_eq!(
             file_name("docker.io/testing/test:latest"),
             "sha256-aef2af226629a35d5f3ef0fdbb29fdbebf038d0acd8850590e8c48e1e283aa56",

@@ -306,7 +306,8 @@ mod tests {
         assert_eq!(e.input, "2x");
         assert!(e.to_string().contains("unknown suffix"), "{e}");
         // Overflow once scaled to millis.
-        assert!(parse_cpu_millis(&q("10P")).is_err());
+        let e = parse_cpu_millis(&q("10P")).unwrap_err();
+        assert_eq!(e.to_string(), "quantity \"10P\": value is too large");
         assert_eq!(parse_bytes(&q("8E")), Ok(8_000_000_000_000_000_000));
     }
 

@@ -803,7 +803,12 @@ mod tests {
                 ..Default::default()
             }),
         );
-        assert!(apparmor_admission(&p, no_host).is_err());
+        assert_eq!(
+            apparmor_admission(&p, no_host),
+            Err(SecurityError::AppArmorHost(
+                "AppArmor is not enabled on the host".into()
+            ))
+        );
         let (p, _) = pod(
             None,
             Some(SecurityContext {

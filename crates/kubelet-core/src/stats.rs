@@ -1140,7 +1140,12 @@ mod tests {
 
         let cpu = "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n";
         assert_eq!(parse_cpu_stat_usage(cpu).unwrap(), 1_500_000);
-        assert!(parse_cpu_stat_usage("user_usec 1\n").is_err());
+        assert_eq!(
+            parse_cpu_stat_usage("user_usec 1\n")
+                .unwrap_err()
+                .to_string(),
+            "cpu.stat: no usage_usec line"
+        );
 
         for (text, want) in [
             ("max\n", None),
@@ -1155,7 +1160,12 @@ mod tests {
                 "{text}"
             );
         }
-        assert!(parse_memory_limit("memory.max", "lots").is_err());
+        assert_eq!(
+            parse_memory_limit("memory.max", "lots")
+                .unwrap_err()
+                .to_string(),
+            "memory.max: limit: \"lots\" is not a number"
+        );
 
         assert_eq!(count_procs(""), 0);
         assert_eq!(count_procs("1\n27\n300\n"), 3);
@@ -1213,7 +1223,12 @@ mod tests {
                 .to_string(),
             "memory.stat: no total_inactive_file line"
         );
-        assert!(parse_flat_keyed("memory.stat", "total_rss -1\n").is_err());
+        assert_eq!(
+            parse_flat_keyed("memory.stat", "total_rss -1\n")
+                .unwrap_err()
+                .to_string(),
+            "memory.stat: total_rss: \"-1\" is not a number"
+        );
     }
 
     #[test]
@@ -1244,7 +1259,12 @@ vethab12: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n\
                 },
             ]
         );
-        assert!(parse_net_dev("h\nh\neth0: 1 2 3\n").is_err());
+        assert_eq!(
+            parse_net_dev("h\nh\neth0: 1 2 3\n")
+                .unwrap_err()
+                .to_string(),
+            "/proc/net/dev: eth0 has 3 counters, want 16"
+        );
 
         let route = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
                      ens5\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
@@ -1272,7 +1292,12 @@ vethab12: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n\
             parse_single_int("/proc/sys/kernel/pid_max", "4194304\n"),
             Ok(4_194_304)
         );
-        assert!(parse_single_int("/proc/sys/kernel/pid_max", "").is_err());
+        assert_eq!(
+            parse_single_int("/proc/sys/kernel/pid_max", "")
+                .unwrap_err()
+                .to_string(),
+            "/proc/sys/kernel/pid_max: \"\" is not a number"
+        );
     }
 
     #[test]

@@ -136,12 +136,19 @@ mod tests {
         cri.list_pod_sandbox(None).await.unwrap();
         cri.clone().list_pod_sandbox(None).await.unwrap();
         fake.inject_error("ContainerStatus", tonic::Code::NotFound, 1);
-        assert!(cri.container_status("nope").await.is_err());
+        let err = cri.container_status("nope").await.unwrap_err();
+        assert_eq!(
+            (err.op, err.code),
+            ("ContainerStatus", tonic::Code::NotFound)
+        );
         fake.inject_error("RunPodSandbox", tonic::Code::Unavailable, 1);
-        assert!(
-            cri.run_pod_sandbox(Default::default(), String::new())
-                .await
-                .is_err()
+        let err = cri
+            .run_pod_sandbox(Default::default(), String::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.op, err.code),
+            ("RunPodSandbox", tonic::Code::Unavailable)
         );
 
         let ops = &metrics.runtime_operations;

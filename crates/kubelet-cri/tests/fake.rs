@@ -870,8 +870,10 @@ async fn socket_lifecycle() {
     let fake = FakeRuntime::start(&socket).await.unwrap();
     assert_eq!(fake.endpoint(), format!("unix://{}", socket.display()));
     assert!(socket.exists());
-    assert!(
-        FakeRuntime::start(&socket).await.is_err(),
+    let taken = FakeRuntime::start(&socket).await.err();
+    assert_eq!(
+        taken.map(|e| e.kind()),
+        Some(std::io::ErrorKind::AddrInUse),
         "the path is taken"
     );
 

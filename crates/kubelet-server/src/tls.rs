@@ -444,7 +444,17 @@ mod tests {
         // A key that does not match the certificate is refused.
         let (_, other_key) = generate_self_signed(&identity(), SystemTime::now()).unwrap();
         std::fs::write(&key, other_key).unwrap();
-        assert!(server_config(&cfg, &root, &identity()).is_err());
+        let refused = server_config(&cfg, &root, &identity());
+        assert!(
+            matches!(
+                refused,
+                Err(TlsError::Rustls(rustls::Error::InconsistentKeys(
+                    rustls::InconsistentKeys::KeyMismatch
+                )))
+            ),
+            "{:?}",
+            refused.err()
+        );
         // A client CA file that is not PEM names the setting.
         std::fs::write(&key, &key_pem).unwrap();
         std::fs::write(&ca, "not a certificate").unwrap();

@@ -650,7 +650,11 @@ mod tests {
         // Finished: an update is taken by the worker and runs no step.
         w.update_pod(pod("4"));
         until(|| taken(&w, &uid)).await;
-        assert!(rx.try_recv().is_err(), "no step after finishing");
+        assert_eq!(
+            rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Empty),
+            "no step after finishing"
+        );
         // Housekeeping forgets it when undesired.
         assert_eq!(w.sync_known_pods(|_| Desire::Gone), Vec::<PodUid>::new());
         assert!(w.is_empty());
@@ -698,7 +702,11 @@ mod tests {
         until(|| taken(&w, &new_uid)).await;
         assert_eq!(w.static_pod_started("default/p"), Some(old_uid.clone()));
         assert!(w.static_pod_terminating("default/p"));
-        assert!(rx.try_recv().is_err(), "the new pod waits");
+        assert_eq!(
+            rx.try_recv(),
+            Err(mpsc::error::TryRecvError::Empty),
+            "the new pod waits"
+        );
         stop_gate.notify_one();
         assert_eq!(next(&mut rx).await, "terminated Removed");
         until(|| w.state(&old_uid).is_some_and(State::is_finished)).await;

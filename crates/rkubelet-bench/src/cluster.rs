@@ -2149,7 +2149,8 @@ prober_probe_duration_seconds_count{probe_type="Liveness"} 9
         // A bare --scrape takes no value: the next argument is a flag.
         let a = parse(&["--scrape", "--probes", "0"]).unwrap();
         assert!(a.scrape && a.probes == 0);
-        assert!(parse(&["--scrape=no"]).is_err());
+        let err = parse(&["--scrape=no"]).unwrap_err();
+        assert_eq!(err.to_string(), "--scrape=\"no\": true or false");
     }
 
     #[test]

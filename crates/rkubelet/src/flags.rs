@@ -697,12 +697,16 @@ hairpinMode: none
                 },
             ]
         );
-        for bad in [
-            "--register-with-taints=a=b:Sometimes",
-            "--node-labels=novalue",
-            "--node-ip=not-an-ip",
+        for (bad, want) in [
+            (
+                "--register-with-taints=a=b:Sometimes",
+                "invalid taint effect \"Sometimes\" in \"a=b:Sometimes\"",
+            ),
+            ("--node-labels=novalue", "invalid label \"novalue\""),
+            ("--node-ip=not-an-ip", "invalid IP address syntax"),
         ] {
-            assert!(settings(&[bad]).is_err(), "{bad}");
+            let err = settings(&[bad]).unwrap_err();
+            assert!(err.to_string().contains(want), "{bad}: {err}");
         }
     }
 

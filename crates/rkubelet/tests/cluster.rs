@@ -3575,8 +3575,9 @@ async fn w_d_logs_rotate_keep_their_link_and_kubectl_logs_follows() {
         .ok(&["delete", "pod", name, "-n", "default", "--wait=false"]);
     let uids: HashSet<String> = [pod_uid].into();
     k.wait_runtime_clean("the pod is gone", &uids).await;
-    assert!(
-        std::fs::symlink_metadata(&link).is_err(),
+    assert_eq!(
+        std::fs::symlink_metadata(&link).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound,
         "the link went with the container"
     );
     k.finish(&uids).await;

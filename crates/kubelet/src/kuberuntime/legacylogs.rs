@@ -162,7 +162,10 @@ mod tests {
         let link = link_path(&links, "p", "ns", "c", "abcdef0123").unwrap();
         // No log yet: no link.
         create(&link, &log).unwrap();
-        assert!(std::fs::symlink_metadata(&link).is_err());
+        assert_eq!(
+            std::fs::symlink_metadata(&link).unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
         std::fs::write(&log, "x").unwrap();
         create(&link, &log).unwrap();
         create(&link, &log).unwrap();

@@ -253,8 +253,9 @@ async fn log_links_come_and_go_with_their_containers() {
     let status = rm.get_pod_status(&pod_ref).await.unwrap();
     rm.kill_pod(Some(&pod), &status, 0).await.unwrap();
     rm.remove_pod(&pod_ref, &status).await.unwrap();
-    assert!(
-        std::fs::symlink_metadata(&link).is_err(),
+    assert_eq!(
+        std::fs::symlink_metadata(&link).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound,
         "removed with the container"
     );
 
@@ -262,8 +263,9 @@ async fn log_links_come_and_go_with_their_containers() {
     let stale = links.join("q_default_c-0123456789ab.log");
     std::os::unix::fs::symlink(dir.path().join("logs/gone/c/0.log"), &stale).unwrap();
     rm.garbage_collect(&HashSet::new()).await.unwrap();
-    assert!(
-        std::fs::symlink_metadata(&stale).is_err(),
+    assert_eq!(
+        std::fs::symlink_metadata(&stale).unwrap_err().kind(),
+        std::io::ErrorKind::NotFound,
         "a dangling link is collected"
     );
 }
@@ -315,7 +317,14 @@ async fn failure_events_say_why() {
             None,
         )
         .await;
-    assert!(synced.is_err());
+    assert!(
+        matches!(
+            &synced,
+            Err(SyncError::Runtime(e)) if e.op == "RunPodSandbox" && e.code == tonic::Code::Unknown
+        ),
+        "{:?}",
+        synced.err()
+    );
     assert_eq!(
         messages("FailedCreatePodSandBox"),
         [
@@ -353,7 +362,16 @@ async fn failure_events_say_why() {
             None,
         )
         .await;
-    assert!(synced.is_err());
+    assert!(
+        matches!(
+            synced,
+            Err(SyncError::SandboxConfig(
+                crate::error::SandboxConfigError::UserNamespaces
+            ))
+        ),
+        "{:?}",
+        synced.err()
+    );
     assert_eq!(
         messages("FailedCreatePodSandBox"),
         [

@@ -569,7 +569,11 @@ async fn a_restart_keeps_readiness_until_a_probe_decides() {
     h.manager.add_pod(&pod);
     tokio::time::sleep(Duration::from_secs(35)).await;
     assert!(h.execs("app").len() >= 3, "the probe ran");
-    assert!(h.changed.try_recv().is_err(), "no change was told");
+    assert_eq!(
+        h.changed.try_recv(),
+        Err(mpsc::error::TryRecvError::Empty),
+        "no change was told"
+    );
     assert_eq!(results.readiness(&id), Some(ProbeResult::Success));
 
     // Restarted again, the probe failing meanwhile (threshold 3).

@@ -245,7 +245,12 @@ mod tests {
         // A change of one key and a key gone: one version, the old link gone.
         assert!(write(dir, payload(&[("a", "3", 0o644)])).unwrap());
         assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "3");
-        assert!(std::fs::symlink_metadata(dir.join("sub")).is_err());
+        assert_eq!(
+            std::fs::symlink_metadata(dir.join("sub"))
+                .unwrap_err()
+                .kind(),
+            std::io::ErrorKind::NotFound
+        );
         assert_eq!(versions(dir), 1);
     }
 

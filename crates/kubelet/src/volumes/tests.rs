@@ -230,7 +230,18 @@ fn host_path_types_are_checked_as_upstream_checks_them() {
     check_host_path(&made, "FileOrCreate").unwrap();
     assert!(made.is_file());
     check_host_path(&made, "FileOrCreate").unwrap();
-    assert!(check_host_path(&dir, "FileOrCreate").is_err());
+    let err = check_host_path(&dir, "FileOrCreate").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            HostPathError::Mismatch {
+                expected: "file",
+                found: "Directory",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
