@@ -266,9 +266,9 @@ fn remove_if_present(path: &Path) -> io::Result<()> {
 
 /// `<copy>` to `<copy>.gz` through `<copy>.gz.tmp`, the plain copy removed
 /// once the compressed one is in place. gzip at zlib's default level, as
-/// upstream's compress/gzip writes it, through zlib-rs: on a CRI log it
-/// compresses at about 140 MB/s on these machines where flate2's default
-/// backend (miniz_oxide) managed 46 MB/s for the same output.
+/// upstream's compress/gzip writes it, through zlib-rs: it compresses a CRI
+/// log faster than flate2's default backend (miniz_oxide) for the same
+/// output (the figures: the log flood in the README's Benchmark section).
 fn compress(copy: &Path) -> io::Result<()> {
     let plain = copy.to_string_lossy();
     let tmp = PathBuf::from(format!("{plain}{COMPRESS_SUFFIX}{TMP_SUFFIX}"));

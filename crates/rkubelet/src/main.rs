@@ -2,12 +2,12 @@
 //! KubeletConfiguration file, sets up logging, and wires the kubelet.
 
 /// jemalloc, not glibc's malloc: a kubelet's memory comes and goes with its
-/// pods, and glibc kept what a 100-pod delete freed in its thread arenas.
-/// Measured on 2026-12-04 with `hack/bench-cluster.sh --only rkubelet
-/// --serial 0 --bursts 100 --steady 20 --rest 10 --probes 100 --no-scrape
-/// --no-view --no-evict`, two runs each: anonymous RSS after the delete 60 and 68 MiB (glibc) against 33
-/// and 30 (jemalloc), with 100 probed pods VmRSS 84 and 90 against 57 and
-/// 56 MiB, the burst's CPU no higher. mimalloc held more than either.
+/// pods, and glibc kept what a 100-pod delete freed in its thread arenas
+/// where jemalloc gives it back, for no more CPU in the burst; mimalloc held
+/// more than either. The comparison (anonymous RSS with the pods and after
+/// their delete, VmRSS with probed pods, the burst's CPU, each allocator run
+/// through `hack/bench-cluster.sh`) and its figures are in the README's
+/// Benchmark section.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
