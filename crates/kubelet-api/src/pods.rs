@@ -249,6 +249,7 @@ pub async fn patch_event(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{PodCondition, PodIP};
+    use kubelet_core::testing::PodBuilder;
 
     use super::*;
 
@@ -262,8 +263,8 @@ mod tests {
 
     #[test]
     fn a_kubelet_condition_no_longer_reported_is_deleted() {
-        let pod = Pod {
-            status: Some(PodStatus {
+        let pod = PodBuilder::default()
+            .status(PodStatus {
                 conditions: Some(vec![
                     condition("Ready"),
                     condition("PodResizeInProgress"),
@@ -271,9 +272,8 @@ mod tests {
                     condition("example.com/gate"),
                 ]),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
+            })
+            .build();
         let status = PodStatus {
             conditions: Some(vec![condition("Ready")]),
             ..Default::default()
@@ -340,14 +340,13 @@ mod tests {
             ),
         ];
         for (old, new, want) in cases {
-            let pod = Pod {
-                status: Some(PodStatus {
+            let pod = PodBuilder::default()
+                .status(PodStatus {
                     pod_ip: Some(old[0].into()),
                     pod_ips: ips(old),
                     ..Default::default()
-                }),
-                ..Default::default()
-            };
+                })
+                .build();
             let status = PodStatus {
                 pod_ip: new.map(|n| n[0].to_owned()),
                 pod_ips: new.and_then(ips),

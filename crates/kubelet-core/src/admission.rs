@@ -368,14 +368,15 @@ mod tests {
             restart_policy: sidecar.then(|| "Always".into()),
             ..pod(cpu, "").spec.unwrap().containers.remove(0)
         };
-        let spec = |containers, inits, overhead: Option<&str>| Pod {
-            spec: Some(PodSpec {
-                containers,
-                init_containers: Some(inits),
-                overhead: overhead.map(|o| BTreeMap::from([("cpu".into(), Quantity(o.into()))])),
-                ..Default::default()
-            }),
-            ..Default::default()
+        let spec = |containers, inits, overhead: Option<&str>| {
+            PodBuilder::default()
+                .containers(containers)
+                .init_containers(inits)
+                .with_spec(|s| {
+                    s.overhead =
+                        overhead.map(|o| BTreeMap::from([("cpu".into(), Quantity(o.into()))]));
+                })
+                .build()
         };
         let cases = [
             (
@@ -739,26 +740,17 @@ mod tests {
 
     #[test]
     fn pressure_refuses_as_the_eviction_manager_admits() {
-        use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        let mk = |requests: bool, tolerations: Vec<Toleration>, priority: Option<i32>| Pod {
-            spec: Some(PodSpec {
-                priority,
-                tolerations: Some(tolerations),
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: requests.then(|| ResourceRequirements {
-                        requests: Some(BTreeMap::from([(
-                            "memory".into(),
-                            Quantity("64Mi".into()),
-                        )])),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
+        let mk = |requests: bool, tolerations: Vec<Toleration>, priority: Option<i32>| {
+            PodBuilder::default()
+                .with_spec(|s| {
+                    s.priority = priority;
+                    s.tolerations = Some(tolerations);
+                })
+                .container(Container {
+                    resources: requests.then(|| resources(&[("memory", "64Mi")], &[])),
+                    ..container("c")
+                })
+                .build()
         };
         let besteffort = mk(false, vec![], None);
         let burstable = mk(true, vec![], None);

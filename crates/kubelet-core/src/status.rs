@@ -1639,15 +1639,14 @@ mod tests {
 
     #[test]
     fn a_terminal_phase_the_api_has_is_never_left() {
-        let pod = Pod {
-            status: Some(ApiPodStatus {
+        let pod = PodBuilder::default()
+            .status(ApiPodStatus {
                 phase: Some(PHASE_FAILED.into()),
                 reason: Some("Evicted".into()),
                 message: Some("gone".into()),
                 ..Default::default()
-            }),
-            ..Default::default()
-        };
+            })
+            .build();
         let mut st = ApiPodStatus {
             phase: Some(PHASE_RUNNING.into()),
             ..Default::default()

@@ -497,13 +497,12 @@ pub fn check_sub_path(sub: &str) -> Result<(), SubPathError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::{PodBuilder, container, resources};
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::{
         ConfigMapVolumeSource, EmptyDirVolumeSource, HostPathVolumeSource,
-        PersistentVolumeClaimVolumeSource, PodSpec, ResourceRequirements, SecurityContext,
-        VolumeMount,
+        PersistentVolumeClaimVolumeSource, SecurityContext, VolumeMount,
     };
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     #[test]
     fn each_volume_has_its_kind_and_place() {
@@ -677,21 +676,13 @@ mod tests {
 
     fn with_limits(limits: &[Option<&str>], init: &[Option<&str>]) -> Pod {
         let c = |l: &Option<&str>| Container {
-            name: "c".into(),
-            resources: l.map(|l| ResourceRequirements {
-                limits: Some(BTreeMap::from([("memory".into(), Quantity(l.into()))])),
-                ..Default::default()
-            }),
-            ..Default::default()
+            resources: l.map(|l| resources(&[], &[("memory", l)])),
+            ..container("c")
         };
-        Pod {
-            spec: Some(PodSpec {
-                containers: limits.iter().map(c).collect(),
-                init_containers: Some(init.iter().map(c).collect()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        PodBuilder::default()
+            .containers(limits.iter().map(c))
+            .init_containers(init.iter().map(c))
+            .build()
     }
 
     #[test]
@@ -727,26 +718,20 @@ mod tests {
     #[test]
     fn mounts_that_cannot_be_honoured_are_named() {
         let pod = |mounts: Vec<VolumeMount>, privileged: bool| {
-            let c = Container {
-                name: "app".into(),
-                volume_mounts: Some(mounts),
-                security_context: Some(SecurityContext {
-                    privileged: Some(privileged),
+            PodBuilder::default()
+                .volume(Volume {
+                    name: "data".into(),
                     ..Default::default()
-                }),
-                ..Default::default()
-            };
-            Pod {
-                spec: Some(PodSpec {
-                    volumes: Some(vec![Volume {
-                        name: "data".into(),
+                })
+                .container(Container {
+                    volume_mounts: Some(mounts),
+                    security_context: Some(SecurityContext {
+                        privileged: Some(privileged),
                         ..Default::default()
-                    }]),
-                    containers: vec![c],
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }
+                    }),
+                    ..container("app")
+                })
+                .build()
         };
         let m = |name: &str, path: &str, sub: Option<&str>, prop: Option<&str>| VolumeMount {
             name: name.into(),

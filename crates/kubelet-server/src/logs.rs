@@ -594,10 +594,10 @@ mod tests {
 
     use k8s_cri::v1 as cri;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-        ContainerStatus, Pod, PodSpec, PodStatus,
+        ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+        ContainerStatus, Pod, PodStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::testing::{PodBuilder, container};
     use kubelet_cri::fake::FakeRuntime;
 
     use super::*;
@@ -748,30 +748,18 @@ not a CRI line
         .unwrap();
         std::fs::write(pod_dir.join("app/1.log"), APP_LOG).unwrap();
 
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: ["app", "evil", "dirlink"]
-                    .map(|name| Container {
-                        name: name.into(),
-                        ..Default::default()
-                    })
-                    .into(),
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
+        let pod = PodBuilder::new("web")
+            .namespace("default")
+            .containers(["app", "evil", "dirlink"].map(container))
+            .status(PodStatus {
                 container_statuses: Some(vec![
                     running("app", &app, Some(&old_app)),
                     running("evil", &evil, None),
                     running("dirlink", &dirlink, None),
                 ]),
                 ..Default::default()
-            }),
-        };
+            })
+            .build();
         Harness {
             view: View {
                 pods: Mutex::new(vec![pod]),

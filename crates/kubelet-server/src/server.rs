@@ -161,9 +161,9 @@ mod tests {
     use http_body_util::{BodyExt, Empty};
     use hyper_util::rt::TokioIo;
     use k8s_openapi::api::core::v1::{ContainerStatus, Pod, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kubelet_core::config::{KubeletConfiguration, TlsMinVersion};
     use kubelet_core::metrics::KubeletMetrics;
+    use kubelet_core::testing::PodBuilder;
     use kubelet_cri::client::CriClient;
     use rustls::pki_types::{PrivateKeyDer, ServerName};
     use rustls::{ClientConfig, RootCertStore};
@@ -189,23 +189,20 @@ mod tests {
             self.problems.lock().clone()
         }
         fn pods(&self) -> Vec<Pod> {
-            vec![Pod {
-                metadata: ObjectMeta {
-                    name: Some("web".to_owned()),
-                    namespace: Some("default".to_owned()),
-                    uid: Some("uid-1".to_owned()),
-                    ..ObjectMeta::default()
-                },
-                status: Some(PodStatus {
-                    container_statuses: Some(vec![ContainerStatus {
-                        name: "nginx".to_owned(),
-                        container_id: Some("containerd://abc".to_owned()),
-                        ..ContainerStatus::default()
-                    }]),
-                    ..PodStatus::default()
-                }),
-                ..Pod::default()
-            }]
+            vec![
+                PodBuilder::new("web")
+                    .namespace("default")
+                    .uid("uid-1")
+                    .status(PodStatus {
+                        container_statuses: Some(vec![ContainerStatus {
+                            name: "nginx".to_owned(),
+                            container_id: Some("containerd://abc".to_owned()),
+                            ..ContainerStatus::default()
+                        }]),
+                        ..PodStatus::default()
+                    })
+                    .build(),
+            ]
         }
         fn cri(&self) -> CriClient {
             let socket = self.root.join("no-runtime.sock");

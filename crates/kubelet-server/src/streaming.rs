@@ -554,7 +554,7 @@ where
 mod tests {
 
     use k8s_openapi::api::core::v1::{ContainerStatus, PodStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::testing::PodBuilder;
     use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -630,14 +630,10 @@ mod tests {
 
     #[test]
     fn finds_pods_and_container_ids() {
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("default".into()),
-                uid: Some("uid-1".into()),
-                ..ObjectMeta::default()
-            },
-            status: Some(PodStatus {
+        let pod = PodBuilder::new("web")
+            .namespace("default")
+            .uid("uid-1")
+            .status(PodStatus {
                 container_statuses: Some(vec![ContainerStatus {
                     name: "nginx".into(),
                     container_id: Some("containerd://abc123".into()),
@@ -649,9 +645,8 @@ mod tests {
                     ..ContainerStatus::default()
                 }]),
                 ..PodStatus::default()
-            }),
-            ..Pod::default()
-        };
+            })
+            .build();
         let req = |uid: &str| {
             parse_request(
                 StreamKind::Exec,

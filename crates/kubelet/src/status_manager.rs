@@ -139,10 +139,9 @@ impl StatusManager {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting,
-        ContainerStatus, PodSpec,
+        ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_core::testing::{PodBuilder, container};
 
     fn state(terminated: bool) -> Option<Vec<ContainerStatus>> {
         Some(vec![ContainerStatus {
@@ -172,25 +171,16 @@ mod tests {
     /// one the API server allows: Succeeded, the container terminated.
     #[test]
     fn a_status_never_undoes_a_terminal_phase_or_a_terminated_container() {
-        let pod = Pod {
-            metadata: ObjectMeta {
-                uid: Some("u1".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                restart_policy: Some("Never".into()),
-                containers: vec![Container {
-                    name: "a".into(),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: Some(PodStatus {
+        let pod = PodBuilder::default()
+            .uid("u1")
+            .restart_policy("Never")
+            .container(container("a"))
+            .status(PodStatus {
                 phase: Some("Succeeded".into()),
                 container_statuses: state(true),
                 ..Default::default()
-            }),
-        };
+            })
+            .build();
         let sm = StatusManager::default();
         let uid = PodUid::of(&pod);
         for phase in ["Failed", "Running"] {

@@ -445,14 +445,13 @@ impl StatusSync {
 mod tests {
     use super::*;
     use parking_lot::Mutex;
-    use std::collections::BTreeMap;
 
     use http::{Method, Request, Response, StatusCode};
     use http_body_util::BodyExt;
     use k8s_openapi::api::core::v1::{
         Container, ContainerState, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus,
     };
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use kube::client::Body;
     use kubelet_core::testing::PodBuilder;
     use tokio::sync::mpsc;
@@ -784,19 +783,12 @@ mod tests {
 
     #[test]
     fn mirror_pods_carry_the_hash_and_the_node_owner() {
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web-node1".into()),
-                namespace: Some("default".into()),
-                uid: Some("static-uid".into()),
-                annotations: Some(BTreeMap::from([
-                    (keys::CONFIG_SOURCE.to_string(), "file".to_string()),
-                    (keys::CONFIG_HASH.to_string(), "abc".to_string()),
-                ])),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let pod = PodBuilder::new("web-node1")
+            .namespace("default")
+            .uid("static-uid")
+            .annotation(keys::CONFIG_SOURCE, "file")
+            .annotation(keys::CONFIG_HASH, "abc")
+            .build();
         assert!(is_static_pod(&pod));
         let m = mirror_pod(&pod, "node1", "node-uid");
         assert_eq!(annotation(&m, keys::CONFIG_MIRROR), Some("abc"));

@@ -1,5 +1,8 @@
 use std::collections::HashSet;
 
+use k8s_openapi::api::core::v1::Container;
+use kubelet_core::testing::{self, PodBuilder};
+
 use super::image::pull_policy_default;
 use super::status::{join_messages, log_tail};
 use super::*;
@@ -37,6 +40,20 @@ fn test_env() -> PodEnv {
         tokio::sync::watch::channel(None).1,
     );
     PodEnv::new(None, None, allocatable, vec!["192.0.2.10".into()])
+}
+
+/// Pod p (UID u1) of namespace default: container c of img:1, pulled if not
+/// present.
+fn pod_p() -> Pod {
+    PodBuilder::new("p")
+        .namespace("default")
+        .uid("u1")
+        .container(Container {
+            image: Some("img:1".into()),
+            image_pull_policy: Some("IfNotPresent".into()),
+            ..testing::container("c")
+        })
+        .build()
 }
 
 #[test]
@@ -222,11 +239,7 @@ async fn log_links_come_and_go_with_their_containers() {
         KubeletMetrics::new("n"),
         Clock::System,
     );
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
-        "spec": {"containers": [{"name": "c", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}
-    }))
-    .unwrap();
+    let pod = pod_p();
     let synced = rm
         .sync_pod(
             &pod,
@@ -291,11 +304,7 @@ async fn failure_events_say_why() {
         KubeletMetrics::new("n"),
         Clock::System,
     );
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
-        "spec": {"containers": [{"name": "c", "image": "img:1", "imagePullPolicy": "IfNotPresent"}]}
-    }))
-    .unwrap();
+    let pod = pod_p();
     // The messages of the events with this reason recorded so far.
     let mut messages = |reason: &str| {
         let mut seen = Vec::new();

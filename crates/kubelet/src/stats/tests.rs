@@ -1,9 +1,10 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kubelet_core::metrics::format_float;
+use kubelet_core::testing::PodBuilder;
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::{FakeContainerStats, FakeRuntime};
 use serde_json::{Value, json};
@@ -182,19 +183,14 @@ async fn fixture() -> Fixture {
         &logs_root.join("default_web_uid-web/app/0.log"),
         "2024-01-01T00:00:00Z stdout F hello\n",
     );
-    let idle = Pod {
-        metadata: ObjectMeta {
-            name: Some("idle".into()),
-            namespace: Some("default".into()),
-            uid: Some("uid-idle".into()),
-            ..Default::default()
-        },
-        status: Some(PodStatus {
+    let idle = PodBuilder::new("idle")
+        .namespace("default")
+        .uid("uid-idle")
+        .status(PodStatus {
             start_time: Some(Time(Timestamp::from_second(1_700_000_010).unwrap())),
             ..Default::default()
-        }),
-        ..Default::default()
-    };
+        })
+        .build();
     let view = TestView {
         cri,
         pods: vec![idle],
@@ -707,9 +703,7 @@ async fn node_memory_sources_and_errors() {
 /// `volume`, and walked again only after VOLUME_STATS_PERIOD.
 #[tokio::test]
 async fn volumes_are_measured_at_most_once_a_period() {
-    use k8s_openapi::api::core::v1::{
-        ConfigMapVolumeSource, EmptyDirVolumeSource, PodSpec, Volume,
-    };
+    use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, EmptyDirVolumeSource, Volume};
     let mut f = fixture().await;
     let volume = |name: &str, medium: Option<&str>| Volume {
         name: name.into(),
@@ -724,23 +718,13 @@ async fn volumes_are_measured_at_most_once_a_period() {
         config_map: Some(ConfigMapVolumeSource::default()),
         ..Default::default()
     };
-    f.view.pods.push(Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some("uid-web".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            volumes: Some(vec![
-                volume("scratch", None),
-                volume("mem", Some("Memory")),
-                cfg,
-            ]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    });
+    f.view.pods.push(
+        PodBuilder::new("web")
+            .namespace("default")
+            .uid("uid-web")
+            .volumes([volume("scratch", None), volume("mem", Some("Memory")), cfg])
+            .build(),
+    );
     let vols = f.dir.path().join("pods/uid-web/volumes");
     let kib8 = "x".repeat(8192);
     write(&vols.join("kubernetes.io~empty-dir/scratch/a"), &kib8);
