@@ -279,28 +279,33 @@ mod tests {
 
     #[test]
     fn rejects() {
-        for input in [
-            "",
-            "abc",
-            "1K",
-            "1kb",
-            "1 Mi",
-            "1..5",
-            ".",
-            "-",
-            "1e",
-            "1e+",
-            "1ee3",
-            "1Mi3",
-            "Mi",
-            "1e1000",
-            "1e99999999999",
-            "10E",
-            "16Ei",
-            "9.3E",
-        ] {
+        const TOO_LARGE: &str = "value is too large";
+        for (input, message) in [
+            ("", "empty quantity"),
+            ("abc", "expected a number"),
+            ("1K", "unknown suffix \"K\""),
+            ("1kb", "unknown suffix \"kb\""),
+            ("1 Mi", "unknown suffix \" Mi\""),
+            ("1..5", "unknown suffix \".5\""),
+            (".", "expected a number"),
+            ("-", "expected a number"),
+            ("1e", "bad exponent \"e\""),
+            ("1e+", "bad exponent \"e+\""),
+            ("1ee3", "bad exponent \"ee3\""),
+            ("1Mi3", "unknown suffix \"Mi3\""),
+            ("Mi", "expected a number"),
+            ("1e1000", TOO_LARGE),
+            ("1e99999999999", "exponent \"e99999999999\" out of range"),
             // "10E" and "16Ei" do not fit in an i64 of bytes; "9.3E" neither.
-            assert!(parse_bytes(&q(input)).is_err(), "{input:?} should fail");
+            ("10E", TOO_LARGE),
+            ("16Ei", TOO_LARGE),
+            ("9.3E", TOO_LARGE),
+        ] {
+            assert_eq!(
+                parse_bytes(&q(input)),
+                Err(err(input, message)),
+                "{input:?} should fail"
+            );
         }
         let e = parse_cpu_millis(&q("2x")).unwrap_err();
         assert_eq!(e.input, "2x");
