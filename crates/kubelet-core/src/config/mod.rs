@@ -699,8 +699,15 @@ impl KubeletConfiguration {
     /// Upstream's defaulting that reads several fields, after decoding:
     /// serializeImagePulls not given follows maxParallelImagePulls, and the
     /// default hard thresholds fill the signals a given evictionHard
-    /// leaves out when mergeDefaultEvictionSettings asks.
+    /// leaves out when mergeDefaultEvictionSettings asks. clusterDNS
+    /// addresses are written as upstream's net.ParseIP prints them (what is
+    /// not an address is left for [`KubeletConfiguration::validate`]).
     fn complete(&mut self, serialize_given: bool) {
+        for ip in &mut self.cluster_dns {
+            if let Ok(parsed) = ip.parse::<std::net::IpAddr>() {
+                *ip = parsed.to_string();
+            }
+        }
         if !serialize_given {
             self.serialize_image_pulls = self.max_parallel_image_pulls.is_none_or(|n| n < 2);
         }

@@ -154,6 +154,9 @@ fn decodes_each_field() {
         ("clusterDNS: [10.96.0.10, 'fd00::a']", |c| {
             c.cluster_dns == ["10.96.0.10", "fd00::a"]
         }),
+        ("clusterDNS: ['fd00:0:0::000a']", |c| {
+            c.cluster_dns == ["fd00::a"]
+        }),
         ("clusterDomain: cluster.local", |c| {
             c.cluster_domain == "cluster.local"
         }),
