@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A real one-node Kubernetes control plane on loopback, hardened as a real
-# cluster runs: anonymous auth off, --authorization-mode=Node,RBAC,
-# NodeRestriction admission, TLS everywhere but etcd (loopback only).
+# A real Kubernetes control plane, hardened as a real cluster runs:
+# anonymous auth off, --authorization-mode=Node,RBAC, NodeRestriction
+# admission, TLS everywhere but etcd (loopback only).
 #
-#   hack/cluster.sh up [NODE]     certs, kubeconfigs, etcd, kube-apiserver,
+#   hack/cluster.sh up [NODE...]  certs, kubeconfigs (one per node, and
+#                                 kube-proxy's), etcd, kube-apiserver,
 #                                 kube-controller-manager, kube-scheduler
 #   hack/cluster.sh metrics-server
 #                                 start metrics-server (hack/control-plane.sh
@@ -16,6 +17,13 @@
 # State lives in ${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}; binaries come
 # from hack/control-plane.sh build (cached by version).
 #
+# The API server listens on ${RKUBELET_APISERVER_HOST:-127.0.0.1}. On loopback
+# (one node on the host) the `kubernetes` Service has no endpoint, as none can
+# be a loopback address. On another address (the host bridge of hack/nodes.sh,
+# which nodes in network namespaces of their own reach) it is in the
+# certificate's SANs and every kubeconfig, and the API server's lease
+# reconciler gives the `kubernetes` Service that address as its endpoint.
+#
 # RKUBELET_AUDIT=1 (opt-in, for hack/bench-cluster.sh): the API server writes
 # an audit log, $DIR/audit.log (JSON lines), of every request made by a node
 # (group system:nodes, level Metadata; the RequestReceived stage is omitted,
@@ -26,6 +34,7 @@ REPO_ROOT=$PWD
 
 DIR=${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}
 PKI=$DIR/pki
+APISERVER_HOST=${RKUBELET_APISERVER_HOST:-127.0.0.1}
 APISERVER_PORT=${RKUBELET_APISERVER_PORT:-6443}
 ETCD_PORT=${RKUBELET_ETCD_PORT:-2379}
 SERVICE_CIDR=10.0.0.0/24
@@ -36,10 +45,12 @@ die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 
 bin_dir() { "$REPO_ROOT/hack/control-plane.sh" build; }
 
-# cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster CA.
+# cert NAME CN [O] [SANS]: a key and a certificate signed by the cluster CA
+# (kept while its SANs stay the same).
 cert() {
   local name=$1 cn=$2 org=${3:-} sans=${4:-}
-  [[ -f $PKI/$name.crt ]] && return
+  [[ -f $PKI/$name.crt && $(cat "$PKI/$name.sans" 2>/dev/null) == "$sans" ]] && return
+  echo "$sans" >"$PKI/$name.sans"
   local subj="/CN=$cn"
   [[ -n $org ]] && subj="/O=$org$subj"
   openssl genrsa -out "$PKI/$name.key" 2048 2>/dev/null
@@ -69,7 +80,7 @@ kind: Config
 clusters:
 - name: rkubelet
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$APISERVER_HOST:$APISERVER_PORT
     certificate-authority: $PKI/ca.crt
 users:
 - name: $name
@@ -84,7 +95,6 @@ EOF
 }
 
 pki() {
-  local node=$1
   mkdir -p "$PKI"
   if [[ ! -f $PKI/ca.crt ]]; then
     openssl genrsa -out "$PKI/ca.key" 2048 2>/dev/null
@@ -92,8 +102,10 @@ pki() {
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
       -out "$PKI/ca.crt" 2>/dev/null
   fi
+  local host_san=""
+  [[ $APISERVER_HOST == 127.0.0.1 ]] || host_san=",IP:$APISERVER_HOST"
   cert apiserver kube-apiserver "" \
-    "IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    "IP:127.0.0.1,IP:10.0.0.1$host_san,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   cert admin kubernetes-admin system:masters
   cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters
   # The aggregation layer's client (API server -> metrics-server), allowed by
@@ -101,14 +113,21 @@ pki() {
   cert front-proxy-client front-proxy-client
   cert controller-manager system:kube-controller-manager
   cert scheduler system:kube-scheduler
-  cert "node-$node" "system:node:$node" system:nodes
+  # kube-proxy's user, bound to system:node-proxier by the API server's
+  # bootstrap policy.
+  cert kube-proxy system:kube-proxy
+  local node
+  for node in "$@"; do
+    cert "node-$node" "system:node:$node" system:nodes
+    kubeconfig "kubelet-$node" "node-$node"
+  done
   cert "node-other" "system:node:other-node" system:nodes
   [[ -f $PKI/sa.key ]] || openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null
   [[ -f $PKI/sa.pub ]] || openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
   kubeconfig admin admin
   kubeconfig controller-manager controller-manager
   kubeconfig scheduler scheduler
-  kubeconfig "kubelet-$node" "node-$node"
+  kubeconfig kube-proxy kube-proxy
   kubeconfig kubelet-other node-other
 }
 
@@ -137,11 +156,11 @@ wait_for() {
 }
 
 up() {
-  local node=${1:-$(hostname | tr 'A-Z' 'a-z')}
-  local bin
+  local nodes=("$@") bin
+  ((${#nodes[@]})) || nodes=("$(hostname | tr 'A-Z' 'a-z')")
   bin=$(bin_dir)
   mkdir -p "$DIR"
-  pki "$node"
+  pki "${nodes[@]}"
   local audit=()
   if [[ ${RKUBELET_AUDIT:-0} == 1 ]]; then
     cat >"$DIR/audit-policy.yaml" <<EOF
@@ -159,9 +178,11 @@ EOF
   start etcd "$bin/etcd" --name rkubelet --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls http://127.0.0.1:0 --log-level warn
+  local reconciler=(--endpoint-reconciler-type=none)
+  [[ $APISERVER_HOST == 127.0.0.1 ]] || reconciler=()
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --bind-address "$APISERVER_HOST" --advertise-address "$APISERVER_HOST" --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
@@ -174,7 +195,7 @@ EOF
     --enable-aggregator-routing=true \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-cluster-ip-range "$SERVICE_CIDR" --endpoint-reconciler-type=none \
+    --service-cluster-ip-range "$SERVICE_CIDR" ${reconciler[@]+"${reconciler[@]}"} \
     --anonymous-auth=false --authorization-mode=Node,RBAC \
     --enable-admission-plugins=NodeRestriction --allow-privileged=true ${audit[@]+"${audit[@]}"}
   local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
@@ -196,13 +217,16 @@ EOF
   cat <<EOF
 control plane up (state in $DIR); use it with:
   export KUBECONFIG=$DIR/admin.conf PATH=$bin:\$PATH
-node $node's kubeconfig: $DIR/kubelet-$node.conf
+nodes (${nodes[*]}): kubeconfigs $DIR/kubelet-<node>.conf
 EOF
 }
 
-# The node's address: the source of the default route (what rkubelet reports
-# as InternalIP); endpoints cannot be loopback addresses.
+# The address metrics-server is reached at: the API server's when that is not
+# loopback (the host bridge of hack/nodes.sh), else the source of the default
+# route (what a node on the host reports as InternalIP); endpoints cannot be
+# loopback addresses.
 node_ip() {
+  [[ $APISERVER_HOST == 127.0.0.1 ]] || { echo "$APISERVER_HOST"; return; }
   ip -4 route get 1.1.1.1 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "src") { print $(i + 1); exit }}'
 }
 
@@ -276,9 +300,9 @@ down() {
 }
 
 case ${1:-} in
-  up) up "${2:-}" ;;
+  up) shift; up "$@" ;;
   metrics-server) metrics_server ;;
   down) down ;;
   env) echo "export KUBECONFIG=$DIR/admin.conf PATH=$(bin_dir):\$PATH" ;;
-  *) die "usage: $0 up [NODE]|metrics-server|down|env" ;;
+  *) die "usage: $0 up [NODE...]|metrics-server|down|env" ;;
 esac
