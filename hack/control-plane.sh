@@ -2,6 +2,7 @@
 # The real Kubernetes control plane, built from the Go module proxy.
 #
 #   hack/control-plane.sh build    build etcd, kube-apiserver, kube-controller-manager,
+#                                  kube-proxy (hack/nodes.sh runs one per node),
 #                                  kube-scheduler, kubectl and the upstream kubelet
 #                                  (for side-by-side benchmarks) into a cache keyed by
 #                                  version and go.sum; prints the bin directory
@@ -15,6 +16,8 @@
 #   hack/control-plane.sh kube-state-metrics
 #                                  the same for kube-state-metrics
 #                                  (hack/kube-state-metrics/go.mod)
+#   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
+#                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #
 # The build is idempotent: a cache hit returns at once; a fresh machine builds
 # again (about 20-40 minutes on 2 cores, most of it kube-apiserver).
@@ -25,7 +28,7 @@ REPO_ROOT=$PWD
 K8S_VERSION=v1.37.2
 MOD_DIR=$REPO_ROOT/hack/k8s
 CACHE_ROOT=${RKUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkubelet}
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet)
+BINARIES=(etcd kube-apiserver kube-controller-manager kube-proxy kube-scheduler kubectl kubelet)
 
 die() { echo "control-plane.sh: error: $*" >&2; exit 1; }
 
@@ -75,21 +78,23 @@ build() {
 
 # Tools run beside the cluster, each in a module of its own (they pin
 # other k8s.io libraries than the control plane's), cached like it, keyed by
-# their go.sum: metrics-server (`kubectl top`) and kube-state-metrics (the
-# Prometheus check of /metrics/cadvisor).
+# their go.sum (and main.go, where the module has its own): metrics-server
+# (`kubectl top`), kube-state-metrics (the Prometheus check of
+# /metrics/cadvisor) and CoreDNS (the multi-node clusters' DNS).
 MS_VERSION=v0.8.0
 KSM_VERSION=v2.20.0
+COREDNS_VERSION=v1.14.6
 
 # tool NAME VERSION PACKAGE: build the module hack/NAME's PACKAGE once;
 # print the binary's path.
 tool() {
-  local name=$1 version=$2 pkg=$3 key path
-  key=$(cat "$REPO_ROOT/hack/$name/go.mod" "$REPO_ROOT/hack/$name/go.sum" | sha256sum | cut -c1-12)
+  local name=$1 version=$2 pkg=$3 ldflags=${4:-} key path src=$REPO_ROOT/hack/$1
+  key=$(cat "$src/go.mod" "$src/go.sum" $([[ -f $src/main.go ]] && echo "$src/main.go") | sha256sum | cut -c1-12)
   path=$CACHE_ROOT/$name/$version-$key/$name
   if [[ ! -x $path ]]; then
     command -v go >/dev/null || die "go is not installed"
     echo "building $name $version into $path" >&2
-    (cd "$REPO_ROOT/hack/$name" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" \
+    (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w$ldflags" \
       -o "$path.tmp" "$pkg") || die "go build of $name failed"
     mv "$path.tmp" "$path"
   fi
@@ -122,5 +127,7 @@ case ${1:-} in
   bin-dir) bin_dir ;;
   metrics-server) tool metrics-server "$MS_VERSION" sigs.k8s.io/metrics-server/cmd/metrics-server ;;
   kube-state-metrics) tool kube-state-metrics "$KSM_VERSION" k8s.io/kube-state-metrics/v2 ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics" ;;
+  coredns) tool coredns "$COREDNS_VERSION" rkubelet.local/coredns \
+    " -X github.com/coredns/coredns/coremain.gitTag=$COREDNS_VERSION" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns" ;;
 esac

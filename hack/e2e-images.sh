@@ -14,7 +14,10 @@
 #                                                    /localhost.{crt,key}, /uploads, and the
 #                                                    programs its subcommands run: sh (dash;
 #                                                    busybox ash would run its own nc), bash,
-#                                                    curl, nc (netcat-openbsd), busybox applets;
+#                                                    curl, nc (netcat-openbsd), BIND's dig,
+#                                                    nslookup and host (which, unlike
+#                                                    busybox's, use the search list),
+#                                                    busybox applets;
 #                                                    user-defined-in-image (1000) in
 #                                                    group-defined-in-image (50000)
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2 Debian's static busybox, every applet in /bin
@@ -47,9 +50,9 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-PACKAGES=(busybox-static dash bash curl netcat-openbsd libc-bin hostname libc6-dev gcc)
+PACKAGES=(busybox-static dash bash curl netcat-openbsd bind9-dnsutils libc-bin hostname libc6-dev gcc)
 
 E2E=registry.k8s.io/e2e-test-images
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
@@ -142,11 +145,14 @@ build_cache() {
 
   echo "$PROG: agnhost" >&2
   local a=$work/agnhost
-  busybox_rootfs "$a" sh ash nc bash
+  busybox_rootfs "$a" sh ash nc bash nslookup
   copy_with_libs "$a" /bin/dash /bin/sh
   copy_with_libs "$a" /bin/bash
   copy_with_libs "$a" /usr/bin/curl
   copy_with_libs "$a" /bin/nc.openbsd /usr/bin/nc
+  copy_with_libs "$a" /usr/bin/dig
+  copy_with_libs "$a" /usr/bin/nslookup
+  copy_with_libs "$a" /usr/bin/host
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] && install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$a/etc/ssl/certs/ca-certificates.crt"
   go_build "$a/agnhost" k8s.io/kubernetes/test/images/agnhost
   ln -s agnhost "$a/agnhost-2"

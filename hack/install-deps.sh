@@ -4,7 +4,9 @@
 # protoc (k8s-cri's build script), make (tikv-jemalloc-sys builds jemalloc
 # with it), the network tools, and what the upstream e2e suite's images are
 # made of (hack/e2e-images.sh: a C compiler and static libc for pause, dash,
-# bash, curl, netcat-openbsd, glibc's hostname/getent).
+# bash, curl, netcat-openbsd, glibc's hostname/getent, BIND's dig and
+# nslookup), and what hack/nodes.sh runs nodes with (util-linux's unshare
+# and nsenter).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -28,6 +30,8 @@ PACKAGES=(
   hostname
   libc-bin
   netcat-openbsd
+  bind9-dnsutils
+  util-linux
   python3
   docker-registry
   skopeo
