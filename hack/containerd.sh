@@ -18,7 +18,9 @@
 #
 # Pod networking is one bridge, ${RKUBELET_CNI_BRIDGE:-rkbr0}, on
 # ${RKUBELET_POD_SUBNET:-10.88.0.0/16}; two instances running at the same
-# time need different values for both (hack/test.sh uses its own). `stop`
+# time need different values for both (hack/test.sh uses its own). Pods'
+# traffic leaving the subnet is masqueraded unless RKUBELET_CNI_IPMASQ=false
+# (hack/nodes.sh: pods reach other nodes' pods by their own addresses). `stop`
 # takes the bridge name from DIR's conflist. The pod sandbox image is
 # ${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10} (hack/conformance.sh sets the
 # e2e suite's pause:3.10.2). With RKUBELET_REGISTRY_MIRROR=HOST:PORT (the
@@ -49,6 +51,11 @@ BRIDGE=${RKUBELET_CNI_BRIDGE:-rkbr0}
 POD_SUBNET=${RKUBELET_POD_SUBNET:-10.88.0.0/16}
 [[ "$POD_SUBNET" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] || {
   echo "${0##*/}: error: pod subnet '$POD_SUBNET' must be an IPv4 CIDR like 10.88.0.0/16" >&2
+  exit 1
+}
+IPMASQ=${RKUBELET_CNI_IPMASQ:-true}
+[[ "$IPMASQ" == true || "$IPMASQ" == false ]] || {
+  echo "${0##*/}: error: RKUBELET_CNI_IPMASQ '$IPMASQ' must be true or false" >&2
   exit 1
 }
 NETWORK="rkubelet-${BRIDGE}"
@@ -315,7 +322,7 @@ write_cni() {
       "type": "bridge",
       "bridge": "$BRIDGE",
       "isGateway": true,
-      "ipMasq": true,
+      "ipMasq": $IPMASQ,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Stop what hack/up.sh started: rkubelet, the private containerd (and the
-# pods' mounts, bridge and state), the control plane. Leaves nothing running.
+# pods' mounts, bridge and state), the nodes of `up.sh --nodes` (their
+# namespaces, bridges, routes and cgroups: hack/nodes.sh down), the control
+# plane. Leaves nothing running.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -22,6 +24,7 @@ hack/containerd.sh stop
 # upstream's): the pods' volumes and its root directory's shared bind mount.
 # shellcheck source=lib/mounts.sh
 . hack/lib/mounts.sh
-unmount_under "$RKUBELET_CLUSTER_DIR"
-CLEAN=1 hack/cluster.sh down
-echo "stopped: rkubelet, containerd, control plane (state removed)"
+unmount_under "$RKUBELET_CLUSTER_DIR/node"
+unmount_under "$RKUBELET_RUNTIME_DIR"
+hack/nodes.sh down
+echo "stopped: rkubelet, containerd, nodes, control plane (state removed)"
