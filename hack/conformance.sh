@@ -1,32 +1,38 @@
 #!/usr/bin/env bash
-# The upstream Kubernetes e2e [NodeConformance] suite (v1.37.2) against a
-# one-node cluster whose node is rkubelet (or, for the other column, the
-# upstream kubelet on the same control plane and containerd).
+# The upstream Kubernetes e2e suites (v1.37.2) against a cluster of
+# hack/nodes.sh whose nodes run rkubelet, the upstream kubelet, or both.
 #
-#   hack/conformance.sh [--kubelet rkubelet|upstream] [--focus REGEX] [--skip REGEX]
+#   hack/conformance.sh [--suite node|conformance] [--kubelet rkubelet|upstream|mixed]
+#                       [--nodes N] [--focus REGEX] [--skip REGEX]
 #                       [--subset FILE] [--procs N] [--timeout DURATION]
 #                       [--out DIR] [--rkubelet BINARY] [--keep]
 #
-#   --kubelet     which kubelet is the node (default rkubelet)
-#   --focus       ginkgo focus (default '\[NodeConformance\]')
-#   --skip        ginkgo skip (default the tiers a conformance run leaves out:
-#                 '\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]')
+#   --suite       node: the [NodeConformance] specs that are not [Serial],
+#                 [Slow], [Disruptive], [Flaky], alpha or feature-gated (the
+#                 default); conformance: every [Conformance] spec, the [Serial]
+#                 ones after the parallel ones on one process, as the
+#                 certification runs do
+#   --kubelet     which kubelet the nodes run (default rkubelet); mixed: the
+#                 first node rkubelet, the next upstream, and so on
+#   --nodes       how many nodes (default 2)
+#   --focus       ginkgo focus (default the suite's)
+#   --skip        ginkgo skip (default the suite's)
 #   --subset FILE run exactly the specs named in FILE (one full spec name a
 #                 line, '#' comments), and fail unless every one ran and passed
 #                 (hack/test.sh runs hack/conformance/ci-subset.txt this way)
 #   --procs       ginkgo parallel processes (default 8: stable on 2 cores)
-#   --timeout     the whole suite's limit (default 90m)
+#   --timeout     the whole suite's limit (default 90m; 5h for conformance)
 #   --out         where the JUnit XML, the table and the logs go
-#                 (default /tmp/rkubelet-conformance/results-<kubelet>)
+#                 (default /tmp/rkubelet-conformance/results-<suite>-<kubelet>)
 #   --rkubelet    the rkubelet binary (default: cargo build --release)
 #   --keep        leave the cluster running afterwards (stop it with
 #                 hack/conformance.sh --down)
 #
-# Builds (or takes from ~/.cache/rkubelet) the control plane, e2e.test and
-# ginkgo (hack/control-plane.sh e2e) and the suite's images
-# (hack/e2e-images.sh); starts a private control plane on ports 26443/22379
-# and a private containerd (bridge rkbr-conf, 10.92.0.0/16, sandbox image
-# registry.k8s.io/pause:3.10.2) in /tmp/rkubelet-conformance, so a
+# Builds (or takes from ~/.cache/rkubelet) the control plane, kube-proxy,
+# CoreDNS, e2e.test and ginkgo (hack/control-plane.sh) and the suite's images
+# (hack/e2e-images.sh); starts the cluster in /tmp/rkubelet-conformance with
+# a control plane on ports 26443/22379, nodes rkc-n1... on 10.100.1.0/24 and
+# pods on 10.92.0.0/16 (sandbox image registry.k8s.io/pause:3.10.2), so a
 # developer's cluster and hack/test.sh's are untouched; runs the suite;
 # prints every spec with passed/failed and the first line of each failure,
 # the failures grouped by cause (hack/conformance/causes.tsv), and ends with
@@ -36,12 +42,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT=$PWD
 PROG=${0##*/}
 
+SUITE=node
 KUBELET=rkubelet
-FOCUS='\[NodeConformance\]'
-SKIP='\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]'
+NODES=2
+FOCUS=""
+SKIP=""
 SUBSET=""
 PROCS=8
-TIMEOUT=90m
+TIMEOUT=""
 OUT=""
 RKUBELET_BIN=""
 KEEP=""
@@ -50,11 +58,13 @@ DOWN_ONLY=""
 die() { echo "$PROG: error: $*" >&2; exit 1; }
 # shellcheck source=lib/mounts.sh
 . "$REPO_ROOT/hack/lib/mounts.sh"
-usage() { sed -n '6,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 while (($#)); do
   case $1 in
+  --suite) SUITE=${2:?}; shift 2 ;;
   --kubelet) KUBELET=${2:?}; shift 2 ;;
+  --nodes) NODES=${2:?}; shift 2 ;;
   --focus) FOCUS=${2:?}; shift 2 ;;
   --skip) SKIP=${2:?}; shift 2 ;;
   --subset) SUBSET=${2:?}; shift 2 ;;
@@ -68,23 +78,42 @@ while (($#)); do
   *) die "unknown argument '$1' (see --help)" ;;
   esac
 done
-[[ $KUBELET == rkubelet || $KUBELET == upstream ]] || die "--kubelet must be rkubelet or upstream"
+case $SUITE in
+node)
+  FOCUS=${FOCUS:-'\[NodeConformance\]'}
+  SKIP=${SKIP:-'\[Slow\]|\[Serial\]|\[Disruptive\]|\[Flaky\]|\[Feature:|\[Alpha\]'}
+  TIMEOUT=${TIMEOUT:-90m}
+  ;;
+conformance)
+  FOCUS=${FOCUS:-'\[Conformance\]'}
+  SKIP=${SKIP:-'^$'}
+  TIMEOUT=${TIMEOUT:-5h}
+  ;;
+*) die "--suite must be node or conformance" ;;
+esac
 [[ $PROCS =~ ^[1-9][0-9]*$ ]] || die "--procs must be a positive number"
+[[ $NODES =~ ^[1-9][0-9]?$ ]] || die "--nodes must be a count from 1 to 99"
+KINDS=()
+for ((i = 0; i < NODES; i++)); do
+  case $KUBELET in
+  rkubelet | upstream) KINDS+=("$KUBELET") ;;
+  mixed) if ((i % 2)); then KINDS+=(upstream); else KINDS+=(rkubelet); fi ;;
+  *) die "--kubelet must be rkubelet, upstream or mixed" ;;
+  esac
+done
 
 WORK=${RKUBELET_CONFORMANCE_DIR:-/tmp/rkubelet-conformance}
-OUT=${OUT:-$WORK/results-$KUBELET}
-NODE=rk-conformance
+OUT=${OUT:-$WORK/results-$SUITE-$KUBELET}
 export RKUBELET_CLUSTER_DIR=$WORK/cluster
-export RKUBELET_RUNTIME_DIR=$WORK/runtime
-# Ports and pod network of its own (settable, so that two runs can share a
+# Ports and networks of its own (settable, so that two runs can share a
 # machine: hack/test.sh's subset picks others).
 export RKUBELET_APISERVER_PORT=${RKUBELET_CONFORMANCE_APISERVER_PORT:-26443}
 export RKUBELET_ETCD_PORT=${RKUBELET_CONFORMANCE_ETCD_PORT:-22379}
-export RKUBELET_CNI_BRIDGE=${RKUBELET_CONFORMANCE_BRIDGE:-rkbr-conf}
+export RKUBELET_NET_TAG=${RKUBELET_CONFORMANCE_NET_TAG:-rkc}
+export RKUBELET_NODE_NET=${RKUBELET_CONFORMANCE_NODE_NET:-10.100.1.0/24}
 export RKUBELET_POD_SUBNET=${RKUBELET_CONFORMANCE_POD_SUBNET:-10.92.0.0/16}
-KUBELET_PORT=${RKUBELET_CONFORMANCE_KUBELET_PORT:-10250}
 export RKUBELET_SANDBOX_IMAGE=registry.k8s.io/pause:3.10.2
-NODE_DIR=$WORK/node
+export RKUBELET_NODE_IMAGES=e2e
 
 # The kernel tunables the upstream kubelet's container manager sets
 # (setupKernelTunables), put back on exit.
@@ -92,29 +121,8 @@ SYSCTLS=(vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops
   kernel/keys/root_maxkeys kernel/keys/root_maxbytes)
 declare -A SYSCTL_SAVED=()
 
-stop_kubelet() {
-  local pid
-  [[ -f $NODE_DIR/kubelet.pid ]] || return 0
-  pid=$(cat "$NODE_DIR/kubelet.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$NODE_DIR/kubelet.pid"
-}
-
 down() {
-  stop_kubelet
-  CLEAN=1 hack/cluster.sh down >/dev/null 2>&1 || echo "$PROG: warning: stopping the control plane failed" >&2
-  hack/containerd.sh stop "$RKUBELET_RUNTIME_DIR" >/dev/null 2>&1 || echo "$PROG: warning: stopping containerd failed" >&2
-  # Both kubelets bind-mount their root directory onto itself.
-  unmount_under "$NODE_DIR" || true
-  if grep -qF " $WORK/" /proc/mounts; then
-    echo "$PROG: warning: mounts remain under $WORK; not removing its node state" >&2
-  else
-    rm -rf --one-file-system "$NODE_DIR" "$RKUBELET_RUNTIME_DIR"
-  fi
+  hack/nodes.sh down || echo "$PROG: warning: stopping the cluster failed" >&2
   local s
   for s in "${!SYSCTL_SAVED[@]}"; do
     [[ $(cat "/proc/sys/$s") == "${SYSCTL_SAVED[$s]}" ]] || echo "${SYSCTL_SAVED[$s]}" >"/proc/sys/$s" 2>/dev/null || true
@@ -136,13 +144,14 @@ hack/install-deps.sh
 stage "control plane, e2e.test and ginkgo (cached by version)"
 BIN=$(hack/control-plane.sh e2e)
 export PATH=$BIN:$PATH
-if [[ $KUBELET == rkubelet && -z $RKUBELET_BIN ]]; then
+if [[ $KUBELET != upstream && -z $RKUBELET_BIN ]]; then
   stage "cargo build --release -p rkubelet"
   cargo build --release -q -p rkubelet
   RKUBELET_BIN=${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/rkubelet
 fi
 
-# A run left over (killed, or --keep) is stopped first: one node at a time.
+export RKUBELET_BIN
+# A run left over (killed, or --keep) is stopped first.
 down
 trap '[[ -n $KEEP ]] || down' EXIT
 trap 'exit 130' INT
@@ -151,83 +160,9 @@ for s in "${SYSCTLS[@]}"; do
   [[ -r /proc/sys/$s ]] && SYSCTL_SAVED[$s]=$(cat "/proc/sys/$s")
 done
 
-stage "control plane on :$RKUBELET_APISERVER_PORT"
-hack/cluster.sh up "$NODE" >/dev/null
+stage "control plane on :$RKUBELET_APISERVER_PORT, ${#KINDS[@]} nodes (${KINDS[*]}), kube-proxy and CoreDNS"
+hack/nodes.sh up "${KINDS[@]}"
 ADMIN=$RKUBELET_CLUSTER_DIR/admin.conf
-kubectl=(kubectl --kubeconfig "$ADMIN")
-
-stage "containerd and the suite's images"
-eval "$(hack/containerd.sh start "$RKUBELET_RUNTIME_DIR")"
-hack/images.sh "$RKUBELET_RUNTIME_DIR/containerd.sock"
-hack/e2e-images.sh "$RKUBELET_RUNTIME_DIR/containerd.sock"
-
-stage "$KUBELET as node $NODE"
-mkdir -p "$NODE_DIR/root" "$NODE_DIR/logs" "$NODE_DIR/manifests"
-# The suite's images are imported, not pullable: neither kubelet's image GC
-# nor its eviction manager's disk reclaim may remove them (the disk of these
-# machines looks more than 85 % full to statvfs): thresholds of 1 %.
-if [[ $KUBELET == rkubelet ]]; then
-  cat >"$NODE_DIR/config.yaml" <<CFG
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-imageGCHighThresholdPercent: 100
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-staticPodPath: $NODE_DIR/manifests
-containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
-podLogsDir: $NODE_DIR/logs
-port: $KUBELET_PORT
-healthzPort: 0
-authentication:
-  x509:
-    clientCAFile: $RKUBELET_CLUSTER_DIR/pki/ca.crt
-CFG
-  cmd=("$RKUBELET_BIN")
-else
-  # As the benchmark runs it on these machines (cgroup v1, no systemd), with
-  # the API server's authentication and authorization like any node.
-  cat >"$NODE_DIR/config.yaml" <<CFG
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-imageGCHighThresholdPercent: 100
-failCgroupV1: false
-cgroupDriver: cgroupfs
-containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
-failSwapOn: false
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
-staticPodPath: $NODE_DIR/manifests
-podLogsDir: $NODE_DIR/logs
-port: $KUBELET_PORT
-healthzPort: 0
-resolvConf: /etc/resolv.conf
-authentication:
-  anonymous: {enabled: false}
-  webhook: {enabled: true}
-  x509: {clientCAFile: $RKUBELET_CLUSTER_DIR/pki/ca.crt}
-authorization: {mode: Webhook}
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
-localStorageCapacityIsolation: false
-CFG
-  cmd=("$BIN/kubelet")
-fi
-setsid "${cmd[@]}" --config "$NODE_DIR/config.yaml" --root-dir "$NODE_DIR/root" \
-  --kubeconfig "$RKUBELET_CLUSTER_DIR/kubelet-$NODE.conf" --hostname-override "$NODE" \
-  >"$NODE_DIR/kubelet.log" 2>&1 </dev/null &
-echo $! >"$NODE_DIR/kubelet.pid"
-
-ready=""
-for _ in $(seq 1 240); do
-  kill -0 "$(cat "$NODE_DIR/kubelet.pid")" 2>/dev/null || { tail -20 "$NODE_DIR/kubelet.log" >&2; die "$KUBELET exited"; }
-  if [[ $("${kubectl[@]}" get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null) == True ]] &&
-    "${kubectl[@]}" -n default get serviceaccount default >/dev/null 2>&1; then
-    ready=1
-    break
-  fi
-  sleep 0.5
-done
-[[ -n $ready ]] || { tail -20 "$NODE_DIR/kubelet.log" >&2; die "node $NODE not Ready (or no default ServiceAccount) after 120 s"; }
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -244,12 +179,14 @@ ginkgo --procs="$PROCS" --timeout="$TIMEOUT" --no-color --focus="$FOCUS" --skip=
   --allowed-not-ready-nodes=-1 --report-dir="$OUT" >"$OUT/e2e.log" 2>&1
 rc=$?
 set -e
-cp "$NODE_DIR/kubelet.log" "$OUT/kubelet.log" 2>/dev/null || true
+for nd in "$RKUBELET_CLUSTER_DIR"/nodes/*/; do
+  cp "$nd/kubelet.log" "$OUT/kubelet-$(basename "$nd").log" 2>/dev/null || true
+done
 stage "e2e.test exited $rc"
 [[ -f $OUT/junit_01.xml ]] || { tail -30 "$OUT/e2e.log" >&2; die "the suite wrote no JUnit report"; }
 
 report=(python3 hack/conformance-report.py table "$OUT/junit_01.xml" --causes hack/conformance/causes.tsv
-  --title "$KUBELET, $(date -u +%F), commit $COMMIT")
+  --title "$SUITE suite, $KUBELET (${KINDS[*]}), $(date -u +%F), commit $COMMIT")
 [[ -n $SUBSET ]] && report+=(--subset "$SUBSET")
 "${report[@]}" | tee "$OUT/table.txt"
 exit "${PIPESTATUS[0]}"

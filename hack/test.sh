@@ -20,10 +20,15 @@
 #      like metrics-server; with Debian's prometheus, for /metrics/cadvisor)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
-#      hack/conformance.sh --subset against a cluster of its own whose node
-#      is the rkubelet just built (ports 36443/32379/10450, bridge rkbr-ci,
-#      so a developer's full conformance run can go on); fails when one of
-#      them fails
+#      hack/conformance.sh --subset against a cluster of its own of two
+#      nodes running the rkubelet just built (hack/nodes.sh: ports
+#      36443/32379, nodes rki-n1 and rki-n2 on 10.100.2.0/24, pods on
+#      10.93.0.0/16, so a developer's full conformance run can go on); fails
+#      when one of them fails
+#   7. the multi-node tests against the same cluster (cargo test -p rkubelet
+#      --test multinode -- --ignored), which read RKUBELET_CLUSTER_DIR,
+#      RKUBELET_KUBECTL and RKUBELET_NODES; then the cluster is stopped and
+#      hack/nodes.sh check-clean fails on anything it left
 #
 # Whatever happens, the control plane and containerd are stopped and the
 # temporary directory removed on exit, so a run leaves nothing behind.
@@ -58,8 +63,18 @@ CLUSTER_METRICS_SERVER_PORT=14443
 CLUSTER_NODE=rk-e2e-node
 REGISTRY_ADDR=127.0.0.1:15000
 REGISTRY_DIR=""
+CONFORMANCE_UP=""
+# The multi-node cluster of the last two stages (hack/conformance.sh, hack/nodes.sh).
+MULTI_NODE_ENV=(RKUBELET_CONFORMANCE_APISERVER_PORT=36443 RKUBELET_CONFORMANCE_ETCD_PORT=32379
+  RKUBELET_CONFORMANCE_NET_TAG=rki RKUBELET_CONFORMANCE_NODE_NET=10.100.2.0/24
+  RKUBELET_CONFORMANCE_POD_SUBNET=10.93.0.0/16)
 cleanup() {
   local rc=$?
+  if [[ -n "$CONFORMANCE_UP" ]]; then
+    env "${MULTI_NODE_ENV[@]}" RKUBELET_CONFORMANCE_DIR="$TMP_DIR/conformance" \
+      "$REPO_ROOT/hack/conformance.sh" --down ||
+      echo "test.sh: warning: stopping the multi-node cluster failed" >&2
+  fi
   if [[ -n "$REGISTRY_DIR" ]]; then
     "$REPO_ROOT/hack/registry.sh" stop "$REGISTRY_DIR" ||
       echo "test.sh: warning: stopping the registry failed" >&2
@@ -153,12 +168,22 @@ RKUBELET_KUBE_STATE_METRICS="$KUBE_STATE_METRICS" \
   RKUBELET_TEST_REGISTRY=$REGISTRY_ADDR \
   cargo test -p rkubelet --test cluster -- --ignored --test-threads=1
 
-stage "conformance subset (hack/conformance/ci-subset.txt)"
-RKUBELET_CONFORMANCE_DIR="$TMP_DIR/conformance" \
-  RKUBELET_CONFORMANCE_APISERVER_PORT=36443 RKUBELET_CONFORMANCE_ETCD_PORT=32379 \
-  RKUBELET_CONFORMANCE_KUBELET_PORT=10450 \
-  RKUBELET_CONFORMANCE_BRIDGE=rkbr-ci RKUBELET_CONFORMANCE_POD_SUBNET=10.93.0.0/16 \
+stage "conformance subset (hack/conformance/ci-subset.txt) on two nodes"
+CONFORMANCE_UP=1
+env "${MULTI_NODE_ENV[@]}" RKUBELET_CONFORMANCE_DIR="$TMP_DIR/conformance" \
   hack/conformance.sh --subset hack/conformance/ci-subset.txt --procs 4 --timeout 20m \
-  --rkubelet "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/rkubelet"
+  --rkubelet "${CARGO_TARGET_DIR:-$REPO_ROOT/target}/debug/rkubelet" --keep
+
+stage "multi-node tests"
+RKUBELET_CLUSTER_DIR="$TMP_DIR/conformance/cluster" \
+  RKUBELET_KUBECTL="$K8S_BIN/kubectl" \
+  RKUBELET_NODES=rki-n1,rki-n2 \
+  cargo test -p rkubelet --test multinode -- --ignored --test-threads=1
+
+stage "the multi-node cluster down, nothing left behind"
+env "${MULTI_NODE_ENV[@]}" RKUBELET_CONFORMANCE_DIR="$TMP_DIR/conformance" hack/conformance.sh --down
+CONFORMANCE_UP=""
+RKUBELET_CLUSTER_DIR="$TMP_DIR/conformance/cluster" RKUBELET_NET_TAG=rki \
+  RKUBELET_NODE_NET=10.100.2.0/24 RKUBELET_POD_SUBNET=10.93.0.0/16 hack/nodes.sh check-clean
 
 stage "done"
