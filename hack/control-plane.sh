@@ -18,6 +18,9 @@
 #                                  (hack/kube-state-metrics/go.mod)
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
+#   hack/control-plane.sh sample-apiserver
+#                                  the same for k8s.io/sample-apiserver at the
+#                                  control plane's version (hack/e2e-images.sh's image)
 #
 # The build is idempotent: a cache hit returns at once; a fresh machine builds
 # again (about 20-40 minutes on 2 cores, most of it kube-apiserver).
@@ -80,7 +83,8 @@ build() {
 # other k8s.io libraries than the control plane's), cached like it, keyed by
 # their go.sum (and main.go, where the module has its own): metrics-server
 # (`kubectl top`), kube-state-metrics (the Prometheus check of
-# /metrics/cadvisor) and CoreDNS (the multi-node clusters' DNS).
+# /metrics/cadvisor), CoreDNS (the multi-node clusters' DNS) and
+# sample-apiserver (the e2e suite's aggregated API server).
 MS_VERSION=v0.8.0
 KSM_VERSION=v2.20.0
 COREDNS_VERSION=v1.14.6
@@ -129,5 +133,6 @@ case ${1:-} in
   kube-state-metrics) tool kube-state-metrics "$KSM_VERSION" k8s.io/kube-state-metrics/v2 ;;
   coredns) tool coredns "$COREDNS_VERSION" rkubelet.local/coredns \
     " -X github.com/coredns/coredns/coremain.gitTag=$COREDNS_VERSION" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns" ;;
+  sample-apiserver) tool sample-apiserver "$K8S_VERSION" k8s.io/sample-apiserver ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver" ;;
 esac

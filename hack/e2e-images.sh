@@ -20,24 +20,36 @@
 #                                                    busybox applets;
 #                                                    user-defined-in-image (1000) in
 #                                                    group-defined-in-image (50000)
-#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2 Debian's static busybox, every applet in /bin
-#   registry.k8s.io/e2e-test-images/busybox:1.36.1-1
+#   registry.k8s.io/e2e-test-images/busybox:1.37.0-2 busybox 1.37.0 built here from its source
+#   registry.k8s.io/e2e-test-images/busybox:1.36.1-1 (pinned by SHA-256) as the Docker library's
+#                                                    image is, defconfig and static, every
+#                                                    applet in /bin
 #   registry.k8s.io/e2e-test-images/nonewprivs:1.4   busybox + /usr/local/bin/nnp (setuid root)
 #                                                    from test/images/nonewprivs
 #   registry.k8s.io/e2e-test-images/nonroot:1.5      busybox, USER 1234
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
 #                                                    busybox + glibc's hostname and getent
 #                                                    (Debian's), nsswitch "hosts: files dns"
+#   registry.k8s.io/e2e-test-images/nginx:1.27.0-2   busybox + Debian's nginx serving
+#   registry.k8s.io/e2e-test-images/nginx:1.28.0-2   /usr/share/nginx/html on :80, as the
+#                                                    official image; Cmd nginx -g 'daemon off;'
+#   registry.k8s.io/e2e-test-images/kitten:1.8       agnhost + /kitten.jpg, /data.json (from
+#   registry.k8s.io/e2e-test-images/nautilus:1.8     test/images/kitten), Cmd test-webserver;
+#                                                    nautilus the same with its own files
+#   registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2
+#                                                    /sample-apiserver (k8s.io/sample-apiserver
+#                                                    at the control plane's version,
+#                                                    hack/control-plane.sh sample-apiserver)
+#   registry.k8s.io/etcd:3.7.0-0                     /usr/local/bin/etcd, the control plane's
 #
-# What this costs: Debian's busybox is 1.35, whose ash drops environment
-# variables that are not shell names, which the suite's busybox 1.37 keeps;
-# so "ConfigMap/Secrets should be consumable via the environment" (they read
-# `data-1` from `sh -c env`) fail here under any kubelet. Another shell as
-# /bin/sh would keep them but fails specs that expect ash's own error messages
-# ("/bin/sh: can't create /file: Read-only file system").
+# Busybox is 1.37.0 with upstream's default configuration, as the suite's
+# image: Debian's builds (1.35 in bookworm, 1.37 in trixie) run applets from
+# ash with an environment rebuilt from the shell's variables, which drops
+# those that are not shell names (`data-1`): the ConfigMap/Secrets
+# "consumable via the environment" specs read them from `sh -c env`.
 #
-# Images the suite lists but no [NodeConformance] spec here runs (nginx,
-# perl, volume servers, CSI sidecars...) are not made.
+# Images the suite lists but no [NodeConformance] or [Conformance] spec runs
+# (perl, volume servers, CSI sidecars...) are not made.
 #
 # Cached like hack/images.sh under ${RKUBELET_CACHE:-~/.cache/rkubelet}/images/,
 # keyed by this recipe, the k8s.io/kubernetes module graph and the Debian
@@ -50,9 +62,14 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=2
+RECIPE_VERSION=4
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-PACKAGES=(busybox-static dash bash curl netcat-openbsd bind9-dnsutils libc-bin hostname libc6-dev gcc)
+PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils libc-bin hostname libc6-dev gcc make bzip2)
+# busybox 1.37.0's release tarball, as Debian's archive keeps it (the orig
+# tarball of trixie's busybox source package).
+BUSYBOX_SRC=busybox_1.37.0.orig.tar.bz2
+BUSYBOX_SRC_URL=http://deb.debian.org/debian/pool/main/b/busybox/$BUSYBOX_SRC
+BUSYBOX_SRC_SHA256=3311dff32e746499f4df0d5df04d7eb396382d7e108bb9250e7b519b837043a4
 
 E2E=registry.k8s.io/e2e-test-images
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
@@ -61,6 +78,11 @@ BUSYBOX_IMAGES=("$E2E/busybox:1.37.0-2" "$E2E/busybox:1.36.1-1")
 NONEWPRIVS_IMAGE=$E2E/nonewprivs:1.4
 NONROOT_IMAGE=$E2E/nonroot:1.5
 GLIBC_DNS_IMAGE=$E2E/glibc-dns-testing:2.1.1
+NGINX_IMAGES=("$E2E/nginx:1.27.0-2" "$E2E/nginx:1.28.0-2")
+KITTEN_IMAGE=$E2E/kitten:1.8
+NAUTILUS_IMAGE=$E2E/nautilus:1.8
+SAMPLE_APISERVER_IMAGE=$E2E/sample-apiserver:1.29.2
+ETCD_IMAGE=registry.k8s.io/etcd:3.7.0-0
 
 TEMP_DIRS=()
 cleanup() { ((${#TEMP_DIRS[@]} == 0)) || rm -rf "${TEMP_DIRS[@]}"; }
@@ -76,6 +98,19 @@ go_build() { # OUT PACKAGE
     die "go build of $2 failed"
 }
 
+# download URL SHA256 OUT: a file from Debian's archive, checked against its
+# pinned digest, kept in the cache's downloads/.
+download() {
+  local url=$1 sha=$2 out=$3
+  if [[ ! -f $out ]] || [[ $(sha256sum "$out" | cut -d' ' -f1) != "$sha" ]]; then
+    mkdir -p "$(dirname "$out")"
+    curl -fsSL --retry 3 -o "$out.tmp" "$url" || die "downloading $url failed"
+    [[ $(sha256sum "$out.tmp" | cut -d' ' -f1) == "$sha" ]] ||
+      die "$url does not have the pinned SHA-256 $sha (update the pin in $PROG)"
+    mv "$out.tmp" "$out"
+  fi
+}
+
 # busybox_rootfs ROOTFS [SKIP...]: the layout of the busybox image (applets
 # in /bin, its passwd and group), without the applets named in SKIP.
 busybox_rootfs() {
@@ -84,12 +119,12 @@ busybox_rootfs() {
   mkdir -p "$rootfs"/{bin,dev,etc,home,proc,root,sys,tmp,usr/bin,usr/sbin,usr/local/bin,var/tmp,var/www}
   chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
   chmod 0700 "$rootfs/root"
-  cp /bin/busybox "$rootfs/bin/busybox"
+  cp "$BUSYBOX" "$rootfs/bin/busybox"
   while read -r applet; do
     [[ -n $applet && $applet != busybox && $applet != */* ]] || continue
     [[ " $* " == *" $applet "* ]] && continue
     ln -s busybox "$rootfs/bin/$applet"
-  done < <(/bin/busybox --list)
+  done < <("$BUSYBOX" --list)
   printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'daemon:x:1:1:daemon:/usr/sbin:/bin/false' \
     'bin:x:2:2:bin:/bin:/bin/false' 'sys:x:3:3:sys:/dev:/bin/false' 'sync:x:4:100:sync:/bin:/bin/sync' \
     'mail:x:8:8:mail:/var/spool/mail:/bin/false' 'www-data:x:33:33:www-data:/var/www:/bin/false' \
@@ -106,11 +141,63 @@ config_json() { # ENTRYPOINT_JSON CMD_JSON [USER]
     "$ENV_PATH" "$1" "$2" "${3:+,\"User\":\"$3\"}"
 }
 
+# nginx_rootfs ROOTFS NGINX_DEB: busybox, Debian's nginx and a configuration
+# like the official image's: the site in /usr/share/nginx/html on :80, the
+# logs on the container's stdout and stderr.
+nginx_rootfs() {
+  local rootfs=$1 deb=$2 x
+  busybox_rootfs "$rootfs"
+  x=$(dirname "$rootfs")/nginx-deb
+  dpkg-deb -x "$deb" "$x"
+  copy_with_libs "$rootfs" "$x/usr/sbin/nginx" /usr/sbin/nginx
+  mkdir -p "$rootfs"/{etc/nginx,usr/share/nginx/html,var/log/nginx,var/lib/nginx,var/cache/nginx,run}
+  echo 'nginx:x:101:101:nginx user:/nonexistent:/bin/false' >>"$rootfs/etc/passwd"
+  echo 'nginx:x:101:' >>"$rootfs/etc/group"
+  cat >"$rootfs/etc/nginx/nginx.conf" <<'CONF'
+user nginx;
+worker_processes auto;
+error_log /dev/stderr notice;
+pid /run/nginx.pid;
+events { worker_connections 1024; }
+http {
+    types { text/html html htm; text/plain txt; application/json json; image/jpeg jpg jpeg; }
+    default_type application/octet-stream;
+    access_log /dev/stdout;
+    sendfile on;
+    keepalive_timeout 65;
+    server {
+        listen 80;
+        listen [::]:80;
+        server_name localhost;
+        location / { root /usr/share/nginx/html; index index.html index.htm; }
+    }
+}
+CONF
+  cat >"$rootfs/usr/share/nginx/html/index.html" <<'HTML'
+<!DOCTYPE html>
+<html>
+<head><title>Welcome to nginx!</title></head>
+<body>
+<h1>Welcome to nginx!</h1>
+<p>If you see this page, the nginx web server is successfully installed and
+working.</p>
+</body>
+</html>
+HTML
+}
+
 build_cache() {
-  local out=$1 work src layer name
+  local out=$1 nginx_deb=$2 work src layer name agnhost_layer
   work=$(mktemp -d "${TMPDIR:-/tmp}/rkubelet-e2e-images.XXXXXX")
   TEMP_DIRS+=("$work")
   src=$(cd "$MOD_DIR" && go list -m -f '{{.Dir}}' k8s.io/kubernetes) || die "k8s.io/kubernetes is not in hack/k8s's module graph"
+  echo "$PROG: busybox 1.37.0 from source" >&2
+  mkdir -p "$work/busybox-src"
+  tar -xjf "$BUSYBOX_SRC_FILE" -C "$work/busybox-src" --strip-components=1
+  (cd "$work/busybox-src" && make defconfig >/dev/null &&
+    sed -i 's/^# CONFIG_STATIC is not set$/CONFIG_STATIC=y/' .config &&
+    make -j"$(nproc)" busybox >build.log 2>&1) || die "building busybox failed (see $work/busybox-src/build.log)"
+  BUSYBOX=$work/busybox-src/busybox
   oci_begin "$work"
 
   echo "$PROG: pause" >&2
@@ -160,10 +247,36 @@ build_cache() {
   mkdir -p "$a/uploads" "$a/home/user-defined-in-image"
   echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$a/etc/passwd"
   printf '%s\n' 'user-defined-in-image:x:1000:' 'group-defined-in-image:x:50000:user-defined-in-image' >>"$a/etc/group"
-  layer=$(oci_layer "$work" "$a")
+  agnhost_layer=$(oci_layer "$work" "$a")
   for name in "${AGNHOST_IMAGES[@]}"; do
-    oci_image "$work" "$name" "$(config_json '["/agnhost"]' '["pause"]')" "$layer"
+    oci_image "$work" "$name" "$(config_json '["/agnhost"]' '["pause"]')" "$agnhost_layer"
   done
+
+  echo "$PROG: kitten, nautilus" >&2
+  for name in kitten nautilus; do
+    mkdir -p "$work/$name"
+    install -m 0644 "$src/test/images/$name/html/"* "$work/$name/"
+    layer=$(oci_layer "$work" "$work/$name")
+    [[ $name == kitten ]] && name=$KITTEN_IMAGE || name=$NAUTILUS_IMAGE
+    oci_image "$work" "$name" "$(config_json '["/agnhost"]' '["test-webserver"]')" "$agnhost_layer" "$layer"
+  done
+
+  echo "$PROG: nginx" >&2
+  nginx_rootfs "$work/nginx" "$nginx_deb"
+  layer=$(oci_layer "$work" "$work/nginx")
+  for name in "${NGINX_IMAGES[@]}"; do
+    oci_image "$work" "$name" "$(config_json null '["nginx","-g","daemon off;"]')" "$layer"
+  done
+
+  echo "$PROG: sample-apiserver, etcd" >&2
+  mkdir -p "$work/sample-apiserver" "$work/etcd/usr/local/bin" "$work/etcd/tmp"
+  chmod 1777 "$work/etcd/tmp"
+  install -m 0755 "$("$REPO_ROOT/hack/control-plane.sh" sample-apiserver)" "$work/sample-apiserver/sample-apiserver"
+  layer=$(oci_layer "$work" "$work/sample-apiserver")
+  oci_image "$work" "$SAMPLE_APISERVER_IMAGE" "$(config_json '["/sample-apiserver"]' null)" "$layer"
+  install -m 0755 "$("$REPO_ROOT/hack/control-plane.sh" build)/etcd" "$work/etcd/usr/local/bin/etcd"
+  layer=$(oci_layer "$work" "$work/etcd")
+  oci_image "$work" "$ETCD_IMAGE" "$(config_json null '["/usr/local/bin/etcd"]')" "$layer"
 
   oci_finish "$work" "$out"
 }
@@ -174,17 +287,30 @@ main() {
   socket=${socket#unix://}
   [[ -S "$socket" ]] || die "no containerd socket at $socket (start one with hack/containerd.sh start)"
   local tool
-  for tool in ctr go gcc strip ldd tar sha256sum dpkg-query; do
+  for tool in ctr go gcc make bzip2 strip ldd tar sha256sum dpkg-query dpkg-deb apt-get curl; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found (run hack/install-deps.sh)"
   done
-  local versions key cache dir
+  local versions key cache dir nginx_version nginx_deb
   versions=$(dpkg-query -W -f='${Package}=${Version}\n' "${PACKAGES[@]}" 2>/dev/null) ||
     die "missing packages among ${PACKAGES[*]} (run hack/install-deps.sh)"
-  key=$(cat "$MOD_DIR/go.mod" "$MOD_DIR/go.sum" <(echo "$versions") | sha256sum | cut -c1-12)
+  # Debian's nginx, downloaded, never installed (its postinst would start it
+  # on the host): the version apt would install now.
+  nginx_version=$(apt-cache policy nginx 2>/dev/null | awk '$1 == "Candidate:" { print $2 }')
+  [[ -n $nginx_version && $nginx_version != "(none)" ]] || die "apt knows no nginx (run apt-get update)"
+  key=$(cat "$MOD_DIR/go.mod" "$MOD_DIR/go.sum" "$REPO_ROOT/hack/sample-apiserver/go.sum" \
+    <(echo "$versions" "$BUSYBOX_SRC_SHA256" "nginx=$nginx_version") | sha256sum | cut -c1-12)
   cache=${RKUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkubelet}
   dir="$cache/images/e2e-r${RECIPE_VERSION}-$K8S_VERSION-$key-$(oci_arch)"
   if [[ ! -f "$dir/images.tar" || ! -f "$dir/refs" ]]; then
-    build_cache "$dir"
+    BUSYBOX_SRC_FILE=$cache/downloads/$BUSYBOX_SRC
+    download "$BUSYBOX_SRC_URL" "$BUSYBOX_SRC_SHA256" "$BUSYBOX_SRC_FILE"
+    nginx_deb=$cache/downloads/nginx_${nginx_version//:/%3a}_$(oci_arch).deb
+    if [[ ! -f $nginx_deb ]]; then
+      mkdir -p "$cache/downloads"
+      (cd "$cache/downloads" && apt-get download -q "nginx=$nginx_version" >/dev/null 2>&1) ||
+        die "apt-get download nginx=$nginx_version failed"
+    fi
+    build_cache "$dir" "$nginx_deb"
   fi
   oci_import "$socket" "$dir"
 }

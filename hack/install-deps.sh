@@ -3,9 +3,9 @@
 # containerd, runc, the CNI plugins, a static busybox (test images),
 # protoc (k8s-cri's build script), make (tikv-jemalloc-sys builds jemalloc
 # with it), the network tools, and what the upstream e2e suite's images are
-# made of (hack/e2e-images.sh: a C compiler and static libc for pause, dash,
-# bash, curl, netcat-openbsd, glibc's hostname/getent, BIND's dig and
-# nslookup), and what hack/nodes.sh runs nodes with (util-linux's unshare
+# made of (hack/e2e-images.sh: a C compiler, static libc and bzip2 for pause
+# and busybox, dash, bash, curl, netcat-openbsd, glibc's hostname/getent,
+# BIND's dig and nslookup), and what hack/nodes.sh runs nodes with (util-linux's unshare
 # and nsenter).
 #
 # Idempotent: when every package is already installed it returns at once,
@@ -24,6 +24,7 @@ PACKAGES=(
   openssl
   gcc
   make
+  bzip2
   libc6-dev
   dash
   bash

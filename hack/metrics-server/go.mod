@@ -1,4 +1,4 @@
-// metrics-server, built from the Go module proxy by hack/metrics-server.sh
+// metrics-server, built from the Go module proxy by hack/control-plane.sh
 // for the `kubectl top` acceptance test of the kubelet's resource metrics.
 module rkubelet.local/metrics-server
 
