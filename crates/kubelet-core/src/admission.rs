@@ -1,13 +1,16 @@
 //! Pod admission (upstream's lifecycle/predicate.go): before a pod from the
 //! API server starts, check it fits this node — pod count, cpu and memory
 //! requests against allocatable, node name, node selector and required node
-//! affinity, NoExecute taints, and first of all the pod's OS. A pod that
-//! does not fit is rejected with upstream's reason (PodOSNotSupported,
-//! OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity, ...) and never started.
+//! affinity, host ports already taken, NoExecute taints, and first of all
+//! the pod's OS. A pod that does not fit is rejected with upstream's reason
+//! (PodOSNotSupported, OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity,
+//! NodePorts, ...) and never started.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{
+    ContainerPort, Node, NodeSelectorRequirement, Pod, Taint, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::eviction::Pressure;
@@ -313,6 +316,14 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
                 .into(),
         );
     }
+    let in_use: Vec<HostPort> = active.iter().flat_map(|p| host_ports(p)).collect();
+    if host_ports(pod).iter().any(|want| want.conflicts(&in_use)) {
+        return reject(
+            "NodePorts",
+            "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
+                .into(),
+        );
+    }
     let tolerations = pod
         .spec
         .as_ref()
@@ -333,6 +344,60 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
         );
     }
     Ok(())
+}
+
+/// A host port a pod takes (upstream's HostPortInfo entry): an empty host
+/// IP is every address, an empty protocol TCP.
+#[derive(Clone, Debug, PartialEq)]
+struct HostPort {
+    ip: String,
+    protocol: String,
+    port: i32,
+}
+
+const ALL_ADDRESSES: &str = "0.0.0.0";
+
+impl HostPort {
+    fn of(p: &ContainerPort) -> Option<HostPort> {
+        let port = p.host_port.filter(|&port| port > 0)?;
+        let ip = p.host_ip.as_deref().filter(|ip| !ip.is_empty());
+        let protocol = p.protocol.as_deref().filter(|p| !p.is_empty());
+        Some(HostPort {
+            ip: ip.unwrap_or(ALL_ADDRESSES).to_owned(),
+            protocol: protocol.unwrap_or("TCP").to_owned(),
+            port,
+        })
+    }
+
+    /// Upstream's CheckConflict: every address conflicts with any address
+    /// on the same protocol and port; another address only with itself and
+    /// every address.
+    fn conflicts(&self, in_use: &[HostPort]) -> bool {
+        in_use.iter().any(|u| {
+            u.protocol == self.protocol
+                && u.port == self.port
+                && (self.ip == ALL_ADDRESSES || u.ip == ALL_ADDRESSES || u.ip == self.ip)
+        })
+    }
+}
+
+/// The host ports a pod holds while it runs (upstream's GetHostPorts): its
+/// containers' and its sidecars' (restartable init containers), not those of
+/// the init containers that end before the others start.
+fn host_ports(pod: &Pod) -> Vec<HostPort> {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Vec::new();
+    };
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    sidecars
+        .chain(&spec.containers)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(HostPort::of)
+        .collect()
 }
 
 #[cfg(test)]
@@ -513,6 +578,23 @@ mod tests {
             .build()
     }
 
+    /// A container's ports: one taking a host port (0: a container port
+    /// only).
+    fn ports(ip: &str, protocol: &str, port: i32) -> Option<Vec<ContainerPort>> {
+        Some(vec![ContainerPort {
+            container_port: 80,
+            host_port: Some(port).filter(|&p| p > 0),
+            host_ip: Some(ip.to_owned()).filter(|ip| !ip.is_empty()),
+            protocol: Some(protocol.to_owned()).filter(|p| !p.is_empty()),
+            ..Default::default()
+        }])
+    }
+
+    /// `p` with its first container taking a host port.
+    fn host_port(p: Pod, ip: &str, protocol: &str, port: i32) -> Pod {
+        with(p, |s| s.containers[0].ports = ports(ip, protocol, port))
+    }
+
     fn with(mut p: Pod, f: impl FnOnce(&mut PodSpec)) -> Pod {
         f(p.spec.as_mut().unwrap());
         p
@@ -639,6 +721,65 @@ mod tests {
                 None,
             ),
             (
+                "host port taken on every address",
+                host_port(small.clone(), "", "", 8080),
+                vec![host_port(small.clone(), "", "", 8080)],
+                Some("NodePorts"),
+            ),
+            (
+                "host port taken on one address, asked on every one",
+                host_port(small.clone(), "", "TCP", 8080),
+                vec![host_port(small.clone(), "10.0.0.5", "TCP", 8080)],
+                Some("NodePorts"),
+            ),
+            (
+                "host port taken on every address, asked on one",
+                host_port(small.clone(), "10.0.0.5", "TCP", 8080),
+                vec![host_port(small.clone(), "0.0.0.0", "", 8080)],
+                Some("NodePorts"),
+            ),
+            (
+                "host port on another address",
+                host_port(small.clone(), "10.0.0.5", "TCP", 8080),
+                vec![host_port(small.clone(), "10.0.0.6", "TCP", 8080)],
+                None,
+            ),
+            (
+                "host port on another protocol",
+                host_port(small.clone(), "", "UDP", 8080),
+                vec![host_port(small.clone(), "", "TCP", 8080)],
+                None,
+            ),
+            (
+                "host port taken by a sidecar",
+                host_port(small.clone(), "", "", 8080),
+                vec![with(small.clone(), |s| {
+                    s.init_containers = Some(vec![Container {
+                        restart_policy: Some("Always".into()),
+                        ports: ports("", "", 8080),
+                        ..Default::default()
+                    }])
+                })],
+                Some("NodePorts"),
+            ),
+            (
+                "the port of an init container that has ended is free",
+                host_port(small.clone(), "", "", 8080),
+                vec![with(small.clone(), |s| {
+                    s.init_containers = Some(vec![Container {
+                        ports: ports("", "", 8080),
+                        ..Default::default()
+                    }])
+                })],
+                None,
+            ),
+            (
+                "a container port without a host port",
+                host_port(small.clone(), "", "", 0),
+                vec![host_port(small.clone(), "", "", 0)],
+                None,
+            ),
+            (
                 "untolerated NoExecute taint",
                 with(small.clone(), |s| s.tolerations = None),
                 vec![],
@@ -690,6 +831,11 @@ mod tests {
         assert_eq!(
             msg,
             "Failed to admit pod as the OS field doesn't match node OS"
+        );
+        let taken = host_port(small.clone(), "", "", 21017);
+        assert_eq!(
+            admit(&taken, &n, &[&taken]).unwrap_err().message,
+            "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"
         );
         let rejection = admit(&pod("2500m", ""), &n, &[]).unwrap_err();
         assert_eq!(
