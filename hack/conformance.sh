@@ -185,8 +185,10 @@ done
 stage "e2e.test exited $rc"
 [[ -f $OUT/junit_01.xml ]] || { tail -30 "$OUT/e2e.log" >&2; die "the suite wrote no JUnit report"; }
 
+WHAT="$SUITE suite"
+[[ -n $SUBSET ]] && WHAT="subset $SUBSET"
 report=(python3 hack/conformance-report.py table "$OUT/junit_01.xml" --causes hack/conformance/causes.tsv
-  --title "$SUITE suite, $KUBELET (${KINDS[*]}), $(date -u +%F), commit $COMMIT")
+  --title "$WHAT, $KUBELET (${KINDS[*]}), $(date -u +%F), commit $COMMIT")
 [[ -n $SUBSET ]] && report+=(--subset "$SUBSET")
 "${report[@]}" | tee "$OUT/table.txt"
 exit "${PIPESTATUS[0]}"

@@ -17,7 +17,8 @@
 #                                                    curl, nc (netcat-openbsd), BIND's dig,
 #                                                    nslookup and host (which, unlike
 #                                                    busybox's, use the search list),
-#                                                    busybox applets;
+#                                                    getent, iproute2's ip and ss, socat,
+#                                                    ipcs, busybox applets;
 #                                                    user-defined-in-image (1000) in
 #                                                    group-defined-in-image (50000)
 #   registry.k8s.io/e2e-test-images/busybox:1.37.0-2 busybox 1.37.0 built here from its source
@@ -29,6 +30,7 @@
 #   registry.k8s.io/e2e-test-images/nonroot:1.5      busybox, USER 1234
 #   registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
 #                                                    busybox + glibc's hostname and getent
+#                                                    and BIND's dig, nslookup and host
 #                                                    (Debian's), nsswitch "hosts: files dns"
 #   registry.k8s.io/e2e-test-images/nginx:1.27.0-2   busybox + Debian's nginx serving
 #   registry.k8s.io/e2e-test-images/nginx:1.28.0-2   /usr/share/nginx/html on :80, as the
@@ -62,9 +64,10 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=4
+RECIPE_VERSION=5
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils libc-bin hostname libc6-dev gcc make bzip2)
+PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils iproute2 socat util-linux libc-bin hostname
+  libc6-dev gcc make bzip2)
 # busybox 1.37.0's release tarball, as Debian's archive keeps it (the orig
 # tarball of trixie's busybox source package).
 BUSYBOX_SRC=busybox_1.37.0.orig.tar.bz2
@@ -224,15 +227,18 @@ build_cache() {
   oci_image "$work" "$NONEWPRIVS_IMAGE" "$(config_json null '["nnp"]')" "$layer"
 
   echo "$PROG: glibc-dns-testing" >&2
-  busybox_rootfs "$work/glibc" hostname
+  busybox_rootfs "$work/glibc" hostname nslookup
   copy_with_libs "$work/glibc" /bin/hostname
   copy_with_libs "$work/glibc" /usr/bin/getent
+  copy_with_libs "$work/glibc" /usr/bin/dig
+  copy_with_libs "$work/glibc" /usr/bin/nslookup
+  copy_with_libs "$work/glibc" /usr/bin/host
   layer=$(oci_layer "$work" "$work/glibc")
   oci_image "$work" "$GLIBC_DNS_IMAGE" "$(config_json null '["sh"]')" "$layer"
 
   echo "$PROG: agnhost" >&2
   local a=$work/agnhost
-  busybox_rootfs "$a" sh ash nc bash nslookup
+  busybox_rootfs "$a" sh ash nc bash nslookup ip ipcs
   copy_with_libs "$a" /bin/dash /bin/sh
   copy_with_libs "$a" /bin/bash
   copy_with_libs "$a" /usr/bin/curl
@@ -240,6 +246,11 @@ build_cache() {
   copy_with_libs "$a" /usr/bin/dig
   copy_with_libs "$a" /usr/bin/nslookup
   copy_with_libs "$a" /usr/bin/host
+  copy_with_libs "$a" /usr/bin/getent
+  copy_with_libs "$a" /bin/ip
+  copy_with_libs "$a" /bin/ss
+  copy_with_libs "$a" /usr/bin/socat
+  copy_with_libs "$a" /usr/bin/ipcs
   [[ -f /etc/ssl/certs/ca-certificates.crt ]] && install -D -m 0644 /etc/ssl/certs/ca-certificates.crt "$a/etc/ssl/certs/ca-certificates.crt"
   go_build "$a/agnhost" k8s.io/kubernetes/test/images/agnhost
   ln -s agnhost "$a/agnhost-2"

@@ -5,8 +5,8 @@
 # with it), the network tools, and what the upstream e2e suite's images are
 # made of (hack/e2e-images.sh: a C compiler, static libc and bzip2 for pause
 # and busybox, dash, bash, curl, netcat-openbsd, glibc's hostname/getent,
-# BIND's dig and nslookup), and what hack/nodes.sh runs nodes with (util-linux's unshare
-# and nsenter).
+# BIND's dig and nslookup, socat), and what hack/nodes.sh runs nodes with
+# (util-linux's unshare and nsenter).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -32,6 +32,7 @@ PACKAGES=(
   libc-bin
   netcat-openbsd
   bind9-dnsutils
+  socat
   util-linux
   python3
   docker-registry
