@@ -398,6 +398,85 @@ pub fn node_images(mut images: Vec<RuntimeImage>) -> Vec<ContainerImage> {
         .collect()
 }
 
+/// The runtime's version as the node reports it (`containerRuntimeVersion`
+/// after `<name>://`), read as upstream's kubelet reads it (kuberuntime's
+/// newRuntimeVersion): a semantic version (three numbers, then an optional
+/// `-pre.release` and `+build`) as written; else a generic one, its leading
+/// dot-separated numbers (two or more) and nothing after them (Debian's
+/// `1.6.20~ds1` is `1.6.20`); else `Unknown`.
+pub fn runtime_version(raw: &str) -> String {
+    let s = raw.trim_start();
+    let s = s.strip_prefix('v').unwrap_or(s);
+    // upstream's `^\s*v?([0-9]+(?:\.[0-9]+)*)(.*)$`: numbers joined by
+    // single dots, then anything.
+    let b = s.as_bytes();
+    let mut end = b.iter().take_while(|c| c.is_ascii_digit()).count();
+    if end == 0 {
+        return "Unknown".into();
+    }
+    while b.get(end) == Some(&b'.') && b.get(end + 1).is_some_and(u8::is_ascii_digit) {
+        end += 1 + b[end + 1..]
+            .iter()
+            .take_while(|c| c.is_ascii_digit())
+            .count();
+    }
+    let (numbers, extra) = s.split_at(end);
+    let components: Vec<&str> = numbers.split('.').collect();
+    if components.iter().any(|c| c.parse::<u64>().is_err()) {
+        return "Unknown".into();
+    }
+    let leading_zero = |c: &str| c.len() > 1 && c.starts_with('0');
+    let canonical: Vec<String> = components
+        .iter()
+        .map(|c| c.parse::<u64>().unwrap_or_default().to_string())
+        .collect();
+    let extra = extra.trim_end();
+    if components.len() == 3
+        && !components.iter().any(|c| leading_zero(c))
+        && let Some((pre, build)) = semver_extra(extra)
+    {
+        let mut out = canonical.join(".");
+        if !pre.is_empty() {
+            out.push('-');
+            out.push_str(pre);
+        }
+        if !build.is_empty() {
+            out.push('+');
+            out.push_str(build);
+        }
+        return out;
+    }
+    if components.len() < 2 || leading_zero(components[0]) {
+        return "Unknown".into();
+    }
+    canonical.join(".")
+}
+
+/// A semantic version's `-pre.release+build` (either may be absent), or None.
+fn semver_extra(extra: &str) -> Option<(&str, &str)> {
+    let identifiers = |s: &str| {
+        !s.is_empty()
+            && s.split('.').all(|id| {
+                !id.is_empty() && id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            })
+    };
+    let (rest, build) = match extra.split_once('+') {
+        Some((rest, build)) if identifiers(build) => (rest, build),
+        Some(_) => return None,
+        None => (extra, ""),
+    };
+    let pre = match rest.strip_prefix('-') {
+        Some(pre) if identifiers(pre) => pre,
+        Some(_) => return None,
+        None if rest.is_empty() => "",
+        None => return None,
+    };
+    let numeric_leading_zero = pre
+        .split('.')
+        .any(|id| id.len() > 1 && id.starts_with('0') && id.chars().all(|c| c.is_ascii_digit()));
+    (!numeric_leading_zero).then_some((pre, build))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,5 +656,26 @@ mod tests {
             ["NodeHasSufficientMemory", "NodeHasNoDiskPressure"]
         );
         assert!(condition_events(Some(&back), &back).is_empty());
+    }
+
+    #[test]
+    fn runtime_versions_read_as_upstream_reads_them() {
+        for (raw, want) in [
+            ("1.6.20", "1.6.20"),
+            ("1.6.20~ds1", "1.6.20"),
+            ("v2.1.4", "2.1.4"),
+            ("2.0.0-rc.1+git.abc", "2.0.0-rc.1+git.abc"),
+            ("1.7.0-beta.01", "1.7.0"),
+            ("1.28", "1.28"),
+            ("1.02.3", "1.2.3"),
+            ("1.2.3.4-x", "1.2.3.4"),
+            ("1.2..3", "1.2"),
+            ("3", "Unknown"),
+            ("01.2", "Unknown"),
+            ("", "Unknown"),
+            ("dev", "Unknown"),
+        ] {
+            assert_eq!(runtime_version(raw), want, "{raw:?}");
+        }
     }
 }

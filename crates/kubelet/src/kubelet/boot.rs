@@ -11,6 +11,7 @@ use k8s_openapi::api::node::v1::RuntimeClass;
 use kubelet_api::node::watch_node;
 use kubelet_api::objects::watch_all;
 use kubelet_core::backoff::Backoff;
+use kubelet_core::nodestatus::runtime_version;
 use kubelet_core::pleg::PodLifecycleEvent;
 use kubelet_core::types::{PodUpdate, SOURCE_API, SOURCE_FILE};
 use kubelet_server::listener::Listener;
@@ -304,7 +305,7 @@ impl Kubelet {
                     let v = cri.version().await?;
                     tracing::info!(runtime = %v.runtime_name, version = %v.runtime_version, "container runtime answers");
                     *self.runtime_version.write() =
-                        format!("{}://{}", v.runtime_name, v.runtime_version);
+                        format!("{}://{}", v.runtime_name, runtime_version(&v.runtime_version));
                     *self.syncer.runtime_name.write() = v.runtime_name;
                 }
                 cri.status().await
