@@ -41,6 +41,18 @@ bin_dir() {
   echo "$CACHE_ROOT/k8s/$K8S_VERSION-$key/bin"
 }
 
+# The version the binaries say they are (what `git describe` gives a release
+# build), as -ldflags -X settings.
+version_ldflags() {
+  local v=${K8S_VERSION#v} pkg
+  local major=${v%%.*} minor=${v#*.}
+  minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    printf ' -X %s' "$pkg.gitVersion=$K8S_VERSION" "$pkg.gitMajor=$major" "$pkg.gitMinor=$minor" \
+      "$pkg.gitTreeState=clean" "$pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+}
+
 build() {
   local dir
   dir=$(bin_dir)
@@ -54,14 +66,8 @@ build() {
   fi
   command -v go >/dev/null || die "go is not installed"
   mkdir -p "$dir.tmp"
-  local v=${K8S_VERSION#v} ldflags=""
-  local major=${v%%.*} minor=${v#*.}
-  minor=${minor%%.*}
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  local pkgs=()
+  local ldflags pkgs=()
+  ldflags=$(version_ldflags)
   for b in "${missing[@]}"; do
     case $b in
       etcd) pkgs+=(./cmd/etcd) ;;
@@ -107,14 +113,19 @@ tool() {
 
 # The e2e suite and ginkgo, built with the control plane's flags so its Go
 # build cache is reused (about 90 s after the control plane on 2 cores).
+# e2e.test says its version too: specs compare it with the cluster's (an
+# unversioned build is v0.0 to them). Rebuilt when its flags change
+# (e2e.test.ldflags keeps them).
 e2e() {
-  local dir
+  local dir ldflags
   dir=$(build)
-  if [[ ! -x $dir/e2e.test ]]; then
+  ldflags="-s -w$(version_ldflags)"
+  if [[ ! -x $dir/e2e.test || $(cat "$dir/e2e.test.ldflags" 2>/dev/null) != "$ldflags" ]]; then
     echo "building e2e.test ($K8S_VERSION) into $dir" >&2
-    (cd "$MOD_DIR" && CGO_ENABLED=0 GOFLAGS=-mod=mod go test -c -trimpath -ldflags "-s -w" \
+    (cd "$MOD_DIR" && CGO_ENABLED=0 GOFLAGS=-mod=mod go test -c -trimpath -ldflags "$ldflags" \
       -o "$dir/e2e.test.tmp" k8s.io/kubernetes/test/e2e) || die "go test -c of test/e2e failed"
     mv "$dir/e2e.test.tmp" "$dir/e2e.test"
+    echo "$ldflags" >"$dir/e2e.test.ldflags"
   fi
   if [[ ! -x $dir/ginkgo ]]; then
     echo "building ginkgo ($(cd "$MOD_DIR" && go list -m -f '{{.Version}}' github.com/onsi/ginkgo/v2)) into $dir" >&2
