@@ -133,6 +133,11 @@ impl RuntimeManager {
     /// directory. Safe to repeat.
     pub async fn remove_pod(&self, pod: &PodRef, status: &PodStatus) -> Result<(), CriError> {
         for c in &status.containers {
+            // Stopped first, though the pod's containers have all stopped: a
+            // container whose exit the runtime is still handling answers
+            // RemoveContainer with FailedPrecondition ("cannot delete running
+            // task"); StopContainer waits for its task to be gone.
+            ok_if_not_found(self.cri.stop_container(&c.id, 0).await)?;
             ok_if_not_found(self.cri.remove_container(&c.id).await)?;
             self.unlink_log(&pod.name, &pod.namespace, &c.name, &c.id)
                 .await;
