@@ -42,6 +42,8 @@ METRICS_SERVER_PORT=${RKUBELET_METRICS_SERVER_PORT:-4443}
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler metrics-server)
 
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
+# shellcheck source=lib/process.sh
+. "$REPO_ROOT/hack/lib/process.sh"
 
 bin_dir() { "$REPO_ROOT/hack/control-plane.sh" build; }
 
@@ -283,17 +285,8 @@ EOF
 }
 
 down() {
-  local name pid
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
-    name=${COMPONENTS[i]}
-    [[ -f $DIR/$name.pid ]] || continue
-    pid=$(cat "$DIR/$name.pid")
-    if kill -0 "$pid" 2>/dev/null; then
-      kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-    rm -f "$DIR/$name.pid"
+    stop_pidfile "$DIR/${COMPONENTS[i]}.pid"
   done
   [[ ${CLEAN:-0} == 1 ]] && rm -rf --one-file-system "$DIR"
   return 0

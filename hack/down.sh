@@ -10,15 +10,9 @@ export RKUBELET_CLUSTER_DIR=${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}
 export RKUBELET_RUNTIME_DIR=${RKUBELET_RUNTIME_DIR:-$RKUBELET_CLUSTER_DIR/runtime}
 state=$RKUBELET_CLUSTER_DIR/node
 
-if [[ -f $state/rkubelet.pid ]]; then
-  pid=$(cat "$state/rkubelet.pid")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid"
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$state/rkubelet.pid"
-fi
+# shellcheck source=lib/process.sh
+. hack/lib/process.sh
+stop_pidfile "$state/rkubelet.pid"
 hack/containerd.sh stop
 # What rkubelet mounted and leaves (pods keep running after it stops, as
 # upstream's): the pods' volumes and its root directory's shared bind mount.

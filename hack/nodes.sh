@@ -53,6 +53,8 @@ die() { echo "$PROG: error: $*" >&2; exit 1; }
 warn() { echo "$PROG: warning: $*" >&2; }
 # shellcheck source=lib/mounts.sh
 . hack/lib/mounts.sh
+# shellcheck source=lib/process.sh
+. hack/lib/process.sh
 
 export RKUBELET_CLUSTER_DIR=${RKUBELET_CLUSTER_DIR:-/tmp/rkubelet-cluster}
 DIR=$RKUBELET_CLUSTER_DIR
@@ -93,18 +95,6 @@ start_in() {
   alive "$nd/$name.pid" && return
   nsenter --net="$nd/netns" -- setsid "$@" >"$nd/$name.log" 2>&1 </dev/null &
   echo $! >"$nd/$name.pid"
-}
-
-stop_pid() {
-  local pidfile=$1 pid
-  [[ -f $pidfile ]] || return 0
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
 }
 
 # The cgroup hierarchies' mount points (v1: one per controller set; v2: one).
@@ -301,8 +291,8 @@ cmd_down() {
   local nds=() nd name m i
   for nd in "$NODES_DIR"/*/; do [[ -d $nd ]] && nds+=("${nd%/}"); done
   for nd in ${nds[@]+"${nds[@]}"}; do
-    stop_pid "$nd/kube-proxy.pid"
-    stop_pid "$nd/kubelet.pid"
+    stop_pidfile "$nd/kube-proxy.pid"
+    stop_pidfile "$nd/kubelet.pid"
   done
   for nd in ${nds[@]+"${nds[@]}"}; do
     [[ -d $nd/runtime ]] || continue

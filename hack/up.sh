@@ -40,6 +40,11 @@ cargo build --release -q -p rkubelet
 echo "==> control plane binaries (built from Go modules once, then cached)"
 bin=$(hack/control-plane.sh build)
 kubectl=("$bin/kubectl" --kubeconfig "$RKUBELET_CLUSTER_DIR/admin.conf")
+show_cluster() {
+  "${kubectl[@]}" get nodes -o wide
+  echo
+  "${kubectl[@]}" get pods -A -o wide
+}
 
 if [[ -n $NODES ]]; then
   kinds=()
@@ -50,9 +55,7 @@ if [[ -n $NODES ]]; then
   RKUBELET_BIN=$PWD/target/release/rkubelet hack/nodes.sh up "${kinds[@]}"
   echo "==> starting metrics-server (kubectl top)"
   hack/nodes.sh metrics-server >/dev/null
-  "${kubectl[@]}" get nodes -o wide
-  echo
-  "${kubectl[@]}" get pods -A -o wide
+  show_cluster
   cat <<INFO
 
 The cluster is up; its nodes run in network namespaces pinned under
@@ -106,9 +109,7 @@ for _ in $(seq 1 60); do
 done
 echo "==> starting metrics-server (kubectl top)"
 hack/cluster.sh metrics-server >/dev/null
-"${kubectl[@]}" get nodes -o wide
-echo
-"${kubectl[@]}" get pods -A -o wide
+show_cluster
 cat <<INFO
 
 The cluster is up; its node is rkubelet. Use it with:

@@ -37,6 +37,9 @@ mod common;
 use common::process::{KUBELET_PORT, Rkubelet};
 use common::runtime::{CRI_TIMEOUT, Labels, POD_NAME, POD_UID, RESTART_COUNT, cleanup_runtime};
 use common::{POLL, consistently, eventually, release_mounts};
+#[path = "common/kubectl.rs"]
+mod kubectl;
+use kubectl::spawn_kubectl;
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
 /// Every object a test creates carries this label (pods and sandboxes too).
@@ -112,28 +115,7 @@ impl Api {
 
     /// Start kubectl with `kubeconfig`, `stdin` written to it and closed.
     fn spawn_as(&self, kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Child {
-        let mut child = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning kubectl");
-        if let Some(input) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child
+        spawn_kubectl(&self.kubectl, kubeconfig, args, stdin)
     }
 
     /// kubectl with `kubeconfig`; never fails the test itself.

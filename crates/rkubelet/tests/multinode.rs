@@ -14,7 +14,7 @@
 //! Each test works in a namespace of its own, deleted when it ends.
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -25,6 +25,9 @@ use serde_json::{Value, json};
 )]
 mod common;
 use common::eventually;
+#[path = "common/kubectl.rs"]
+mod kubectl;
+use kubectl::spawn_kubectl;
 
 const AGNHOST: &str = "registry.k8s.io/e2e-test-images/agnhost:2.66.1";
 /// Pods scheduled, started and Ready on a loaded 2-core machine.
@@ -65,29 +68,9 @@ impl Cluster {
     }
 
     fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = Command::new(&self.kubectl)
-            .arg("--kubeconfig")
-            .arg(&self.admin)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
+        spawn_kubectl(&self.kubectl, &self.admin, args, stdin)
+            .wait_with_output()
+            .expect("running kubectl")
     }
 
     /// kubectl ARGS, which must succeed; its stdout.
@@ -176,6 +159,16 @@ impl Cluster {
         .await;
     }
 
+    /// An agnhost `netexec` server on node 2 and a client on node 1, both
+    /// Ready; the server pod.
+    async fn server_on_node2_client_on_node1(&self) -> Value {
+        self.agnhost("server", &self.nodes[1], &["netexec", "--http-port=8080"]);
+        self.agnhost("client", &self.nodes[0], &["pause"]);
+        let server = self.ready("server").await;
+        self.ready("client").await;
+        server
+    }
+
     fn internal_ip(&self, node: &str) -> String {
         let n: Value =
             serde_json::from_str(&self.ok(&["get", "node", node, "-o", "json"])).unwrap();
@@ -207,10 +200,7 @@ fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
 async fn a_pods_reach_pods_on_another_node_and_a_node_port_on_either() {
     let c = Cluster::new("net");
     let (n1, n2) = (c.nodes[0].clone(), c.nodes[1].clone());
-    c.agnhost("server", &n2, &["netexec", "--http-port=8080"]);
-    c.agnhost("client", &n1, &["pause"]);
-    let server = c.ready("server").await;
-    c.ready("client").await;
+    let server = c.server_on_node2_client_on_node1().await;
     assert_eq!(str_at(&server, "/spec/nodeName"), n2);
 
     // Pod to pod, across nodes, by the server's own address (no NAT).
@@ -253,11 +243,7 @@ async fn a_pods_reach_pods_on_another_node_and_a_node_port_on_either() {
 #[ignore = "needs a multi-node cluster: run through hack/test.sh"]
 async fn b_a_pod_on_node1_resolves_kubernetes_and_gets_a_service_backed_on_node2() {
     let c = Cluster::new("dns");
-    let (n1, n2) = (c.nodes[0].clone(), c.nodes[1].clone());
-    c.agnhost("server", &n2, &["netexec", "--http-port=8080"]);
-    c.agnhost("client", &n1, &["pause"]);
-    c.ready("server").await;
-    c.ready("client").await;
+    c.server_on_node2_client_on_node1().await;
     let svc = c.service("web", "server", "ClusterIP");
 
     // BIND's nslookup, which walks the search list kubelet's resolv.conf
