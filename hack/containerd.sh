@@ -25,9 +25,11 @@
 # ${RKUBELET_SANDBOX_IMAGE:-registry.k8s.io/pause:3.10} (hack/conformance.sh sets the
 # e2e suite's pause:3.10.2). With RKUBELET_REGISTRY_MIRROR=HOST:PORT (the
 # loopback registry of hack/registry.sh), images of that registry are pulled
-# from it over plain HTTP. With RKUBELET_IMAGE_FS_SIZE=SIZE (tmpfs's size=,
-# e.g. 64m), root/ (images and snapshots) is a tmpfs of that size, a small
-# image file system for image GC's tests; `stop` unmounts it.
+# from it over plain HTTP; with RKUBELET_REGISTRY_MIRROR=NAME=HOST:PORT, the
+# images of registry NAME are (hack/registry.sh mirror, for registry.k8s.io).
+# With RKUBELET_IMAGE_FS_SIZE=SIZE (tmpfs's size=, e.g. 64m), root/ (images
+# and snapshots) is a tmpfs of that size, a small image file system for image
+# GC's tests; `stop` unmounts it.
 set -euo pipefail
 
 PROG=${0##*/}
@@ -38,10 +40,12 @@ IMAGE_FS_SIZE=${RKUBELET_IMAGE_FS_SIZE:-}
   exit 1
 }
 REGISTRY_MIRROR=${RKUBELET_REGISTRY_MIRROR:-}
-[[ -z "$REGISTRY_MIRROR" || "$REGISTRY_MIRROR" =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || {
-  echo "${0##*/}: error: RKUBELET_REGISTRY_MIRROR '$REGISTRY_MIRROR' must be HOST:PORT" >&2
+[[ -z "$REGISTRY_MIRROR" || "$REGISTRY_MIRROR" =~ ^([A-Za-z0-9.:-]+=)?[A-Za-z0-9.-]+:[0-9]+$ ]] || {
+  echo "${0##*/}: error: RKUBELET_REGISTRY_MIRROR '$REGISTRY_MIRROR' must be HOST:PORT or NAME=HOST:PORT" >&2
   exit 1
 }
+MIRRORED=${REGISTRY_MIRROR%%=*}
+REGISTRY_MIRROR=${REGISTRY_MIRROR#*=}
 CNI_BIN_DIR=/usr/lib/cni
 BRIDGE=${RKUBELET_CNI_BRIDGE:-rkbr0}
 [[ "$BRIDGE" =~ ^[A-Za-z0-9_.-]{1,15}$ ]] || {
@@ -285,7 +289,7 @@ write_config() {
       "$handler.options" SystemdCgroup false \
       "$handler.options" Root "\"$DIR/runc\""
     if [[ -n "$REGISTRY_MIRROR" ]]; then
-      printf '%s\t%s\t%s\n' "$cri.registry.mirrors.\"$REGISTRY_MIRROR\"" endpoint \
+      printf '%s\t%s\t%s\n' "$cri.registry.mirrors.\"$MIRRORED\"" endpoint \
         "[\"http://$REGISTRY_MIRROR\"]"
     fi
   } >"$settings"

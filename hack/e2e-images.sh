@@ -6,6 +6,10 @@
 # expect, not a stub.
 #
 #   hack/e2e-images.sh [SOCKET]
+#   hack/e2e-images.sh --print-dir   build the cache if needed and print its
+#                                    directory: images.tar (an OCI layout) and
+#                                    refs (name and manifest digest per line);
+#                                    no import (hack/registry.sh mirror)
 #
 #   registry.k8s.io/pause:3.10.2                     /pause from build/pause/linux/pause.c
 #                                                    (gcc -static), user 65535
@@ -293,10 +297,16 @@ build_cache() {
 }
 
 main() {
-  (($# <= 1)) || die "usage: $PROG [SOCKET]"
+  (($# <= 1)) || die "usage: $PROG [SOCKET] | --print-dir"
+  local print_dir=""
+  if [[ ${1:-} == --print-dir ]]; then
+    print_dir=1
+    shift
+  fi
+  [[ ${1:-} != -* ]] || die "usage: $PROG [SOCKET] | --print-dir"
   local socket=${1:-${RKUBELET_RUNTIME_DIR:-/tmp/rkubelet-runtime}/containerd.sock}
   socket=${socket#unix://}
-  [[ -S "$socket" ]] || die "no containerd socket at $socket (start one with hack/containerd.sh start)"
+  [[ -n $print_dir || -S "$socket" ]] || die "no containerd socket at $socket (start one with hack/containerd.sh start)"
   local tool
   for tool in ctr go gcc make bzip2 strip ldd tar sha256sum dpkg-query dpkg-deb apt-get curl; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found (run hack/install-deps.sh)"
@@ -322,6 +332,10 @@ main() {
         die "apt-get download nginx=$nginx_version failed"
     fi
     build_cache "$dir" "$nginx_deb"
+  fi
+  if [[ -n $print_dir ]]; then
+    echo "$dir"
+    return
   fi
   oci_import "$socket" "$dir"
 }

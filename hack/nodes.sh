@@ -30,7 +30,12 @@
 #   RKUBELET_APISERVER_PORT, RKUBELET_ETCD_PORT    as hack/cluster.sh
 #   RKUBELET_BIN             the rkubelet binary (default target/release/rkubelet)
 #   RKUBELET_SANDBOX_IMAGE   as hack/containerd.sh
-#   RKUBELET_NODE_IMAGES     "e2e" also imports hack/e2e-images.sh's images
+#   RKUBELET_NODE_IMAGES     "e2e" also imports hack/e2e-images.sh's images,
+#                            and serves them from a registry.k8s.io mirror
+#                            (hack/registry.sh mirror) on the host bridge's
+#                            .1:5000, which every node's containerd pulls
+#                            registry.k8s.io images from (imagePullPolicy:
+#                            Always)
 #   RKUBELET_PROXY_MODE      kube-proxy's mode: iptables, or nftables (default
 #                            nftables when Debian's nft is installed)
 #
@@ -73,6 +78,8 @@ HOST_BRIDGE=$TAG-br
 CLUSTER_DNS=10.0.0.10
 CLUSTER_DOMAIN=cluster.local
 RKUBELET_BIN=${RKUBELET_BIN:-${CARGO_TARGET_DIR:-$REPO_ROOT/target}/release/rkubelet}
+E2E_MIRROR=""
+[[ ${RKUBELET_NODE_IMAGES:-} == e2e ]] && E2E_MIRROR=$RKUBELET_APISERVER_HOST:5000
 
 node_name() { echo "$TAG-n$1"; }
 node_ip() { echo "$NODE_PREFIX.$((10 + $1))"; }
@@ -224,9 +231,10 @@ node_up() {
   net_up "$i" "$count"
   mkdir -p "$nd/root" "$nd/logs" "$nd/manifests"
   in_node "$nd" env RKUBELET_CNI_BRIDGE="$TAG-cni$i" RKUBELET_POD_SUBNET="$(pod_cidr "$i")" \
-    RKUBELET_CNI_IPMASQ=false hack/containerd.sh start "$nd/runtime" >/dev/null
+    RKUBELET_CNI_IPMASQ=false RKUBELET_REGISTRY_MIRROR="${E2E_MIRROR:+registry.k8s.io=$E2E_MIRROR}" \
+    hack/containerd.sh start "$nd/runtime" >/dev/null
   hack/images.sh "$nd/runtime/containerd.sock" >/dev/null
-  [[ ${RKUBELET_NODE_IMAGES:-} != e2e ]] || hack/e2e-images.sh "$nd/runtime/containerd.sock" >/dev/null
+  [[ -z $E2E_MIRROR ]] || hack/e2e-images.sh "$nd/runtime/containerd.sock" >/dev/null
   hack/addon-images.sh "$nd/runtime/containerd.sock" >/dev/null
   kubelet_config "$i" "$kind" >"$nd/kubelet-config.yaml"
   local kubelet=$RKUBELET_BIN
@@ -264,6 +272,7 @@ cmd_up() {
   [[ $(id -u) -eq 0 ]] || die "nodes need root (network namespaces, containerd)"
   bin=$(hack/control-plane.sh build)
   host_bridge
+  [[ -z $E2E_MIRROR ]] || hack/registry.sh mirror "$DIR/registry" "$E2E_MIRROR" >/dev/null
   hack/cluster.sh up "${names[@]}" >/dev/null
   kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
   i=0
@@ -315,6 +324,7 @@ cmd_down() {
       [[ -d $m/$name ]] && warn "cgroup $m/$name remains"
     done
   done
+  hack/registry.sh stop "$DIR/registry"
   # The host's routes to the pod subnets go with the bridge.
   if ip link show "$HOST_BRIDGE" >/dev/null 2>&1; then
     ip link delete "$HOST_BRIDGE" || warn "could not delete bridge $HOST_BRIDGE"
