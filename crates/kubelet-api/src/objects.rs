@@ -2,12 +2,14 @@
 //! Node; each ConfigMap and Secret a pod's volumes project, as upstream's
 //! watch-based manager does: a list and watch with the fieldSelector
 //! `metadata.name`, which is all the Node authorizer lets a kubelet read),
-//! and the TokenRequest of a service account token bound to a pod.
+//! the TokenRequest of a service account token bound to a pod, and the
+//! PodCertificateRequests of podCertificate projections.
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::certificates::v1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::Resource;
 use kube::api::{Api, PostParams};
@@ -114,11 +116,13 @@ pub async fn watch_object<K: Watched>(
 }
 
 /// Keep every object of a kind in `tx` (all namespaces, as upstream's
-/// informers list them: ClusterTrustBundles, Services) until `cancel`
-/// fires; `what` names the kind in logs.
+/// informers list them: ClusterTrustBundles, Services; with `fields`, those
+/// its field selector picks: the node's PodCertificateRequests) until
+/// `cancel` fires; `what` names the kind in logs.
 pub async fn watch_all<K>(
     api: &ApiClient,
     what: &'static str,
+    fields: Option<&str>,
     tx: tokio::sync::watch::Sender<Latest<Vec<K>>>,
     cancel: CancellationToken,
 ) where
@@ -137,15 +141,11 @@ pub async fn watch_all<K>(
         tx.send_replace(Latest::Present(Arc::new(all)));
         std::future::ready(true)
     };
-    crate::watch::watch_set(
-        objects,
-        watcher::Config::default(),
-        what,
-        key,
-        publish,
-        &cancel,
-    )
-    .await;
+    let mut config = watcher::Config::default();
+    if let Some(fields) = fields {
+        config = config.fields(fields);
+    }
+    crate::watch::watch_set(objects, config, what, key, publish, &cancel).await;
 }
 
 /// A token for service account `namespace/name` bound to the pod
@@ -183,6 +183,38 @@ pub async fn request_token(
             ApiError::from_kube(
                 "create",
                 format!("serviceaccounts/{name}/token in {namespace}"),
+                e,
+            )
+        })
+}
+
+/// The service account `namespace/name` (a podCertificate request names its
+/// UID).
+pub async fn get_service_account(
+    api: &ApiClient,
+    namespace: &str,
+    name: &str,
+) -> Result<ServiceAccount, ApiError> {
+    Api::<ServiceAccount>::namespaced(api.client().clone(), namespace)
+        .get(name)
+        .await
+        .map_err(|e| ApiError::from_kube("get", format!("serviceaccount {namespace}/{name}"), e))
+}
+
+/// Create a PodCertificateRequest (certificates.k8s.io/v1) in its namespace;
+/// the API server's answer names it.
+pub async fn create_pod_certificate_request(
+    api: &ApiClient,
+    request: &PodCertificateRequest,
+) -> Result<PodCertificateRequest, ApiError> {
+    let namespace = request.metadata.namespace.as_deref().unwrap_or("default");
+    Api::<PodCertificateRequest>::namespaced(api.client().clone(), namespace)
+        .create(&PostParams::default(), request)
+        .await
+        .map_err(|e| {
+            ApiError::from_kube(
+                "create",
+                format!("podcertificaterequests in {namespace}"),
                 e,
             )
         })

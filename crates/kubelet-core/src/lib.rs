@@ -40,6 +40,7 @@ pub mod nodestatus;
 pub mod oom;
 pub mod phase;
 pub mod pleg;
+pub mod podcert;
 pub mod podconfig;
 pub mod podspec;
 pub mod probe;

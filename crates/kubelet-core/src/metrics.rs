@@ -207,6 +207,15 @@ impl Gauge {
         self.add(labels, 1.0);
     }
 
+    /// Replace every series (a collector's view: a series not given is gone).
+    pub fn set_all<'a>(&self, series: impl IntoIterator<Item = (Vec<&'a str>, f64)>) {
+        let fresh = series
+            .into_iter()
+            .filter_map(|(labels, v)| Some((self.desc.key(&labels)?, v)))
+            .collect();
+        *self.series.lock() = fresh;
+    }
+
     pub fn dec(&self, labels: &[&str]) {
         self.add(labels, -1.0);
     }
@@ -467,6 +476,13 @@ families! {
         "kubelet_pleg_last_seen_seconds",
         "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
         &[],
+    ),
+    /// `kubelet_podcertificate_states{signer_name,state}`: podCertificate
+    /// projections by signer and credential state.
+    podcertificate_states: Gauge(
+        "kubelet_podcertificate_states",
+        "[ALPHA] Gauge vector reporting the number of pod certificate projected volume sources, faceted by signer_name and state.",
+        &["signer_name", "state"],
     ),
     /// `kubelet_running_pods`: pods with a running sandbox.
     running_pods: Gauge(

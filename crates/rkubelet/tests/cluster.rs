@@ -3793,6 +3793,145 @@ async fn w_f_node_logs_through_the_api_and_the_read_only_port() {
     k.finish(&HashSet::new()).await;
 }
 
+/// The e2e signer's part, played here: a CA of the test's, and a leaf for
+/// the public key of a PodCertificateRequest's stub CSR, valid one hour from
+/// `not_before` (Unix seconds): (leaf PEM, CA PEM).
+fn sign_stub_request(csr_der: &[u8], not_before: i64) -> (String, String) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "rkubelet test signer");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = rcgen::Issuer::new(ca, ca_key);
+    let mut leaf = rcgen::CertificateSigningRequestParams::from_der(&csr_der.to_vec().into())
+        .expect("the stub CSR parses and its signature verifies");
+    let at = |s: i64| time::OffsetDateTime::from_unix_timestamp(s).unwrap();
+    leaf.params.not_before = at(not_before);
+    leaf.params.not_after = at(not_before + 3600);
+    leaf.params.subject_alt_names = vec![rcgen::SanType::URI(
+        "spiffe://cluster.local/ns/default/sa/default"
+            .try_into()
+            .unwrap(),
+    )];
+    let cert = leaf.signed_by(&issuer).unwrap();
+    (cert.pem(), ca_cert.pem())
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_g_a_pod_certificate_is_issued_for_the_pods_own_key() {
+    let mut k = Kubelet::new("podcert");
+    k.start_ready().await;
+    let mut c = sh_container("c", SLEEPER);
+    c["volumeMounts"] = json!([{"name": "tls", "mountPath": "/run/tls"}]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [c],
+        "volumes": [{"name": "tls", "projected": {"sources": [{"podCertificate": {
+            "signerName": "rkubelet.test/signer",
+            "keyType": "ECDSAP256",
+            "maxExpirationSeconds": 3600,
+            "credentialBundlePath": "bundle.pem",
+            "keyPath": "key.pem",
+            "certificateChainPath": "chain.pem",
+            "userAnnotations": {"rkubelet.test/why": "test"},
+        }}]}}],
+    });
+    k.api.create(&test_pod(&k.api, "cl-podcert", spec));
+    // The request rkubelet makes, through NodeRestriction: for this pod,
+    // its service account and this node, UIDs included.
+    let pod = eventually("the pod", START, async || k.api.pod("cl-podcert")).await;
+    let pod_uid = uid(&pod).to_owned();
+    let pcr = eventually("the pod's PodCertificateRequest", START, async || {
+        let all = k.api.get(&["podcertificaterequests", "-n", "default"])?;
+        all["items"]
+            .as_array()?
+            .iter()
+            .find(|r| r["spec"]["podUID"] == pod_uid.as_str())
+            .cloned()
+    })
+    .await;
+    let node_uid = k.api.node_obj().unwrap()["metadata"]["uid"].clone();
+    let sa = k
+        .api
+        .get(&["serviceaccount", "default", "-n", "default"])
+        .unwrap();
+    let spec = &pcr["spec"];
+    assert_eq!(spec["nodeName"], k.api.node.as_str(), "{pcr}");
+    assert_eq!(spec["nodeUID"], node_uid, "{pcr}");
+    assert_eq!(spec["podName"], "cl-podcert", "{pcr}");
+    assert_eq!(spec["serviceAccountName"], "default", "{pcr}");
+    assert_eq!(spec["serviceAccountUID"], sa["metadata"]["uid"], "{pcr}");
+    assert_eq!(spec["signerName"], "rkubelet.test/signer", "{pcr}");
+    assert_eq!(spec["maxExpirationSeconds"], 3600, "{pcr}");
+    assert_eq!(
+        spec["unverifiedUserAnnotations"]["rkubelet.test/why"],
+        "test"
+    );
+    assert_eq!(
+        pcr["metadata"]["ownerReferences"][0]["uid"],
+        pod_uid.as_str()
+    );
+    // Not issued yet: the pod waits in ContainerCreating.
+    assert!(
+        k.api
+            .pod("cl-podcert")
+            .is_some_and(|p| !running_with_ip(&p)),
+        "the pod must not start without its certificate"
+    );
+
+    // Issue it, as a signer does: the status subresource, times the API
+    // server checks (lifetime within maxExpirationSeconds, refresh inside it).
+    use base64::Engine as _;
+    let csr = base64::engine::general_purpose::STANDARD
+        .decode(spec["stubPKCS10Request"].as_str().unwrap())
+        .unwrap();
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let not_before = now - 120;
+    let (leaf, ca) = sign_stub_request(&csr, not_before);
+    let at = |s: i64| rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(s as u64));
+    let status = json!({"status": {
+        "conditions": [{"type": "Issued", "status": "True", "reason": "Reason",
+                        "message": "Issued", "lastTransitionTime": at(now)}],
+        "certificateChain": format!("{leaf}{ca}"),
+        "notBefore": at(not_before),
+        "beginRefreshAt": at(not_before + 1800),
+        "notAfter": at(not_before + 3600),
+    }});
+    k.api.ok(&[
+        "patch",
+        "podcertificaterequest",
+        name(&pcr),
+        "-n",
+        "default",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &status.to_string(),
+    ]);
+    eventually("the pod runs with its certificate", START, async || {
+        k.api.pod("cl-podcert").filter(running_with_ip)
+    })
+    .await;
+    let read = |path: &str| exec_out(&k.api, "cl-podcert", &format!("cat {path}")).unwrap();
+    let key = read("/run/tls/key.pem");
+    let chain = read("/run/tls/chain.pem");
+    assert!(key.starts_with("-----BEGIN PRIVATE KEY-----\n"), "PKCS#8");
+    // The chain as issued, leaf first; the bundle is the key then the chain.
+    assert_eq!(chain, format!("{leaf}{ca}").replace("\r\n", "\n"));
+    assert_eq!(read("/run/tls/bundle.pem"), format!("{key}{chain}"));
+    // The key is the one the request was made with.
+    let key_pair = rcgen::KeyPair::from_pem(&key).unwrap();
+    let csr = rcgen::CertificateSigningRequestParams::from_der(&csr.into()).unwrap();
+    use rcgen::PublicKeyData as _;
+    assert_eq!(key_pair.der_bytes(), csr.public_key.der_bytes());
+    k.finish(&HashSet::from([pod_uid])).await;
+}
+
 /// A pod whose exec readiness probe passes while `/tmp/ready` exists.
 fn probed_pod(api: &Api, name: &str) -> Value {
     let mut c = sh_container("c", &format!("touch /tmp/ready; {SLEEPER}"));

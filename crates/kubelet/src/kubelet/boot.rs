@@ -253,15 +253,17 @@ impl Kubelet {
                 watch_node(api_node, name, tx, token)
             });
         let (api_services, tx) = (api.clone(), self.services.clone());
-        self.tasks
-            .spawn(tracing::info_span!("service_watch"), move |token| async move {
-                watch_all::<Service>(&api_services, "Services", tx, token).await
-            });
+        self.tasks.spawn(
+            tracing::info_span!("service_watch"),
+            move |token| async move {
+                watch_all::<Service>(&api_services, "Services", None, tx, token).await
+            },
+        );
         let (api_classes, tx) = (api.clone(), self.runtime_classes.clone());
         self.tasks.spawn(
             tracing::info_span!("runtime_class_watch"),
             move |token| async move {
-                watch_all::<RuntimeClass>(&api_classes, "RuntimeClasses", tx, token).await
+                watch_all::<RuntimeClass>(&api_classes, "RuntimeClasses", None, tx, token).await
             },
         );
         let status_sync = StatusSync {

@@ -42,6 +42,7 @@ use crate::runtimeclass::RuntimeClasses;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
 use crate::volumes::objects::ObjectStore;
+use crate::volumes::podcert::PodCertificates;
 use crate::volumes::token::TokenManager;
 use crate::volumes::trust::TrustBundles;
 use crate::volumes::{ApiObjects, VolumeManager};
@@ -74,6 +75,7 @@ impl Kubelet {
         let node = watch::Sender::new(None);
         let services = watch::Sender::new(Latest::Pending);
         let runtime_classes = watch::Sender::new(Latest::Pending);
+        let node_uid: Arc<RwLock<Option<String>>> = Arc::default();
         let api_objects = api.as_ref().map(|api| ApiObjects {
             config_maps: ObjectStore::new(
                 api.clone(),
@@ -84,6 +86,15 @@ impl Kubelet {
             secrets: ObjectStore::new(api.clone(), tasks.clone(), "secret", probe_tx.clone()),
             tokens: TokenManager::new(api.clone(), opts.clock),
             trust: TrustBundles::new(api.clone(), tasks.clone()),
+            pod_certificates: PodCertificates::new(
+                api.clone(),
+                tasks.clone(),
+                opts.clock,
+                opts.metrics.clone(),
+                opts.node_name.clone(),
+                node_uid.clone(),
+                probe_tx.clone(),
+            ),
         });
         let (reserved, eviction_hard, local_allocatable) = node_allocatable(&opts);
         let amount = |k: &str| local_allocatable.get(k).copied().unwrap_or(0);
@@ -213,7 +224,7 @@ impl Kubelet {
             sync_loop_seen: Arc::new(Mutex::new(Instant::now())),
             bound: Mutex::default(),
             api,
-            node_uid: Arc::default(),
+            node_uid,
             node,
             services,
             runtime_classes,

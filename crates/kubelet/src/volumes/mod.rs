@@ -22,6 +22,7 @@ pub mod atomic_writer;
 pub mod mount;
 pub mod objects;
 pub mod ownership;
+pub mod podcert;
 pub mod subpath;
 pub mod token;
 pub mod trust;
@@ -30,9 +31,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{ClusterTrustBundleProjection, ConfigMap, Pod, Secret, Volume};
+use k8s_openapi::api::core::v1::{
+    ClusterTrustBundleProjection, ConfigMap, Pod, PodCertificateProjection, Secret, Volume,
+};
 use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
+use kubelet_core::podcert::payload as podcert_payload;
 use kubelet_core::quantity::parse_bytes;
 use kubelet_core::types::PodUid;
 use kubelet_core::volume::{
@@ -115,8 +119,8 @@ pub enum SetUpError {
     UnsupportedType(String),
     #[error("no volume plugin matched")]
     NoPlugin,
-    #[error("podCertificate projections are not supported by rkubelet")]
-    PodCertificate,
+    #[error(transparent)]
+    PodCertificate(#[from] podcert::PodCertError),
     #[error("ClusterTrustBundle projection requires either name or signerName to be set")]
     TrustBundleSelector,
     /// cluster mode only: a configMap, secret, token or trust bundle.
@@ -149,12 +153,12 @@ impl SetUpError {
             | SetUpError::NotUnique
             | SetUpError::UnsupportedType(_)
             | SetUpError::NoPlugin
-            | SetUpError::PodCertificate
             | SetUpError::TrustBundleSelector
             | SetUpError::NoApiServer { .. } => Cause::Unsupported,
             SetUpError::Object(e) => e.cause(),
             SetUpError::Payload(e) => e.cause(),
             SetUpError::Trust(e) => e.cause(),
+            SetUpError::PodCertificate(e) => e.cause(),
             SetUpError::HostPath(e) => e.cause(),
             SetUpError::Token(_) | SetUpError::Io(_) | SetUpError::PodDir(_) => Cause::Transient,
             SetUpError::Several(errors) => errors
@@ -213,6 +217,7 @@ pub struct ApiObjects {
     pub secrets: ObjectStore<Secret>,
     pub tokens: TokenManager,
     pub trust: trust::TrustBundles,
+    pub pod_certificates: podcert::PodCertificates,
 }
 
 /// `<pods_dir>/<uid>`, when the UID is a safe path component.
@@ -495,7 +500,7 @@ impl VolumeManager {
         let mode = p.default_mode.unwrap_or(0o644);
         let mut out = BTreeMap::new();
         let mut errors = Vec::new();
-        for src in p.sources.iter().flatten() {
+        for (index, src) in p.sources.iter().flatten().enumerate() {
             let part = if let Some(c) = &src.config_map {
                 let items = c.items.as_deref().unwrap_or(&[]);
                 let keyed = KeyedSource {
@@ -532,8 +537,10 @@ impl VolumeManager {
                 self.trust_anchors(b)
                     .await
                     .map(|pem| file(&b.path, pem, owner_only(pod, mode)))
-            } else if src.pod_certificate.is_some() {
-                Err(SetUpError::PodCertificate)
+            } else if let Some(c) = &src.pod_certificate {
+                self.pod_certificate(pod, &v.name, index, c)
+                    .await
+                    .map(|issued| podcert_payload(c, &issued, owner_only(pod, mode)))
             } else {
                 Ok(Payload::new())
             };
@@ -564,6 +571,25 @@ impl VolumeManager {
             }
             (None, None) => Err(SetUpError::TrustBundleSelector),
         }
+    }
+
+    /// A podCertificate projection's credential.
+    async fn pod_certificate(
+        &self,
+        pod: &Pod,
+        volume: &str,
+        index: usize,
+        c: &PodCertificateProjection,
+    ) -> Result<kubelet_core::podcert::Issued, SetUpError> {
+        let Some(api) = &self.api else {
+            return Err(SetUpError::NoApiServer {
+                what: "podCertificate".into(),
+            });
+        };
+        Ok(api
+            .pod_certificates
+            .bundle(pod, volume, index, c, &self.events)
+            .await?)
     }
 
     async fn config_map(
@@ -630,6 +656,7 @@ impl VolumeManager {
             api.config_maps.unregister(uid);
             api.secrets.unregister(uid);
             api.tokens.forget_pod(uid);
+            api.pod_certificates.forget_pod(uid);
         }
         let Some(pod_dir) = self.pod_dir(uid) else {
             return Ok(());

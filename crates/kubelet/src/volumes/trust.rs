@@ -54,8 +54,14 @@ impl TrustBundles {
                     self.tasks.spawn(
                         tracing::info_span!("trust_bundle_watch"),
                         move |token| async move {
-                            watch_all::<ClusterTrustBundle>(&api, "ClusterTrustBundles", tx, token)
-                                .await
+                            watch_all::<ClusterTrustBundle>(
+                                &api,
+                                "ClusterTrustBundles",
+                                None,
+                                tx,
+                                token,
+                            )
+                            .await
                         },
                     );
                     rx
