@@ -170,16 +170,17 @@ authentication:
     clientCAFile: $DIR/pki/ca.crt
 CFG
   else
-    # As hack/conformance.sh has always run it on these machines (cgroup v1,
-    # no systemd): no pod cgroups of its own, so it never takes another
-    # node's for orphans.
+    # As a node runs it: pod cgroups (cgroupsPerQOS) under a cgroup root of
+    # its own, so that it never takes another node's for orphans (cgroup v1,
+    # no systemd here: cgroupfs). Without pod cgroups it panics on an
+    # in-place resize (kuberuntime's doPodResizeAction reads the pod
+    # cgroup's memory limit).
     cat <<CFG
 imageGCLowThresholdPercent: 99
 failCgroupV1: false
 cgroupDriver: cgroupfs
+cgroupRoot: /$name
 failSwapOn: false
-cgroupsPerQOS: false
-enforceNodeAllocatable: []
 localStorageCapacityIsolation: false
 resolvConf: /etc/resolv.conf
 authentication:
