@@ -85,7 +85,7 @@ impl Kubelet {
             ),
             secrets: ObjectStore::new(api.clone(), tasks.clone(), "secret", probe_tx.clone()),
             tokens: TokenManager::new(api.clone(), opts.clock),
-            trust: TrustBundles::new(api.clone(), tasks.clone()),
+            trust: TrustBundles::new(api.clone(), tasks.clone(), probe_tx.clone()),
             pod_certificates: PodCertificates::new(
                 api.clone(),
                 tasks.clone(),

@@ -534,7 +534,7 @@ impl VolumeManager {
                 .await
                 .map(|token| file(&t.path, token.into_bytes(), owner_only(pod, mode)))
             } else if let Some(b) = &src.cluster_trust_bundle {
-                self.trust_anchors(b)
+                self.trust_anchors(pod, b)
                     .await
                     .map(|pem| file(&b.path, pem, owner_only(pod, mode)))
             } else if let Some(c) = &src.pod_certificate {
@@ -556,18 +556,26 @@ impl VolumeManager {
     }
 
     /// A clusterTrustBundle projection's certificates, by name or by signer.
-    async fn trust_anchors(&self, b: &ClusterTrustBundleProjection) -> Result<Vec<u8>, SetUpError> {
+    async fn trust_anchors(
+        &self,
+        pod: &Pod,
+        b: &ClusterTrustBundleProjection,
+    ) -> Result<Vec<u8>, SetUpError> {
         let Some(api) = &self.api else {
             return Err(SetUpError::NoApiServer {
                 what: "clusterTrustBundle".into(),
             });
         };
         let optional = b.optional.unwrap_or(false);
+        let uid = PodUid::of(pod);
         match (&b.name, &b.signer_name) {
-            (Some(name), _) => Ok(api.trust.anchors(trust::By::Name(name), optional).await?),
+            (Some(name), _) => Ok(api
+                .trust
+                .anchors(&uid, trust::By::Name(name), optional)
+                .await?),
             (None, Some(signer)) => {
                 let by = trust::By::Signer(signer, b.label_selector.as_ref());
-                Ok(api.trust.anchors(by, optional).await?)
+                Ok(api.trust.anchors(&uid, by, optional).await?)
             }
             (None, None) => Err(SetUpError::TrustBundleSelector),
         }

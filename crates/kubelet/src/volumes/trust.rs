@@ -1,9 +1,12 @@
 //! ClusterTrustBundles for projected volumes (upstream's lazy informer
 //! manager, pkg/kubelet/clustertrustbundle): every bundle is watched from
 //! the first pod that projects one on, and a projection reads them by name
-//! or by signer and label selector, deduplicated and re-encoded.
+//! or by signer and label selector, deduplicated and re-encoded. A pod
+//! whose projection found no bundle is woken when the bundles change, as
+//! upstream's reconciler retries its mount within seconds.
 
 use parking_lot::Mutex;
+use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +17,9 @@ use kubelet_api::ApiClient;
 use kubelet_api::objects::{Latest, watch_all};
 use kubelet_core::admission::label_selector_matches;
 use kubelet_core::failure::Cause;
+use kubelet_core::types::PodUid;
 use kubelet_core::volume::{PayloadError, normalize_trust_anchors};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 
 use kubelet_tasks::Tasks;
 
@@ -32,15 +36,20 @@ pub struct TrustBundles {
     latest: Arc<Mutex<Option<watch::Receiver<Bundles>>>>,
     /// The order of the anchors, fixed for this kubelet's life.
     order: Arc<RandomState>,
+    /// Pods whose projection found no bundle, woken by the next change.
+    waiting: Arc<Mutex<HashSet<PodUid>>>,
+    resync: mpsc::UnboundedSender<PodUid>,
 }
 
 impl TrustBundles {
-    pub fn new(api: ApiClient, tasks: Tasks) -> Self {
+    pub fn new(api: ApiClient, tasks: Tasks, resync: mpsc::UnboundedSender<PodUid>) -> Self {
         TrustBundles {
             api,
             tasks,
             latest: Arc::default(),
             order: Arc::new(RandomState::new()),
+            waiting: Arc::default(),
+            resync,
         }
     }
 
@@ -51,17 +60,25 @@ impl TrustBundles {
                 .get_or_insert_with(|| {
                     let (tx, rx) = watch::channel(Latest::Pending);
                     let api = self.api.clone();
+                    let (mut changes, waiting, resync) =
+                        (rx.clone(), self.waiting.clone(), self.resync.clone());
                     self.tasks.spawn(
                         tracing::info_span!("trust_bundle_watch"),
                         move |token| async move {
-                            watch_all::<ClusterTrustBundle>(
-                                &api,
-                                "ClusterTrustBundles",
-                                None,
-                                tx,
-                                token,
-                            )
-                            .await
+                            let wake = async move {
+                                while changes.changed().await.is_ok() {
+                                    let pods = std::mem::take(&mut *waiting.lock());
+                                    for uid in pods {
+                                        let _ = resync.send(uid);
+                                    }
+                                }
+                            };
+                            tokio::select! {
+                                _ = watch_all::<ClusterTrustBundle>(
+                                    &api, "ClusterTrustBundles", None, tx, token,
+                                ) => {}
+                                _ = wake => {}
+                            }
                         },
                     );
                     rx
@@ -88,11 +105,18 @@ impl TrustBundles {
         normalize_trust_anchors(&pems, &*self.order).map_err(TrustError::Normalize)
     }
 
-    /// The anchors of the bundles a projection names (upstream's
-    /// GetTrustAnchorsByName and GetTrustAnchorsBySigner).
-    pub async fn anchors(&self, by: By<'_>, allow_missing: bool) -> Result<Vec<u8>, TrustError> {
+    /// The anchors of the bundles a projection of pod `uid` names
+    /// (upstream's GetTrustAnchorsByName and GetTrustAnchorsBySigner).
+    pub async fn anchors(
+        &self,
+        uid: &PodUid,
+        by: By<'_>,
+        allow_missing: bool,
+    ) -> Result<Vec<u8>, TrustError> {
         let all = self.all().await?;
-        let picked = pick(&all, by, allow_missing)?;
+        let picked = pick(&all, by, allow_missing).inspect_err(|_| {
+            self.waiting.lock().insert(uid.clone());
+        })?;
         if picked.is_empty() {
             return Ok(Vec::new());
         }
