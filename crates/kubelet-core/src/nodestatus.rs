@@ -52,9 +52,6 @@ pub struct Readiness {
     pub errors: Vec<String>,
 }
 
-/// Images reported in node status, as upstream's nodeStatusMaxImages.
-pub const MAX_IMAGES: usize = 50;
-
 /// The labels upstream's kubelet sets on its Node, plus `--node-labels`.
 /// The node's architecture in Kubernetes' spelling.
 pub fn architecture() -> &'static str {
@@ -88,6 +85,7 @@ pub fn initial_node(
     facts: &NodeFacts,
     extra_labels: &BTreeMap<String, String>,
     taints: &[Taint],
+    provider_id: Option<&str>,
 ) -> Node {
     Node {
         metadata: ObjectMeta {
@@ -101,6 +99,7 @@ pub fn initial_node(
         },
         spec: Some(NodeSpec {
             taints: (!taints.is_empty()).then(|| taints.to_vec()),
+            provider_id: provider_id.map(str::to_owned),
             ..Default::default()
         }),
         ..Default::default()
@@ -215,7 +214,6 @@ pub fn node_status(
     }
     let mut images = facts.images.clone();
     images.sort_by_key(|i| std::cmp::Reverse(i.size_bytes.unwrap_or(0)));
-    images.truncate(MAX_IMAGES);
     NodeStatus {
         addresses: Some(addresses),
         allocatable: Some(allocatable),
@@ -359,8 +357,6 @@ pub fn condition_events(old: Option<&NodeStatus>, new: &NodeStatus) -> Vec<&'sta
     events
 }
 
-/// Upstream's nodeStatusMaxImages default: the largest 50 images.
-pub const NODE_STATUS_MAX_IMAGES: usize = 50;
 /// Upstream's MaxNamesPerImageInNodeStatus.
 pub const MAX_NAMES_PER_IMAGE: usize = 5;
 
@@ -373,10 +369,10 @@ pub struct RuntimeImage {
 }
 
 /// The node's `status.images` (upstream's Images setter over the image
-/// manager's list): the largest images first, at most
-/// [`NODE_STATUS_MAX_IMAGES`], each named by its digests then its tags, at
-/// most [`MAX_NAMES_PER_IMAGE`] names.
-pub fn node_images(mut images: Vec<RuntimeImage>) -> Vec<ContainerImage> {
+/// manager's list): the largest images first, at most `max` of them
+/// (nodeStatusMaxImages; `None`: all), each named by its digests then its
+/// tags, at most [`MAX_NAMES_PER_IMAGE`] names.
+pub fn node_images(max: Option<usize>, mut images: Vec<RuntimeImage>) -> Vec<ContainerImage> {
     images.sort_by(|a, b| {
         b.size
             .cmp(&a.size)
@@ -384,7 +380,7 @@ pub fn node_images(mut images: Vec<RuntimeImage>) -> Vec<ContainerImage> {
     });
     images
         .into_iter()
-        .take(NODE_STATUS_MAX_IMAGES)
+        .take(max.unwrap_or(usize::MAX))
         .map(|i| ContainerImage {
             names: Some(
                 i.repo_digests
@@ -514,8 +510,11 @@ mod tests {
             repo_digests: vec![format!("r.test/i{size}@sha256:{size}")],
             size,
         };
-        let got = node_images((1..=60).map(|s| img(2, s)).chain([img(9, 1000)]).collect());
-        assert_eq!(got.len(), NODE_STATUS_MAX_IMAGES);
+        let got = node_images(
+            Some(50),
+            (1..=60).map(|s| img(2, s)).chain([img(9, 1000)]).collect(),
+        );
+        assert_eq!(got.len(), 50);
         assert_eq!(got[0].size_bytes, Some(1000));
         let names = got[0].names.as_ref().unwrap();
         assert_eq!(names.len(), MAX_NAMES_PER_IMAGE);
@@ -527,6 +526,33 @@ mod tests {
             Some(12),
             "the smallest left out"
         );
+        // nodeStatusMaxImages: -1 (None) lists them all, 0 none
+        let all: Vec<RuntimeImage> = (1..=60).map(|s| img(1, s)).collect();
+        assert_eq!(node_images(None, all.clone()).len(), 60);
+        assert!(node_images(Some(0), all).is_empty());
+    }
+
+    #[test]
+    fn initial_node_carries_taints_and_provider_id() {
+        let taint = Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        };
+        let node = initial_node(
+            &facts(),
+            &BTreeMap::new(),
+            std::slice::from_ref(&taint),
+            Some("aws:///eu-west-1a/i-1"),
+        );
+        let spec = node.spec.unwrap();
+        assert_eq!(spec.provider_id.as_deref(), Some("aws:///eu-west-1a/i-1"));
+        assert_eq!(spec.taints, Some(vec![taint]));
+        let bare = initial_node(&facts(), &BTreeMap::new(), &[], None)
+            .spec
+            .unwrap();
+        assert_eq!((bare.provider_id, bare.taints), (None, None));
     }
 
     #[test]

@@ -79,16 +79,27 @@ pub fn default_connection_cap() -> usize {
     connection_cap(getrlimit(Resource::Nofile).current)
 }
 
-/// Raise the soft RLIMIT_NOFILE to the hard limit, as every Go program
-/// (the upstream kubelet included) does at start since Go 1.19. Returns the
-/// soft limit now in force (`None`: unlimited).
-pub fn raise_nofile_limit() -> std::io::Result<Option<u64>> {
+/// Set RLIMIT_NOFILE, soft and hard, to `max_open_files` (upstream's
+/// maxOpenFiles, applied at start). When that is refused (raising the hard
+/// limit needs CAP_SYS_RESOURCE), the soft limit is raised to the hard one,
+/// as every Go program does at start since Go 1.19, and the refusal is
+/// returned beside the limit in force. Returns the soft limit now in force
+/// (`None`: unlimited).
+pub fn set_nofile_limit(max_open_files: u64) -> (Option<u64>, Option<std::io::Error>) {
+    let wanted = rustix::process::Rlimit {
+        current: Some(max_open_files),
+        maximum: Some(max_open_files),
+    };
+    let refused = match setrlimit(Resource::Nofile, wanted) {
+        Ok(()) => return (Some(max_open_files), None),
+        Err(e) => std::io::Error::from(e),
+    };
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         limit.current = limit.maximum;
-        setrlimit(Resource::Nofile, limit)?;
+        let _ = setrlimit(Resource::Nofile, limit);
     }
-    Ok(limit.current)
+    (getrlimit(Resource::Nofile).current, Some(refused))
 }
 
 /// The pause before the next accept after `failures` failed accepts in a row.

@@ -35,8 +35,6 @@ use crate::runtime_state::RuntimeState;
 /// The version rkubelet reports as kubeletVersion: the Kubernetes API it
 /// implements, with rkubelet's own version as build metadata.
 pub const KUBELET_VERSION: &str = concat!("v1.37.2+rkubelet-", env!("CARGO_PKG_VERSION"));
-pub const LEASE_DURATION_SECONDS: i32 = 40;
-pub const LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 
 /// How this node presents itself to the API server.
 #[derive(Clone, Debug)]
@@ -48,8 +46,15 @@ pub struct NodeRegistration {
     pub register: bool,
     pub update_every: Duration,
     pub report_every: Duration,
+    /// Capacity `pods`: maxPods, or podsPerCore per core if fewer.
     pub max_pods: u32,
     pub kubelet_port: i32,
+    /// `spec.providerID` at registration.
+    pub provider_id: Option<String>,
+    /// The Lease's duration; renewed every quarter of it, as upstream.
+    pub lease_duration_seconds: i32,
+    /// The most images node status lists (`None`: all).
+    pub max_images: Option<usize>,
 }
 
 pub struct NodeStatusController {
@@ -167,6 +172,7 @@ impl NodeStatusController {
     async fn facts(&self, host: &HostInfo) -> NodeFacts {
         let images = match self.cri.list_images().await {
             Ok(images) => node_images(
+                self.reg.max_images,
                 images
                     .into_iter()
                     .map(|i| RuntimeImage {
@@ -225,7 +231,12 @@ impl NodeStatusController {
         let node_uid = if self.reg.register {
             loop {
                 let facts = self.facts(&host).await;
-                let node = initial_node(&facts, &self.reg.labels, &self.reg.taints);
+                let node = initial_node(
+                    &facts,
+                    &self.reg.labels,
+                    &self.reg.taints,
+                    self.reg.provider_id.as_deref(),
+                );
                 match register(&self.api, &node).await {
                     Ok(n) => {
                         tracing::info!(node = %self.reg.node_name, "node registered");
@@ -305,14 +316,15 @@ impl NodeStatusController {
     }
 
     async fn lease_loop(&self, node_uid: Option<String>, cancel: &CancellationToken) {
-        let mut lease =
-            LeaseHeartbeat::new(self.reg.node_name.clone(), node_uid, LEASE_DURATION_SECONDS);
+        let duration = self.reg.lease_duration_seconds;
+        let renew_every = Duration::from_millis(u64::try_from(duration).unwrap_or(40) * 250);
+        let mut lease = LeaseHeartbeat::new(self.reg.node_name.clone(), node_uid, duration);
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
         loop {
             let delay = match lease.renew(&self.api, self.clock.now_micro()).await {
                 Ok(()) => {
                     backoff.reset();
-                    LEASE_RENEW_INTERVAL
+                    renew_every
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "renewing the node lease");

@@ -57,14 +57,16 @@ fn main() -> ExitCode {
             }
         }
     };
-    // As every Go program (the upstream kubelet included) since Go 1.19:
-    // the soft file-handle limit up to the hard one. The servers' connection
-    // caps are sized from the limit in force.
-    match kubelet_server::listener::raise_nofile_limit() {
-        Ok(limit) => tracing::debug!(?limit, "RLIMIT_NOFILE soft limit"),
-        Err(e) => {
-            tracing::warn!(error = %e, "raising the RLIMIT_NOFILE soft limit to the hard limit")
-        }
+    // maxOpenFiles, as upstream sets it at start (only logged when refused:
+    // then the soft limit goes up to the hard one, as in every Go program).
+    // The servers' connection caps are sized from the limit in force.
+    let max_open_files = u64::try_from(settings.config.max_open_files).unwrap_or(0);
+    match kubelet_server::listener::set_nofile_limit(max_open_files) {
+        (limit, None) => tracing::debug!(?limit, "RLIMIT_NOFILE"),
+        (limit, Some(e)) => tracing::warn!(
+            error = %e, ?limit,
+            "Failed to set rlimit on max file handles to maxOpenFiles {max_open_files}"
+        ),
     }
     for field in &settings.ignored_fields {
         tracing::warn!(%field, "KubeletConfiguration field is not implemented yet and is ignored");
@@ -119,17 +121,18 @@ fn init_tracing(
     Ok(provider)
 }
 
-/// Upstream asks the kernel to spare the kubelet (-999). Without
-/// CAP_SYS_RESOURCE that is refused: warn once and carry on.
-fn protect_from_oom_killer() {
-    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", "-999") {
-        tracing::warn!(error = %e, "could not lower rkubelet's oom_score_adj to -999; continuing");
+/// Upstream asks the kernel to spare the kubelet (oomScoreAdj, -999 by
+/// default). Without CAP_SYS_RESOURCE a lower score is refused: warn once
+/// and carry on.
+fn protect_from_oom_killer(score: i32) {
+    if let Err(e) = std::fs::write("/proc/self/oom_score_adj", score.to_string()) {
+        tracing::warn!(error = %e, "could not set rkubelet's oom_score_adj to {score}; continuing");
     }
 }
 
 /// How the node registers: upstream's --node-ip, --node-labels,
 /// --register-node and --register-with-taints over the config file.
-fn registration(settings: &flags::Settings) -> NodeRegistration {
+fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration {
     let cfg = &settings.config;
     let node_ips = if settings.node_ips.is_empty() {
         vec![detect_node_ip()]
@@ -153,13 +156,16 @@ fn registration(settings: &flags::Settings) -> NodeRegistration {
         register: cfg.register_node,
         update_every: cfg.node_status_update_frequency,
         report_every: cfg.node_status_report_frequency,
-        max_pods: cfg.max_pods,
+        max_pods: cfg.pod_capacity(cpu_cores),
         kubelet_port: i32::from(cfg.port),
+        provider_id: (!cfg.provider_id.is_empty()).then(|| cfg.provider_id.clone()),
+        lease_duration_seconds: cfg.node_lease_duration_seconds,
+        max_images: cfg.node_status_max_images(),
     }
 }
 
 async fn run(settings: flags::Settings) -> anyhow::Result<()> {
-    protect_from_oom_killer();
+    protect_from_oom_killer(settings.config.oom_score_adj);
     let cfg = &settings.config;
     for dir in [&settings.root_dir, &cfg.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -202,7 +208,9 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    opts.registration = api.as_ref().map(|_| registration(&settings));
+    opts.registration = api
+        .as_ref()
+        .map(|_| registration(&settings, opts.node_cpu_cores));
     let cancel = CancellationToken::new();
     let boot = Kubelet::build(opts, cri, api, cancel.clone());
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;

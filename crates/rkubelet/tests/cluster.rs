@@ -558,6 +558,10 @@ fn uids_of(pods: &[Value]) -> HashSet<String> {
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn a_node_registers_and_becomes_ready() {
     let mut k = Kubelet::new("ready");
+    // Fleet fields: the Node as registered, its Lease, its pod capacity.
+    k.rk.add_config(
+        "providerID: rkubelet-test:///zone-a/node-1\nnodeLeaseDurationSeconds: 20\npodsPerCore: 3\n",
+    );
     let started = Instant::now();
     let since = k.start();
     let ready = eventually("node Ready", NODE_READY, async || {
@@ -595,6 +599,29 @@ async fn a_node_registers_and_becomes_ready() {
         "{status}"
     );
     assert_eq!(status["allocatable"]["cpu"], status["capacity"]["cpu"]);
+    assert_eq!(
+        node["spec"]["providerID"], "rkubelet-test:///zone-a/node-1",
+        "providerID at registration"
+    );
+    let cores: u64 = status["capacity"]["cpu"].as_str().unwrap().parse().unwrap();
+    assert_eq!(
+        status["capacity"]["pods"],
+        (3 * cores).min(110).to_string(),
+        "podsPerCore 3 on {cores} cores"
+    );
+    let lease = k
+        .api
+        .get(&["lease", &k.api.node, "-n", "kube-node-lease"])
+        .unwrap();
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 20, "{lease}");
+    // oomScoreAdj's default: the kernel spares the kubelet, where rkubelet
+    // may lower its score (CAP_SYS_RESOURCE); elsewhere it says it could not.
+    let score = std::fs::read_to_string(format!("/proc/{}/oom_score_adj", k.rk.pid())).unwrap();
+    let log = std::fs::read_to_string(k.rk.log()).unwrap();
+    assert!(
+        score.trim() == "-999" || log.contains("could not set rkubelet's oom_score_adj to -999"),
+        "oom_score_adj {score}"
+    );
     k.finish(&HashSet::new()).await;
 }
 

@@ -26,7 +26,7 @@ use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 
 mod common;
-use common::process::Rkubelet;
+use common::process::{KUBELET_PORT, Rkubelet};
 use common::runtime::{
     CRI_TIMEOUT, Labels, POD_NAME, POD_UID, cleanup_runtime, cname, label, restart_count,
 };
@@ -531,6 +531,39 @@ async fn bad_manifests_beside_a_good_one() {
     let sbs = node.sandboxes().await.unwrap();
     assert_eq!(sbs.len(), 1, "only the good pod has a sandbox: {sbs:?}");
     assert!(is_ready(&sbs[0]));
+    node.rk.assert_alive();
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn oom_score_file_limit_and_no_api_server_as_configured() {
+    let mut node = Node::new("proc");
+    node.rk
+        .add_config("oomScoreAdj: 500\nmaxOpenFiles: 4096\nenableServer: false\n");
+    node.write("p.yaml", &pod("p", &[("a", SLEEPER)], ""));
+    node.start();
+    eventually("the pod's container runs", START, async || {
+        node.running("p", "a").await
+    })
+    .await;
+    let proc = PathBuf::from(format!("/proc/{}", node.rk.pid()));
+    let score = std::fs::read_to_string(proc.join("oom_score_adj")).unwrap();
+    // (a score above 0 needs no privilege: this one is set everywhere)
+    assert_eq!(score.trim(), "500", "oomScoreAdj");
+    let limits = std::fs::read_to_string(proc.join("limits")).unwrap();
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert_eq!(
+        files.split_whitespace().collect::<Vec<_>>()[3..5],
+        ["4096", "4096"],
+        "maxOpenFiles, soft and hard: {files}"
+    );
+    // enableServer: false: nothing listens on the kubelet API's port.
+    let refused = std::net::TcpStream::connect(("127.0.0.1", KUBELET_PORT));
+    assert!(refused.is_err(), "the kubelet API must not listen");
     node.rk.assert_alive();
     node.finish().await;
 }

@@ -579,6 +579,26 @@ config_section! {
         /// `kernelMemcgNotification`: the eviction manager also wakes when the
         /// kernel says memory crossed a threshold (cgroup v1). Default false.
         "kernelMemcgNotification" kernel_memcg_notification: bool = false;
+        /// `enableServer`: serve the kubelet API on `port` (the read-only
+        /// port and healthz are apart). Default true.
+        "enableServer" enable_server: bool = true;
+        /// `oomScoreAdj`: the kubelet's own oom_score_adj, in [-1000, 1000].
+        /// Default -999.
+        "oomScoreAdj" oom_score_adj: i32 = -999;
+        /// `nodeLeaseDurationSeconds`: the node Lease's duration, renewed
+        /// every quarter of it. Default 40.
+        "nodeLeaseDurationSeconds" node_lease_duration_seconds: i32 = 40, zero_is_unset;
+        /// `nodeStatusMaxImages`: the most images node status lists, the
+        /// largest first (-1: all). Default 50.
+        "nodeStatusMaxImages" node_status_max_images: i32 = 50;
+        /// `maxOpenFiles`: the kubelet's RLIMIT_NOFILE (soft and hard).
+        /// Default 1000000.
+        "maxOpenFiles" max_open_files: i64 = 1_000_000, zero_is_unset;
+        /// `podsPerCore`: at most this many pods per core (capacity `pods`
+        /// is the smaller of it and maxPods); 0 (default): maxPods alone.
+        "podsPerCore" pods_per_core: i32 = 0;
+        /// `providerID`: the Node's `spec.providerID` at registration.
+        "providerID" provider_id: String = String::new();
     }
 }
 
@@ -680,6 +700,26 @@ pub fn ignored_fields_present(content: &str) -> Vec<String> {
     parse_kubelet_config_reporting(content)
         .map(|(_, ignored)| ignored)
         .unwrap_or_default()
+}
+
+impl KubeletConfiguration {
+    /// The node's pod capacity on `cores` CPUs: maxPods, or podsPerCore per
+    /// core when that is smaller (upstream's MachineInfo setter).
+    pub fn pod_capacity(&self, cores: i64) -> u32 {
+        match u32::try_from(self.pods_per_core) {
+            Ok(per_core) if per_core > 0 => {
+                let by_cores = u32::try_from(cores.max(0).saturating_mul(i64::from(per_core)))
+                    .unwrap_or(u32::MAX);
+                by_cores.min(self.max_pods)
+            }
+            _ => self.max_pods,
+        }
+    }
+
+    /// How many images node status lists (`None`: all).
+    pub fn node_status_max_images(&self) -> Option<usize> {
+        usize::try_from(self.node_status_max_images).ok()
+    }
 }
 
 /// A reservation in the flags' form, `cpu=100m,memory=1Gi`

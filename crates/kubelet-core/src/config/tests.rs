@@ -277,11 +277,11 @@ fn header_is_required() {
 
 #[test]
 fn ignored_upstream_fields_are_accepted_and_listed() {
-    let body = "podCIDR: 10.1.0.0/24\nenableServer: true\n\
+    let body = "podCIDR: 10.1.0.0/24\nhairpinMode: none\n\
                 featureGates:\n  Foo: true\nmaxPods: 20\n";
     let (cfg, ignored) = parse_body(body).unwrap();
     assert_eq!(cfg.max_pods, 20);
-    assert_eq!(ignored, vec!["enableServer", "featureGates", "podCIDR"]);
+    assert_eq!(ignored, vec!["featureGates", "hairpinMode", "podCIDR"]);
     assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
     assert!(ignored_fields_present("not: [a config").is_empty());
 }
@@ -943,4 +943,89 @@ fn cgroup_driver_strings() {
     }
     let err = "Systemd".parse::<CgroupDriver>().unwrap_err();
     assert!(err.to_string().contains("\"Systemd\""), "{err}");
+}
+
+#[test]
+fn fleet_fields_decode_default_and_validate_as_upstream() {
+    let d = KubeletConfiguration::default();
+    assert!(d.enable_server);
+    assert_eq!(d.oom_score_adj, -999);
+    assert_eq!(d.node_lease_duration_seconds, 40);
+    assert_eq!(d.node_status_max_images, 50);
+    assert_eq!(d.max_open_files, 1_000_000);
+    assert_eq!(d.pods_per_core, 0);
+    assert_eq!(d.provider_id, "");
+    // Upstream's pointers keep an explicit zero; its plain ints default it.
+    let (c, ignored) = parse_body(
+        "enableServer: false\noomScoreAdj: 0\nnodeLeaseDurationSeconds: 0\n\
+         nodeStatusMaxImages: 0\nmaxOpenFiles: 0\npodsPerCore: 4\nproviderID: aws:///eu/i-1\n",
+    )
+    .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    assert!(!c.enable_server);
+    assert_eq!(c.oom_score_adj, 0);
+    assert_eq!(c.node_lease_duration_seconds, 40);
+    assert_eq!(c.node_status_max_images, 0);
+    assert_eq!(c.node_status_max_images(), Some(0));
+    assert_eq!(c.max_open_files, 1_000_000);
+    assert_eq!(c.provider_id, "aws:///eu/i-1");
+    c.validate().unwrap();
+    let all = KubeletConfiguration {
+        node_status_max_images: -1,
+        ..KubeletConfiguration::default()
+    };
+    assert_eq!(all.node_status_max_images(), None);
+    all.validate().unwrap();
+
+    type Mutate = fn(&mut KubeletConfiguration);
+    let cases: &[(Mutate, &str)] = &[
+        (
+            |c| c.node_lease_duration_seconds = -1,
+            "invalid configuration: nodeLeaseDurationSeconds must be greater than 0",
+        ),
+        (
+            |c| c.node_status_max_images = -2,
+            "invalid configuration: nodeStatusMaxImages (--node-status-max-images) -2 must be -1 or greater",
+        ),
+        (
+            |c| c.max_open_files = -1,
+            "invalid configuration: maxOpenFiles (--max-open-files) -1 must not be a negative number",
+        ),
+        (
+            |c| c.oom_score_adj = 1001,
+            "invalid configuration: oomScoreAdj (--oom-score-adj) 1001 must be between -1000 and 1000, inclusive",
+        ),
+        (
+            |c| c.pods_per_core = -1,
+            "invalid configuration: podsPerCore (--pods-per-core) -1 must not be a negative number",
+        ),
+    ];
+    for (mutate, want) in cases {
+        let mut c = KubeletConfiguration::default();
+        mutate(&mut c);
+        assert_eq!(c.validate().unwrap_err().to_string(), *want);
+    }
+}
+
+#[test]
+fn pod_capacity_is_max_pods_or_pods_per_core() {
+    let cases = [
+        // (podsPerCore, maxPods, cores, capacity)
+        (0, 110, 2, 110),
+        (10, 110, 2, 20),
+        (100, 110, 2, 110),
+        (10, 110, 0, 0),
+    ];
+    for (per_core, max_pods, cores, want) in cases {
+        let c = KubeletConfiguration {
+            pods_per_core: per_core,
+            max_pods,
+            ..KubeletConfiguration::default()
+        };
+        assert_eq!(
+            c.pod_capacity(cores),
+            want,
+            "{per_core} per core, {max_pods}, {cores} cores"
+        );
+    }
 }

@@ -235,6 +235,37 @@ impl KubeletConfiguration {
         if self.max_pods == 0 {
             return Err(invalid("maxPods (--max-pods)", "must be greater than 0"));
         }
+        // Upstream's messages (pkg/kubelet/apis/config/validation).
+        if self.node_lease_duration_seconds <= 0 {
+            return Err(invalid(
+                "nodeLeaseDurationSeconds",
+                "must be greater than 0",
+            ));
+        }
+        if self.node_status_max_images < -1 {
+            return Err(ConfigError::Rejected(format!(
+                "nodeStatusMaxImages (--node-status-max-images) {} must be -1 or greater",
+                self.node_status_max_images
+            )));
+        }
+        if self.max_open_files < 0 {
+            return Err(ConfigError::Rejected(format!(
+                "maxOpenFiles (--max-open-files) {} must not be a negative number",
+                self.max_open_files
+            )));
+        }
+        if !(-1000..=1000).contains(&self.oom_score_adj) {
+            return Err(ConfigError::Rejected(format!(
+                "oomScoreAdj (--oom-score-adj) {} must be between -1000 and 1000, inclusive",
+                self.oom_score_adj
+            )));
+        }
+        if self.pods_per_core < 0 {
+            return Err(ConfigError::Rejected(format!(
+                "podsPerCore (--pods-per-core) {} must not be a negative number",
+                self.pods_per_core
+            )));
+        }
         let endpoint = &self.container_runtime_endpoint;
         match endpoint.strip_prefix("unix://") {
             Some(path) if !path.is_empty() => {}

@@ -70,7 +70,7 @@ impl Kubelet {
             taints: reg.taints.clone(),
             allocatable_cpu_millis: self.local_allocatable.get("cpu").copied().unwrap_or(0),
             allocatable_memory_bytes: self.local_allocatable.get("memory").copied().unwrap_or(0),
-            max_pods: self.opts.config.max_pods,
+            max_pods: self.opts.config.pod_capacity(self.opts.node_cpu_cores),
             supplemental_groups_policy: false,
         };
         // The Node as the API has it, with what others added since.

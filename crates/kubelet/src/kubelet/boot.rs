@@ -108,7 +108,7 @@ impl Kubelet {
                 kubelet_server::server::serve_read_only(listener, router, tasks, token),
             );
         }
-        if cfg.port != 0 {
+        if cfg.port != 0 && cfg.enable_server {
             self.start_kubelet_api().await?;
         }
         Ok(())

@@ -143,6 +143,11 @@ impl Rkubelet {
         self.child = Some(child);
     }
 
+    /// The running rkubelet's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("rkubelet was started").id()
+    }
+
     /// Fails the test if rkubelet has exited.
     pub fn assert_alive(&mut self) {
         let child = self.child.as_mut().expect("rkubelet was started");
