@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use k8s_openapi::api::core::v1::Taint;
 use kubelet_core::config::{
     AuthorizationMode, CgroupDriver, KubeletConfiguration, TLS_CIPHER_SUITES, TlsMinVersion,
     parse_kubelet_config_reporting, parse_reservation,
@@ -316,7 +317,6 @@ pub struct Settings {
     pub kubeconfig: Option<PathBuf>,
     pub node_ips: Vec<String>,
     pub node_labels: std::collections::BTreeMap<String, String>,
-    pub taints: Vec<TaintSpec>,
 }
 
 /// A taint from --register-with-taints.
@@ -405,7 +405,6 @@ impl Flags {
             kubeconfig: self.kubeconfig,
             node_ips: self.node_ip.iter().map(ToString::to_string).collect(),
             node_labels: self.node_labels.into_iter().collect(),
-            taints: self.register_with_taints,
         })
     }
 
@@ -445,6 +444,18 @@ impl Flags {
         }
         if let Some(register) = self.register_node {
             config.register_node = register;
+        }
+        if !self.register_with_taints.is_empty() {
+            config.register_with_taints = self
+                .register_with_taints
+                .iter()
+                .map(|t| Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone(),
+                    effect: t.effect.clone(),
+                    time_added: None,
+                })
+                .collect();
         }
         if !self.cluster_dns.is_empty() {
             config.cluster_dns = self.cluster_dns.clone();
@@ -659,7 +670,6 @@ hairpinMode: none
                 kubeconfig: None,
                 node_ips: vec![],
                 node_labels: Default::default(),
-                taints: vec![],
             }
         );
     }
@@ -682,19 +692,17 @@ hairpinMode: none
         assert_eq!(s.node_ips, ["192.0.2.7"]);
         assert_eq!(s.node_labels.get("zone").map(String::as_str), Some("a"));
         assert!(!s.config.register_node);
+        let taint = |key: &str, value: Option<&str>, effect: &str| Taint {
+            key: key.into(),
+            value: value.map(Into::into),
+            effect: effect.into(),
+            time_added: None,
+        };
         assert_eq!(
-            s.taints,
+            s.config.register_with_taints,
             [
-                TaintSpec {
-                    key: "dedicated".into(),
-                    value: Some("infra".into()),
-                    effect: "NoSchedule".into()
-                },
-                TaintSpec {
-                    key: "gpu".into(),
-                    value: None,
-                    effect: "NoExecute".into()
-                },
+                taint("dedicated", Some("infra"), "NoSchedule"),
+                taint("gpu", None, "NoExecute"),
             ]
         );
         for (bad, want) in [

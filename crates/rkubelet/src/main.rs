@@ -19,7 +19,6 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use k8s_openapi::api::core::v1::Taint;
 use kubelet::nodestatus::{NodeRegistration, detect_node_ip};
 use kubelet::{Kubelet, KubeletOptions};
 use kubelet_api::ApiClient;
@@ -143,16 +142,7 @@ fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration 
         node_name: settings.node_name.clone(),
         node_ips,
         labels: settings.node_labels.clone(),
-        taints: settings
-            .taints
-            .iter()
-            .map(|t| Taint {
-                key: t.key.clone(),
-                value: t.value.clone(),
-                effect: t.effect.clone(),
-                time_added: None,
-            })
-            .collect(),
+        taints: cfg.register_with_taints.clone(),
         register: cfg.register_node,
         update_every: cfg.node_status_update_frequency,
         report_every: cfg.node_status_report_frequency,

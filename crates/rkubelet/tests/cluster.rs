@@ -560,7 +560,8 @@ async fn a_node_registers_and_becomes_ready() {
     let mut k = Kubelet::new("ready");
     // Fleet fields: the Node as registered, its Lease, its pod capacity.
     k.rk.add_config(
-        "providerID: rkubelet-test:///zone-a/node-1\nnodeLeaseDurationSeconds: 20\npodsPerCore: 3\n",
+        "providerID: rkubelet-test:///zone-a/node-1\nnodeLeaseDurationSeconds: 20\npodsPerCore: 3\n\
+         registerWithTaints: [{key: rkubelet.test/registered, value: \"yes\", effect: PreferNoSchedule}]\n",
     );
     let started = Instant::now();
     let since = k.start();
@@ -602,6 +603,17 @@ async fn a_node_registers_and_becomes_ready() {
     assert_eq!(
         node["spec"]["providerID"], "rkubelet-test:///zone-a/node-1",
         "providerID at registration"
+    );
+    // (PreferNoSchedule: the later tests' pods still land on this node; the
+    // node lifecycle controller may add its not-ready taint beside it)
+    let taint =
+        json!({"key": "rkubelet.test/registered", "value": "yes", "effect": "PreferNoSchedule"});
+    assert!(
+        node["spec"]["taints"]
+            .as_array()
+            .is_some_and(|t| t.contains(&taint)),
+        "registerWithTaints: {}",
+        node["spec"]
     );
     let cores: u64 = status["capacity"]["cpu"].as_str().unwrap().parse().unwrap();
     assert_eq!(

@@ -599,6 +599,9 @@ config_section! {
         "podsPerCore" pods_per_core: i32 = 0;
         /// `providerID`: the Node's `spec.providerID` at registration.
         "providerID" provider_id: String = String::new();
+        /// `registerWithTaints`: the Node's taints at registration
+        /// (`--register-with-taints` replaces them).
+        "registerWithTaints" register_with_taints: Vec<k8s_openapi::api::core::v1::Taint> = Vec::new();
     }
 }
 
@@ -791,7 +794,6 @@ impl KubeletConfiguration {
         })
     }
 
-    /// The effective configuration as upstream's `/configz` shows it: the
     /// The effective configuration as upstream's `/configz` shows it: the
     /// v1beta1 field names, durations as Go durations.
     pub fn to_v1beta1_json(&self) -> Value {

@@ -1029,3 +1029,55 @@ fn pod_capacity_is_max_pods_or_pods_per_core() {
         );
     }
 }
+
+#[test]
+fn register_with_taints_decodes_and_validates_as_upstream() {
+    let (c, ignored) = parse_body(
+        "registerWithTaints:\n- key: node-role.kubernetes.io/control-plane\n  effect: NoSchedule\n\
+         - {key: gpu, value: \"yes\", effect: NoExecute}\n",
+    )
+    .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    let got: Vec<(&str, Option<&str>, &str)> = c
+        .register_with_taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("node-role.kubernetes.io/control-plane", None, "NoSchedule"),
+            ("gpu", Some("yes"), "NoExecute"),
+        ]
+    );
+    c.validate().unwrap();
+    let configz = c.to_v1beta1_json();
+    assert_eq!(
+        configz["registerWithTaints"][1],
+        serde_json::json!({"key": "gpu", "value": "yes", "effect": "NoExecute"})
+    );
+    let wrong = parse_body("registerWithTaints: gpu\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.starts_with("registerWithTaints: expected a list of taints"),
+        "{wrong}"
+    );
+    for (body, want) in [
+        (
+            "registerWithTaints: [{key: \"bad key\", effect: NoSchedule}]\n",
+            "registerWithTaints: invalid taint: {bad key  NoSchedule <nil>}",
+        ),
+        (
+            "registerWithTaints: [{key: k, effect: Sometimes}]\n",
+            "registerWithTaints: invalid taint: {k  Sometimes <nil>}",
+        ),
+        (
+            "registerWithTaints: [{key: k, effect: NoSchedule, timeAdded: \"2026-01-01T00:00:00Z\"}]\n",
+            "invalid configuration: taint.TimeAdded is not nil",
+        ),
+    ] {
+        let (c, _) = parse_body(body).unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
+    }
+}

@@ -260,6 +260,35 @@ impl KubeletConfiguration {
                 self.oom_score_adj
             )));
         }
+        for t in &self.register_with_taints {
+            let bad_key = crate::manifest::is_qualified_name(&t.key);
+            let bad_value = t
+                .value
+                .as_deref()
+                .map(crate::manifest::is_valid_label_value)
+                .unwrap_or_default();
+            let bad_effect = !matches!(
+                t.effect.as_str(),
+                "" | "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+            );
+            if !bad_key.is_empty() || !bad_value.is_empty() || bad_effect {
+                // Upstream's words, with Go's %v of the taint.
+                return Err(ConfigError::InvalidValue {
+                    field: "registerWithTaints".to_owned(),
+                    message: format!(
+                        "invalid taint: {{{} {} {} <nil>}}",
+                        t.key,
+                        t.value.as_deref().unwrap_or(""),
+                        t.effect
+                    ),
+                });
+            }
+            if t.time_added.is_some() {
+                return Err(ConfigError::Rejected(
+                    "taint.TimeAdded is not nil".to_owned(),
+                ));
+            }
+        }
         if self.pods_per_core < 0 {
             return Err(ConfigError::Rejected(format!(
                 "podsPerCore (--pods-per-core) {} must not be a negative number",

@@ -194,6 +194,23 @@ impl ConfigValue for Vec<String> {
     }
 }
 
+/// A list of taints (registerWithTaints), as the API spells a Node's.
+impl ConfigValue for Vec<k8s_openapi::api::core::v1::Taint> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        serde_json::from_value(v.clone()).map_err(|e| ConfigError::WrongType {
+            field: field.to_owned(),
+            expected: "a list of taints (key, value, effect)",
+            found: e.to_string(),
+        })
+    }
+    fn encode(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 /// A mapping of strings (numbers are read as their text, as upstream's
 /// YAML to JSON conversion leaves `10%` and `100Mi` alike as strings).
 impl ConfigValue for BTreeMap<String, String> {
