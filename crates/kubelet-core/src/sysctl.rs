@@ -265,6 +265,39 @@ fn kernel_version(release: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// The kernel tunables the kubelet needs (upstream's setupKernelTunables),
+/// by their path under /proc/sys, with the value each must have.
+pub const KERNEL_TUNABLES: [(&str, i64); 6] = [
+    ("vm/overcommit_memory", 1),
+    ("vm/panic_on_oom", 0),
+    ("kernel/panic", 10),
+    ("kernel/panic_on_oops", 1),
+    ("kernel/keys/root_maxkeys", 1_000_000),
+    ("kernel/keys/root_maxbytes", 25_000_000),
+];
+
+/// What to do with a kernel tunable found at `actual`: nothing, set it
+/// (upstream's default, KernelTunableModify), or refuse to start
+/// (protectKernelDefaults, KernelTunableError, in upstream's words).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tunable {
+    Fine,
+    Modify,
+    Refuse(String),
+}
+
+pub fn kernel_tunable(flag: &str, expected: i64, actual: i64, protect: bool) -> Tunable {
+    if actual == expected {
+        Tunable::Fine
+    } else if protect {
+        Tunable::Refuse(format!(
+            "invalid kernel flag: {flag}, expected value: {expected}, actual value: {actual}"
+        ))
+    } else {
+        Tunable::Modify
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,6 +469,21 @@ mod tests {
         assert!(
             e.starts_with("sysctl \"Net.x\" must have at most 253 characters"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn kernel_tunables_are_set_unless_protected() {
+        assert_eq!(kernel_tunable("kernel/panic", 10, 10, true), Tunable::Fine);
+        assert_eq!(
+            kernel_tunable("kernel/panic", 10, 0, false),
+            Tunable::Modify
+        );
+        assert_eq!(
+            kernel_tunable("kernel/panic", 10, 0, true),
+            Tunable::Refuse(
+                "invalid kernel flag: kernel/panic, expected value: 10, actual value: 0".into()
+            )
         );
     }
 }

@@ -157,6 +157,9 @@ fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration 
 async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     protect_from_oom_killer(settings.config.oom_score_adj);
     let cfg = &settings.config;
+    kubelet::cm::setup_kernel_tunables(cfg.protect_kernel_defaults)
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("setting up the node (kernel tunables)")?;
     for dir in [&settings.root_dir, &cfg.pod_logs_dir] {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

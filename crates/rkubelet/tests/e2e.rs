@@ -570,6 +570,49 @@ async fn oom_score_file_limit_and_no_api_server_as_configured() {
 
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn kernel_tunables_are_set_unless_protected() {
+    const MAXKEYS: &str = "/proc/sys/kernel/keys/root_maxkeys";
+    let mut node = Node::new("sysctl");
+    // One tunable off the kubelet's value: protectKernelDefaults refuses
+    // to start, in upstream's words...
+    std::fs::write(MAXKEYS, "999999").unwrap();
+    node.rk.add_config("protectKernelDefaults: true\n");
+    node.start();
+    let status = eventually("rkubelet refuses to start", START, async || {
+        node.rk.exit_status()
+    })
+    .await;
+    assert!(!status.success());
+    let log = std::fs::read_to_string(node.rk.log()).unwrap();
+    assert!(
+        log.contains(
+            "invalid kernel flag: kernel/keys/root_maxkeys, expected value: 1000000, actual value: 999999"
+        ),
+        "{log}"
+    );
+    assert_eq!(std::fs::read_to_string(MAXKEYS).unwrap().trim(), "999999");
+    // ...and by default rkubelet sets it, as upstream does.
+    let text = std::fs::read_to_string(node.rk.config()).unwrap();
+    std::fs::write(
+        node.rk.config(),
+        text.replace(
+            "protectKernelDefaults: true",
+            "protectKernelDefaults: false",
+        ),
+    )
+    .unwrap();
+    node.start();
+    eventually("the tunable is set", START, async || {
+        let v = std::fs::read_to_string(MAXKEYS).ok()?;
+        (v.trim() == "1000000").then_some(())
+    })
+    .await;
+    node.rk.assert_alive();
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn kill_9_and_restart_adopts_pods_and_cleans_up_removed_ones() {
     let mut node = Node::new("crash");
     node.write(

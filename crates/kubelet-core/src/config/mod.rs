@@ -597,6 +597,10 @@ config_section! {
         /// `podsPerCore`: at most this many pods per core (capacity `pods`
         /// is the smaller of it and maxPods); 0 (default): maxPods alone.
         "podsPerCore" pods_per_core: i32 = 0;
+        /// `protectKernelDefaults`: start-up stops when a kernel tunable the
+        /// kubelet needs differs (default false: rkubelet sets them, as
+        /// upstream; see [`crate::sysctl::KERNEL_TUNABLES`]).
+        "protectKernelDefaults" protect_kernel_defaults: bool = false;
         /// `providerID`: the Node's `spec.providerID` at registration.
         "providerID" provider_id: String = String::new();
         /// `registerWithTaints`: the Node's taints at registration

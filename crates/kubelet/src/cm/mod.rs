@@ -121,6 +121,44 @@ struct Inner {
 #[derive(Clone, Debug, Default)]
 pub struct ContainerManager(Option<Arc<Inner>>);
 
+/// Check, or set, the kernel tunables the kubelet needs (upstream's
+/// setupKernelTunables at the container manager's start): a differing one
+/// is set, or with `protect` (protectKernelDefaults) stops start-up; the
+/// errors of all six together, as upstream aggregates them.
+pub fn setup_kernel_tunables(protect: bool) -> Result<(), String> {
+    use kubelet_core::sysctl::{KERNEL_TUNABLES, Tunable, kernel_tunable};
+    let mut errors = Vec::new();
+    for (flag, expected) in KERNEL_TUNABLES {
+        let path = format!("/proc/sys/{flag}");
+        let actual = match std::fs::read_to_string(&path).map(|v| v.trim().parse::<i64>()) {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => {
+                errors.push(format!("{path}: {e}"));
+                continue;
+            }
+            Err(e) => {
+                errors.push(format!("open {path}: {e}"));
+                continue;
+            }
+        };
+        match kernel_tunable(flag, expected, actual, protect) {
+            Tunable::Fine => {}
+            Tunable::Refuse(e) => errors.push(e),
+            Tunable::Modify => {
+                tracing::info!(flag, expected, actual, "Updating kernel flag");
+                if let Err(e) = std::fs::write(&path, expected.to_string()) {
+                    errors.push(format!("write {path}: {e}"));
+                }
+            }
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
+}
+
 /// The node's capacity as the kubepods cgroup limits it: cpu (milli-CPUs),
 /// memory (bytes), pid (the kernel's pid_max or threads-max, the smaller).
 pub fn node_capacity(cpu_cores: i64, memory_bytes: i64) -> Amounts {

@@ -148,10 +148,19 @@ impl Rkubelet {
         self.child.as_ref().expect("rkubelet was started").id()
     }
 
+    /// How rkubelet exited, if it has (it is then no longer running).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut().expect("rkubelet was started");
+        let status = child.try_wait().unwrap();
+        if status.is_some() {
+            self.child = None;
+        }
+        status
+    }
+
     /// Fails the test if rkubelet has exited.
     pub fn assert_alive(&mut self) {
-        let child = self.child.as_mut().expect("rkubelet was started");
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = self.exit_status() {
             panic!("rkubelet exited unexpectedly: {status}");
         }
     }
