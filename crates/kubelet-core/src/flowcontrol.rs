@@ -2,7 +2,9 @@
 //! and 300 s maximum the kubelet gives it) for CrashLoopBackOff and
 //! ImagePullBackOff: a key that failed waits 10 s, 20 s, 40 s … up to 300 s
 //! since its last failure; one quiet for twice the maximum (10 min) starts
-//! over at 10 s. Pure: times are nanoseconds since the epoch, passed in.
+//! over at 10 s. The crash loop's maximum is crashLoopBackOff's
+//! maxContainerRestartPeriod ([`KeyedBackoff::with_max`]). Pure: times are
+//! nanoseconds since the epoch, passed in.
 //!
 //! A container that exited is restarted at once the first time, then only
 //! after its back-off since it exited ([`KeyedBackoff::try_restart`]); an
@@ -21,9 +23,17 @@ struct Entry {
     last_update: i64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct KeyedBackoff {
     entries: HashMap<String, Entry>,
+    initial: Duration,
+    max: Duration,
+}
+
+impl Default for KeyedBackoff {
+    fn default() -> Self {
+        KeyedBackoff::with_max(MAX)
+    }
 }
 
 /// The crash-loop key upstream uses: one backoff per pod and container spec.
@@ -31,21 +41,32 @@ pub fn key(pod_uid: &str, container: &str, hash: &str) -> String {
     format!("{pod_uid}_{container}_{hash}")
 }
 
+/// An entry quiet for twice the maximum starts over.
+fn expired(max: Duration, entry: &Entry, at: i64) -> bool {
+    at.saturating_sub(entry.last_update) > nanos(max * 2)
+}
+
 fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
 impl KeyedBackoff {
-    fn expired(entry: &Entry, at: i64) -> bool {
-        at.saturating_sub(entry.last_update) > nanos(MAX * 2)
+    /// Back-offs up to `max`, starting at 10 s or `max` if less (upstream's
+    /// newCrashLoopBackOff).
+    pub fn with_max(max: Duration) -> Self {
+        KeyedBackoff {
+            entries: HashMap::new(),
+            initial: INITIAL.min(max),
+            max,
+        }
     }
 
     /// A failure of `key` at `now` (upstream's Next): its back-off starts at
     /// the initial one, or doubles up to the maximum.
     pub fn next(&mut self, key: &str, now: i64) {
         let backoff = match self.entries.get(key) {
-            Some(e) if !Self::expired(e, now) => (e.backoff * 2).min(MAX),
-            _ => INITIAL,
+            Some(e) if !expired(self.max, e, now) => (e.backoff * 2).min(self.max),
+            _ => self.initial,
         };
         self.entries.insert(
             key.to_owned(),
@@ -59,7 +80,10 @@ impl KeyedBackoff {
     /// What is left at `now` of `key`'s back-off since its last failure
     /// (upstream's IsInBackOffSinceUpdate); None when it may go.
     pub fn left_since_update(&self, key: &str, now: i64) -> Option<Duration> {
-        let e = self.entries.get(key).filter(|e| !Self::expired(e, now))?;
+        let e = self
+            .entries
+            .get(key)
+            .filter(|e| !expired(self.max, e, now))?;
         let since = Duration::from_nanos(now.saturating_sub(e.last_update).max(0) as u64);
         e.backoff.checked_sub(since).filter(|left| !left.is_zero())
     }
@@ -74,7 +98,7 @@ impl KeyedBackoff {
         now: i64,
     ) -> Result<(), (Duration, Duration)> {
         if let Some(e) = self.entries.get(key)
-            && !Self::expired(e, exited_at)
+            && !expired(self.max, e, exited_at)
         {
             let since = Duration::from_nanos(now.saturating_sub(exited_at).max(0) as u64);
             if since < e.backoff {
@@ -87,7 +111,8 @@ impl KeyedBackoff {
 
     /// Drop entries that expired (their containers ran quietly long enough).
     pub fn gc(&mut self, now: i64) {
-        self.entries.retain(|_, e| !Self::expired(e, now));
+        let max = self.max;
+        self.entries.retain(|_, e| !expired(max, e, now));
     }
 }
 
@@ -145,6 +170,24 @@ mod tests {
     use super::*;
 
     const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn a_short_maximum_bounds_the_initial_back_off_too() {
+        // maxContainerRestartPeriod 5 s: 5, 5, ...; quiet for 10 s starts over.
+        let mut b = KeyedBackoff::with_max(Duration::from_secs(5));
+        let k = key("uid", "c", "h");
+        assert_eq!(b.try_restart(&k, 0, 0), Ok(()));
+        for t in [S, 7 * S, 13 * S] {
+            assert_eq!(
+                b.try_restart(&k, t, t).unwrap_err().0,
+                Duration::from_secs(5)
+            );
+            assert_eq!(b.try_restart(&k, t, t + 5 * S), Ok(()));
+        }
+        let mut b = KeyedBackoff::with_max(Duration::from_secs(30));
+        assert_eq!(b.try_restart(&k, 0, 0), Ok(()));
+        assert_eq!(b.try_restart(&k, S, S).unwrap_err().0, INITIAL);
+    }
 
     #[test]
     fn doubles_to_max_and_resets_after_quiet() {

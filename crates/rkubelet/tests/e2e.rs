@@ -748,6 +748,39 @@ async fn a_pod_runs_in_its_own_cgroup_which_goes_with_it() {
 
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn crash_loop_back_off_stops_at_max_container_restart_period() {
+    // With the default (10 s, then 20 s...) a container that exits at once
+    // starts 3 times in 20 s; with a 2 s maximum, many more.
+    let mut node = Node::new("crashmax");
+    node.rk
+        .add_config("crashLoopBackOff:\n  maxContainerRestartPeriod: 2s\n");
+    node.write("c.yaml", &pod("c", &[("crash", "exit 1")], ""));
+    node.start();
+    let started = Instant::now();
+    let attempts = eventually(
+        "the 6th start of the crashing container",
+        START,
+        async || {
+            let cs = node.pod_containers("c").await?;
+            let most = cs
+                .iter()
+                .filter_map(|c| c.metadata.as_ref().map(|m| m.attempt))
+                .max()?;
+            (most >= 5).then_some(most)
+        },
+    )
+    .await;
+    eprintln!(
+        "MEASURED: {} restarts in {:.1}s with maxContainerRestartPeriod 2s",
+        attempts,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn exit_codes_and_restart_policies() {
     let mut node = Node::new("exit");
     node.write(

@@ -402,6 +402,15 @@ config_section! {
 }
 
 config_section! {
+    /// `crashLoopBackOff` (KubeletCrashLoopBackOffMax, on by default).
+    pub struct CrashLoopBackOffConfig {
+        /// `maxContainerRestartPeriod`: the longest a crash-looping
+        /// container waits before its restart, 1s to 300s. Default 300s.
+        "maxContainerRestartPeriod" max_container_restart_period: Duration = Duration::from_secs(300);
+    }
+}
+
+config_section! {
     /// The fields of upstream's KubeletConfiguration that rkubelet implements.
     pub struct KubeletConfiguration {
         /// `staticPodPath`: directory (or file) of static pod manifests; none by default.
@@ -597,6 +606,8 @@ config_section! {
         /// `podsPerCore`: at most this many pods per core (capacity `pods`
         /// is the smaller of it and maxPods); 0 (default): maxPods alone.
         "podsPerCore" pods_per_core: i32 = 0;
+        /// `crashLoopBackOff`.
+        "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the
         /// kubelet needs differs (default false: rkubelet sets them, as
         /// upstream; see [`crate::sysctl::KERNEL_TUNABLES`]).

@@ -1081,3 +1081,35 @@ fn register_with_taints_decodes_and_validates_as_upstream() {
         assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
     }
 }
+
+#[test]
+fn crash_loop_back_off_maximum_as_upstream() {
+    let d = KubeletConfiguration::default();
+    assert_eq!(
+        d.crash_loop_back_off.max_container_restart_period,
+        Duration::from_secs(300)
+    );
+    let (c, ignored) = parse_body("crashLoopBackOff:\n  maxContainerRestartPeriod: 30s\n").unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    assert_eq!(
+        c.crash_loop_back_off.max_container_restart_period,
+        Duration::from_secs(30)
+    );
+    c.validate().unwrap();
+    assert_eq!(
+        c.to_v1beta1_json()["crashLoopBackOff"]["maxContainerRestartPeriod"],
+        "30s"
+    );
+    for (period, want) in [("0s", "0"), ("500ms", "0.5"), ("301s", "301")] {
+        let (c, _) = parse_body(&format!(
+            "crashLoopBackOff:\n  maxContainerRestartPeriod: {period}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            format!(
+                "invalid configuration: CrashLoopBackOff.MaxContainerRestartPeriod (got: {want} seconds) must be set between 1s and 300s"
+            )
+        );
+    }
+}

@@ -16,6 +16,7 @@ impl KubeletConfiguration {
         self.validate_logs_and_resources()?;
         self.validate_node_allocatable()?;
         self.validate_runtime_and_server()?;
+        self.validate_node()?;
         self.validate_names()
     }
     /// enforceNodeAllocatable as upstream validates it, in its words.
@@ -223,19 +224,9 @@ impl KubeletConfiguration {
         Ok(())
     }
 
-    /// The runtime, cgroups and the servers.
-    fn validate_runtime_and_server(&self) -> Result<(), ConfigError> {
-        let period = self.cpu_cfs_quota_period;
-        if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
-            return Err(ConfigError::Rejected(format!(
-                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} must be between 1ms and 1sec, inclusive",
-                format_go_duration(period)
-            )));
-        }
-        if self.max_pods == 0 {
-            return Err(invalid("maxPods (--max-pods)", "must be greater than 0"));
-        }
-        // Upstream's messages (pkg/kubelet/apis/config/validation).
+    /// The node's own fields, in upstream's messages
+    /// (pkg/kubelet/apis/config/validation).
+    fn validate_node(&self) -> Result<(), ConfigError> {
         if self.node_lease_duration_seconds <= 0 {
             return Err(invalid(
                 "nodeLeaseDurationSeconds",
@@ -289,11 +280,33 @@ impl KubeletConfiguration {
                 ));
             }
         }
+        let restart = self.crash_loop_back_off.max_container_restart_period;
+        if !(Duration::from_secs(1)..=Duration::from_secs(300)).contains(&restart) {
+            return Err(ConfigError::Rejected(format!(
+                "CrashLoopBackOff.MaxContainerRestartPeriod (got: {} seconds) must be set between 1s and 300s",
+                restart.as_secs_f64()
+            )));
+        }
         if self.pods_per_core < 0 {
             return Err(ConfigError::Rejected(format!(
                 "podsPerCore (--pods-per-core) {} must not be a negative number",
                 self.pods_per_core
             )));
+        }
+        Ok(())
+    }
+
+    /// The runtime, cgroups and the servers.
+    fn validate_runtime_and_server(&self) -> Result<(), ConfigError> {
+        let period = self.cpu_cfs_quota_period;
+        if period < Duration::from_millis(1) || period > Duration::from_secs(1) {
+            return Err(ConfigError::Rejected(format!(
+                "cpuCFSQuotaPeriod (--cpu-cfs-quota-period) {} must be between 1ms and 1sec, inclusive",
+                format_go_duration(period)
+            )));
+        }
+        if self.max_pods == 0 {
+            return Err(invalid("maxPods (--max-pods)", "must be greater than 0"));
         }
         let endpoint = &self.container_runtime_endpoint;
         match endpoint.strip_prefix("unix://") {

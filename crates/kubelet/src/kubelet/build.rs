@@ -322,6 +322,7 @@ fn runtime_host(
             extra_masked_paths: host_masked_paths(),
         },
         image_pull_limit: cfg.image_pull_limit(),
+        max_container_restart_period: cfg.crash_loop_back_off.max_container_restart_period,
         cgroups,
         runtime_classes,
     }

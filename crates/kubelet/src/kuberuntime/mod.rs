@@ -112,6 +112,9 @@ pub struct Host {
     /// How many image pulls may run at once (serializeImagePulls: one;
     /// maxParallelImagePulls); None: no limit.
     pub image_pull_limit: Option<usize>,
+    /// The longest crash-loop back-off (crashLoopBackOff's
+    /// maxContainerRestartPeriod).
+    pub max_container_restart_period: std::time::Duration,
     /// The pods' cgroups: each sandbox's cgroup parent.
     pub cgroups: ContainerManager,
 }
@@ -157,6 +160,7 @@ impl RuntimeManager {
         metrics: KubeletMetrics,
         clock: Clock,
     ) -> Self {
+        let crashloop = KeyedBackoff::with_max(host.max_container_restart_period);
         let pull_slots = host
             .image_pull_limit
             .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
@@ -164,7 +168,7 @@ impl RuntimeManager {
             cri,
             host,
             env,
-            crashloop: Arc::default(),
+            crashloop: Arc::new(Mutex::new(crashloop)),
             pull_backoff: Arc::default(),
             pull_slots,
             pulls,

@@ -21,6 +21,7 @@ fn test_host(dir: &std::path::Path) -> Host {
         security: SecurityDefaults::default(),
         runtime_classes: RuntimeClasses::default(),
         image_pull_limit: None,
+        max_container_restart_period: kubelet_core::flowcontrol::MAX,
         cgroups: ContainerManager::default(),
     }
 }
