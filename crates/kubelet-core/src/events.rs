@@ -22,6 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use lru::LruCache;
 
+use crate::flowcontrol::TokenBucket;
+
 /// Keys each cache remembers (upstream's maxLruCacheEntries).
 pub const CACHE_ENTRIES: usize = 4096;
 /// Distinct messages of similar events before they are combined (defaultAggregateMaxEvents).
@@ -77,40 +79,12 @@ impl EventLog {
     }
 }
 
-/// A token bucket without a clock of its own (upstream's passive rate limiter).
-#[derive(Clone, Copy, Debug)]
-struct Bucket {
-    tokens: f64,
-    last: i64,
-}
-
-impl Bucket {
-    fn full(now: i64) -> Self {
-        Bucket {
-            tokens: SPAM_BURST,
-            last: now,
-        }
-    }
-
-    fn try_take(&mut self, now: i64) -> bool {
-        let elapsed = now.saturating_sub(self.last).max(0) as f64 / 1e9;
-        self.tokens = (self.tokens + elapsed * SPAM_QPS).min(SPAM_BURST);
-        self.last = self.last.max(now);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-}
-
 /// The correlator: one per event sender, fed every event in order.
 #[derive(Debug)]
 pub struct EventCorrelator {
     aggregates: LruCache<String, AggregateRecord>,
     logs: LruCache<String, EventLog>,
-    spam: LruCache<String, Bucket>,
+    spam: LruCache<String, TokenBucket>,
 }
 
 impl Default for EventCorrelator {
@@ -182,7 +156,9 @@ impl EventCorrelator {
         let (event, patch) = self.observe(event, key);
         if !self
             .spam
-            .get_or_insert_mut(spam_key(&event), || Bucket::full(now))
+            .get_or_insert_mut(spam_key(&event), || {
+                TokenBucket::full(SPAM_QPS, SPAM_BURST, now)
+            })
             .try_take(now)
         {
             return Correlated::Skip;

@@ -36,6 +36,42 @@ impl Default for KeyedBackoff {
     }
 }
 
+/// A token bucket without a clock of its own (upstream's passive token
+/// bucket rate limiter and its TryAccept): `qps` tokens a second, at most
+/// `burst` kept. Times are nanoseconds since the epoch.
+#[derive(Clone, Copy, Debug)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    tokens: f64,
+    last: i64,
+}
+
+impl TokenBucket {
+    /// A bucket holding its whole burst at `now`.
+    pub fn full(qps: f64, burst: f64, now: i64) -> Self {
+        TokenBucket {
+            qps,
+            burst,
+            tokens: burst,
+            last: now,
+        }
+    }
+
+    /// Take a token at `now` if there is one.
+    pub fn try_take(&mut self, now: i64) -> bool {
+        let elapsed = now.saturating_sub(self.last).max(0) as f64 / 1e9;
+        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
+        self.last = self.last.max(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// The crash-loop key upstream uses: one backoff per pod and container spec.
 pub fn key(pod_uid: &str, container: &str, hash: &str) -> String {
     format!("{pod_uid}_{container}_{hash}")
@@ -170,6 +206,19 @@ mod tests {
     use super::*;
 
     const S: i64 = 1_000_000_000;
+
+    #[test]
+    fn token_bucket_takes_its_burst_then_refills_at_its_rate() {
+        let mut b = TokenBucket::full(5.0, 2.0, 0);
+        assert!(b.try_take(0) && b.try_take(0));
+        assert!(!b.try_take(0), "burst spent");
+        assert!(!b.try_take(S / 10), "0.5 token after 100 ms");
+        assert!(b.try_take(S / 5), "a token after 200 ms at 5/s");
+        assert!(
+            b.try_take(10 * S) && b.try_take(10 * S) && !b.try_take(10 * S),
+            "never over the burst"
+        );
+    }
 
     #[test]
     fn a_short_maximum_bounds_the_initial_back_off_too() {

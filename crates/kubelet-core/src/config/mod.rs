@@ -606,6 +606,11 @@ config_section! {
         /// `podsPerCore`: at most this many pods per core (capacity `pods`
         /// is the smaller of it and maxPods); 0 (default): maxPods alone.
         "podsPerCore" pods_per_core: i32 = 0;
+        /// `registryPullQPS`: image pulls started a second (0: no limit); a
+        /// pull over the budget fails with `pull QPS exceeded`. Default 5.
+        "registryPullQPS" registry_pull_qps: i32 = 5;
+        /// `registryBurst`: pulls allowed at once over the budget. Default 10.
+        "registryBurst" registry_burst: i32 = 10, zero_is_unset;
         /// `crashLoopBackOff`.
         "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the

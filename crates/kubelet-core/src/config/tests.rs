@@ -1113,3 +1113,26 @@ fn crash_loop_back_off_maximum_as_upstream() {
         );
     }
 }
+
+#[test]
+fn registry_pull_budget_as_upstream() {
+    let d = KubeletConfiguration::default();
+    assert_eq!((d.registry_pull_qps, d.registry_burst), (5, 10));
+    // registryPullQPS is a pointer upstream: an explicit 0 is "no limit".
+    let (c, _) = parse_body("registryPullQPS: 0\nregistryBurst: 0\n").unwrap();
+    assert_eq!((c.registry_pull_qps, c.registry_burst), (0, 10));
+    c.validate().unwrap();
+    for (body, want) in [
+        (
+            "registryPullQPS: -1\n",
+            "invalid configuration: registryPullQPS (--registry-qps) -1 must not be a negative number",
+        ),
+        (
+            "registryBurst: -1\n",
+            "invalid configuration: registryBurst (--registry-burst) -1 must not be a negative number",
+        ),
+    ] {
+        let (c, _) = parse_body(body).unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), want);
+    }
+}

@@ -287,6 +287,18 @@ impl KubeletConfiguration {
                 restart.as_secs_f64()
             )));
         }
+        if self.registry_burst < 0 {
+            return Err(ConfigError::Rejected(format!(
+                "registryBurst (--registry-burst) {} must not be a negative number",
+                self.registry_burst
+            )));
+        }
+        if self.registry_pull_qps < 0 {
+            return Err(ConfigError::Rejected(format!(
+                "registryPullQPS (--registry-qps) {} must not be a negative number",
+                self.registry_pull_qps
+            )));
+        }
         if self.pods_per_core < 0 {
             return Err(ConfigError::Rejected(format!(
                 "podsPerCore (--pods-per-core) {} must not be a negative number",

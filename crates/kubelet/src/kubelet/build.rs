@@ -323,6 +323,12 @@ fn runtime_host(
         },
         image_pull_limit: cfg.image_pull_limit(),
         max_container_restart_period: cfg.crash_loop_back_off.max_container_restart_period,
+        pull_qps: (cfg.registry_pull_qps > 0).then(|| {
+            (
+                f64::from(cfg.registry_pull_qps),
+                f64::from(cfg.registry_burst),
+            )
+        }),
         cgroups,
         runtime_classes,
     }

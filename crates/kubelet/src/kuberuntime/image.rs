@@ -225,7 +225,13 @@ impl RuntimeManager {
         let started = tokio::time::Instant::now();
         let mut errors = Vec::new();
         let mut pulled = None;
-        for cred in creds {
+        // registryPullQPS: over the budget the pull fails at once (upstream's
+        // throttled image service), and the back-off retries it.
+        let throttled = self
+            .pull_budget
+            .as_ref()
+            .is_some_and(|b| !b.lock().try_take(self.clock.now_nanos()));
+        for cred in creds.iter().filter(|_| !throttled) {
             let auth = cred.as_ref().map(|c| cri::AuthConfig {
                 username: c.username.clone(),
                 password: c.password.clone(),
@@ -247,6 +253,7 @@ impl RuntimeManager {
             // Upstream's aggregate: one error as is, several in brackets.
             let texts: Vec<String> = errors.iter().map(CriError::grpc_text).collect();
             let message = match texts.as_slice() {
+                _ if throttled => "pull QPS exceeded".to_owned(),
                 [one] => one.clone(),
                 many => format!("[{}]", many.join(", ")),
             };

@@ -24,7 +24,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::{PodActions, compute_pod_actions};
 use kubelet_core::dns::DnsSettings;
-use kubelet_core::flowcontrol::{KeyedBackoff, PullBackoff};
+use kubelet_core::flowcontrol::{KeyedBackoff, PullBackoff, TokenBucket};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::podspec::{
     ContainerKind, ephemeral_containers, init_containers, regular_containers,
@@ -112,6 +112,8 @@ pub struct Host {
     /// How many image pulls may run at once (serializeImagePulls: one;
     /// maxParallelImagePulls); None: no limit.
     pub image_pull_limit: Option<usize>,
+    /// registryPullQPS and registryBurst (None: no limit).
+    pub pull_qps: Option<(f64, f64)>,
     /// The longest crash-loop back-off (crashLoopBackOff's
     /// maxContainerRestartPeriod).
     pub max_container_restart_period: std::time::Duration,
@@ -130,6 +132,8 @@ pub struct RuntimeManager {
     pull_backoff: Arc<Mutex<PullBackoff>>,
     /// A permit per pull that may run now (none: no limit).
     pull_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// registryPullQPS's budget (none: no limit).
+    pull_budget: Option<Arc<Mutex<TokenBucket>>>,
     /// Which pull secrets may use the images the kubelet pulled.
     pulls: Arc<PullManager>,
     events: Recorder,
@@ -161,6 +165,9 @@ impl RuntimeManager {
         clock: Clock,
     ) -> Self {
         let crashloop = KeyedBackoff::with_max(host.max_container_restart_period);
+        let pull_budget = host.pull_qps.map(|(qps, burst)| {
+            Arc::new(Mutex::new(TokenBucket::full(qps, burst, clock.now_nanos())))
+        });
         let pull_slots = host
             .image_pull_limit
             .map(|n| Arc::new(tokio::sync::Semaphore::new(n)));
@@ -171,6 +178,7 @@ impl RuntimeManager {
             crashloop: Arc::new(Mutex::new(crashloop)),
             pull_backoff: Arc::default(),
             pull_slots,
+            pull_budget,
             pulls,
             events,
             metrics,

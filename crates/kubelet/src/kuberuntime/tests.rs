@@ -22,6 +22,7 @@ fn test_host(dir: &std::path::Path) -> Host {
         runtime_classes: RuntimeClasses::default(),
         image_pull_limit: None,
         max_container_restart_period: kubelet_core::flowcontrol::MAX,
+        pull_qps: None,
         cgroups: ContainerManager::default(),
     }
 }
@@ -409,5 +410,67 @@ async fn failure_events_say_why() {
         [
             "Failed to apply default image tag \"Img:1\": invalid reference format: repository name (library/Img) must be lowercase"
         ]
+    );
+}
+
+/// registryPullQPS: a pull over the budget fails at once with upstream's
+/// `pull QPS exceeded`, never reaching the runtime.
+#[tokio::test]
+async fn pulls_over_the_registry_budget_fail_without_reaching_the_runtime() {
+    use kubelet_cri::fake::FakeRuntime;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = FakeRuntime::start(&dir.path().join("cri.sock"))
+        .await
+        .unwrap();
+    fake.make_pullable("img:1");
+    let cri = CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
+    let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
+    // A budget of one pull, refilled once in 1000 s.
+    let host = Host {
+        pull_qps: Some((0.001, 1.0)),
+        ..test_host(dir.path())
+    };
+    let rm = RuntimeManager::new(
+        cri,
+        host,
+        test_env(),
+        test_pulls(dir.path()),
+        events,
+        KubeletMetrics::new("n"),
+        Clock::System,
+    );
+    let always = |uid: &str| {
+        let mut pod = pod_p();
+        pod.metadata.uid = Some(uid.into());
+        pod.spec.as_mut().unwrap().containers[0].image_pull_policy = Some("Always".into());
+        pod
+    };
+    for (uid, want_started) in [("u1", true), ("u2", false)] {
+        let synced = rm
+            .sync_pod(
+                &always(uid),
+                &PodStatus::default(),
+                &kubelet_core::runtime::NoProbes,
+                &Default::default(),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(!synced.started.is_empty(), want_started, "{uid}");
+    }
+    assert_eq!(
+        fake.calls("PullImage"),
+        1,
+        "the second pull never reached the runtime"
+    );
+    let mut failed = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        if e.reason.as_deref() == Some("Failed") {
+            failed.push(e.message.unwrap_or_default());
+        }
+    }
+    assert!(
+        failed.contains(&"Failed to pull image \"img:1\": pull QPS exceeded".to_owned()),
+        "{failed:?}"
     );
 }
