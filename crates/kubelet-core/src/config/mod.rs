@@ -606,6 +606,9 @@ config_section! {
         /// `podsPerCore`: at most this many pods per core (capacity `pods`
         /// is the smaller of it and maxPods); 0 (default): maxPods alone.
         "podsPerCore" pods_per_core: i32 = 0;
+        /// `volumeStatsAggPeriod`: how long a volume's measured usage is
+        /// used again before its directory is walked anew. Default 1m.
+        "volumeStatsAggPeriod" volume_stats_agg_period: Duration = Duration::from_secs(60), zero_is_unset;
         /// `registryPullQPS`: image pulls started a second (0: no limit); a
         /// pull over the budget fails with `pull QPS exceeded`. Default 5.
         "registryPullQPS" registry_pull_qps: i32 = 5;

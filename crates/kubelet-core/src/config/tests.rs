@@ -955,6 +955,9 @@ fn fleet_fields_decode_default_and_validate_as_upstream() {
     assert_eq!(d.max_open_files, 1_000_000);
     assert_eq!(d.pods_per_core, 0);
     assert_eq!(d.provider_id, "");
+    assert_eq!(d.volume_stats_agg_period, Duration::from_secs(60));
+    let (c, _) = parse_body("volumeStatsAggPeriod: 10s\n").unwrap();
+    assert_eq!(c.volume_stats_agg_period, Duration::from_secs(10));
     // Upstream's pointers keep an explicit zero; its plain ints default it.
     let (c, ignored) = parse_body(
         "enableServer: false\noomScoreAdj: 0\nnodeLeaseDurationSeconds: 0\n\

@@ -39,6 +39,7 @@ use crate::prober::ProbeManager;
 use crate::pullmanager::PullManager;
 use crate::runtime_state::RuntimeState;
 use crate::runtimeclass::RuntimeClasses;
+use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
 use crate::volumes::objects::ObjectStore;
@@ -234,7 +235,9 @@ impl Kubelet {
             apparmor: apparmor_on_host(),
             image_gc,
             image_gc_periodic,
-            stats: Arc::default(),
+            stats: Arc::new(
+                StatsProvider::new().with_volume_period(opts.config.volume_stats_agg_period),
+            ),
             eviction,
             reserved,
             eviction_hard,

@@ -61,7 +61,7 @@ pub trait StatsView: Send + Sync {
 
 /// How long a container's CPU sample is kept without a newer one (upstream's defaultCachePeriod).
 const CPU_CACHE_PERIOD: Duration = Duration::from_secs(10 * 60);
-/// How long a volume's measured usage is kept (upstream's
+/// How long a volume's measured usage is kept by default (upstream's
 /// volumeStatsAggPeriod default): a large emptyDir is walked once a minute,
 /// not at every summary.
 pub const VOLUME_STATS_PERIOD: Duration = Duration::from_secs(60);
@@ -201,6 +201,8 @@ pub struct StatsProvider {
     cpu: Mutex<CpuCache>,
     /// Each volume directory's last measure, and when it was taken.
     volumes: Mutex<HashMap<PathBuf, (SystemTime, VolumeUsage)>>,
+    /// How long a volume's measure is used again (volumeStatsAggPeriod).
+    volume_period: Duration,
     /// The runtime's last container stats, and when they were asked, for
     /// writable layers (kept only where pods have cgroups of their own).
     runtime: Mutex<Option<(SystemTime, Arc<Vec<cri::ContainerStats>>)>>,
@@ -243,8 +245,18 @@ impl StatsProvider {
             ticks_per_second,
             cpu: Mutex::new(CpuCache::default()),
             volumes: Mutex::default(),
+            volume_period: VOLUME_STATS_PERIOD,
             runtime: Mutex::default(),
             cgroups: Mutex::default(),
+        }
+    }
+
+    /// The same, measuring each volume at most once per `period`
+    /// (volumeStatsAggPeriod).
+    pub fn with_volume_period(self, period: Duration) -> Self {
+        StatsProvider {
+            volume_period: period,
+            ..self
         }
     }
 
@@ -843,7 +855,7 @@ impl StatsProvider {
 
     /// The emptyDir and configMap volumes of the pods with stats, from
     /// their directories under `<root-dir>/pods/<uid>/volumes`; a measure
-    /// younger than [`VOLUME_STATS_PERIOD`] is used again. The walks run on
+    /// younger than volumeStatsAggPeriod is used again. The walks run on
     /// the blocking pool.
     async fn volume_stats(
         &self,
@@ -878,7 +890,7 @@ impl StatsProvider {
                 .iter()
                 .filter(|(.., dir)| {
                     cache.get(dir).is_none_or(|(at, _)| {
-                        now.duration_since(*at).unwrap_or_default() >= VOLUME_STATS_PERIOD
+                        now.duration_since(*at).unwrap_or_default() >= self.volume_period
                     })
                 })
                 .map(|(.., dir)| dir.clone())

@@ -774,6 +774,17 @@ async fn volumes_are_measured_at_most_once_a_period() {
     *f.now.lock() += VOLUME_STATS_PERIOD;
     let later = web(&f.provider.get(&f.view).await.unwrap());
     assert!(used(&later, "scratch") >= scratch + 8192, "walked again");
+
+    // volumeStatsAggPeriod 5s: walked again 5 s later.
+    f.provider = std::mem::take(&mut f.provider).with_volume_period(Duration::from_secs(5));
+    let now = used(&web(&f.provider.get(&f.view).await.unwrap()), "scratch");
+    write(&vols.join("kubernetes.io~empty-dir/scratch/c"), &kib8);
+    *f.now.lock() += Duration::from_secs(5);
+    let soon = web(&f.provider.get(&f.view).await.unwrap());
+    assert!(
+        used(&soon, "scratch") >= now + 8192,
+        "walked again after 5 s"
+    );
 }
 
 /// The volume walk counts what is in the tree and nothing a symlink
