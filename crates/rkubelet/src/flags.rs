@@ -15,8 +15,8 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::core::v1::Taint;
 use kubelet_core::config::{
-    AuthorizationMode, CgroupDriver, KubeletConfiguration, TLS_CIPHER_SUITES, TlsMinVersion,
-    parse_kubelet_config_reporting, parse_reservation,
+    AuthorizationMode, CgroupDriver, DropinError, KubeletConfiguration, TLS_CIPHER_SUITES,
+    TlsMinVersion, parse_kubelet_config_layers, parse_reservation,
 };
 use kubelet_core::duration::parse_go_duration;
 
@@ -31,6 +31,11 @@ pub struct Flags {
     /// override its values.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// Directory of drop-in configuration files (`*.conf`, in lexical order,
+    /// subdirectories included) merged over --config, as upstream's.
+    #[arg(long, value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
 
     /// Directory of static pod manifests (upstream's deprecated spelling of staticPodPath).
     #[arg(long, value_name = "DIR")]
@@ -380,10 +385,8 @@ impl Flags {
         self,
         machine_hostname: impl FnOnce() -> anyhow::Result<String>,
     ) -> anyhow::Result<Settings> {
-        let (mut config, ignored_fields) = match &self.config {
-            Some(path) => load_config_file(path)?,
-            None => (KubeletConfiguration::default(), Vec::new()),
-        };
+        let (mut config, ignored_fields) =
+            load_config(self.config.as_deref(), self.config_dir.as_deref())?;
         self.apply_overrides(&mut config);
         config.validate()?;
 
@@ -594,11 +597,59 @@ impl Flags {
     }
 }
 
-fn load_config_file(path: &Path) -> anyhow::Result<(KubeletConfiguration, Vec<String>)> {
-    let content = std::fs::read_to_string(path)
-        .with_context(|| format!("failed to read kubelet config file {}", path.display()))?;
-    parse_kubelet_config_reporting(&content)
-        .with_context(|| format!("failed to load kubelet config file {}", path.display()))
+/// --config, with the drop-ins of --config-dir merged over it.
+fn load_config(
+    file: Option<&Path>,
+    dropin_dir: Option<&Path>,
+) -> anyhow::Result<(KubeletConfiguration, Vec<String>)> {
+    let main =
+        match file {
+            Some(path) => Some(std::fs::read_to_string(path).with_context(|| {
+                format!("failed to read kubelet config file {}", path.display())
+            })?),
+            None => None,
+        };
+    let mut dropins = Vec::new();
+    if let Some(dir) = dropin_dir {
+        for path in dropin_files(dir).with_context(|| {
+            format!(
+                "failed to merge kubelet configs: failed to walk through kubelet dropin directory {:?}",
+                dir.display().to_string()
+            )
+        })? {
+            let content = std::fs::read_to_string(&path).with_context(|| {
+                format!("failed to load kubelet dropin file, path: {}", path.display())
+            })?;
+            dropins.push((path.display().to_string(), content));
+        }
+    }
+    parse_kubelet_config_layers(main.as_deref(), &dropins).map_err(|e| match (e, file) {
+        (DropinError::Main(e), Some(path)) => anyhow::Error::new(e).context(format!(
+            "failed to load kubelet config file {}",
+            path.display()
+        )),
+        (e, _) => anyhow::Error::new(e),
+    })
+}
+
+/// The `*.conf` files under `dir`, subdirectories included, in lexical
+/// order per directory (Go's filepath.WalkDir, as upstream walks them);
+/// others are skipped, as upstream does.
+fn dropin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut entries: Vec<std::fs::DirEntry> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    let mut out = Vec::new();
+    for e in entries {
+        let path = e.path();
+        if e.file_type()?.is_dir() {
+            out.extend(dropin_files(&path)?);
+        } else if path.extension().is_some_and(|x| x == "conf") {
+            out.push(path);
+        } else {
+            tracing::debug!(file = %path.display(), "Skipped file in drop-in directory (does not have .conf extension)");
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -631,6 +682,39 @@ hairpinMode: none
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(content.as_bytes()).unwrap();
         f
+    }
+
+    #[test]
+    fn config_dir_dropins_in_lexical_order_then_flags() {
+        const HEADER: &str =
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let dir = tempfile::tempdir().unwrap();
+        let put = |rel: &str, body: &str| {
+            let path = dir.path().join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, format!("{HEADER}{body}")).unwrap();
+        };
+        // Walked as Go's WalkDir: 10.conf, a/05.conf, b.conf; the others
+        // are not drop-ins.
+        put("10.conf", "maxPods: 10\nsyncFrequency: 10s\n");
+        put("a/05.conf", "maxPods: 20\n");
+        put("b.conf", "fileCheckFrequency: 7s\n");
+        put("c.yaml", "maxPods: 99\n");
+        put("z.conf.bak", "maxPods: 98\n");
+        let file = config_file(&format!("{HEADER}maxPods: 5\nsyncFrequency: 5s\n"));
+        let dir_arg = format!("--config-dir={}", dir.path().display());
+        let file_arg = format!("--config={}", file.path().display());
+        let s = settings(&[&file_arg, &dir_arg]).unwrap();
+        assert_eq!(s.config.max_pods, 20);
+        assert_eq!(s.config.sync_frequency, Duration::from_secs(10));
+        assert_eq!(s.config.file_check_frequency, Duration::from_secs(7));
+        // The flags win over both.
+        let s = settings(&[&file_arg, &dir_arg, "--max-pods=30"]).unwrap();
+        assert_eq!(s.config.max_pods, 30);
+        // A broken drop-in stops start-up, named.
+        put("11.conf", "maxPods: [\n");
+        let e = settings(&[&file_arg, &dir_arg]).unwrap_err();
+        assert!(format!("{e:#}").contains("11.conf"), "{e:#}");
     }
 
     fn settings(args: &[&str]) -> anyhow::Result<Settings> {

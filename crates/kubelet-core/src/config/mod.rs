@@ -689,14 +689,85 @@ fn check_header(map: &Map<String, Value>) -> Result<(), ConfigError> {
 pub fn parse_kubelet_config_reporting(
     content: &str,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
+    decode_map(read_document(content)?)
+}
+
+/// A KubeletConfiguration document (YAML or JSON) as a mapping, its header
+/// checked.
+fn read_document(content: &str) -> Result<Map<String, Value>, ConfigError> {
     let doc: Value =
         serde_saphyr::from_str(content).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-    let mut map = match doc {
+    let map = match doc {
         Value::Object(map) => map,
         Value::Null => return Err(ConfigError::NotAMapping("an empty document".to_owned())),
         other => return Err(ConfigError::NotAMapping(describe(&other))),
     };
     check_header(&map)?;
+    Ok(map)
+}
+
+/// The `--config` file (if any) with the `--config-dir` drop-ins merged
+/// over it in the order given, as upstream's mergeKubeletConfigurations:
+/// each drop-in is a JSON merge patch (RFC 7386: mappings merge key by key,
+/// lists are replaced whole, `null` resets a field to its default) over the
+/// defaulted configuration. Returns it with the ignored upstream fields
+/// present in any layer.
+pub fn parse_kubelet_config_layers(
+    main: Option<&str>,
+    dropins: &[(String, String)],
+) -> Result<(KubeletConfiguration, Vec<String>), DropinError> {
+    let (cfg, ignored, mut raw) = match main {
+        Some(content) => {
+            let map = read_document(content).map_err(DropinError::Main)?;
+            let raw = map.clone();
+            let (cfg, ignored) = decode_map(map).map_err(DropinError::Main)?;
+            (cfg, ignored, raw)
+        }
+        None => (KubeletConfiguration::default(), Vec::new(), Map::new()),
+    };
+    if dropins.is_empty() {
+        return Ok((cfg, ignored));
+    }
+    // The base: the defaulted configuration, and the upstream fields it does
+    // not implement as the file gave them.
+    raw.retain(|k, _| ignored.contains(k));
+    let mut merged = cfg.to_v1beta1_json();
+    if let Value::Object(m) = &mut merged {
+        m.extend(raw);
+    }
+    for (path, content) in dropins {
+        let map = read_document(content).map_err(|e| DropinError::File {
+            path: path.clone(),
+            source: e,
+        })?;
+        json_patch::merge(&mut merged, &Value::Object(map));
+    }
+    let Value::Object(map) = merged else {
+        unreachable!("a merge patch of mappings is a mapping");
+    };
+    decode_map(map).map_err(DropinError::Merged)
+}
+
+/// Why the configuration file and its drop-ins could not be loaded, in
+/// upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub enum DropinError {
+    #[error(transparent)]
+    Main(ConfigError),
+    #[error("failed to load kubelet dropin file, path: {path}, error: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: ConfigError,
+    },
+    #[error("failed to merge kubelet configs: {0}")]
+    Merged(#[source] ConfigError),
+}
+
+/// Decode a checked document's fields.
+fn decode_map(
+    mut map: Map<String, Value>,
+) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     map.remove("kind");
     map.remove("apiVersion");
     let serialize_given = map.get("serializeImagePulls").is_some_and(|v| !v.is_null());

@@ -1139,3 +1139,65 @@ fn registry_pull_budget_as_upstream() {
         assert_eq!(c.validate().unwrap_err().to_string(), want);
     }
 }
+
+#[test]
+fn dropins_merge_over_the_file_as_upstream() {
+    let main = format!(
+        "{HEADER}maxPods: 50\nsyncFrequency: 30s\nhairpinMode: none\n\
+         evictionHard: {{memory.available: 200Mi}}\nclusterDNS: [10.0.0.9]\n"
+    );
+    let dropins = [
+        (
+            "10-pods.conf".to_owned(),
+            format!("{HEADER}maxPods: 60\nclusterDNS: [10.0.0.10, 10.0.0.11]\n"),
+        ),
+        (
+            "20-more.conf".to_owned(),
+            // JSON too; a list replaces the list, a mapping merges, null
+            // resets to the default.
+            r#"{"kind": "KubeletConfiguration", "apiVersion": "kubelet.config.k8s.io/v1beta1",
+                "clusterDNS": ["10.0.0.12"], "evictionHard": {"nodefs.available": "5%"},
+                "syncFrequency": null}"#
+                .to_owned(),
+        ),
+    ];
+    let (c, ignored) = parse_kubelet_config_layers(Some(&main), &dropins).unwrap();
+    assert_eq!(c.max_pods, 60);
+    assert_eq!(c.cluster_dns, ["10.0.0.12"]);
+    assert_eq!(
+        c.eviction_hard,
+        BTreeMap::from([
+            ("memory.available".to_owned(), "200Mi".to_owned()),
+            ("nodefs.available".to_owned(), "5%".to_owned()),
+        ])
+    );
+    assert_eq!(
+        c.sync_frequency,
+        Duration::from_secs(60),
+        "null: the default"
+    );
+    assert_eq!(
+        ignored,
+        ["hairpinMode"],
+        "the file's ignored fields survive"
+    );
+    // No file: the drop-ins over the defaults.
+    let (c, _) = parse_kubelet_config_layers(None, &dropins[..1]).unwrap();
+    assert_eq!(c.max_pods, 60);
+    // A drop-in must be a KubeletConfiguration, and say so; the message
+    // names it.
+    let bad = [("a/99.conf".to_owned(), "maxPods: 1\n".to_owned())];
+    let e = parse_kubelet_config_layers(Some(&main), &bad).unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "failed to load kubelet dropin file, path: a/99.conf, error: kind must be"
+        ),
+        "{e}"
+    );
+    let unknown = [("u.conf".to_owned(), format!("{HEADER}maxPodz: 1\n"))];
+    let e = parse_kubelet_config_layers(Some(&main), &unknown).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "failed to merge kubelet configs: unknown field \"maxPodz\""
+    );
+}
