@@ -616,6 +616,8 @@ config_section! {
         "registryBurst" registry_burst: i32 = 10, zero_is_unset;
         /// `crashLoopBackOff`.
         "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
+        /// `failSwapOn`: start-up stops on a node with swap on. Default true.
+        "failSwapOn" fail_swap_on: bool = true;
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the
         /// kubelet needs differs (default false: rkubelet sets them, as
         /// upstream; see [`crate::sysctl::KERNEL_TUNABLES`]).

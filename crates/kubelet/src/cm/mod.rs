@@ -121,6 +121,33 @@ struct Inner {
 #[derive(Clone, Debug, Default)]
 pub struct ContainerManager(Option<Arc<Inner>>);
 
+/// Whether /proc/swaps lists a swap area (more than its header line), as
+/// upstream reads it.
+pub fn swap_on(proc_swaps: &str) -> bool {
+    proc_swaps.trim().lines().count() > 1
+}
+
+/// failSwapOn (upstream's container manager): a node with swap on stops
+/// start-up unless the configuration allows it.
+pub fn check_swap(fail_swap_on: bool) -> Result<(), String> {
+    let swaps = std::fs::read_to_string("/proc/swaps")
+        .map_err(|e| format!("failed to determine if swap is on: {e}"))?;
+    if !swap_on(&swaps) {
+        return Ok(());
+    }
+    if fail_swap_on {
+        return Err(
+            "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false"
+                .to_owned(),
+        );
+    }
+    tracing::warn!(
+        swaps = %swaps.trim(),
+        "swap is on: memorySwap is not implemented by rkubelet, so containers' swap is not limited"
+    );
+    Ok(())
+}
+
 /// Check, or set, the kernel tunables the kubelet needs (upstream's
 /// setupKernelTunables at the container manager's start): a differing one
 /// is set, or with `protect` (protectKernelDefaults) stops start-up; the
@@ -626,5 +653,20 @@ fn kill(pid: i32) -> io::Result<()> {
     match rustix::process::kill_process(pid, rustix::process::Signal::KILL) {
         Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod swap_tests {
+    use super::swap_on;
+
+    #[test]
+    fn swap_is_on_when_proc_swaps_lists_an_area() {
+        let header = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n";
+        assert!(!swap_on(header));
+        assert!(!swap_on(""));
+        assert!(swap_on(&format!(
+            "{header}/swapfile                               file\t\t1048572\t\t0\t\t-2\n"
+        )));
     }
 }
