@@ -188,6 +188,20 @@ pub async fn request_token(
         })
 }
 
+/// GET the ConfigMap or Secret `namespace/name` (`kind` names it in
+/// errors); None when there is none.
+pub async fn get_object<K: Watched>(
+    api: &ApiClient,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<K>, ApiError> {
+    Api::<K>::namespaced(api.client().clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| ApiError::from_kube("get", format!("{kind} {namespace}/{name}"), e))
+}
+
 /// The service account `namespace/name` (a podCertificate request names its
 /// UID).
 pub async fn get_service_account(

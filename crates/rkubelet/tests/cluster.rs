@@ -3971,6 +3971,59 @@ async fn w_g_a_pod_certificate_is_issued_for_the_pods_own_key() {
     k.finish(&HashSet::from([pod_uid])).await;
 }
 
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_h_the_get_strategy_reads_configmaps_and_secrets_at_each_sync() {
+    let mut k = Kubelet::new("getcm");
+    // No watches: each sync GETs the objects (syncFrequency 3s).
+    k.rk.add_config("configMapAndSecretChangeDetectionStrategy: Get\nsyncFrequency: 3s\n");
+    k.start_ready().await;
+    let labels = json!({TEST_LABEL: "1"});
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cl-get-cfg", "namespace": "default", "labels": labels},
+        "data": {"greeting": "hello"},
+    }));
+    let mut c = sh_container("c", SLEEPER);
+    c["volumeMounts"] = json!([{"name": "cfg", "mountPath": "/etc/cfg"}]);
+    c["env"] = json!([{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cl-get-cfg", "key": "greeting"}}}]);
+    let spec = json!({
+        "terminationGracePeriodSeconds": 2,
+        "containers": [c],
+        "volumes": [{"name": "cfg", "configMap": {"name": "cl-get-cfg"}}],
+    });
+    k.api.create(&test_pod(&k.api, "cl-get", spec));
+    let pod = eventually("the pod runs", START, async || {
+        k.api.pod("cl-get").filter(running_with_ip)
+    })
+    .await;
+    let read = || {
+        exec_out(
+            &k.api,
+            "cl-get",
+            "cat /etc/cfg/greeting; echo; echo $GREETING",
+        )
+    };
+    assert_eq!(read().as_deref(), Some("hello\nhello\n"));
+    k.api.ok(&[
+        "patch",
+        "configmap",
+        "cl-get-cfg",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"greeting":"bye"}}"#,
+    ]);
+    eventually(
+        "the edit is in the volume at a later sync",
+        START,
+        async || read().filter(|o| o.starts_with("bye\n")).map(|_| ()),
+    )
+    .await;
+    k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
+}
+
 /// A pod whose exec readiness probe passes while `/tmp/ready` exists.
 fn probed_pod(api: &Api, name: &str) -> Value {
     let mut c = sh_container("c", &format!("touch /tmp/ready; {SLEEPER}"));

@@ -616,6 +616,9 @@ config_section! {
         "registryBurst" registry_burst: i32 = 10, zero_is_unset;
         /// `crashLoopBackOff`.
         "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
+        /// `configMapAndSecretChangeDetectionStrategy`: `Watch` (default),
+        /// `Cache` or `Get`.
+        "configMapAndSecretChangeDetectionStrategy" config_map_and_secret_change_detection_strategy: String = "Watch".into(), zero_is_unset;
         /// `failSwapOn`: start-up stops on a node with swap on. Default true.
         "failSwapOn" fail_swap_on: bool = true;
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the

@@ -287,6 +287,16 @@ impl KubeletConfiguration {
                 restart.as_secs_f64()
             )));
         }
+        if !matches!(
+            self.config_map_and_secret_change_detection_strategy
+                .as_str(),
+            "Watch" | "Cache" | "Get"
+        ) {
+            return Err(ConfigError::Rejected(format!(
+                "unknown configmap and secret manager mode: {}",
+                self.config_map_and_secret_change_detection_strategy
+            )));
+        }
         if self.registry_burst < 0 {
             return Err(ConfigError::Rejected(format!(
                 "registryBurst (--registry-burst) {} must not be a negative number",

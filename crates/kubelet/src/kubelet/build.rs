@@ -42,7 +42,7 @@ use crate::runtimeclass::RuntimeClasses;
 use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
-use crate::volumes::objects::ObjectStore;
+use crate::volumes::objects::{ObjectStore, Strategy};
 use crate::volumes::podcert::PodCertificates;
 use crate::volumes::token::TokenManager;
 use crate::volumes::trust::TrustBundles;
@@ -77,14 +77,29 @@ impl Kubelet {
         let services = watch::Sender::new(Latest::Pending);
         let runtime_classes = watch::Sender::new(Latest::Pending);
         let node_uid: Arc<RwLock<Option<String>>> = Arc::default();
+        // Validated with the configuration.
+        let strategy = opts
+            .config
+            .config_map_and_secret_change_detection_strategy
+            .parse()
+            .unwrap_or(Strategy::Watch);
         let api_objects = api.as_ref().map(|api| ApiObjects {
             config_maps: ObjectStore::new(
                 api.clone(),
                 tasks.clone(),
                 "configmap",
                 probe_tx.clone(),
+                strategy,
+                node.subscribe(),
             ),
-            secrets: ObjectStore::new(api.clone(), tasks.clone(), "secret", probe_tx.clone()),
+            secrets: ObjectStore::new(
+                api.clone(),
+                tasks.clone(),
+                "secret",
+                probe_tx.clone(),
+                strategy,
+                node.subscribe(),
+            ),
             tokens: TokenManager::new(api.clone(), opts.clock),
             trust: TrustBundles::new(api.clone(), tasks.clone(), probe_tx.clone()),
             pod_certificates: PodCertificates::new(
