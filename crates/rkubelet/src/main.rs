@@ -68,7 +68,8 @@ fn main() -> ExitCode {
         ),
     }
     for field in &settings.ignored_fields {
-        tracing::warn!(%field, "KubeletConfiguration field is not implemented yet and is ignored");
+        let why = kubelet_core::config::not_implemented(field).unwrap_or("not implemented");
+        tracing::warn!(%field, why, "KubeletConfiguration field is ignored");
     }
     let code = match rt.block_on(run(settings)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -191,6 +191,176 @@ pub const UPSTREAM_FIELDS: &[&str] = &[
     "userNamespaces",
 ];
 
+/// The upstream fields [`KubeletConfiguration`] does not declare, each with
+/// why: accepted, ignored with a warning that says this, and listed in the
+/// README. A test keeps it equal to [`UPSTREAM_FIELDS`] less the declared
+/// fields.
+pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
+    (
+        "httpCheckFrequency",
+        "not yet: the HTTP static pod source (#33)",
+    ),
+    ("staticPodURL", "not yet: the HTTP static pod source (#33)"),
+    (
+        "staticPodURLHeader",
+        "not yet: the HTTP static pod source (#33)",
+    ),
+    (
+        "tlsCurvePreferences",
+        "not yet: rustls's default key exchange groups are used (#33)",
+    ),
+    (
+        "rotateCertificates",
+        "not yet: client certificate rotation (#33)",
+    ),
+    (
+        "serverTLSBootstrap",
+        "not yet: serving certificates from CSRs (#33)",
+    ),
+    (
+        "enableContentionProfiling",
+        "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
+    ),
+    (
+        "kubeletCgroups",
+        "not yet: rkubelet stays in the cgroup it is started in (#33)",
+    ),
+    (
+        "systemCgroups",
+        "not yet: system processes are not moved (#33)",
+    ),
+    (
+        "cpuManagerPolicy",
+        "not yet: the CPU manager (#36); every pod shares the CPUs",
+    ),
+    ("cpuManagerPolicyOptions", "not yet: the CPU manager (#36)"),
+    (
+        "cpuManagerReconcilePeriod",
+        "not yet: the CPU manager (#36)",
+    ),
+    ("memoryManagerPolicy", "not yet: the memory manager (#36)"),
+    (
+        "topologyManagerPolicy",
+        "not yet: the topology manager (#36)",
+    ),
+    (
+        "topologyManagerScope",
+        "not yet: the topology manager (#36)",
+    ),
+    (
+        "topologyManagerPolicyOptions",
+        "not yet: the topology manager (#36)",
+    ),
+    ("reservedSystemCPUs", "not yet: the CPU manager (#36)"),
+    ("reservedMemory", "not yet: the memory manager (#36)"),
+    (
+        "singleProcessOOMKill",
+        "no effect on cgroup v1, where an OOM kill takes one process (upstream sets memory.oom.group on cgroup v2 only)",
+    ),
+    (
+        "qosReserved",
+        "no effect: upstream honours it only with the alpha QOSReserved gate, off by default",
+    ),
+    (
+        "memoryThrottlingFactor",
+        "no effect: upstream honours it only with the alpha MemoryQoS gate on cgroup v2",
+    ),
+    (
+        "memoryReservationPolicy",
+        "no effect: upstream honours it only with the alpha MemoryQoS gate on cgroup v2",
+    ),
+    (
+        "hairpinMode",
+        "no effect: hairpin traffic is the CNI plugin's (upstream's kubenet, which used it, is gone)",
+    ),
+    (
+        "podCIDR",
+        "not yet: a standalone node's pod CIDR is the runtime's CNI configuration",
+    ),
+    ("runOnce", "not yet: rkubelet always runs as a daemon"),
+    (
+        "contentType",
+        "no effect: rkubelet's API client speaks JSON (kube-rs has no protobuf encoding)",
+    ),
+    (
+        "enableControllerAttachDetach",
+        "not yet: attach/detach of persistent volumes (#34)",
+    ),
+    (
+        "makeIPTablesUtilChains",
+        "no effect: rkubelet makes no iptables chains (kube-proxy and the CNI plugin do)",
+    ),
+    (
+        "iptablesMasqueradeBit",
+        "no effect: rkubelet makes no iptables chains",
+    ),
+    (
+        "iptablesDropBit",
+        "no effect: rkubelet makes no iptables chains",
+    ),
+    (
+        "featureGates",
+        "not yet: upstream's gates at their v1.37 defaults (#33)",
+    ),
+    (
+        "memorySwap",
+        "not yet: containers' swap is not limited (#33)",
+    ),
+    (
+        "showHiddenMetricsForVersion",
+        "no effect: rkubelet has no hidden (deprecated) metrics",
+    ),
+    (
+        "defaultPodSysctls",
+        "not yet: sysctls added to every pod (#33)",
+    ),
+    (
+        "volumePluginDir",
+        "no effect: rkubelet has no FlexVolume plugins",
+    ),
+    (
+        "logging",
+        "not yet: the text format of tracing, verbosity from -v (#33)",
+    ),
+    (
+        "shutdownGracePeriod",
+        "not yet: graceful node shutdown (#33)",
+    ),
+    (
+        "shutdownGracePeriodCriticalPods",
+        "not yet: graceful node shutdown (#33)",
+    ),
+    (
+        "shutdownGracePeriodByPodPriority",
+        "not yet: graceful node shutdown (#33)",
+    ),
+    (
+        "enableProfilingHandler",
+        "no effect: rkubelet has no /debug/pprof",
+    ),
+    (
+        "enableDebugFlagsHandler",
+        "no effect: rkubelet has no /debug/flags/v",
+    ),
+    (
+        "imageServiceEndpoint",
+        "not yet: images go through containerRuntimeEndpoint",
+    ),
+    (
+        "failCgroupV1",
+        "not yet: rkubelet runs on cgroup v1 and v2 alike (upstream's default refuses v1)",
+    ),
+    ("userNamespaces", "not yet: user namespaces (#35)"),
+];
+
+/// Why rkubelet does not implement upstream field `field`, if it does not.
+pub fn not_implemented(field: &str) -> Option<&'static str> {
+    NOT_IMPLEMENTED
+        .iter()
+        .find(|(f, _)| *f == field)
+        .map(|(_, why)| *why)
+}
+
 /// The cgroup driver the runtime and the kubelet agree on (`cgroupDriver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum CgroupDriver {

@@ -322,6 +322,20 @@ fn every_upstream_field_is_accepted() {
     all.dedup();
     assert_eq!(all.len(), UPSTREAM_FIELDS.len(), "duplicate field names");
     assert_eq!(UPSTREAM_FIELDS.len(), 126, "upstream v1.37's fields");
+    // Every field not declared says why; none that is declared does.
+    let mut undeclared: Vec<&str> = UPSTREAM_FIELDS
+        .iter()
+        .copied()
+        .filter(|f| !declared.iter().any(|d| d == f))
+        .collect();
+    let mut documented: Vec<&str> = NOT_IMPLEMENTED.iter().map(|(f, _)| *f).collect();
+    undeclared.sort_unstable();
+    documented.sort_unstable();
+    assert_eq!(
+        undeclared, documented,
+        "NOT_IMPLEMENTED must list exactly the undeclared fields"
+    );
+    assert!(NOT_IMPLEMENTED.iter().all(|(_, why)| !why.is_empty()));
 }
 
 #[test]
