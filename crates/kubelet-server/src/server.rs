@@ -303,7 +303,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let pki = Pki::new();
         let serving = pki.leaf("node-a", &[], vec!["localhost".to_owned()]);
-        let tls = build(serving, Some(pki.roots()), min, suites).unwrap();
+        let mut cfg = KubeletConfiguration {
+            tls_min_version: min,
+            tls_cipher_suites: suites.to_vec(),
+            ..KubeletConfiguration::default()
+        };
+        edit(&mut cfg);
+        let tls = build(serving, Some(pki.roots()), &cfg).unwrap();
         let reviewer = Arc::new(FakeReviewer {
             tokens: HashMap::from([("good-token".to_owned(), UserInfo::new("bob", vec![]))]),
             allowed: vec![
@@ -314,8 +320,6 @@ mod tests {
             ],
             ..FakeReviewer::default()
         });
-        let mut cfg = KubeletConfiguration::default();
-        edit(&mut cfg);
         let auth = Arc::new(Auth::new("node-a", &cfg, reviewer.clone()));
         let view = Arc::new(FakeView {
             problems: Mutex::new(Vec::new()),

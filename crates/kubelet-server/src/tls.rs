@@ -81,14 +81,27 @@ pub fn server_config(
         .as_deref()
         .map(load_client_ca)
         .transpose()?;
-    build(cert, client_ca, cfg.tls_min_version, &cfg.tls_cipher_suites)
+    build(cert, client_ca, cfg)
 }
 
 /// The ring provider restricted to the TLS 1.3 suites (always on, as in Go)
 /// and the TLS 1.2 suites named (upstream names); all ECDHE AES-GCM /
-/// ChaCha20 suites when `names` is empty.
-pub fn crypto_provider(names: &[String]) -> Result<CryptoProvider, TlsError> {
+/// ChaCha20 suites when `names` is empty; and to the key exchange groups
+/// `curves` names (Go's CurveIDs, checked by the configuration's
+/// validation), in that order; all of them when empty.
+pub fn crypto_provider(names: &[String], curves: &[i32]) -> Result<CryptoProvider, TlsError> {
     let mut provider = rustls::crypto::ring::default_provider();
+    if !curves.is_empty() {
+        let all = std::mem::take(&mut provider.kx_groups);
+        provider.kx_groups = curves
+            .iter()
+            .filter_map(|&id| {
+                all.iter()
+                    .find(|g| i32::from(u16::from(g.name())) == id)
+                    .copied()
+            })
+            .collect();
+    }
     let all = std::mem::take(&mut provider.cipher_suites);
     let (tls13, tls12): (Vec<SupportedCipherSuite>, Vec<SupportedCipherSuite>) = all
         .into_iter()
@@ -146,10 +159,13 @@ fn cipher_suite(name: &str) -> Option<CipherSuite> {
 pub fn build(
     cert: ServingCert,
     client_ca: Option<RootCertStore>,
-    min_version: TlsMinVersion,
-    cipher_suites: &[String],
+    cfg: &KubeletConfiguration,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let provider = Arc::new(crypto_provider(cipher_suites)?);
+    let provider = Arc::new(crypto_provider(
+        &cfg.tls_cipher_suites,
+        &cfg.tls_curve_preferences,
+    )?);
+    let min_version = cfg.tls_min_version;
     let versions: &[&'static rustls::SupportedProtocolVersion] = match min_version {
         TlsMinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsMinVersion::Tls13 => &[&rustls::version::TLS13],
@@ -382,7 +398,7 @@ mod tests {
 
     #[test]
     fn cipher_suites_are_restricted() {
-        let all = crypto_provider(&[]).unwrap();
+        let all = crypto_provider(&[], &[]).unwrap();
         let names: Vec<String> = all
             .cipher_suites
             .iter()
@@ -395,7 +411,8 @@ mod tests {
             );
             assert!(s.contains("GCM") || s.contains("CHACHA20"), "{s}");
         }
-        let one = crypto_provider(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_owned()]).unwrap();
+        let one =
+            crypto_provider(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".to_owned()], &[]).unwrap();
         let tls12: Vec<CipherSuite> = one
             .cipher_suites
             .iter()
@@ -404,7 +421,7 @@ mod tests {
             .collect();
         assert_eq!(tls12, [CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]);
         assert_eq!(one.cipher_suites.len(), 4, "3 TLS 1.3 suites + 1");
-        let err = crypto_provider(&["TLS_RSA_WITH_RC4_128_SHA".to_owned()]).unwrap_err();
+        let err = crypto_provider(&["TLS_RSA_WITH_RC4_128_SHA".to_owned()], &[]).unwrap_err();
         assert!(
             err.to_string().contains("TLS_RSA_WITH_RC4_128_SHA"),
             "{err}"
@@ -413,6 +430,19 @@ mod tests {
         for name in kubelet_core::config::TLS_CIPHER_SUITES {
             assert!(cipher_suite(name).is_some(), "{name}");
         }
+    }
+
+    #[test]
+    fn curve_preferences_pick_and_order_the_key_exchange_groups() {
+        let names = |p: &CryptoProvider| -> Vec<u16> {
+            p.kx_groups.iter().map(|g| u16::from(g.name())).collect()
+        };
+        assert_eq!(
+            names(&crypto_provider(&[], &[]).unwrap()),
+            [29, 23, 24],
+            "all by default"
+        );
+        assert_eq!(names(&crypto_provider(&[], &[24, 29]).unwrap()), [24, 29]);
     }
 
     #[test]

@@ -206,10 +206,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "not yet: the HTTP static pod source (#33)",
     ),
     (
-        "tlsCurvePreferences",
-        "not yet: rustls's default key exchange groups are used (#33)",
-    ),
-    (
         "rotateCertificates",
         "not yet: client certificate rotation (#33)",
     ),
@@ -463,6 +459,41 @@ pub const TLS_CIPHER_SUITES: &[&str] = &[
     "TLS_CHACHA20_POLY1305_SHA256",
 ];
 
+/// The curves (Go's tls.CurveID) rkubelet's TLS stack (rustls with ring)
+/// offers: tlsCurvePreferences may name these.
+pub const TLS_CURVES: &[(i32, &str)] = &[(23, "CurveP256"), (24, "CurveP384"), (29, "X25519")];
+
+/// The curves Go knows that ring does not (tlsCurvePreferences refuses
+/// them by name).
+const GO_ONLY_CURVES: &[(i32, &str)] = &[(25, "CurveP521"), (4588, "X25519MLKEM768")];
+
+/// Why a tlsCurvePreferences list cannot be used: upstream's checks
+/// (component-base's TLSCurvePreferences), then what rkubelet's stack lacks.
+pub fn check_curve_preferences(ids: &[i32]) -> Result<(), String> {
+    let mut seen = Vec::new();
+    for &id in ids {
+        if id <= 0 || id > i32::from(u16::MAX) {
+            return Err(format!(
+                "curve preference {id} is out of range (must be 1-65535)"
+            ));
+        }
+        if seen.contains(&id) {
+            return Err(format!("duplicate curve preference {id}"));
+        }
+        seen.push(id);
+        if TLS_CURVES.iter().any(|(c, _)| *c == id) {
+            continue;
+        }
+        return Err(match GO_ONLY_CURVES.iter().find(|(c, _)| *c == id) {
+            Some((_, name)) => format!(
+                "curve preference {id} ({name}) is not supported by rkubelet's TLS stack (rustls with ring: 23, 24 and 29)"
+            ),
+            None => format!("curve preference {id} is not supported"),
+        });
+    }
+    Ok(())
+}
+
 /// `authorization.mode`: how the kubelet API authorizes requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum AuthorizationMode {
@@ -630,6 +661,10 @@ config_section! {
         /// `tlsCipherSuites`: TLS 1.2 suites allowed (names from
         /// [`TLS_CIPHER_SUITES`]); empty: all of them.
         "tlsCipherSuites" tls_cipher_suites: Vec<String> = Vec::new();
+        /// `tlsCurvePreferences`: the key exchange groups the kubelet API
+        /// offers, by Go's CurveID (23 P-256, 24 P-384, 29 X25519; see
+        /// [`TLS_CURVES`]); empty: all of them.
+        "tlsCurvePreferences" tls_curve_preferences: Vec<i32> = Vec::new();
         /// `tlsMinVersion`: default VersionTLS12.
         "tlsMinVersion" tls_min_version: TlsMinVersion = TlsMinVersion::Tls12;
         /// `authentication`.

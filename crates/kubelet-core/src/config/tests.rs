@@ -1215,3 +1215,29 @@ fn dropins_merge_over_the_file_as_upstream() {
         "failed to merge kubelet configs: unknown field \"maxPodz\""
     );
 }
+
+#[test]
+fn tls_curve_preferences_as_upstream_checks_them() {
+    let (c, ignored) = parse_body("tlsCurvePreferences: [29, 23]\n").unwrap();
+    assert!(ignored.is_empty());
+    assert_eq!(c.tls_curve_preferences, [29, 23]);
+    c.validate().unwrap();
+    for (list, want) in [
+        (
+            "[0]",
+            "curve preference 0 is out of range (must be 1-65535)",
+        ),
+        ("[23, 23]", "duplicate curve preference 23"),
+        (
+            "[25]",
+            "curve preference 25 (CurveP521) is not supported by rkubelet's TLS stack (rustls with ring: 23, 24 and 29)",
+        ),
+        ("[7]", "curve preference 7 is not supported"),
+    ] {
+        let (c, _) = parse_body(&format!("tlsCurvePreferences: {list}\n")).unwrap();
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            format!("invalid configuration: tlsCurvePreferences {want}")
+        );
+    }
+}

@@ -297,6 +297,9 @@ impl KubeletConfiguration {
                 self.config_map_and_secret_change_detection_strategy
             )));
         }
+        if let Err(e) = super::check_curve_preferences(&self.tls_curve_preferences) {
+            return Err(invalid("tlsCurvePreferences", e));
+        }
         if self.registry_burst < 0 {
             return Err(ConfigError::Rejected(format!(
                 "registryBurst (--registry-burst) {} must not be a negative number",

@@ -194,6 +194,28 @@ impl ConfigValue for Vec<String> {
     }
 }
 
+/// A list of 32-bit integers (tlsCurvePreferences).
+impl ConfigValue for Vec<i32> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        const EXPECTED: &str = "a list of 32-bit integers";
+        v.as_array()
+            .ok_or_else(|| wrong_type(field, EXPECTED, v))?
+            .iter()
+            .map(|item| {
+                item.as_i64()
+                    .and_then(|n| i32::try_from(n).ok())
+                    .ok_or_else(|| wrong_type(field, EXPECTED, item))
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::from(self.clone())
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 /// A list of taints (registerWithTaints), as the API spells a Node's.
 impl ConfigValue for Vec<k8s_openapi::api::core::v1::Taint> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
