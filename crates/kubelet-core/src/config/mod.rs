@@ -258,14 +258,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: upstream honours it only with the alpha QOSReserved gate, off by default",
     ),
     (
-        "memoryThrottlingFactor",
-        "no effect: upstream honours it only with the alpha MemoryQoS gate on cgroup v2",
-    ),
-    (
-        "memoryReservationPolicy",
-        "no effect: upstream honours it only with the alpha MemoryQoS gate on cgroup v2",
-    ),
-    (
         "hairpinMode",
         "no effect: hairpin traffic is the CNI plugin's (upstream's kubenet, which used it, is gone)",
     ),
@@ -305,10 +297,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
         "showHiddenMetricsForVersion",
         "no effect: rkubelet has no hidden (deprecated) metrics",
-    ),
-    (
-        "defaultPodSysctls",
-        "not yet: sysctls added to every pod (#33)",
     ),
     (
         "volumePluginDir",
@@ -824,6 +812,15 @@ config_section! {
         /// `configMapAndSecretChangeDetectionStrategy`: `Watch` (default),
         /// `Cache` or `Get`.
         "configMapAndSecretChangeDetectionStrategy" config_map_and_secret_change_detection_strategy: String = "Watch".into(), zero_is_unset;
+        /// `defaultPodSysctls`: needs the alpha DefaultPodSysctls gate, off
+        /// in v1.37 (as upstream, a non-empty map stops start-up).
+        "defaultPodSysctls" default_pod_sysctls: BTreeMap<String, String> = BTreeMap::new();
+        /// `memoryThrottlingFactor`: needs the alpha MemoryQoS gate, off in
+        /// v1.37 (as upstream, a value other than 0.9 stops start-up).
+        "memoryThrottlingFactor" memory_throttling_factor: Option<f64> = None;
+        /// `memoryReservationPolicy`: `None` (default); `TieredReservation`
+        /// needs the alpha MemoryQoS gate, off in v1.37.
+        "memoryReservationPolicy" memory_reservation_policy: String = "None".into(), zero_is_unset;
         /// `failSwapOn`: start-up stops on a node with swap on. Default true.
         "failSwapOn" fail_swap_on: bool = true;
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the

@@ -1241,3 +1241,32 @@ fn tls_curve_preferences_as_upstream_checks_them() {
         );
     }
 }
+
+#[test]
+fn fields_of_alpha_gates_off_by_default_are_refused_as_upstream() {
+    let ok = "memoryThrottlingFactor: 0.9\nmemoryReservationPolicy: None\ndefaultPodSysctls: {}\n";
+    let (c, ignored) = parse_body(ok).unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    c.validate().unwrap();
+    for (body, want) in [
+        (
+            "defaultPodSysctls: {net.ipv4.ip_forward: \"1\"}\n",
+            "invalid configuration: DefaultPodSysctls feature gate is required for Kubelet configuration option defaultPodSysctls",
+        ),
+        (
+            "memoryThrottlingFactor: 0.8\n",
+            "invalid configuration: memoryThrottlingFactor must not be set when MemoryQoS feature gate is disabled",
+        ),
+        (
+            "memoryReservationPolicy: TieredReservation\n",
+            "invalid configuration: memoryReservationPolicy \"TieredReservation\" requires MemoryQoS feature gate to be enabled",
+        ),
+        (
+            "memoryReservationPolicy: Some\n",
+            "invalid configuration: option \"Some\" specified for memoryReservationPolicy. Valid options are \"None\" or \"TieredReservation\"",
+        ),
+    ] {
+        let (c, _) = parse_body(body).unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
+    }
+}

@@ -300,6 +300,33 @@ impl KubeletConfiguration {
         if let Err(e) = super::check_curve_preferences(&self.tls_curve_preferences) {
             return Err(invalid("tlsCurvePreferences", e));
         }
+        // Fields whose alpha gates are off in v1.37: upstream refuses them.
+        if !self.default_pod_sysctls.is_empty() {
+            return Err(ConfigError::Rejected(
+                "DefaultPodSysctls feature gate is required for Kubelet configuration option defaultPodSysctls"
+                    .to_owned(),
+            ));
+        }
+        if self.memory_throttling_factor.is_some_and(|f| f != 0.9) {
+            return Err(ConfigError::Rejected(
+                "memoryThrottlingFactor must not be set when MemoryQoS feature gate is disabled"
+                    .to_owned(),
+            ));
+        }
+        match self.memory_reservation_policy.as_str() {
+            "None" => {}
+            "TieredReservation" => {
+                return Err(ConfigError::Rejected(
+                    "memoryReservationPolicy \"TieredReservation\" requires MemoryQoS feature gate to be enabled"
+                        .to_owned(),
+                ));
+            }
+            other => {
+                return Err(ConfigError::Rejected(format!(
+                    "option {other:?} specified for memoryReservationPolicy. Valid options are \"None\" or \"TieredReservation\""
+                )));
+            }
+        }
         if self.registry_burst < 0 {
             return Err(ConfigError::Rejected(format!(
                 "registryBurst (--registry-burst) {} must not be a negative number",

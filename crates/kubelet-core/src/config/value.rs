@@ -194,6 +194,21 @@ impl ConfigValue for Vec<String> {
     }
 }
 
+/// An optional number (memoryThrottlingFactor; unset: none).
+impl ConfigValue for Option<f64> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        v.as_f64()
+            .map(Some)
+            .ok_or_else(|| wrong_type(field, "a number", v))
+    }
+    fn encode(&self) -> Value {
+        self.map_or(Value::Null, Value::from)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_none()
+    }
+}
+
 /// A list of 32-bit integers (tlsCurvePreferences).
 impl ConfigValue for Vec<i32> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
