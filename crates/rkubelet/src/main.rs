@@ -158,6 +158,9 @@ fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration 
 async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     protect_from_oom_killer(settings.config.oom_score_adj);
     let cfg = &settings.config;
+    if let Some(layout) = kubelet::cm::HostCgroups::detect().layout {
+        cfg.validate_for_cgroups(layout.version())?;
+    }
     kubelet::cm::check_swap(cfg.fail_swap_on)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("setting up the node (swap)")?;

@@ -250,10 +250,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     ("reservedSystemCPUs", "not yet: the CPU manager (#36)"),
     ("reservedMemory", "not yet: the memory manager (#36)"),
     (
-        "singleProcessOOMKill",
-        "no effect on cgroup v1, where an OOM kill takes one process (upstream sets memory.oom.group on cgroup v2 only)",
-    ),
-    (
         "qosReserved",
         "no effect: upstream honours it only with the alpha QOSReserved gate, off by default",
     ),
@@ -821,6 +817,11 @@ config_section! {
         /// `memoryReservationPolicy`: `None` (default); `TieredReservation`
         /// needs the alpha MemoryQoS gate, off in v1.37.
         "memoryReservationPolicy" memory_reservation_policy: String = "None".into(), zero_is_unset;
+        /// `singleProcessOOMKill`: unset or true, an OOM kill takes one
+        /// process (cgroup v1's only behaviour); false (a container's whole
+        /// group, memory.oom.group) is refused: on cgroup v1 as upstream
+        /// refuses it, on cgroup v2 as not built yet.
+        "singleProcessOOMKill" single_process_oom_kill: Option<bool> = None;
         /// `failSwapOn`: start-up stops on a node with swap on. Default true.
         "failSwapOn" fail_swap_on: bool = true;
         /// `protectKernelDefaults`: start-up stops when a kernel tunable the
@@ -1007,6 +1008,21 @@ pub fn ignored_fields_present(content: &str) -> Vec<String> {
 }
 
 impl KubeletConfiguration {
+    /// The checks upstream makes of the host's cgroup version
+    /// (validateKubeletOSConfiguration), on cgroup v`version`.
+    pub fn validate_for_cgroups(&self, version: u8) -> Result<(), ConfigError> {
+        if self.single_process_oom_kill == Some(false) {
+            return Err(ConfigError::Rejected(if version == 1 {
+                "singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
+                    .to_owned()
+            } else {
+                "singleProcessOOMKill: false (memory.oom.group for each container) is not implemented by rkubelet yet"
+                    .to_owned()
+            }));
+        }
+        Ok(())
+    }
+
     /// The node's pod capacity on `cores` CPUs: maxPods, or podsPerCore per
     /// core when that is smaller (upstream's MachineInfo setter).
     pub fn pod_capacity(&self, cores: i64) -> u32 {

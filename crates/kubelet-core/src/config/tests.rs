@@ -1270,3 +1270,24 @@ fn fields_of_alpha_gates_off_by_default_are_refused_as_upstream() {
         assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
     }
 }
+
+#[test]
+fn single_process_oom_kill_false_is_refused_on_cgroup_v1_as_upstream() {
+    let (c, ignored) = parse_body("singleProcessOOMKill: true\n").unwrap();
+    assert!(ignored.is_empty());
+    c.validate_for_cgroups(1).unwrap();
+    KubeletConfiguration::default()
+        .validate_for_cgroups(2)
+        .unwrap();
+    let (c, _) = parse_body("singleProcessOOMKill: false\n").unwrap();
+    assert_eq!(
+        c.validate_for_cgroups(1).unwrap_err().to_string(),
+        "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
+    );
+    assert!(
+        c.validate_for_cgroups(2)
+            .unwrap_err()
+            .to_string()
+            .contains("not implemented by rkubelet yet")
+    );
+}
