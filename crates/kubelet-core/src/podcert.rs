@@ -185,7 +185,7 @@ pub fn seen(pcr: Option<&PodCertificateRequest>) -> Seen<'_> {
 }
 
 /// What happened to a projection.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Input<'a> {
     /// A sync at `now` (Unix seconds); `pcr` is what the request of a
     /// waiting state says (Absent otherwise).
@@ -194,19 +194,19 @@ pub enum Input<'a> {
         pcr: Seen<'a>,
         jitter: i64,
     },
-    /// A request was made with the key of the last [`Action::CreateRequest`].
+    /// The request of the last [`Action::CreateRequest`] was made with `key`.
     Created {
         name: &'a str,
         created_at: i64,
         jitter: i64,
+        key: PrivateKeyPem,
     },
 }
 
 /// What the manager must do after a step.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Make a key and a request, then step [`Input::Created`] with the key
-    /// given to [`created`].
+    /// Make a key and a request, then step [`Input::Created`].
     CreateRequest,
     /// A Warning event on the pod.
     Event {
@@ -265,9 +265,10 @@ pub fn step(state: State, input: Input<'_>, namespace: &str) -> (State, Vec<Acti
                 name,
                 created_at,
                 jitter,
+                key,
             },
         ) => State::Wait(Waiting {
-            key: PrivateKeyPem(String::new()),
+            key,
             pcr: name.to_owned(),
             abandon_at: created_at + ASSUME_DELETED_SECS + jitter,
         }),
@@ -277,11 +278,12 @@ pub fn step(state: State, input: Input<'_>, namespace: &str) -> (State, Vec<Acti
                 name,
                 created_at,
                 jitter,
+                key,
             },
         ) => State::WaitRefresh {
             current,
             refresh: Waiting {
-                key: PrivateKeyPem(String::new()),
+                key,
                 pcr: name.to_owned(),
                 abandon_at: created_at + ASSUME_DELETED_SECS + jitter,
             },
@@ -290,29 +292,6 @@ pub fn step(state: State, input: Input<'_>, namespace: &str) -> (State, Vec<Acti
         (s, Input::Created { .. }) => s,
     };
     (next, actions)
-}
-
-/// Step [`Input::Created`] and keep `key`, the key the request was made with.
-pub fn created(
-    state: State,
-    name: &str,
-    created_at: i64,
-    jitter: i64,
-    key: PrivateKeyPem,
-) -> State {
-    let input = Input::Created {
-        name,
-        created_at,
-        jitter,
-    };
-    match step(state, input, "").0 {
-        State::Wait(w) => State::Wait(Waiting { key, ..w }),
-        State::WaitRefresh { current, refresh } => State::WaitRefresh {
-            current,
-            refresh: Waiting { key, ..refresh },
-        },
-        s => s,
-    }
 }
 
 /// A waiting request answered: Issued → Fresh with its key; Denied or

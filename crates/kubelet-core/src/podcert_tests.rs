@@ -241,6 +241,17 @@ fn step_table() {
     }
 }
 
+/// The state after the request of the last CreateRequest was made.
+fn created(state: State, name: &str, created_at: i64, jitter: i64, key: PrivateKeyPem) -> State {
+    let input = Input::Created {
+        name,
+        created_at,
+        jitter,
+        key,
+    };
+    step(state, input, NS).0
+}
+
 #[test]
 fn created_waits_with_the_key() {
     assert_eq!(

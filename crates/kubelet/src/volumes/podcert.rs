@@ -144,7 +144,13 @@ impl PodCertificates {
                 }
                 Action::CreateRequest => match self.create(pod, src, key_type).await {
                     Ok((name, created_at, pem)) => {
-                        state = podcert::created(state, &name, created_at, jitter, pem);
+                        let input = Input::Created {
+                            name: &name,
+                            created_at,
+                            jitter,
+                            key: pem,
+                        };
+                        state = podcert::step(state, input, namespace).0;
                     }
                     Err(e) => failed = Some(e),
                 },
