@@ -4,12 +4,16 @@
 //! client), and typed errors that keep the HTTP code.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+
+use base64::Engine as _;
 
 use futures::future::BoxFuture;
 use http::{Request, Response};
 use kube::client::Body;
 use kubelet_core::metrics::KubeletMetrics;
+use parking_lot::RwLock;
 use tower::{Layer, Service};
 
 use crate::metrics::RequestMetricsLayer;
@@ -95,17 +99,35 @@ impl ApiError {
 pub struct ApiClient {
     /// Every request through it takes a token first.
     client: kube::Client,
-    /// The connection under the limit, for siblings with budgets of their
-    /// own.
-    connection: kube::Client,
+    /// The connection under the limit, shared with siblings that have
+    /// budgets of their own.
+    connection: Arc<Connection>,
 }
 
-/// A kube client as a tower service: the connection the rate limit layer
-/// sits on.
-#[derive(Clone)]
-struct Connection(kube::Client);
+/// The kube client requests go out on. Its client certificate can be
+/// replaced while requests are in flight (rotation): each request takes
+/// the client current when it starts, so a watch opened before a swap
+/// keeps its connection until it ends, and every request after a swap
+/// opens connections of a new pool with the new certificate (the old
+/// pool's keep-alive connections are never reused). Upstream instead closes
+/// every connection on rotation.
+struct Connection {
+    current: RwLock<kube::Client>,
+    /// What builds a client with another certificate; None for a client
+    /// given whole (tests).
+    rebuild: Option<Rebuild>,
+}
 
-impl Service<Request<Body>> for Connection {
+struct Rebuild {
+    config: kube::Config,
+    layer: RequestMetricsLayer,
+}
+
+/// [`Connection`] as a tower service, for the rate limit layer to sit on.
+#[derive(Clone)]
+struct Current(Arc<Connection>);
+
+impl Service<Request<Body>> for Current {
     type Response = Response<Body>;
     type Error = kube::Error;
     type Future = BoxFuture<'static, Result<Response<Body>, kube::Error>>;
@@ -115,7 +137,7 @@ impl Service<Request<Body>> for Connection {
     }
 
     fn call(&mut self, req: Request<Body>) -> Self::Future {
-        let client = self.0.clone();
+        let client = self.0.current.read().clone();
         Box::pin(async move { client.send(req).await })
     }
 }
@@ -137,9 +159,21 @@ impl ApiClient {
     /// `connection` with `qps` requests a second and `burst` at once (a qps
     /// of 0: unlimited).
     pub fn new(connection: kube::Client, qps: u32, burst: u32) -> Self {
-        let limited = RateLimitLayer::new(qps, burst).layer(Connection(connection.clone()));
+        Self::limited(
+            Arc::new(Connection {
+                current: RwLock::new(connection),
+                rebuild: None,
+            }),
+            qps,
+            burst,
+        )
+    }
+
+    fn limited(connection: Arc<Connection>, qps: u32, burst: u32) -> Self {
+        let namespace = connection.current.read().default_namespace().to_owned();
+        let limited = RateLimitLayer::new(qps, burst).layer(Current(connection.clone()));
         ApiClient {
-            client: kube::Client::new(limited, connection.default_namespace()),
+            client: kube::Client::new(limited, namespace),
             connection,
         }
     }
@@ -152,15 +186,20 @@ impl ApiClient {
         burst: u32,
         metrics: KubeletMetrics,
     ) -> Result<Self, ApiError> {
-        let err = |message: String| ApiError::Kubeconfig {
+        let config = load_kubeconfig(path).await?;
+        Self::from_config(config, qps, burst, metrics).map_err(|message| ApiError::Kubeconfig {
             path: path.display().to_string(),
             message,
-        };
-        let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-        let mut config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| err(e.to_string()))?;
+        })
+    }
+
+    /// A client from a loaded kube config (see [`load_kubeconfig`]).
+    pub fn from_config(
+        mut config: kube::Config,
+        qps: u32,
+        burst: u32,
+        metrics: KubeletMetrics,
+    ) -> Result<Self, String> {
         config
             .headers
             .push((http::header::USER_AGENT, user_agent()));
@@ -172,23 +211,72 @@ impl ApiClient {
                 .map(|a| a.to_string())
                 .unwrap_or_default(),
         };
-        let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| err(e.to_string()))?
-            .with_layer(&layer)
-            .build();
-        Ok(ApiClient::new(client, qps, burst))
+        let rebuild = Rebuild { config, layer };
+        let client = rebuild.build(rebuild.config.clone())?;
+        let connection = Connection {
+            current: RwLock::new(client),
+            rebuild: Some(rebuild),
+        };
+        Ok(Self::limited(Arc::new(connection), qps, burst))
+    }
+
+    /// Authenticate every request from now on with this client certificate
+    /// (PEM chain) and key (PEM), for this client and its siblings; requests
+    /// in flight finish on their connections.
+    pub fn set_client_certificate(&self, chain_pem: &str, key_pem: &str) -> Result<(), ApiError> {
+        let err = |message: String| ApiError::Transport {
+            verb: "authenticate",
+            what: "with the new client certificate".into(),
+            message,
+        };
+        let rebuild = self
+            .connection
+            .rebuild
+            .as_ref()
+            .ok_or_else(|| err("this client cannot change its certificate".into()))?;
+        let engine = base64::engine::general_purpose::STANDARD;
+        let mut config = rebuild.config.clone();
+        config.auth_info = kube::config::AuthInfo {
+            client_certificate_data: Some(engine.encode(chain_pem)),
+            client_key_data: Some(engine.encode(key_pem).into()),
+            ..kube::config::AuthInfo::default()
+        };
+        let client = rebuild.build(config).map_err(err)?;
+        *self.connection.current.write() = client;
+        Ok(())
     }
 
     /// The same connection with a budget of its own (events use
     /// eventRecordQPS/eventBurst, apart from kubeAPIQPS).
     pub fn with_limits(&self, qps: u32, burst: u32) -> Self {
-        ApiClient::new(self.connection.clone(), qps, burst)
+        Self::limited(self.connection.clone(), qps, burst)
     }
 
     /// The kube client; each of its requests waits for the rate limit.
     pub fn client(&self) -> &kube::Client {
         &self.client
     }
+}
+
+impl Rebuild {
+    fn build(&self, config: kube::Config) -> Result<kube::Client, String> {
+        Ok(kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| e.to_string())?
+            .with_layer(&self.layer)
+            .build())
+    }
+}
+
+/// A kubeconfig file's current context as a kube config.
+pub async fn load_kubeconfig(path: &Path) -> Result<kube::Config, ApiError> {
+    let err = |message: String| ApiError::Kubeconfig {
+        path: path.display().to_string(),
+        message,
+    };
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 #![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 pub mod client;
+pub mod csr;
 pub mod metrics;
 pub mod node;
 pub mod objects;

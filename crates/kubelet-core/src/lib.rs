@@ -13,6 +13,7 @@ pub mod actions;
 pub mod admission;
 pub mod backoff;
 pub mod cadvisor;
+pub mod certificate;
 pub mod cgroups;
 pub mod checkpoint;
 pub mod config;

@@ -231,6 +231,53 @@ impl Gauge {
     }
 }
 
+/// The seconds left until an instant, computed when rendered (upstream's
+/// GaugeFunc over a certificate's NotAfter, truncated; negative once past):
+/// absent until [`Expiry::register`], then `+Inf` while there is no instant.
+#[derive(Debug)]
+pub struct Expiry {
+    desc: Desc,
+    /// None: not registered; Some(None): no instant; Some(Some(t)): unix
+    /// seconds.
+    until: Mutex<Option<Option<i64>>>,
+}
+
+impl Expiry {
+    pub fn new(name: &'static str, help: &'static str) -> Self {
+        Expiry {
+            desc: Desc::new(name, help, &[]),
+            until: Mutex::new(None),
+        }
+    }
+
+    /// Show the family (at `+Inf` until [`Expiry::set`]).
+    pub fn register(&self) {
+        self.until.lock().get_or_insert(None);
+    }
+
+    /// The instant counted down to, in unix seconds (None: `+Inf`).
+    pub fn set(&self, until: Option<i64>) {
+        *self.until.lock() = Some(until);
+    }
+
+    /// The value rendered at `now` (unix seconds); None while unregistered.
+    pub fn value_at(&self, now: i64) -> Option<f64> {
+        let until = (*self.until.lock())?;
+        Some(until.map_or(f64::INFINITY, |t| (t - now) as f64))
+    }
+
+    pub fn render(&self, out: &mut String) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if let Some(v) = self.value_at(now) {
+            self.desc.header(out, "gauge");
+            self.desc.series_name(out, "", &[], None);
+            let _ = writeln!(out, " {}", format_float(v));
+        }
+    }
+}
+
 fn get(desc: &Desc, series: &Mutex<BTreeMap<Vec<String>, f64>>, labels: &[&str]) -> f64 {
     desc.key(labels)
         .and_then(|key| series.lock().get(&key).copied())
@@ -385,6 +432,7 @@ enum Family<'a> {
     Counter(&'a Counter),
     Gauge(&'a Gauge),
     Histogram(&'a Histogram),
+    Expiry(&'a Expiry),
 }
 
 impl Family<'_> {
@@ -393,6 +441,7 @@ impl Family<'_> {
             Family::Counter(c) => c.desc.name,
             Family::Gauge(g) => g.desc.name,
             Family::Histogram(h) => h.desc.name,
+            Family::Expiry(e) => e.desc.name,
         }
     }
 
@@ -401,6 +450,7 @@ impl Family<'_> {
             Family::Counter(c) => c.render(out),
             Family::Gauge(g) => g.render(out),
             Family::Histogram(h) => h.render(out),
+            Family::Expiry(e) => e.render(out),
         }
     }
 }
@@ -429,6 +479,19 @@ macro_rules! families {
 }
 
 families! {
+    /// `kubelet_certificate_manager_client_ttl_seconds`: seconds until the
+    /// client certificate expires; shown only while rotating it.
+    client_certificate_ttl: Expiry(
+        "kubelet_certificate_manager_client_ttl_seconds",
+        "[ALPHA] Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF.",
+    ),
+    /// `kubelet_certificate_manager_client_expiration_renew_errors`: failed
+    /// client certificate rotations.
+    client_certificate_renew_errors: Counter(
+        "kubelet_certificate_manager_client_expiration_renew_errors",
+        "[ALPHA] Counter of certificate renewal errors.",
+        &[],
+    ),
     /// `kubelet_node_name{node}`: always 1.
     node_name: Gauge(
         "kubelet_node_name",
@@ -676,6 +739,36 @@ impl KubeletMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expiry_shows_once_registered_and_counts_down() {
+        let e = Expiry::new("t_ttl_seconds", "[ALPHA] T.");
+        let mut out = String::new();
+        e.render(&mut out);
+        assert_eq!(
+            out, "",
+            "not registered: absent, as upstream before rotation starts"
+        );
+        assert_eq!(e.value_at(100), None);
+        e.register();
+        assert_eq!(e.value_at(100), Some(f64::INFINITY));
+        e.render(&mut out);
+        assert_eq!(
+            out,
+            "# HELP t_ttl_seconds [ALPHA] T.\n# TYPE t_ttl_seconds gauge\nt_ttl_seconds +Inf\n"
+        );
+        e.set(Some(160));
+        assert_eq!(e.value_at(100), Some(60.0));
+        assert_eq!(e.value_at(200), Some(-40.0));
+        e.register();
+        assert_eq!(
+            e.value_at(100),
+            Some(60.0),
+            "registering again keeps the instant"
+        );
+        e.set(None);
+        assert_eq!(e.value_at(100), Some(f64::INFINITY));
+    }
 
     #[test]
     fn renders_counter_gauge_histogram_exactly() {

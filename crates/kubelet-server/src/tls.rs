@@ -1,7 +1,7 @@
 //! The kubelet API's TLS setup (upstream: `InitializeTLS` in
 //! cmd/kubelet/app/server.go): the serving certificate from
 //! tlsCertFile/tlsPrivateKeyFile, or a self-signed one kept in
-//! `<root-dir>/pki/kubelet.{crt,key}`; TLS 1.2+ with ECDHE AES-GCM /
+//! `<cert-dir>/kubelet.{crt,key}`; TLS 1.2+ with ECDHE AES-GCM /
 //! ChaCha20 suites only; client certificates requested and, when
 //! `authentication.x509.clientCAFile` is set, verified against it (optional at
 //! the TLS level so that bearer tokens still work).
@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use kubelet_core::certificate::Leaf;
 use kubelet_core::config::{KubeletConfiguration, TlsMinVersion};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -63,16 +64,16 @@ pub struct SelfSignedIdentity {
 }
 
 /// The rustls server configuration of the kubelet API: the certificate
-/// (configured or self-signed under `<root_dir>/pki`), TLS versions, cipher
-/// suites and client-certificate verification from `cfg`.
+/// (configured or self-signed in `cert_dir`), TLS versions, cipher suites
+/// and client-certificate verification from `cfg`.
 pub fn server_config(
     cfg: &KubeletConfiguration,
-    root_dir: &Path,
+    cert_dir: &Path,
     identity: &SelfSignedIdentity,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let cert = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
         (Some(cert), Some(key)) => load_cert_and_key(cert, key)?,
-        _ => self_signed(&root_dir.join("pki"), identity, SystemTime::now())?,
+        _ => self_signed(cert_dir, identity, SystemTime::now())?,
     };
     let client_ca = cfg
         .authentication
@@ -260,7 +261,8 @@ pub fn self_signed(
     load_cert_and_key(&cert_path, &key_path)
 }
 
-fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
+/// Write `data` to `path` with `mode` (created or truncated), synced to disk.
+pub fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let err = |source| TlsError::Write {
@@ -275,6 +277,7 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
         .open(path)
         .map_err(err)?;
     f.write_all(data).map_err(err)?;
+    f.sync_all().map_err(err)?;
     // An existing file keeps its mode on open: set it.
     std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(err)
 }
@@ -282,19 +285,17 @@ fn write_file(path: &Path, data: &[u8], mode: u32) -> Result<(), TlsError> {
 /// Whether a stored certificate can be served at `now`: it parses, its key
 /// matches and it has not expired.
 fn still_valid(cert: &ServingCert, now: SystemTime) -> bool {
-    let Some(leaf) = cert.chain.first() else {
-        return false;
-    };
-    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(leaf) else {
+    let Some(leaf) = leaf(cert) else {
         return false;
     };
     let now = now
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let validity = parsed.validity();
-    if now < validity.not_before.timestamp() || now >= validity.not_after.timestamp() {
-        return false;
-    }
+    (leaf.not_before..leaf.not_after).contains(&now) && keys_match(cert)
+}
+
+/// Whether the key is the one the first certificate of the chain certifies.
+pub fn keys_match(cert: &ServingCert) -> bool {
     let provider = rustls::crypto::ring::default_provider();
     let Ok(key) = provider.key_provider.load_private_key(cert.key.clone_key()) else {
         return false;
@@ -302,6 +303,59 @@ fn still_valid(cert: &ServingCert, now: SystemTime) -> bool {
     rustls::sign::CertifiedKey::new(cert.chain.clone(), key)
         .keys_match()
         .is_ok()
+}
+
+/// The earliest NotAfter (unix seconds) of the PEM certificates in `pem`;
+/// None when there is none or one does not parse.
+pub fn chain_not_after(pem: &[u8]) -> Option<i64> {
+    let ders = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .ok()?;
+    ders.iter()
+        .map(|der| {
+            x509_parser::parse_x509_certificate(der)
+                .ok()
+                .map(|(_, c)| c.validity().not_after.timestamp())
+        })
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .min()
+}
+
+/// What the certificate manager reads of the chain's first certificate;
+/// None when there is none or it does not parse.
+pub fn leaf(cert: &ServingCert) -> Option<Leaf> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert.chain.first()?).ok()?;
+    let subject = parsed.subject();
+    let strings = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| {
+        it.filter_map(|a| a.as_str().ok().map(str::to_owned))
+            .collect::<Vec<_>>()
+    };
+    let mut dns_names = Vec::new();
+    let mut ips = Vec::new();
+    if let Ok(Some(san)) = parsed.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                x509_parser::extensions::GeneralName::DNSName(d) => dns_names.push((*d).to_owned()),
+                x509_parser::extensions::GeneralName::IPAddress(b) => {
+                    if let Ok(v4) = <[u8; 4]>::try_from(*b) {
+                        ips.push(IpAddr::from(v4));
+                    } else if let Ok(v6) = <[u8; 16]>::try_from(*b) {
+                        ips.push(IpAddr::from(v6));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Some(Leaf {
+        not_before: parsed.validity().not_before.timestamp(),
+        not_after: parsed.validity().not_after.timestamp(),
+        common_name: strings(&mut subject.iter_common_name()).join(""),
+        organizations: strings(&mut subject.iter_organization()),
+        dns_names,
+        ips,
+    })
 }
 
 /// A new self-signed certificate and key (PEM) for `identity`, valid a year from `now`.

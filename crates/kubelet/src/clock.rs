@@ -5,6 +5,9 @@
 //! host's; a test can give the kubelet one that follows tokio's clock, so
 //! paused time moves the wall clock as well.
 
+use std::hash::BuildHasher as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -64,11 +67,33 @@ impl Clock {
     }
 }
 
+/// Randomness for jitter (upstream's `wait.Jitter` and friends): a cheap
+/// `Clone` handle whose clones draw from one sequence; not for secrets.
+#[derive(Clone, Debug, Default)]
+pub struct Jitter(std::sync::Arc<(std::collections::hash_map::RandomState, AtomicU64)>);
+
+impl Jitter {
+    /// A number in `[0, 1)`, uniform enough for spreading deadlines.
+    pub fn fraction(&self) -> f64 {
+        let (state, counter) = &*self.0;
+        let n = counter.fetch_add(1, Ordering::Relaxed);
+        (state.hash_one(n) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[test]
+    fn jitter_fractions_lie_in_0_1_and_spread() {
+        let j = Jitter::default();
+        let draws: Vec<f64> = (0..1000).map(|_| j.clone().fraction()).collect();
+        assert!(draws.iter().all(|f| (0.0..1.0).contains(f)));
+        assert!(draws.iter().any(|f| *f < 0.2) && draws.iter().any(|f| *f > 0.8));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_clock_following_tokio_moves_only_with_it() {

@@ -7,6 +7,7 @@
 
 #![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 pub mod allocation;
+pub mod certificate;
 pub mod clock;
 pub mod cm;
 pub mod config;

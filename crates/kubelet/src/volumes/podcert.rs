@@ -16,9 +16,7 @@
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::certificates::v1::PodCertificateRequest;
 use k8s_openapi::api::core::v1::{Pod, PodCertificateProjection};
@@ -35,7 +33,7 @@ use kubelet_core::podcert::{
 use kubelet_core::types::PodUid;
 use tokio::sync::{mpsc, watch};
 
-use crate::clock::Clock;
+use crate::clock::{Clock, Jitter};
 use crate::events::{Involved, Recorder, WARNING};
 use kubelet_tasks::{Tasks, blocking};
 
@@ -67,7 +65,7 @@ pub struct PodCertificates {
     records: Arc<Mutex<HashMap<Key, Record>>>,
     /// The node's requests, once watched.
     requests: Arc<Mutex<Option<watch::Receiver<Requests>>>>,
-    jitter_seed: Arc<(std::collections::hash_map::RandomState, AtomicU64)>,
+    jitter: Jitter,
 }
 
 impl PodCertificates {
@@ -90,7 +88,7 @@ impl PodCertificates {
             resync,
             records: Arc::default(),
             requests: Arc::default(),
-            jitter_seed: Arc::default(),
+            jitter: Jitter::default(),
         }
     }
 
@@ -191,9 +189,7 @@ impl PodCertificates {
 
     /// Upstream's jitter: uniform enough in [0, 5 min).
     fn jitter(&self) -> i64 {
-        let (state, counter) = &*self.jitter_seed;
-        let n = counter.fetch_add(1, Ordering::Relaxed);
-        (state.hash_one(n) % MAX_JITTER_SECS as u64) as i64
+        (self.jitter.fraction() * MAX_JITTER_SECS as f64) as i64
     }
 
     fn report(&self, now: i64) {
