@@ -11,6 +11,14 @@
 #                                 metrics-server) on the node IP, port
 #                                 ${RKUBELET_METRICS_SERVER_PORT:-4443}, and register
 #                                 it as v1beta1.metrics.k8s.io (kubectl top)
+#   hack/cluster.sh bootstrap-token NODE
+#                                 a bootstrap token as kubeadm makes one (the
+#                                 kube-system/bootstrap-token-<id> Secret, 24 h,
+#                                 group system:bootstrappers:kubeadm:default-node-token,
+#                                 and kubeadm's three ClusterRoleBindings: CSR
+#                                 creation, auto-approval of the first client
+#                                 certificate and of its renewals); prints the
+#                                 path of $DIR/bootstrap-kubelet-NODE.conf
 #   hack/cluster.sh down          stop them all (state dir kept unless CLEAN=1)
 #   hack/cluster.sh env           print KUBECONFIG and PATH exports
 #
@@ -28,6 +36,10 @@
 # an audit log, $DIR/audit.log (JSON lines), of every request made by a node
 # (group system:nodes, level Metadata; the RequestReceived stage is omitted,
 # so a request is one line, a watch two) and of nothing else.
+#
+# RKUBELET_SIGNING_DURATION (default 8760h, upstream's): the life of the
+# certificates the controller manager signs (--cluster-signing-duration; the
+# signer's floor is 10m), so a test sees client certificates rotate.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO_ROOT=$PWD
@@ -198,7 +210,7 @@ EOF
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" ${reconciler[@]+"${reconciler[@]}"} \
-    --anonymous-auth=false --authorization-mode=Node,RBAC \
+    --anonymous-auth=false --authorization-mode=Node,RBAC --enable-bootstrap-token-auth=true \
     --enable-admission-plugins=NodeRestriction --allow-privileged=true ${audit[@]+"${audit[@]}"}
   local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
   wait_for kube-apiserver "${kubectl[@]}" get --raw /readyz
@@ -209,6 +221,7 @@ EOF
     --secure-port 0 --leader-elect=false \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --cluster-signing-duration "${RKUBELET_SIGNING_DURATION:-8760h}" \
     --use-service-account-credentials=true --service-cluster-ip-range "$SERVICE_CIDR"
   start kube-scheduler "$bin/kube-scheduler" \
     --kubeconfig "$DIR/scheduler.conf" \
@@ -221,6 +234,69 @@ control plane up (state in $DIR); use it with:
   export KUBECONFIG=$DIR/admin.conf PATH=$bin:\$PATH
 nodes (${nodes[*]}): kubeconfigs $DIR/kubelet-<node>.conf
 EOF
+}
+
+# bootstrap_token NODE: a token, its Secret and kubeadm's bindings, and the
+# bootstrap kubeconfig a node joins with (kubeadm's user name for it).
+bootstrap_token() {
+  local node=${1:?usage: bootstrap-token NODE} id secret expiration
+  local kubectl=("$(bin_dir)/kubectl" --kubeconfig "$DIR/admin.conf")
+  id=$(tr -dc 'a-z0-9' </dev/urandom | head -c 6)
+  secret=$(tr -dc 'a-z0-9' </dev/urandom | head -c 16)
+  expiration=$(date -u -d '+24 hours' +%Y-%m-%dT%H:%M:%SZ)
+  local group=system:bootstrappers:kubeadm:default-node-token server
+  # The API server as the admin kubeconfig names it (so a test that knows
+  # only the state directory gets the right port).
+  server=$("${kubectl[@]}" config view --minify -o 'jsonpath={.clusters[0].cluster.server}')
+  # kubeadm's bindings: the group may create CSRs, its first client
+  # certificate is approved, and so are every node's renewals.
+  local bindings="" b name role subject
+  for b in "kubeadm:kubelet-bootstrap system:node-bootstrapper $group" \
+    "kubeadm:node-autoapprove-bootstrap system:certificates.k8s.io:certificatesigningrequests:nodeclient $group" \
+    "kubeadm:node-autoapprove-certificate-rotation system:certificates.k8s.io:certificatesigningrequests:selfnodeclient system:nodes"; do
+    read -r name role subject <<<"$b"
+    bindings+="---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: \"$name\"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: \"$role\"}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: \"$subject\"}]
+"
+  done
+  "${kubectl[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Secret
+metadata: {name: bootstrap-token-$id, namespace: kube-system}
+type: bootstrap.kubernetes.io/token
+stringData:
+  description: "rkubelet hack/cluster.sh bootstrap token for $node"
+  token-id: "$id"
+  token-secret: "$secret"
+  expiration: "$expiration"
+  usage-bootstrap-authentication: "true"
+  usage-bootstrap-signing: "true"
+  auth-extra-groups: "$group"
+${bindings}
+EOF
+  cat >"$DIR/bootstrap-kubelet-$node.conf" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kubernetes
+  cluster:
+    server: $server
+    certificate-authority: $PKI/ca.crt
+users:
+- name: tls-bootstrap-token-user
+  user:
+    token: $id.$secret
+contexts:
+- name: tls-bootstrap-token-user@kubernetes
+  context: {cluster: kubernetes, user: tls-bootstrap-token-user}
+current-context: tls-bootstrap-token-user@kubernetes
+EOF
+  chmod 600 "$DIR/bootstrap-kubelet-$node.conf"
+  echo "$DIR/bootstrap-kubelet-$node.conf"
 }
 
 # The address metrics-server is reached at: the API server's when that is not
@@ -295,7 +371,8 @@ down() {
 case ${1:-} in
   up) shift; up "$@" ;;
   metrics-server) metrics_server ;;
+  bootstrap-token) shift; bootstrap_token "$@" ;;
   down) down ;;
   env) echo "export KUBECONFIG=$DIR/admin.conf PATH=$(bin_dir):\$PATH" ;;
-  *) die "usage: $0 up [NODE...]|metrics-server|down|env" ;;
+  *) die "usage: $0 up [NODE...]|metrics-server|bootstrap-token NODE|down|env" ;;
 esac

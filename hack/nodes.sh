@@ -242,7 +242,7 @@ node_up() {
   [[ $kind == upstream ]] && kubelet=$bin/kubelet
   [[ -x $kubelet ]] || die "no kubelet binary at $kubelet"
   start_in "$nd" kubelet "$kubelet" --config "$nd/kubelet-config.yaml" --root-dir "$nd/root" \
-    --kubeconfig "$DIR/kubelet-$name.conf" --hostname-override "$name" --node-ip "$(node_ip "$i")"
+    --cert-dir "$nd/root/pki" --kubeconfig "$DIR/kubelet-$name.conf" --hostname-override "$name" --node-ip "$(node_ip "$i")"
   proxy_config "$i" "$(proxy_mode)" >"$nd/kube-proxy.yaml"
   start_in "$nd" kube-proxy "$bin/kube-proxy" --config "$nd/kube-proxy.yaml"
 }

@@ -54,7 +54,7 @@ trap cleanup EXIT INT TERM
 
 echo "==> starting rkubelet as node $node (log: $state/rkubelet.log)"
 target/release/rkubelet --config "$state/kubelet-config.yaml" --root-dir "$state/root" \
-  --hostname-override "$node" >"$state/rkubelet.log" 2>&1 &
+  --cert-dir "$state/root/pki" --hostname-override "$node" >"$state/rkubelet.log" 2>&1 &
 pid=$!
 
 want=$(find "$state/manifests" -name '*.yaml' | wc -l)

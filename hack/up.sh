@@ -98,7 +98,7 @@ if [[ -f $state/rkubelet.pid ]] && kill -0 "$(cat "$state/rkubelet.pid")" 2>/dev
 else
   echo "==> starting rkubelet as node $node (log: $state/rkubelet.log)"
   setsid target/release/rkubelet --config "$state/kubelet-config.yaml" --root-dir "$state/root" \
-    --kubeconfig "$RKUBELET_CLUSTER_DIR/kubelet-$node.conf" --hostname-override "$node" \
+    --cert-dir "$state/root/pki" --kubeconfig "$RKUBELET_CLUSTER_DIR/kubelet-$node.conf" --hostname-override "$node" \
     >"$state/rkubelet.log" 2>&1 </dev/null &
   echo $! >"$state/rkubelet.pid"
 fi

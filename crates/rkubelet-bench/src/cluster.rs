@@ -1469,6 +1469,8 @@ impl Ctx {
             self.args.node.clone().into(),
             "--root-dir".into(),
             root.clone().into(),
+            "--cert-dir".into(),
+            root.join("pki").into(),
         ];
         let ca = self.args.cluster_dir.join("pki/ca.crt");
         let (text, port) = match which {
@@ -1478,8 +1480,6 @@ impl Ctx {
                 (rkubelet_config(&logs, &ca, evict_below_mib), RKUBELET_PORT)
             }
             Which::Upstream => {
-                args.push("--cert-dir".into());
-                args.push(root.join("pki").into());
                 let port = free_port()?;
                 let config =
                     upstream_config(&self.args.endpoint, &ca, &logs, port, evict_below_mib);

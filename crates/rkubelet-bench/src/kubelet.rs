@@ -68,7 +68,9 @@ impl Kubelet {
             "--pod-manifest-path".into(),
             manifest_dir.clone().into(),
             "--root-dir".into(),
-            root_dir.into(),
+            root_dir.clone().into(),
+            "--cert-dir".into(),
+            root_dir.join("pki").into(),
             "--hostname-override".into(),
             node.into(),
         ];

@@ -58,6 +58,21 @@ pub struct Flags {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// kubeconfig with a bootstrap token: while --kubeconfig holds no valid client certificate,
+    /// one is requested with it (a CertificateSigningRequest) and --kubeconfig is written to
+    /// point at <cert-dir>/kubelet-client-current.pem.
+    #[arg(long, value_name = "FILE")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+
+    /// Directory of the node's certificates: the client certificate's pairs and the self-signed
+    /// serving pair (kubelet.crt, kubelet.key).
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet/pki")]
+    pub cert_dir: PathBuf,
+
+    /// Rotate the client certificate before it expires (rotateCertificates).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub rotate_certificates: Option<bool>,
+
     /// IP address(es) of the node, comma-separated; detected when absent.
     #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
     pub node_ip: Vec<std::net::IpAddr>,
@@ -320,6 +335,8 @@ pub struct Settings {
     /// Upstream KubeletConfiguration fields in the file that rkubelet ignores (to warn about).
     pub ignored_fields: Vec<String>,
     pub kubeconfig: Option<PathBuf>,
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    pub cert_dir: PathBuf,
     pub node_ips: Vec<String>,
     pub node_labels: std::collections::BTreeMap<String, String>,
 }
@@ -399,6 +416,12 @@ impl Flags {
             bail!("empty hostname is invalid");
         }
 
+        if self.bootstrap_kubeconfig.is_some() && self.kubeconfig.is_none() {
+            bail!(
+                "--bootstrap-kubeconfig needs --kubeconfig: the path the kubeconfig is written to"
+            );
+        }
+
         Ok(Settings {
             config,
             root_dir: self.root_dir,
@@ -406,6 +429,8 @@ impl Flags {
             verbosity: self.v,
             ignored_fields,
             kubeconfig: self.kubeconfig,
+            bootstrap_kubeconfig: self.bootstrap_kubeconfig,
+            cert_dir: self.cert_dir,
             node_ips: self.node_ip.iter().map(ToString::to_string).collect(),
             node_labels: self.node_labels.into_iter().collect(),
         })
@@ -447,6 +472,9 @@ impl Flags {
         }
         if let Some(register) = self.register_node {
             config.register_node = register;
+        }
+        if let Some(rotate) = self.rotate_certificates {
+            config.rotate_certificates = rotate;
         }
         if !self.register_with_taints.is_empty() {
             config.register_with_taints = self
@@ -752,6 +780,8 @@ hairpinMode: none
                 verbosity: 0,
                 ignored_fields: vec![],
                 kubeconfig: None,
+                bootstrap_kubeconfig: None,
+                cert_dir: "/var/lib/kubelet/pki".into(),
                 node_ips: vec![],
                 node_labels: Default::default(),
             }
@@ -788,6 +818,24 @@ hairpinMode: none
                 taint("dedicated", Some("infra"), "NoSchedule"),
                 taint("gpu", None, "NoExecute"),
             ]
+        );
+        let s = settings(&[
+            "--kubeconfig=/etc/kubernetes/kubelet.conf",
+            "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
+            "--cert-dir=/var/lib/rk/pki",
+            "--rotate-certificates",
+        ])
+        .unwrap();
+        assert_eq!(
+            s.bootstrap_kubeconfig.as_deref(),
+            Some(Path::new("/etc/kubernetes/bootstrap-kubelet.conf"))
+        );
+        assert_eq!(s.cert_dir, Path::new("/var/lib/rk/pki"));
+        assert!(s.config.rotate_certificates);
+        let err = settings(&["--bootstrap-kubeconfig=/b.conf"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--bootstrap-kubeconfig needs --kubeconfig: the path the kubeconfig is written to"
         );
         for (bad, want) in [
             (

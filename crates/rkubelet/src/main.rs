@@ -19,12 +19,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
+use kubelet::certificate::ClientCertificates;
 use kubelet::nodestatus::{NodeRegistration, detect_node_ip};
 use kubelet::{Kubelet, KubeletOptions};
-use kubelet_api::ApiClient;
 use kubelet_cri::client::CriClient;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 fn main() -> ExitCode {
     let settings = match flags::Flags::parse().into_settings() {
@@ -194,31 +195,60 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         settings.root_dir.clone(),
         settings.node_name.clone(),
     );
+    opts.cert_dir = settings.cert_dir.clone();
+    let cancel = CancellationToken::new();
     let cfg = &opts.config;
-    let api = match &settings.kubeconfig {
-        Some(path) => Some(
-            ApiClient::from_kubeconfig(
-                path,
-                cfg.kube_api_qps,
-                cfg.kube_api_burst,
-                opts.metrics.clone(),
-            )
-            .await
-            .context("--kubeconfig")?,
-        ),
-        None => None,
+    let (api, certificates) = match &settings.kubeconfig {
+        Some(kubeconfig) => {
+            let client = ClientCertificates {
+                kubeconfig: kubeconfig.clone(),
+                bootstrap_kubeconfig: settings.bootstrap_kubeconfig.clone(),
+                cert_dir: settings.cert_dir.clone(),
+                rotate: cfg.rotate_certificates,
+                node_name: settings.node_name.clone(),
+                qps: cfg.kube_api_qps,
+                burst: cfg.kube_api_burst,
+            };
+            let setup = client
+                .setup(opts.clock, opts.metrics.clone(), &cancel)
+                .await
+                .context("--kubeconfig")?;
+            (Some(setup.api), setup.manager)
+        }
+        None => (None, None),
     };
     opts.registration = api
         .as_ref()
         .map(|_| registration(&settings, opts.node_cpu_cores));
-    let cancel = CancellationToken::new();
     let boot = Kubelet::build(opts, cri, api, cancel.clone());
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let run = boot.run();
     tokio::pin!(run);
+    // The client certificate's manager runs beside the kubelet; it ends the
+    // kubelet when the node has had no valid certificate for 5 minutes.
+    let rotation = async {
+        match certificates {
+            Some(manager) => {
+                manager
+                    .run(cancel.clone())
+                    .instrument(tracing::info_span!("client_certificate"))
+                    .await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(rotation);
     tokio::select! {
         r = &mut run => return r.map_err(Into::into),
+        r = &mut rotation => {
+            if let Err(e) = r {
+                tracing::error!(error = %e, "stopping");
+                cancel.cancel();
+                run.await?;
+                return Err(e.into());
+            }
+        }
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }

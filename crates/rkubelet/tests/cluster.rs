@@ -24,6 +24,7 @@
     reason = "each test is a scenario against a real cluster, read top to bottom"
 )]
 use std::collections::{BTreeMap, HashSet};
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -4020,6 +4021,204 @@ async fn w_h_the_get_strategy_reads_configmaps_and_secrets_at_each_sync() {
         START,
         async || read().filter(|o| o.starts_with("bye\n")).map(|_| ()),
     )
+    .await;
+    k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
+}
+
+/// CSRs of signer kube-apiserver-client-kubelet by `user` created at or
+/// after `since`.
+fn client_csrs(api: &Api, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value> {
+    let list = api.get(&["csr"]).unwrap_or_default();
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| {
+            c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+                && c["spec"]["username"].as_str().is_some_and(&user)
+                && c["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .is_some_and(|t| not_before(t, since))
+        })
+        .collect()
+}
+
+/// The CSR was approved by the controller manager's csrapproving and
+/// signed.
+fn auto_approved_and_issued(csr: &Value) -> bool {
+    let approved = csr["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Approved" && c["reason"] == "AutoApproved")
+    });
+    approved
+        && csr["status"]["certificate"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+}
+
+/// The pair file `<cert-dir>/kubelet-client-current.pem` points at.
+fn current_client_pair(cert_dir: &Path) -> PathBuf {
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
+    assert!(target.is_absolute(), "{target:?}");
+    target
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut k = Kubelet::new("bootstrap");
+    k.rk.add_config("rotateCertificates: true\n");
+    // A bootstrap token, its Secret and bindings as kubeadm makes them.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../hack/cluster.sh");
+    let out = Command::new(&script)
+        .arg("bootstrap-token")
+        .arg(&k.api.node)
+        .env("RKUBELET_CLUSTER_DIR", &k.api.dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bootstrap = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    let kubeconfig = k.rk.dir.path().join("kubelet.conf");
+    let cert_dir = k.rk.root().join("pki");
+    let flags = [OsStr::new("--bootstrap-kubeconfig"), bootstrap.as_os_str()];
+
+    // No kubeconfig yet: it is written at once, and the certificate comes
+    // from a CSR made with the token, approved and signed by the
+    // controller manager.
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with(&k.api.node, Some(&kubeconfig), &flags);
+    let csr = eventually(
+        "the bootstrap CSR is approved and issued",
+        START,
+        async || {
+            client_csrs(&k.api, |u| u.starts_with("system:bootstrap:"), &since)
+                .into_iter()
+                .find(auto_approved_and_issued)
+        },
+    )
+    .await;
+    assert_eq!(
+        csr["spec"]["usages"],
+        json!(["digital signature", "client auth"])
+    );
+    assert!(
+        csr["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .starts_with("csr-"),
+        "{csr}"
+    );
+    eventually(
+        "node Ready with the issued certificate",
+        NODE_READY,
+        async || k.api.node_ready_since(&since),
+    )
+    .await;
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let pem = cert_dir.join("kubelet-client-current.pem");
+    assert!(
+        text.contains(&format!("client-certificate: \"{}\"", pem.display()))
+            && text.contains(&format!("client-key: \"{}\"", pem.display())),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let first = current_client_pair(&cert_dir);
+    let name = first.file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with("kubelet-client-20") && name.ends_with(".pem"),
+        "{name}"
+    );
+    assert_eq!(
+        std::fs::metadata(&first).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let pair = std::fs::read_to_string(&first).unwrap();
+    assert!(pair.starts_with("-----BEGIN CERTIFICATE-----"), "{pair}");
+    assert!(pair.contains("-----BEGIN EC PRIVATE KEY-----"), "{pair}");
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", k.api.node),
+    ]);
+    let ttl = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubelet_certificate_manager_client_ttl_seconds "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("kubelet_certificate_manager_client_ttl_seconds");
+    assert!(ttl > 3600.0 && ttl.is_finite(), "ttl {ttl}");
+
+    // Near the end of its life (a pair the cluster CA signed 10 minutes
+    // ago for 12), the certificate is rotated at once after a restart: a
+    // CSR made with the node's own certificate, approved as a renewal.
+    k.rk.terminate().await;
+    let ca_cert = std::fs::read_to_string(k.api.dir.join("pki/ca.crt")).unwrap();
+    let ca_key =
+        rcgen::KeyPair::from_pem(&std::fs::read_to_string(k.api.dir.join("pki/ca.key")).unwrap())
+            .unwrap();
+    let issuer = rcgen::Issuer::from_ca_cert_pem(&ca_cert, ca_key).unwrap();
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name.push(
+        rcgen::DnType::CommonName,
+        format!("system:node:{}", k.api.node),
+    );
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(10);
+    params.not_after = now + time::Duration::minutes(2);
+    let old = params.signed_by(&key, &issuer).unwrap();
+    let aging = cert_dir.join("kubelet-client-aging.pem");
+    std::fs::write(&aging, format!("{}{}", old.pem(), key.serialize_pem())).unwrap();
+    std::fs::remove_file(cert_dir.join("kubelet-client-current.pem")).unwrap();
+    std::os::unix::fs::symlink(&aging, cert_dir.join("kubelet-client-current.pem")).unwrap();
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with(&k.api.node, Some(&kubeconfig), &flags);
+    let user = format!("system:node:{}", k.api.node);
+    eventually(
+        "the renewal CSR is approved and issued",
+        START,
+        async || {
+            client_csrs(&k.api, |u| u == user, &since)
+                .into_iter()
+                .find(auto_approved_and_issued)
+        },
+    )
+    .await;
+    let rotated = eventually("the current pair is the renewed one", START, async || {
+        let now = current_client_pair(&cert_dir);
+        (now != aging).then_some(now)
+    })
+    .await;
+    assert_ne!(rotated, first);
+    eventually("node Ready after the rotation", NODE_READY, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    // The kubelet works on with the new certificate: a pod runs.
+    k.api.create(&test_pod(
+        &k.api,
+        "cl-rotated",
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "containers": [sh_container("c", SLEEPER)],
+        }),
+    ));
+    let pod = eventually("a pod runs after the rotation", START, async || {
+        k.api.pod("cl-rotated").filter(running_with_ip)
+    })
     .await;
     k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
 }

@@ -206,10 +206,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "not yet: the HTTP static pod source (#33)",
     ),
     (
-        "rotateCertificates",
-        "not yet: client certificate rotation (#33)",
-    ),
-    (
         "serverTLSBootstrap",
         "not yet: serving certificates from CSRs (#33)",
     ),
@@ -828,6 +824,9 @@ config_section! {
         /// kubelet needs differs (default false: rkubelet sets them, as
         /// upstream; see [`crate::sysctl::KERNEL_TUNABLES`]).
         "protectKernelDefaults" protect_kernel_defaults: bool = false;
+        /// `rotateCertificates`: the client certificate is renewed at 70–90 %
+        /// of its life through CertificateSigningRequests.
+        "rotateCertificates" rotate_certificates: bool = false;
         /// `providerID`: the Node's `spec.providerID` at registration.
         "providerID" provider_id: String = String::new();
         /// `registerWithTaints`: the Node's taints at registration

@@ -164,7 +164,7 @@ impl Kubelet {
                 .unwrap_or_default(),
         };
         let tls =
-            tls::server_config(cfg, &self.opts.root_dir, &identity).map_err(KubeletError::Tls)?;
+            tls::server_config(cfg, &self.opts.cert_dir, &identity).map_err(KubeletError::Tls)?;
         let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
             Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
             None => Arc::new(auth::NoApiServer),

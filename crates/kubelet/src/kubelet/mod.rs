@@ -64,6 +64,9 @@ pub const POD_DIRS_PERIOD: Duration = HOUSEKEEPING_PERIOD;
 pub struct KubeletOptions {
     pub config: KubeletConfiguration,
     pub root_dir: PathBuf,
+    /// `--cert-dir`: the node's certificates (the self-signed serving pair
+    /// `kubelet.{crt,key}`); `<root_dir>/pki` unless set.
+    pub cert_dir: PathBuf,
     pub node_name: String,
     /// The node's memory in bytes (for oom_score_adj of Burstable pods).
     pub node_memory: i64,
@@ -99,6 +102,7 @@ impl KubeletOptions {
         KubeletOptions {
             metrics: KubeletMetrics::new(&node_name),
             config,
+            cert_dir: root_dir.join("pki"),
             root_dir,
             node_name,
             node_memory,

@@ -5,6 +5,7 @@
 //! log for a failed test. What a tier does around it (an API server, its
 //! pods, its drop guard's order) stays in the tier.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -113,6 +114,11 @@ impl Rkubelet {
     /// Start (or restart) rkubelet as node `node`, joined to the API server
     /// of `kubeconfig` if any; its output is appended to rkubelet.log.
     pub fn start(&mut self, node: &str, kubeconfig: Option<&Path>) {
+        self.start_with(node, kubeconfig, &[]);
+    }
+
+    /// [`Rkubelet::start`] with more flags.
+    pub fn start_with(&mut self, node: &str, kubeconfig: Option<&Path>, flags: &[&OsStr]) {
         assert!(self.child.is_none(), "rkubelet already runs");
         let log = File::options()
             .create(true)
@@ -133,6 +139,9 @@ impl Rkubelet {
             .arg(self.manifests())
             .arg("--root-dir")
             .arg(self.root())
+            .arg("--cert-dir")
+            .arg(self.root().join("pki"))
+            .args(flags)
             // The log goes to a file: no terminal colours in it.
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
