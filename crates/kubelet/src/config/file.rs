@@ -6,8 +6,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use futures::{FutureExt, StreamExt};
-use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchDescriptor, WatchMask};
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::manifest::parse_static_pods;
 use kubelet_core::types::SOURCE_FILE;
@@ -17,11 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::SourceSnapshot;
 use crate::clock::Clock;
-
-/// After a bare create (a file likely still being written): how long the
-/// directory must stay quiet before it is rescanned, and the longest wait.
-const DEBOUNCE_QUIET: Duration = Duration::from_millis(50);
-const DEBOUNCE_MAX: Duration = Duration::from_secs(1);
+use crate::dirwatch::DirWatcher;
 
 /// Watches a directory of static pod manifests.
 #[derive(Clone, Debug)]
@@ -46,7 +40,7 @@ impl FileSource {
         let check_every = self.check_every.max(Duration::from_millis(1));
         let mut ticker = tokio::time::interval_at(Instant::now() + check_every, check_every);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let mut watcher = DirWatcher::new();
+        let mut watcher = DirWatcher::new("static pod directory");
         let mut files = ManifestFiles::default();
         let mut last_sent: Option<Vec<Pod>> = None;
         let mut dir_state = DirState::Present;
@@ -404,143 +398,6 @@ fn read_manifest(path: &Path) -> Result<(FileKey, Vec<u8>), ReadError> {
         });
     }
     Ok((key, content))
-}
-
-/// The inotify side of the file source: at most one watch, on the directory itself.
-struct DirWatcher {
-    /// None when inotify is unavailable (or broke): periodic rescans only.
-    stream: Option<EventStream<[u8; 4096]>>,
-    watch: Option<WatchDescriptor>,
-    /// The last error adding the watch, to log each distinct failure once.
-    last_error: Option<io::ErrorKind>,
-}
-
-impl DirWatcher {
-    fn new() -> Self {
-        let stream = Inotify::init().and_then(|inotify| inotify.into_event_stream([0u8; 4096]));
-        let stream = match stream {
-            Ok(stream) => Some(stream),
-            Err(e) => {
-                tracing::warn!(error = %e, "inotify unavailable; static pods are rescanned periodically only");
-                None
-            }
-        };
-        DirWatcher {
-            stream,
-            watch: None,
-            last_error: None,
-        }
-    }
-
-    fn ensure_watch(&mut self, dir: &Path) {
-        let Some(stream) = self.stream.as_ref() else {
-            return;
-        };
-        if self.watch.is_some() {
-            return;
-        }
-        let mask = WatchMask::CREATE
-            | WatchMask::CLOSE_WRITE
-            | WatchMask::MOVED_TO
-            | WatchMask::MOVED_FROM
-            | WatchMask::DELETE
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::ONLYDIR;
-        match stream.watches().add(dir, mask) {
-            Ok(wd) => {
-                tracing::debug!(dir = %dir.display(), "watching static pod directory with inotify");
-                self.watch = Some(wd);
-                self.last_error = None;
-            }
-            Err(e) => {
-                if self.last_error != Some(e.kind()) && e.kind() != io::ErrorKind::NotFound {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch static pod directory; relying on periodic rescans");
-                }
-                self.last_error = Some(e.kind());
-            }
-        }
-    }
-
-    /// Resolves when the directory changed; never resolves without inotify.
-    /// A finished write, a rename or a removal resolves at once (no added
-    /// latency for the common case); a bare create, usually a file still
-    /// being written, waits for the burst to go quiet (at most
-    /// DEBOUNCE_MAX) so a half-written manifest is not reported. Events
-    /// already queued are folded into the same rescan.
-    async fn changed(&mut self) {
-        let Some(stream) = self.stream.as_mut() else {
-            return std::future::pending().await;
-        };
-        let first = stream.next().await;
-        let only_created = matches!(&first, Some(Ok(e)) if e.mask.contains(EventMask::CREATE));
-        if !self.note(first) {
-            return;
-        }
-        if only_created {
-            let deadline = Instant::now() + DEBOUNCE_MAX;
-            loop {
-                let Some(stream) = self.stream.as_mut() else {
-                    return;
-                };
-                let quiet_until = (Instant::now() + DEBOUNCE_QUIET).min(deadline);
-                match tokio::time::timeout_at(quiet_until, stream.next()).await {
-                    Ok(event) => {
-                        let settled =
-                            matches!(&event, Some(Ok(e)) if !e.mask.contains(EventMask::CREATE));
-                        if !self.note(event) || settled {
-                            break;
-                        }
-                    }
-                    Err(_quiet) => break,
-                }
-                if Instant::now() >= deadline {
-                    break;
-                }
-            }
-        }
-        // Whatever else is already queued belongs to this rescan too.
-        while let Some(stream) = self.stream.as_mut()
-            && let Some(event) = stream.next().now_or_never()
-            && self.note(event)
-        {}
-    }
-
-    /// Records one stream item; false when the stream is gone.
-    fn note(&mut self, item: Option<io::Result<EventOwned>>) -> bool {
-        match item {
-            Some(Ok(event)) => {
-                let ours = self.watch.as_ref() == Some(&event.wd);
-                if ours && event.mask.contains(EventMask::MOVE_SELF) {
-                    // The watch would follow the directory to its new name: drop it, and
-                    // watch whatever is at the configured path from the next rescan on.
-                    if let (Some(stream), Some(wd)) = (self.stream.as_ref(), self.watch.take()) {
-                        let _ = stream.watches().remove(wd);
-                    }
-                }
-                if ours
-                    && event
-                        .mask
-                        .intersects(EventMask::IGNORED | EventMask::DELETE_SELF)
-                {
-                    self.watch = None;
-                }
-                tracing::trace!(mask = ?event.mask, name = ?event.name, "static pod directory event");
-                true
-            }
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "reading inotify events failed; static pods are rescanned periodically only");
-                self.stream = None;
-                self.watch = None;
-                false
-            }
-            None => {
-                self.stream = None;
-                self.watch = None;
-                false
-            }
-        }
-    }
 }
 
 #[cfg(test)]
