@@ -239,10 +239,12 @@ EOF
 # bootstrap_token NODE: a token, its Secret and kubeadm's bindings, and the
 # bootstrap kubeconfig a node joins with (kubeadm's user name for it).
 bootstrap_token() {
-  local node=${1:?usage: bootstrap-token NODE} id secret expiration
+  local node=${1:?usage: bootstrap-token NODE} id secret expiration random
   local kubectl=("$(bin_dir)/kubectl" --kubeconfig "$DIR/admin.conf")
-  id=$(tr -dc 'a-z0-9' </dev/urandom | head -c 6)
-  secret=$(tr -dc 'a-z0-9' </dev/urandom | head -c 16)
+  # [a-z0-9]{6}.[a-z0-9]{16}, as kubeadm's tokens.
+  random=$(head -c 4096 /dev/urandom | LC_ALL=C tr -dc 'a-z0-9')
+  id=${random:0:6}
+  secret=${random:6:16}
   expiration=$(date -u -d '+24 hours' +%Y-%m-%dT%H:%M:%SZ)
   local group=system:bootstrappers:kubeadm:default-node-token server
   # The API server as the admin kubeconfig names it (so a test that knows

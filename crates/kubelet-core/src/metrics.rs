@@ -492,6 +492,27 @@ families! {
         "[ALPHA] Counter of certificate renewal errors.",
         &[],
     ),
+    /// `kubelet_certificate_manager_server_ttl_seconds`: seconds until the
+    /// serving certificate expires; shown only with serverTLSBootstrap.
+    server_certificate_ttl: Expiry(
+        "kubelet_certificate_manager_server_ttl_seconds",
+        "[ALPHA] Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF.",
+    ),
+    /// `kubelet_server_expiration_renew_errors`: failed serving
+    /// certificate rotations.
+    server_certificate_renew_errors: Counter(
+        "kubelet_server_expiration_renew_errors",
+        "[ALPHA] Counter of certificate renewal errors.",
+        &[],
+    ),
+    /// `kubelet_certificate_manager_server_rotation_seconds`: the life the
+    /// serving certificate had when it was replaced.
+    server_certificate_rotation: Histogram(
+        "kubelet_certificate_manager_server_rotation_seconds",
+        "[ALPHA] Histogram of the number of seconds the previous certificate lived before being rotated.",
+        &[],
+        &[60.0, 3600.0, 14400.0, 86400.0, 604800.0, 2592000.0, 7776000.0, 15552000.0, 31104000.0, 124416000.0],
+    ),
     /// `kubelet_node_name{node}`: always 1.
     node_name: Gauge(
         "kubelet_node_name",

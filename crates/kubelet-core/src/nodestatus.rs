@@ -142,6 +142,23 @@ fn condition(kind: &str, ok_status: &str, reason: &str, message: String) -> Node
     }
 }
 
+/// The node's addresses as it reports them: each IP as InternalIP, then
+/// its host name as Hostname.
+pub fn node_addresses(node_ips: &[String], hostname: &str) -> Vec<NodeAddress> {
+    let mut addresses: Vec<NodeAddress> = node_ips
+        .iter()
+        .map(|ip| NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.clone(),
+        })
+        .collect();
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: hostname.to_owned(),
+    });
+    addresses
+}
+
 /// The node's status now. `previous` keeps condition transition times that
 /// did not flip; every condition's heartbeat is `now`.
 pub fn node_status(
@@ -166,18 +183,7 @@ pub fn node_status(
         ("hugepages-2Mi".to_owned(), q("0".into())),
     ]);
     let allocatable = to_quantities(&allocatable(facts));
-    let mut addresses: Vec<NodeAddress> = facts
-        .node_ips
-        .iter()
-        .map(|ip| NodeAddress {
-            type_: "InternalIP".into(),
-            address: ip.clone(),
-        })
-        .collect();
-    addresses.push(NodeAddress {
-        type_: "Hostname".into(),
-        address: facts.hostname.clone(),
-    });
+    let addresses = node_addresses(&facts.node_ips, &facts.hostname);
     let ready = if readiness.errors.is_empty() {
         condition(
             "Ready",

@@ -174,7 +174,7 @@ mod tests {
     use crate::NodeView;
     use crate::auth::tests::FakeReviewer;
     use crate::routes::Settings;
-    use crate::tls::{ServingCert, build};
+    use crate::tls::{ServingCert, ServingCertificate, build};
 
     struct FakeView {
         problems: Mutex<Vec<(&'static str, String)>>,
@@ -309,7 +309,9 @@ mod tests {
             ..KubeletConfiguration::default()
         };
         edit(&mut cfg);
-        let tls = build(serving, Some(pki.roots()), &cfg).unwrap();
+        let certificate = Arc::new(ServingCertificate::default());
+        certificate.set(serving).unwrap();
+        let tls = build(certificate, Some(pki.roots()), &cfg).unwrap();
         let reviewer = Arc::new(FakeReviewer {
             tokens: HashMap::from([("good-token".to_owned(), UserInfo::new("bob", vec![]))]),
             allowed: vec![

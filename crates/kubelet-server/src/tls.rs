@@ -16,7 +16,8 @@ use kubelet_core::config::{KubeletConfiguration, TlsMinVersion};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
 use rustls::{CipherSuite, RootCertStore, ServerConfig, SupportedCipherSuite};
 
 /// How long a generated self-signed serving certificate is valid (upstream: one year).
@@ -63,18 +64,71 @@ pub struct SelfSignedIdentity {
     pub node_ips: Vec<IpAddr>,
 }
 
-/// The rustls server configuration of the kubelet API: the certificate
-/// (configured or self-signed in `cert_dir`), TLS versions, cipher suites
-/// and client-certificate verification from `cfg`.
-pub fn server_config(
+/// The kubelet API's certificate, read at each handshake, so a new one
+/// (rotated, or reloaded from its files) is served from the next handshake
+/// on while sessions already open keep theirs. While there is none
+/// (serverTLSBootstrap before its request is issued) every handshake
+/// fails, as upstream's `no serving certificate available for the kubelet`.
+#[derive(Debug, Default)]
+pub struct ServingCertificate(parking_lot::RwLock<Option<Arc<CertifiedKey>>>);
+
+impl ServingCertificate {
+    /// Serve `cert` from the next handshake on; refused (the old one kept)
+    /// when its key is not the certificate's.
+    pub fn set(&self, cert: ServingCert) -> Result<(), TlsError> {
+        let key = rustls::crypto::ring::default_provider()
+            .key_provider
+            .load_private_key(cert.key)?;
+        let certified = CertifiedKey::new(cert.chain, key);
+        certified.keys_match()?;
+        *self.0.write() = Some(Arc::new(certified));
+        Ok(())
+    }
+
+    /// Whether there is a certificate to serve.
+    pub fn is_set(&self) -> bool {
+        self.0.read().is_some()
+    }
+
+    /// The certificate served now.
+    pub fn current(&self) -> Option<Arc<CertifiedKey>> {
+        self.0.read().clone()
+    }
+}
+
+impl ResolvesServerCert for ServingCertificate {
+    fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let cert = self.current();
+        if cert.is_none() {
+            tracing::warn!("no serving certificate available for the kubelet");
+        }
+        cert
+    }
+}
+
+/// The certificate the kubelet API starts with, as upstream chooses it:
+/// tlsCertFile/tlsPrivateKeyFile when given, else none with
+/// serverTLSBootstrap (its request is not issued yet), else the
+/// self-signed pair in `cert_dir`.
+pub fn initial_certificate(
     cfg: &KubeletConfiguration,
     cert_dir: &Path,
     identity: &SelfSignedIdentity,
+) -> Result<Option<ServingCert>, TlsError> {
+    Ok(match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
+        (Some(cert), Some(key)) => Some(load_cert_and_key(cert, key)?),
+        _ if cfg.server_tls_bootstrap => None,
+        _ => Some(self_signed(cert_dir, identity, SystemTime::now())?),
+    })
+}
+
+/// The rustls server configuration of the kubelet API: `serving`'s
+/// certificate, TLS versions, cipher suites and client-certificate
+/// verification from `cfg`.
+pub fn server_config(
+    cfg: &KubeletConfiguration,
+    serving: Arc<ServingCertificate>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let cert = match (&cfg.tls_cert_file, &cfg.tls_private_key_file) {
-        (Some(cert), Some(key)) => load_cert_and_key(cert, key)?,
-        _ => self_signed(cert_dir, identity, SystemTime::now())?,
-    };
     let client_ca = cfg
         .authentication
         .x509
@@ -82,7 +136,7 @@ pub fn server_config(
         .as_deref()
         .map(load_client_ca)
         .transpose()?;
-    build(cert, client_ca, cfg)
+    build(serving, client_ca, cfg)
 }
 
 /// The ring provider restricted to the TLS 1.3 suites (always on, as in Go)
@@ -158,7 +212,7 @@ fn cipher_suite(name: &str) -> Option<CipherSuite> {
 
 /// Assembles the server configuration (also used by tests with in-memory certificates).
 pub fn build(
-    cert: ServingCert,
+    serving: Arc<ServingCertificate>,
     client_ca: Option<RootCertStore>,
     cfg: &KubeletConfiguration,
 ) -> Result<Arc<ServerConfig>, TlsError> {
@@ -183,7 +237,7 @@ pub fn build(
         }
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_single_cert(cert.chain, cert.key)?;
+    let mut config = builder.with_cert_resolver(serving);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -515,20 +569,44 @@ mod tests {
             ..KubeletConfiguration::default()
         };
         cfg.authentication.x509.client_ca_file = Some(ca.clone());
-        let root = dir.path().join("root");
-        server_config(&cfg, &root, &identity()).unwrap();
+        let pki = dir.path().join("pki");
+        let serving = Arc::new(ServingCertificate::default());
+        let initial = initial_certificate(&cfg, &pki, &identity())
+            .unwrap()
+            .unwrap();
+        serving.set(initial).unwrap();
+        server_config(&cfg, serving.clone()).unwrap();
         assert!(
-            !root.join("pki").exists(),
+            !pki.exists(),
             "no self-signed certificate when files are given"
         );
-        // Without files: the self-signed one under <root>/pki.
-        let config = server_config(&KubeletConfiguration::default(), &root, &identity()).unwrap();
-        assert!(root.join("pki/kubelet.crt").exists());
+        // Without files: the self-signed one in the cert dir.
+        let defaults = KubeletConfiguration::default();
+        assert!(
+            initial_certificate(&defaults, &pki, &identity())
+                .unwrap()
+                .is_some()
+        );
+        assert!(pki.join("kubelet.crt").exists());
+        let config = server_config(&defaults, serving.clone()).unwrap();
         assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
-        // A key that does not match the certificate is refused.
+        // With serverTLSBootstrap and no files: none until the request is
+        // issued.
+        let bootstrap = KubeletConfiguration {
+            server_tls_bootstrap: true,
+            ..KubeletConfiguration::default()
+        };
+        assert!(
+            initial_certificate(&bootstrap, &pki, &identity())
+                .unwrap()
+                .is_none()
+        );
+        // A key that does not match the certificate is refused, and the
+        // certificate served stays.
         let (_, other_key) = generate_self_signed(&identity(), SystemTime::now()).unwrap();
         std::fs::write(&key, other_key).unwrap();
-        let refused = server_config(&cfg, &root, &identity());
+        let mismatched = load_cert_and_key(&cert, &key).unwrap();
+        let refused = serving.set(mismatched);
         assert!(
             matches!(
                 refused,
@@ -539,10 +617,10 @@ mod tests {
             "{:?}",
             refused.err()
         );
+        assert!(serving.is_set());
         // A client CA file that is not PEM names the setting.
-        std::fs::write(&key, &key_pem).unwrap();
         std::fs::write(&ca, "not a certificate").unwrap();
-        let err = server_config(&cfg, &root, &identity()).unwrap_err();
+        let err = server_config(&cfg, serving).unwrap_err();
         assert!(err.to_string().contains("clientCAFile"), "{err}");
     }
 

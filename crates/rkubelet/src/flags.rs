@@ -73,6 +73,11 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub rotate_certificates: Option<bool>,
 
+    /// Request the kubelet API's serving certificate with a CSR and rotate it (upstream's
+    /// deprecated spelling of serverTLSBootstrap).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub rotate_server_certificates: Option<bool>,
+
     /// IP address(es) of the node, comma-separated; detected when absent.
     #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
     pub node_ip: Vec<std::net::IpAddr>,
@@ -476,6 +481,9 @@ impl Flags {
         if let Some(rotate) = self.rotate_certificates {
             config.rotate_certificates = rotate;
         }
+        if let Some(rotate) = self.rotate_server_certificates {
+            config.server_tls_bootstrap = rotate;
+        }
         if !self.register_with_taints.is_empty() {
             config.register_with_taints = self
                 .register_with_taints
@@ -824,6 +832,7 @@ hairpinMode: none
             "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf",
             "--cert-dir=/var/lib/rk/pki",
             "--rotate-certificates",
+            "--rotate-server-certificates",
         ])
         .unwrap();
         assert_eq!(
@@ -832,6 +841,7 @@ hairpinMode: none
         );
         assert_eq!(s.cert_dir, Path::new("/var/lib/rk/pki"));
         assert!(s.config.rotate_certificates);
+        assert!(s.config.server_tls_bootstrap);
         let err = settings(&["--bootstrap-kubeconfig=/b.conf"]).unwrap_err();
         assert_eq!(
             err.to_string(),

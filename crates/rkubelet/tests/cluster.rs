@@ -4025,9 +4025,8 @@ async fn w_h_the_get_strategy_reads_configmaps_and_secrets_at_each_sync() {
     k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
 }
 
-/// CSRs of signer kube-apiserver-client-kubelet by `user` created at or
-/// after `since`.
-fn client_csrs(api: &Api, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value> {
+/// CSRs of `signer` by `user` created at or after `since`.
+fn node_csrs(api: &Api, signer: &str, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value> {
     let list = api.get(&["csr"]).unwrap_or_default();
     list["items"]
         .as_array()
@@ -4035,7 +4034,7 @@ fn client_csrs(api: &Api, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value
         .unwrap_or_default()
         .into_iter()
         .filter(|c| {
-            c["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+            c["spec"]["signerName"] == signer
                 && c["spec"]["username"].as_str().is_some_and(&user)
                 && c["metadata"]["creationTimestamp"]
                     .as_str()
@@ -4055,6 +4054,22 @@ fn auto_approved_and_issued(csr: &Value) -> bool {
         && csr["status"]["certificate"]
             .as_str()
             .is_some_and(|c| !c.is_empty())
+}
+
+const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+
+/// Whether a TLS handshake with the kubelet API verifies against `ca`.
+fn kubelet_api_verifies(ca: &Path) -> bool {
+    Command::new("openssl")
+        .args(["s_client", "-brief", "-verify_return_error", "-connect"])
+        .arg(format!("127.0.0.1:{KUBELET_PORT}"))
+        .arg("-CAfile")
+        .arg(ca)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The pair file `<cert-dir>/kubelet-client-current.pem` points at.
@@ -4098,9 +4113,14 @@ async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certific
         "the bootstrap CSR is approved and issued",
         START,
         async || {
-            client_csrs(&k.api, |u| u.starts_with("system:bootstrap:"), &since)
-                .into_iter()
-                .find(auto_approved_and_issued)
+            node_csrs(
+                &k.api,
+                CLIENT_SIGNER,
+                |u| u.starts_with("system:bootstrap:"),
+                &since,
+            )
+            .into_iter()
+            .find(auto_approved_and_issued)
         },
     )
     .await;
@@ -4191,7 +4211,7 @@ async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certific
         "the renewal CSR is approved and issued",
         START,
         async || {
-            client_csrs(&k.api, |u| u == user, &since)
+            node_csrs(&k.api, CLIENT_SIGNER, |u| u == user, &since)
                 .into_iter()
                 .find(auto_approved_and_issued)
         },
@@ -4202,12 +4222,59 @@ async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certific
         (now != aging).then_some(now)
     })
     .await;
-    assert_ne!(rotated, first);
+    // (A new pair file; named by the second, as upstream's, so within the
+    // same second it takes the first one's name.)
+    let renewed = std::fs::read_to_string(&rotated).unwrap();
+    assert!(
+        renewed.contains("-----BEGIN EC PRIVATE KEY-----"),
+        "{renewed}"
+    );
+    assert_ne!(renewed, pair, "a new certificate and key");
     eventually("node Ready after the rotation", NODE_READY, async || {
         k.api.node_ready_since(&since)
     })
     .await;
-    // The kubelet works on with the new certificate: a pod runs.
+    // The serving certificate from a CSR (serverTLSBootstrap): none is
+    // served until the operator approves it (nothing in the cluster
+    // approves kubelet-serving CSRs), then the one the cluster CA signed.
+    k.rk.terminate().await;
+    k.rk.add_config("serverTLSBootstrap: true\n");
+    let ca = k.api.dir.join("pki/ca.crt");
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with(&k.api.node, Some(&kubeconfig), &flags);
+    let serving = eventually("a serving CSR", START, async || {
+        node_csrs(
+            &k.api,
+            "kubernetes.io/kubelet-serving",
+            |u| u == user,
+            &since,
+        )
+        .into_iter()
+        .next()
+    })
+    .await;
+    assert_eq!(
+        serving["spec"]["usages"],
+        json!(["digital signature", "server auth"])
+    );
+    assert!(
+        !kubelet_api_verifies(&ca),
+        "nothing is served before the approval"
+    );
+    k.api.ok(&[
+        "certificate",
+        "approve",
+        serving["metadata"]["name"].as_str().unwrap(),
+    ]);
+    eventually(
+        "the kubelet API serves the issued certificate",
+        START,
+        async || kubelet_api_verifies(&ca).then_some(()),
+    )
+    .await;
+    assert!(cert_dir.join("kubelet-server-current.pem").exists());
+
+    // The kubelet works on with the new certificates: a pod runs.
     k.api.create(&test_pod(
         &k.api,
         "cl-rotated",

@@ -206,10 +206,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "not yet: the HTTP static pod source (#33)",
     ),
     (
-        "serverTLSBootstrap",
-        "not yet: serving certificates from CSRs (#33)",
-    ),
-    (
         "enableContentionProfiling",
         "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
     ),
@@ -827,6 +823,12 @@ config_section! {
         /// `rotateCertificates`: the client certificate is renewed at 70–90 %
         /// of its life through CertificateSigningRequests.
         "rotateCertificates" rotate_certificates: bool = false;
+        /// `serverTLSBootstrap`: the kubelet API's certificate comes from a
+        /// `kubernetes.io/kubelet-serving` CSR for the node's addresses
+        /// (approved by the cluster's operator or an approver), and is
+        /// rotated as the client one; no handshake succeeds before it is
+        /// issued.
+        "serverTLSBootstrap" server_tls_bootstrap: bool = false;
         /// `providerID`: the Node's `spec.providerID` at registration.
         "providerID" provider_id: String = String::new();
         /// `registerWithTaints`: the Node's taints at registration

@@ -348,7 +348,7 @@ fn json_input() {
         "healthzPort": 0,
         "cgroupDriver": "systemd",
         "registerNode": false,
-        "serverTLSBootstrap": true
+        "enableContentionProfiling": true
     }"#;
     let (cfg, ignored) = parse_kubelet_config_reporting(content).unwrap();
     assert_eq!(
@@ -362,7 +362,7 @@ fn json_input() {
             ..KubeletConfiguration::default()
         }
     );
-    assert_eq!(ignored, vec!["serverTLSBootstrap"]);
+    assert_eq!(ignored, vec!["enableContentionProfiling"]);
     let err = parse_kubelet_config(
         r#"{"kind":"KubeletConfiguration","apiVersion":"kubelet.config.k8s.io/v1beta1","nope":1}"#,
     )

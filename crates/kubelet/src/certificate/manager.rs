@@ -11,11 +11,12 @@ use kubelet_api::csr::{CsrError, CsrRequest, request_certificate, wait_for_certi
 use kubelet_core::certificate::{
     Kind, Template, ec_private_key_pem, next_rotation, pkcs8_from_pem, retry_delay_ms,
 };
-use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::metrics::{Expiry, KubeletMetrics};
+use kubelet_server::tls::{ServingCertificate, TlsError};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::store::{FileStore, Pair, StoreError};
+use super::store::{FileStore, Pair, StoreError, serving_cert};
 use crate::clock::{Clock, Jitter};
 
 /// How long one request is waited on before a new one (upstream's
@@ -41,7 +42,9 @@ pub enum RotateError {
     #[error("unable to store the new cert/key pair: {0}")]
     Store(#[from] StoreError),
     #[error("unable to use the new client certificate: {0}")]
-    Apply(#[from] kubelet_api::ApiError),
+    ApplyClient(#[from] kubelet_api::ApiError),
+    #[error("unable to serve the new certificate: {0}")]
+    ApplyServer(#[from] TlsError),
 }
 
 /// Why the manager stopped the kubelet.
@@ -105,15 +108,22 @@ pub fn make_request(template: &Template, key_pem: Option<&str>) -> Result<Reques
 /// The API clients a manager asks with.
 #[derive(Clone)]
 pub struct Clients {
-    /// The client that authenticates with the managed certificate (the
-    /// kubelet's own, for the client certificate); the manager hands it
-    /// each new one when `swap` is set.
+    /// The kubelet's client.
     pub main: ApiClient,
-    /// What asks while there is no certificate yet (the bootstrap
+    /// What asks while there is no valid certificate (the bootstrap
     /// kubeconfig's token); None: `main`.
     pub bootstrap: Option<ApiClient>,
-    /// Whether the managed certificate is `main`'s client certificate.
-    pub swap: bool,
+}
+
+/// What each new certificate is put to use in.
+#[derive(Clone)]
+pub enum Target {
+    /// Nothing (the blocking bootstrap writes the kubeconfig after).
+    Nothing,
+    /// The kubelet's API client authenticates with it.
+    ApiClient(ApiClient),
+    /// The kubelet API serves it.
+    Server(Arc<ServingCertificate>),
 }
 
 /// One certificate kept current.
@@ -124,7 +134,8 @@ pub struct CertificateManager {
     /// serving certificate before the node has an IP address).
     pub template: watch::Receiver<Option<Template>>,
     pub clients: Clients,
-    /// Each new pair, for whoever serves or authenticates with it.
+    pub target: Target,
+    /// Each new pair.
     pub current: watch::Sender<Option<Arc<Pair>>>,
     pub clock: Clock,
     pub metrics: KubeletMetrics,
@@ -153,13 +164,21 @@ impl CertificateManager {
         pair
     }
 
-    fn apply(&self, pair: &Pair) -> Result<(), kubelet_api::ApiError> {
-        if self.clients.swap {
-            self.clients
-                .main
-                .set_client_certificate(&pair.chain_pem, &pair.key_pem)?;
+    fn apply(&self, pair: &Pair) -> Result<(), RotateError> {
+        match &self.target {
+            Target::Nothing => {}
+            Target::ApiClient(api) => api.set_client_certificate(&pair.chain_pem, &pair.key_pem)?,
+            Target::Server(serving) => serving.set(serving_cert(pair)?)?,
         }
         Ok(())
+    }
+
+    /// The TTL gauge of this kind of certificate.
+    fn ttl(&self) -> &Expiry {
+        match self.kind {
+            Kind::Client => &self.metrics.client_certificate_ttl,
+            Kind::Serving => &self.metrics.server_certificate_ttl,
+        }
     }
 
     fn now_secs(&self) -> i64 {
@@ -173,10 +192,8 @@ impl CertificateManager {
     }
 
     fn report(&self) {
-        if self.kind == Kind::Client {
-            let until = self.current.borrow().as_ref().map(|p| p.leaf.not_after);
-            self.metrics.client_certificate_ttl.set(until);
-        }
+        let until = self.current.borrow().as_ref().map(|p| p.leaf.not_after);
+        self.ttl().set(until);
     }
 
     /// Ask once: a key and request, the CSR created with whichever client
@@ -229,6 +246,12 @@ impl CertificateManager {
         self.apply(&pair)?;
         let old = self.current.send_replace(Some(pair.clone()));
         self.report();
+        if let (Kind::Serving, Some(old)) = (self.kind, &old) {
+            let lived = self.now_secs() - old.leaf.not_before;
+            self.metrics
+                .server_certificate_rotation
+                .observe(&[], lived as f64);
+        }
         tracing::info!(
             kind = ?self.kind,
             csr = %name,
@@ -245,9 +268,7 @@ impl CertificateManager {
     /// has been no valid one for [`CLIENT_EXIT_AFTER`] while the API server
     /// answers.
     pub async fn run(mut self, cancel: CancellationToken) -> Result<(), ManagerError> {
-        if self.kind == Kind::Client {
-            self.metrics.client_certificate_ttl.register();
-        }
+        self.ttl().register();
         if self.current.borrow().is_none() {
             self.load();
         }
@@ -297,7 +318,11 @@ impl CertificateManager {
                         return Ok(());
                     }
                     failures = failures.saturating_add(1);
-                    self.metrics.client_certificate_renew_errors.inc(&[]);
+                    match self.kind {
+                        Kind::Client => &self.metrics.client_certificate_renew_errors,
+                        Kind::Serving => &self.metrics.server_certificate_renew_errors,
+                    }
+                    .inc(&[]);
                     if let RotateError::Create(csr) = &e {
                         server_healthy = csr.server_answered();
                     }

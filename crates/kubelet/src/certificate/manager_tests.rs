@@ -182,8 +182,8 @@ fn fixture(ttl_secs: i64, verdicts: Vec<Verdict>) -> Fixture {
         clients: Clients {
             main: ApiClient::new(kube::Client::new(service, "default"), 0, 1),
             bootstrap: None,
-            swap: false,
         },
+        target: Target::Nothing,
         current: current_tx,
         clock,
         metrics: metrics.clone(),
@@ -347,4 +347,59 @@ async fn without_a_certificate_for_5_min_while_the_server_answers_the_kubelet_ex
     let after = started.elapsed().as_secs();
     assert!((300..=340).contains(&after), "exited after {after} s");
     assert!(f.created.recv().await.is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_serving_certificate_names_the_nodes_addresses_and_is_served() {
+    let mut f = fixture(1_000, Vec::new());
+    let serving = Arc::new(ServingCertificate::default());
+    let addresses = [
+        k8s_openapi::api::core::v1::NodeAddress {
+            type_: "InternalIP".into(),
+            address: "10.0.0.2".into(),
+        },
+        k8s_openapi::api::core::v1::NodeAddress {
+            type_: "Hostname".into(),
+            address: "n1".into(),
+        },
+    ];
+    let (_, template) = watch::channel(kubelet_core::certificate::serving_template(
+        "n1", &addresses,
+    ));
+    f.manager.kind = Kind::Serving;
+    f.manager.template = template;
+    f.manager.target = Target::Server(serving.clone());
+    f.manager.store = FileStore::open("kubelet-server", f.dir.path(), None).unwrap();
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(f.manager.run(cancel.clone()));
+    let (csr, _) = f.created.recv().await.unwrap();
+    assert_eq!(csr.spec.signer_name, "kubernetes.io/kubelet-serving");
+    assert_eq!(
+        csr.spec.usages.as_deref(),
+        Some(&["digital signature".to_owned(), "server auth".to_owned()][..])
+    );
+    let pem = String::from_utf8(csr.spec.request.0.clone()).unwrap();
+    let params = rcgen::CertificateSigningRequestParams::from_pem(&pem).unwrap();
+    let sans: Vec<String> = params
+        .params
+        .subject_alt_names
+        .iter()
+        .map(|s| format!("{s:?}"))
+        .collect();
+    assert_eq!(sans.len(), 2, "{sans:?}");
+    assert!(
+        sans[0].contains("n1") && sans[1].contains("10.0.0.2"),
+        "{sans:?}"
+    );
+    f.current.wait_for(Option::is_some).await.unwrap();
+    assert!(serving.is_set(), "the issued certificate is served");
+    assert!(f.dir.path().join("kubelet-server-current.pem").exists());
+    let now = f.clock.now_nanos() / 1_000_000_000;
+    assert_eq!(
+        f.metrics.server_certificate_ttl.value_at(now),
+        Some(1_000.0)
+    );
+    assert_eq!(f.metrics.client_certificate_ttl.value_at(now), None);
+    cancel.cancel();
+    run.await.unwrap().unwrap();
 }

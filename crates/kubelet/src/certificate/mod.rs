@@ -14,6 +14,7 @@
 //!   kubeconfig.
 
 pub mod manager;
+pub mod serving;
 pub mod store;
 
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::{Clock, Jitter};
-use manager::{CertificateManager, Clients, RotateError, make_request};
+use manager::{CertificateManager, Clients, RotateError, Target, make_request};
 use store::{FileStore, StoreError};
 
 /// How long the blocking bootstrap waits for its request (upstream: 3600 s).
@@ -135,8 +136,8 @@ impl ClientCertificates {
             clients: Clients {
                 main: api.clone(),
                 bootstrap: bootstrap_api,
-                swap: true,
             },
+            target: Target::ApiClient(api.clone()),
             current,
             clock,
             metrics,
@@ -192,8 +193,8 @@ impl ClientCertificates {
             clients: Clients {
                 main: bootstrap_api,
                 bootstrap: None,
-                swap: false,
             },
+            target: Target::Nothing,
             current,
             clock,
             metrics: metrics.clone(),

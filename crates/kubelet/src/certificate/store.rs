@@ -167,15 +167,32 @@ impl FileStore {
 
 /// A chain and key as PEM text: both parse, the key is the chain's.
 pub fn parse_pair(chain_pem: &str, key_pem: &str) -> Result<Pair, StoreError> {
+    let text = Pair {
+        chain_pem: chain_pem.to_owned(),
+        key_pem: key_pem.to_owned(),
+        leaf: Leaf {
+            not_before: 0,
+            not_after: 0,
+            common_name: String::new(),
+            organizations: Vec::new(),
+            dns_names: Vec::new(),
+            ips: Vec::new(),
+        },
+    };
+    let cert = serving_cert(&text)?;
+    checked(cert, chain_pem, key_pem).map_err(StoreError::Invalid)
+}
+
+/// A pair as the TLS server takes it.
+pub fn serving_cert(pair: &Pair) -> Result<ServingCert, StoreError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
+    let chain = CertificateDer::pem_slice_iter(pair.chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+    let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes())
         .map_err(|e| StoreError::Invalid(format!("invalid key data: {e}")))?;
-    let cert = ServingCert { chain, key };
-    checked(cert, chain_pem, key_pem).map_err(StoreError::Invalid)
+    Ok(ServingCert { chain, key })
 }
 
 fn read_pair(cert_path: &Path, key_path: &Path) -> Result<Pair, StoreError> {

@@ -163,8 +163,14 @@ impl Kubelet {
                 .map(|r| r.node_ips.iter().filter_map(|ip| ip.parse().ok()).collect())
                 .unwrap_or_default(),
         };
-        let tls =
-            tls::server_config(cfg, &self.opts.cert_dir, &identity).map_err(KubeletError::Tls)?;
+        let serving = Arc::new(tls::ServingCertificate::default());
+        if let Some(cert) = tls::initial_certificate(cfg, &self.opts.cert_dir, &identity)
+            .map_err(KubeletError::Tls)?
+        {
+            serving.set(cert).map_err(KubeletError::Tls)?;
+        }
+        let tls = tls::server_config(cfg, serving.clone()).map_err(KubeletError::Tls)?;
+        self.keep_serving_certificate(serving)?;
         let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
             Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
             None => Arc::new(auth::NoApiServer),
@@ -178,6 +184,58 @@ impl Kubelet {
             tracing::info_span!("kubelet_api"),
             server::serve(listener, tls, router, auth, tasks, token),
         );
+        Ok(())
+    }
+
+    /// Keep the kubelet API's certificate current: from CSRs with
+    /// serverTLSBootstrap, else from tlsCertFile/tlsPrivateKeyFile when they
+    /// change.
+    fn keep_serving_certificate(
+        self: &Arc<Self>,
+        serving: Arc<kubelet_server::tls::ServingCertificate>,
+    ) -> Result<(), KubeletError> {
+        use crate::certificate::serving::{reload_files, serving_manager};
+        let cfg = &self.opts.config;
+        let files = cfg
+            .tls_cert_file
+            .clone()
+            .zip(cfg.tls_private_key_file.clone());
+        if cfg.server_tls_bootstrap {
+            let Some(api) = &self.api else {
+                tracing::warn!(
+                    "serverTLSBootstrap needs an API server: the kubelet API has no certificate"
+                );
+                return Ok(());
+            };
+            let node_ips = self
+                .opts
+                .registration
+                .as_ref()
+                .map(|r| r.node_ips.clone())
+                .unwrap_or_default();
+            let manager = serving_manager(
+                api.clone(),
+                &self.opts.node_name,
+                &node_ips,
+                &self.opts.cert_dir,
+                files,
+                serving,
+                self.opts.clock,
+                self.opts.metrics.clone(),
+            )
+            .map_err(KubeletError::ServingCertificate)?;
+            self.tasks.spawn(
+                tracing::info_span!("serving_certificate"),
+                move |token| async move {
+                    let _ = manager.run(token).await;
+                },
+            );
+        } else if let Some((cert, key)) = files {
+            self.tasks.spawn(
+                tracing::info_span!("serving_certificate_files"),
+                move |token| reload_files(cert, key, serving, token),
+            );
+        }
         Ok(())
     }
 

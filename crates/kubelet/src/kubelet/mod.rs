@@ -121,6 +121,8 @@ impl KubeletOptions {
 pub enum KubeletError {
     #[error("kubelet API serving certificate: {0}")]
     Tls(#[source] kubelet_server::tls::TlsError),
+    #[error("kubelet API serving certificate store: {0}")]
+    ServingCertificate(#[source] crate::certificate::store::StoreError),
     /// The container manager could not set up the node's cgroups
     /// (upstream exits: "Failed to start ContainerManager").
     #[error("Failed to start ContainerManager: {0}")]
