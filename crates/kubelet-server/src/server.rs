@@ -174,7 +174,7 @@ mod tests {
     use crate::NodeView;
     use crate::auth::tests::FakeReviewer;
     use crate::routes::Settings;
-    use crate::tls::{ServingCert, ServingCertificate, build};
+    use crate::tls::{ClientCa, ServingCert, ServingCertificate, build};
 
     struct FakeView {
         problems: Mutex<Vec<(&'static str, String)>>,
@@ -285,6 +285,8 @@ mod tests {
     struct Running {
         addr: std::net::SocketAddr,
         pki: Pki,
+        client_ca: Arc<ClientCa>,
+        serving: Arc<ServingCertificate>,
         reviewer: Arc<FakeReviewer>,
         view: Arc<FakeView>,
         cancel: CancellationToken,
@@ -311,7 +313,8 @@ mod tests {
         edit(&mut cfg);
         let certificate = Arc::new(ServingCertificate::default());
         certificate.set(serving).unwrap();
-        let tls = build(certificate, Some(pki.roots()), &cfg).unwrap();
+        let client_ca = Arc::new(ClientCa::new(pki.roots()).unwrap());
+        let tls = build(certificate.clone(), Some(client_ca.clone()), &cfg).unwrap();
         let reviewer = Arc::new(FakeReviewer {
             tokens: HashMap::from([("good-token".to_owned(), UserInfo::new("bob", vec![]))]),
             allowed: vec![
@@ -357,6 +360,8 @@ mod tests {
             reviewer,
             view,
             cancel,
+            client_ca,
+            serving: certificate,
             _dir: dir,
         }
     }
@@ -633,6 +638,48 @@ mod tests {
                 .load(std::sync::atomic::Ordering::SeqCst),
             0
         );
+        srv.cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_new_client_ca_and_serving_certificate_apply_from_the_next_handshake() {
+        let srv = start(TlsMinVersion::Tls12, &[], |_| {}).await;
+        let healthz = async |server_ca: &Pki, client: ServingCert| {
+            request(
+                srv.addr,
+                client_config(server_ca, Some(client)),
+                "GET",
+                "/healthz",
+                &[],
+            )
+            .await
+            .map(|(status, _)| status)
+        };
+        let alice = || srv.pki.leaf("alice", &[], vec![]);
+        assert_eq!(healthz(&srv.pki, alice()).await.unwrap(), 200);
+
+        // clientCAFile now holds another CA: alice's old certificate fails
+        // the handshake, one of the new CA passes.
+        let other = Pki::new();
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.crt");
+        std::fs::write(&ca_file, other.ca.pem()).unwrap();
+        srv.client_ca.reload(&ca_file).unwrap();
+        assert!(healthz(&srv.pki, alice()).await.is_err());
+        let new_alice = || other.leaf("alice", &[], vec![]);
+        assert_eq!(healthz(&srv.pki, new_alice()).await.unwrap(), 200);
+        // A file that holds no CA leaves the bundle as it was.
+        std::fs::write(&ca_file, "not a certificate").unwrap();
+        assert!(srv.client_ca.reload(&ca_file).is_err());
+        assert_eq!(healthz(&srv.pki, new_alice()).await.unwrap(), 200);
+
+        // A new serving certificate, of the other CA: a client trusting
+        // only the first CA no longer verifies the server.
+        srv.serving
+            .set(other.leaf("node-a", &[], vec!["localhost".to_owned()]))
+            .unwrap();
+        assert!(healthz(&srv.pki, new_alice()).await.is_err());
+        assert_eq!(healthz(&other, new_alice()).await.unwrap(), 200);
         srv.cancel.cancel();
     }
 

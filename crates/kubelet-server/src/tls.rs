@@ -13,12 +13,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kubelet_core::certificate::Leaf;
 use kubelet_core::config::{KubeletConfiguration, TlsMinVersion};
+use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::CryptoProvider;
+use rustls::pki_types::UnixTime;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{CipherSuite, RootCertStore, ServerConfig, SupportedCipherSuite};
+use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 
 /// How long a generated self-signed serving certificate is valid (upstream: one year).
 const SELF_SIGNED_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -106,6 +110,99 @@ impl ResolvesServerCert for ServingCertificate {
     }
 }
 
+/// The client certificates the kubelet API trusts: `clientCAFile`'s
+/// bundle, replaced when the file changes (upstream's
+/// ReloadKubeletClientCAFile, on by default since v1.36); a handshake under
+/// way keeps the bundle it started with. A certificate that does not chain
+/// to it fails the handshake; a connection without one goes on to token
+/// authentication. No CA names are hinted to clients (they would change
+/// with the file; upstream's server sends none either).
+#[derive(Debug)]
+pub struct ClientCa(parking_lot::RwLock<Arc<dyn ClientCertVerifier>>);
+
+impl ClientCa {
+    /// Trust `roots`.
+    pub fn new(roots: RootCertStore) -> Result<Self, TlsError> {
+        Ok(ClientCa(parking_lot::RwLock::new(verifier(roots)?)))
+    }
+
+    /// `authentication.x509.clientCAFile`'s bundle; None without one.
+    pub fn from_config(cfg: &KubeletConfiguration) -> Result<Option<Arc<ClientCa>>, TlsError> {
+        cfg.authentication
+            .x509
+            .client_ca_file
+            .as_deref()
+            .map(|path| Ok(Arc::new(ClientCa::new(load_client_ca(path)?)?)))
+            .transpose()
+    }
+
+    /// Trust the bundle in `path` from the next handshake on; on an error
+    /// the bundle trusted stays.
+    pub fn reload(&self, path: &Path) -> Result<(), TlsError> {
+        let verifier = verifier(load_client_ca(path)?)?;
+        *self.0.write() = verifier;
+        Ok(())
+    }
+
+    fn current(&self) -> Arc<dyn ClientCertVerifier> {
+        self.0.read().clone()
+    }
+}
+
+fn verifier(roots: RootCertStore) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| TlsError::Rustls(rustls::Error::General(e.to_string())))
+}
+
+impl ClientCertVerifier for ClientCa {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        self.current()
+            .verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
 /// The certificate the kubelet API starts with, as upstream chooses it:
 /// tlsCertFile/tlsPrivateKeyFile when given, else none with
 /// serverTLSBootstrap (its request is not issued yet), else the
@@ -123,19 +220,13 @@ pub fn initial_certificate(
 }
 
 /// The rustls server configuration of the kubelet API: `serving`'s
-/// certificate, TLS versions, cipher suites and client-certificate
-/// verification from `cfg`.
+/// certificate, client certificates verified against `client_ca`, TLS
+/// versions and cipher suites from `cfg`.
 pub fn server_config(
     cfg: &KubeletConfiguration,
     serving: Arc<ServingCertificate>,
+    client_ca: Option<Arc<ClientCa>>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let client_ca = cfg
-        .authentication
-        .x509
-        .client_ca_file
-        .as_deref()
-        .map(load_client_ca)
-        .transpose()?;
     build(serving, client_ca, cfg)
 }
 
@@ -213,7 +304,7 @@ fn cipher_suite(name: &str) -> Option<CipherSuite> {
 /// Assembles the server configuration (also used by tests with in-memory certificates).
 pub fn build(
     serving: Arc<ServingCertificate>,
-    client_ca: Option<RootCertStore>,
+    client_ca: Option<Arc<ClientCa>>,
     cfg: &KubeletConfiguration,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = Arc::new(crypto_provider(
@@ -228,13 +319,7 @@ pub fn build(
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
     let builder = match client_ca {
-        Some(roots) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .allow_unauthenticated()
-                .build()
-                .map_err(|e| rustls::Error::General(e.to_string()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(ca) => builder.with_client_cert_verifier(ca),
         None => builder.with_no_client_auth(),
     };
     let mut config = builder.with_cert_resolver(serving);
@@ -575,7 +660,8 @@ mod tests {
             .unwrap()
             .unwrap();
         serving.set(initial).unwrap();
-        server_config(&cfg, serving.clone()).unwrap();
+        let ca_of = |cfg: &KubeletConfiguration| ClientCa::from_config(cfg);
+        server_config(&cfg, serving.clone(), ca_of(&cfg).unwrap()).unwrap();
         assert!(
             !pki.exists(),
             "no self-signed certificate when files are given"
@@ -588,7 +674,8 @@ mod tests {
                 .is_some()
         );
         assert!(pki.join("kubelet.crt").exists());
-        let config = server_config(&defaults, serving.clone()).unwrap();
+        assert!(ca_of(&defaults).unwrap().is_none());
+        let config = server_config(&defaults, serving.clone(), None).unwrap();
         assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
         // With serverTLSBootstrap and no files: none until the request is
         // issued.
@@ -620,7 +707,7 @@ mod tests {
         assert!(serving.is_set());
         // A client CA file that is not PEM names the setting.
         std::fs::write(&ca, "not a certificate").unwrap();
-        let err = server_config(&cfg, serving).unwrap_err();
+        let err = ca_of(&cfg).unwrap_err();
         assert!(err.to_string().contains("clientCAFile"), "{err}");
     }
 

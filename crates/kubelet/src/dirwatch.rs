@@ -3,12 +3,13 @@
 //! [`DirWatcher::changed`] at once, a burst of writes is folded into one.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use inotify::{EventMask, EventOwned, EventStream, Inotify, WatchDescriptor, WatchMask};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// After a bare create (a file likely still being written): how long the
 /// directory must stay quiet before it is rescanned, and the longest wait.
@@ -154,6 +155,58 @@ impl DirWatcher {
                 self.watch = None;
                 false
             }
+        }
+    }
+}
+
+/// Call `changed` whenever the content of one of `files` changes: at once
+/// on an inotify event in their directories, at the latest every `period`
+/// (a file replaced where no event reaches, or inotify unavailable); until
+/// `cancel` fires.
+pub async fn on_files_change(
+    files: Vec<PathBuf>,
+    what: &'static str,
+    period: Duration,
+    cancel: CancellationToken,
+    mut changed: impl FnMut(),
+) {
+    let read = || {
+        files
+            .iter()
+            .map(|f| std::fs::read(f).ok())
+            .collect::<Vec<_>>()
+    };
+    let mut seen = read();
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for dir in files.iter().filter_map(|f| f.parent()) {
+        if !dirs.iter().any(|d| d == dir) {
+            dirs.push(dir.to_owned());
+        }
+    }
+    let mut watchers: Vec<(PathBuf, DirWatcher)> = dirs
+        .into_iter()
+        .map(|d| (d, DirWatcher::new(what)))
+        .collect();
+    loop {
+        for (dir, w) in &mut watchers {
+            w.ensure_watch(dir);
+        }
+        let any_changed = async {
+            if watchers.is_empty() {
+                std::future::pending::<()>().await;
+            }
+            futures::future::select_all(watchers.iter_mut().map(|(_, w)| Box::pin(w.changed())))
+                .await;
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(period) => {}
+            _ = any_changed => {}
+        }
+        let now = read();
+        if now != seen {
+            seen = now;
+            changed();
         }
     }
 }

@@ -4,7 +4,8 @@
 //! the client certificate (`<cert-dir>/kubelet-server-current.pem`); with
 //! tlsCertFile/tlsPrivateKeyFile, those files read again when they change
 //! (ReloadKubeletServerCertificateFile, on by default), a pair whose key
-//! does not match kept out; else the self-signed pair, as it is.
+//! does not match kept out; else the self-signed pair, as it is. The client
+//! CA file is read again the same way (ReloadKubeletClientCAFile).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,14 +15,14 @@ use kubelet_api::ApiClient;
 use kubelet_core::certificate::{Kind, serving_template};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::node_addresses;
-use kubelet_server::tls::{ServingCertificate, load_cert_and_key};
+use kubelet_server::tls::{ClientCa, ServingCertificate, load_cert_and_key};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::manager::{CertificateManager, Clients, Target};
 use super::store::{FileStore, StoreError};
 use crate::clock::{Clock, Jitter};
-use crate::dirwatch::DirWatcher;
+use crate::dirwatch::on_files_change;
 
 /// How often the certificate files are read again without an inotify event
 /// (upstream re-establishes its watch every minute).
@@ -70,56 +71,35 @@ pub fn serving_manager(
     Ok(manager)
 }
 
-/// Serve what `cert` and `key` hold whenever they change (an inotify event
-/// in their directories, or every [`RELOAD_PERIOD`]); a pair that does not
-/// load, or whose key is not the certificate's, is logged and the one
-/// served stays.
+/// Serve what `cert` and `key` hold whenever they change; a pair that
+/// does not load, or whose key is not the certificate's, is logged and the
+/// one served stays.
 pub async fn reload_files(
     cert: PathBuf,
     key: PathBuf,
     serving: Arc<ServingCertificate>,
     cancel: CancellationToken,
 ) {
-    let read = || (std::fs::read(&cert).ok(), std::fs::read(&key).ok());
-    let mut seen = read();
-    let mut watchers: Vec<(PathBuf, DirWatcher)> = [&cert, &key]
-        .iter()
-        .filter_map(|p| p.parent().map(Path::to_path_buf))
-        .fold(Vec::new(), |mut dirs, d| {
-            if !dirs.contains(&d) {
-                dirs.push(d);
-            }
-            dirs
-        })
-        .into_iter()
-        .map(|d| (d, DirWatcher::new("serving certificate files")))
-        .collect();
-    loop {
-        for (dir, w) in &mut watchers {
-            w.ensure_watch(dir);
-        }
-        let changed =
-            futures::future::select_all(watchers.iter_mut().map(|(_, w)| Box::pin(w.changed())));
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = tokio::time::sleep(RELOAD_PERIOD) => {}
-            _ = changed => {}
-        }
-        let now = read();
-        if now == seen {
-            continue;
-        }
+    let files = vec![cert.clone(), key.clone()];
+    on_files_change(files, "serving certificate files", RELOAD_PERIOD, cancel, || {
         match load_cert_and_key(&cert, &key).and_then(|c| serving.set(c)) {
-            Ok(()) => {
-                tracing::info!(cert = %cert.display(), "loaded a new serving certificate");
-                seen = now;
-            }
-            Err(e) => {
-                tracing::warn!(cert = %cert.display(), error = %e, "the new serving certificate files are not usable; serving the previous one");
-                seen = now;
-            }
+            Ok(()) => tracing::info!(cert = %cert.display(), "loaded a new serving certificate"),
+            Err(e) => tracing::warn!(cert = %cert.display(), error = %e, "the new serving certificate files are not usable; serving the previous one"),
         }
-    }
+    })
+    .await;
+}
+
+/// Trust the client CA bundle in `path` whenever it changes; a bundle that
+/// does not load is logged and the one trusted stays.
+pub async fn reload_client_ca(path: PathBuf, ca: Arc<ClientCa>, cancel: CancellationToken) {
+    on_files_change(vec![path.clone()], "client CA file", RELOAD_PERIOD, cancel, || {
+        match ca.reload(&path) {
+            Ok(()) => tracing::info!(file = %path.display(), "loaded a new client CA bundle"),
+            Err(e) => tracing::warn!(file = %path.display(), error = %e, "the new client CA file is not usable; trusting the previous bundle"),
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

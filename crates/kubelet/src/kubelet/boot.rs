@@ -169,8 +169,17 @@ impl Kubelet {
         {
             serving.set(cert).map_err(KubeletError::Tls)?;
         }
-        let tls = tls::server_config(cfg, serving.clone()).map_err(KubeletError::Tls)?;
+        let client_ca = tls::ClientCa::from_config(cfg).map_err(KubeletError::Tls)?;
+        let tls = tls::server_config(cfg, serving.clone(), client_ca.clone())
+            .map_err(KubeletError::Tls)?;
         self.keep_serving_certificate(serving)?;
+        if let (Some(ca), Some(path)) = (client_ca, cfg.authentication.x509.client_ca_file.clone())
+        {
+            self.tasks
+                .spawn(tracing::info_span!("client_ca_file"), move |token| {
+                    crate::certificate::serving::reload_client_ca(path, ca, token)
+                });
+        }
         let reviewer: Arc<dyn auth::Reviewer> = match &self.api {
             Some(api) => Arc::new(auth::KubeReviewer::new(api.clone())),
             None => Arc::new(auth::NoApiServer),
