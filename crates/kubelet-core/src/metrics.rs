@@ -513,6 +513,13 @@ families! {
         &[],
         &[60.0, 3600.0, 14400.0, 86400.0, 604800.0, 2592000.0, 7776000.0, 15552000.0, 31104000.0, 124416000.0],
     ),
+    /// `kubernetes_feature_enabled{name,stage}`: 1 for each feature gate on,
+    /// 0 for each off (component-base's, set at start).
+    feature_enabled: Gauge(
+        "kubernetes_feature_enabled",
+        "[BETA] This metric records the data about the stage and enablement of a k8s feature.",
+        &["name", "stage"],
+    ),
     /// `kubelet_node_name{node}`: always 1.
     node_name: Gauge(
         "kubelet_node_name",

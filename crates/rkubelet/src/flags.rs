@@ -78,6 +78,11 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub rotate_server_certificates: Option<bool>,
 
+    /// Feature gates, `Name=true|false` separated by commas; each wins over the same gate in
+    /// featureGates.
+    #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gate, value_delimiter = ',')]
+    pub feature_gates: Vec<(String, bool)>,
+
     /// IP address(es) of the node, comma-separated; detected when absent.
     #[arg(long, value_name = "IP[,IP]", value_delimiter = ',')]
     pub node_ip: Vec<std::net::IpAddr>,
@@ -369,6 +374,24 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// `Name=true|false` of --feature-gates, with upstream's messages.
+fn parse_gate(s: &str) -> Result<(String, bool), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("missing bool value for {}", s.trim()))?;
+    let (k, v) = (k.trim(), v.trim());
+    let value = match v.to_ascii_lowercase().as_str() {
+        "1" | "t" | "true" => true,
+        "0" | "f" | "false" => false,
+        _ => {
+            return Err(format!(
+                "invalid value of {k}={v}, err: strconv.ParseBool: parsing {v:?}: invalid syntax"
+            ));
+        }
+    };
+    Ok((k.to_owned(), value))
+}
+
 /// `key[=value]:Effect` of --register-with-taints.
 fn parse_taint(s: &str) -> Result<TaintSpec, String> {
     let (kv, effect) = s
@@ -483,6 +506,9 @@ impl Flags {
         }
         if let Some(rotate) = self.rotate_server_certificates {
             config.server_tls_bootstrap = rotate;
+        }
+        for (gate, value) in &self.feature_gates {
+            config.feature_gates.insert(gate.clone(), *value);
         }
         if !self.register_with_taints.is_empty() {
             config.register_with_taints = self
@@ -833,8 +859,17 @@ hairpinMode: none
             "--cert-dir=/var/lib/rk/pki",
             "--rotate-certificates",
             "--rotate-server-certificates",
+            "--feature-gates=ReloadKubeletClientCAFile=false,RotateKubeletServerCertificate=true",
         ])
         .unwrap();
+        assert_eq!(
+            s.config.feature_gates,
+            [
+                ("ReloadKubeletClientCAFile".to_owned(), false),
+                ("RotateKubeletServerCertificate".to_owned(), true)
+            ]
+            .into()
+        );
         assert_eq!(
             s.bootstrap_kubeconfig.as_deref(),
             Some(Path::new("/etc/kubernetes/bootstrap-kubelet.conf"))
@@ -854,6 +889,12 @@ hairpinMode: none
             ),
             ("--node-labels=novalue", "invalid label \"novalue\""),
             ("--node-ip=not-an-ip", "invalid IP address syntax"),
+            ("--feature-gates=Foo", "missing bool value for Foo"),
+            ("--feature-gates=Foo=maybe", "invalid value of Foo=maybe"),
+            (
+                "--feature-gates=Foo=true",
+                "featureGates: unrecognized feature gate: Foo",
+            ),
         ] {
             let err = settings(&[bad]).unwrap_err();
             assert!(err.to_string().contains(want), "{bad}: {err}");

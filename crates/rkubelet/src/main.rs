@@ -72,6 +72,9 @@ fn main() -> ExitCode {
         let why = kubelet_core::config::not_implemented(field).unwrap_or("not implemented");
         tracing::warn!(%field, why, "KubeletConfiguration field is ignored");
     }
+    for warning in kubelet_core::config::gates::warnings(&settings.config.feature_gates) {
+        tracing::warn!("{warning}");
+    }
     let code = match rt.block_on(run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -18,6 +18,7 @@
 //! Fields upstream stores as pointers (healthzPort, kubeAPIQPS, registerNode)
 //! keep an explicit zero/false.
 
+pub mod gates;
 #[cfg(test)]
 mod tests;
 mod validate;
@@ -273,10 +274,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
         "iptablesDropBit",
         "no effect: rkubelet makes no iptables chains",
-    ),
-    (
-        "featureGates",
-        "not yet: upstream's gates at their v1.37 defaults (#33)",
     ),
     (
         "memorySwap",
@@ -829,6 +826,9 @@ config_section! {
         /// rotated as the client one; no handshake succeeds before it is
         /// issued.
         "serverTLSBootstrap" server_tls_bootstrap: bool = false;
+        /// `featureGates`: upstream's gates by name (see [`gates`]); flags
+        /// (`--feature-gates`) win per gate.
+        "featureGates" feature_gates: BTreeMap<String, bool> = BTreeMap::new();
         /// `providerID`: the Node's `spec.providerID` at registration.
         "providerID" provider_id: String = String::new();
         /// `registerWithTaints`: the Node's taints at registration
@@ -1009,6 +1009,16 @@ pub fn ignored_fields_present(content: &str) -> Vec<String> {
 }
 
 impl KubeletConfiguration {
+    /// Whether feature gate `name` is on: its value in `featureGates`, else
+    /// upstream's default (a valid configuration names only known gates).
+    pub fn feature_enabled(&self, name: &str) -> bool {
+        self.feature_gates
+            .get(name)
+            .copied()
+            .or_else(|| gates::gate(name).map(|g| g.default))
+            .unwrap_or(false)
+    }
+
     /// The checks upstream makes of the host's cgroup version
     /// (validateKubeletOSConfiguration), on cgroup v`version`.
     pub fn validate_for_cgroups(&self, version: u8) -> Result<(), ConfigError> {

@@ -278,10 +278,13 @@ fn header_is_required() {
 #[test]
 fn ignored_upstream_fields_are_accepted_and_listed() {
     let body = "podCIDR: 10.1.0.0/24\nhairpinMode: none\n\
-                featureGates:\n  Foo: true\nmaxPods: 20\n";
+                enableContentionProfiling: true\nmaxPods: 20\n";
     let (cfg, ignored) = parse_body(body).unwrap();
     assert_eq!(cfg.max_pods, 20);
-    assert_eq!(ignored, vec!["featureGates", "hairpinMode", "podCIDR"]);
+    assert_eq!(
+        ignored,
+        vec!["enableContentionProfiling", "hairpinMode", "podCIDR"]
+    );
     assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
     assert!(ignored_fields_present("not: [a config").is_empty());
 }
@@ -1289,5 +1292,38 @@ fn single_process_oom_kill_false_is_refused_on_cgroup_v1_as_upstream() {
             .unwrap_err()
             .to_string()
             .contains("not implemented by rkubelet yet")
+    );
+}
+
+#[test]
+fn feature_gates_are_read_checked_and_looked_up() {
+    let body = "featureGates:\n  ReloadKubeletClientCAFile: false\n  RotateKubeletServerCertificate: true\n";
+    let (cfg, _) = parse_body(body).unwrap();
+    cfg.validate().unwrap();
+    assert!(!cfg.feature_enabled("ReloadKubeletClientCAFile"));
+    assert!(
+        cfg.feature_enabled("ReloadKubeletServerCertificateFile"),
+        "upstream's default"
+    );
+    assert!(!cfg.feature_enabled("NoSuchGate"));
+    let err =
+        parse_body("featureGates:\n  RotateKubeletServerCertificate: yes please\n").unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("featureGates.RotateKubeletServerCertificate"),
+        "{err}"
+    );
+    let (cfg, _) = parse_body("featureGates:\n  Foo: true\n").unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: featureGates: unrecognized feature gate: Foo"
+    );
+    let (cfg, _) = parse_body(
+        "serverTLSBootstrap: true\nfeatureGates:\n  RotateKubeletServerCertificate: false\n",
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate"
     );
 }

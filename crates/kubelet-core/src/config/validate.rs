@@ -10,6 +10,13 @@ impl KubeletConfiguration {
     /// Checks the values that upstream's validation would reject (and that
     /// rkubelet cannot run with).
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let gates = super::gates::resolve(&self.feature_gates)?;
+        if self.server_tls_bootstrap && !gates["RotateKubeletServerCertificate"] {
+            return Err(ConfigError::Rejected(
+                "serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate"
+                    .into(),
+            ));
+        }
         self.image_pull_verification()?;
         self.validate_images()?;
         self.validate_periods()?;

@@ -275,6 +275,31 @@ impl ConfigValue for BTreeMap<String, String> {
     }
 }
 
+/// A mapping of names to booleans (`featureGates`).
+impl ConfigValue for BTreeMap<String, bool> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let map = v
+            .as_object()
+            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
+        map.iter()
+            .map(|(k, v)| match v {
+                Value::Bool(b) => Ok((k.clone(), *b)),
+                other => Err(wrong_type(&join(field, k), "a boolean", other)),
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::Object(
+            self.iter()
+                .map(|(k, v)| (k.clone(), Value::Bool(*v)))
+                .collect(),
+        )
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 /// The resources `systemReserved` and `kubeReserved` may name
 /// (upstream's parseResourceList).
 pub const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];

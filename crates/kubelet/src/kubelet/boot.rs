@@ -173,8 +173,11 @@ impl Kubelet {
         let tls = tls::server_config(cfg, serving.clone(), client_ca.clone())
             .map_err(KubeletError::Tls)?;
         self.keep_serving_certificate(serving)?;
-        if let (Some(ca), Some(path)) = (client_ca, cfg.authentication.x509.client_ca_file.clone())
-        {
+        if let (Some(ca), Some(path), true) = (
+            client_ca,
+            cfg.authentication.x509.client_ca_file.clone(),
+            cfg.feature_enabled("ReloadKubeletClientCAFile"),
+        ) {
             self.tasks
                 .spawn(tracing::info_span!("client_ca_file"), move |token| {
                     crate::certificate::serving::reload_client_ca(path, ca, token)
@@ -239,7 +242,9 @@ impl Kubelet {
                     let _ = manager.run(token).await;
                 },
             );
-        } else if let Some((cert, key)) = files {
+        } else if let Some((cert, key)) = files
+            && cfg.feature_enabled("ReloadKubeletServerCertificateFile")
+        {
             self.tasks.spawn(
                 tracing::info_span!("serving_certificate_files"),
                 move |token| reload_files(cert, key, serving, token),

@@ -99,8 +99,17 @@ impl KubeletOptions {
         let node_cpu_cores = std::thread::available_parallelism()
             .map(|n| n.get() as i64)
             .unwrap_or(1);
+        let metrics = KubeletMetrics::new(&node_name);
+        metrics
+            .feature_enabled
+            .set_all(kubelet_core::config::gates::all().iter().map(|g| {
+                (
+                    vec![g.name, g.stage.label()],
+                    f64::from(u8::from(config.feature_enabled(g.name))),
+                )
+            }));
         KubeletOptions {
-            metrics: KubeletMetrics::new(&node_name),
+            metrics,
             config,
             cert_dir: root_dir.join("pki"),
             root_dir,
