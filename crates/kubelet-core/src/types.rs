@@ -50,13 +50,14 @@ pub fn is_mirror_pod(pod: &Pod) -> bool {
         .is_some_and(|a| a.contains_key(keys::CONFIG_MIRROR))
 }
 
-/// Whether `pod` came from a manifest file (a static pod).
+/// Whether `pod` is a static pod: it came from a manifest file or the
+/// manifest URL, not the API server (upstream's IsStaticPod).
 pub fn is_static_pod(pod: &Pod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(keys::CONFIG_SOURCE))
-        .is_some_and(|s| s == SOURCE_FILE)
+        .is_some_and(|s| s != SOURCE_API)
 }
 
 /// Why a pod was refused: the reason and message of upstream's Warning

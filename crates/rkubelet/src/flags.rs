@@ -37,6 +37,19 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
 
+    /// URL of static pod manifests (staticPodURL).
+    #[arg(long, value_name = "URL")]
+    pub manifest_url: Option<String>,
+
+    /// Headers of the requests to --manifest-url, `Name:value` separated by commas (repeat to add
+    /// values; staticPodURLHeader).
+    #[arg(long, value_name = "NAME:VALUE,...", value_parser = parse_header, value_delimiter = ',')]
+    pub manifest_url_header: Vec<(String, String)>,
+
+    /// How often --manifest-url is read (httpCheckFrequency, a Go duration).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub http_check_frequency: Option<Duration>,
+
     /// Directory of static pod manifests (upstream's deprecated spelling of staticPodPath).
     #[arg(long, value_name = "DIR")]
     pub pod_manifest_path: Option<PathBuf>,
@@ -374,6 +387,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
     Ok((k.to_owned(), v.to_owned()))
 }
 
+/// `Name:value` of --manifest-url-header.
+fn parse_header(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once(':')
+        .ok_or_else(|| format!("malformed header {s:?}: want Name:value"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
 /// `Name=true|false` of --feature-gates, with upstream's messages.
 fn parse_gate(s: &str) -> Result<(String, bool), String> {
     let (k, v) = s
@@ -506,6 +527,22 @@ impl Flags {
         }
         if let Some(rotate) = self.rotate_server_certificates {
             config.server_tls_bootstrap = rotate;
+        }
+        if let Some(url) = &self.manifest_url {
+            config.static_pod_url = url.clone();
+        }
+        if !self.manifest_url_header.is_empty() {
+            config.static_pod_url_header.clear();
+            for (k, v) in &self.manifest_url_header {
+                config
+                    .static_pod_url_header
+                    .entry(k.clone())
+                    .or_default()
+                    .push(v.clone());
+            }
+        }
+        if let Some(d) = self.http_check_frequency {
+            config.http_check_frequency = d;
         }
         for (gate, value) in &self.feature_gates {
             config.feature_gates.insert(gate.clone(), *value);
@@ -860,8 +897,15 @@ hairpinMode: none
             "--rotate-certificates",
             "--rotate-server-certificates",
             "--feature-gates=ReloadKubeletClientCAFile=false,RotateKubeletServerCertificate=true",
+            "--manifest-url=http://192.0.2.1/pods",
+            "--manifest-url-header=a:hello,b:again",
+            "--manifest-url-header=b:beautiful",
+            "--http-check-frequency=5s",
         ])
         .unwrap();
+        assert_eq!(s.config.static_pod_url, "http://192.0.2.1/pods");
+        assert_eq!(s.config.static_pod_url_header["b"], ["again", "beautiful"]);
+        assert_eq!(s.config.http_check_frequency, Duration::from_secs(5));
         assert_eq!(
             s.config.feature_gates,
             [

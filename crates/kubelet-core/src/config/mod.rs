@@ -198,15 +198,6 @@ pub const UPSTREAM_FIELDS: &[&str] = &[
 /// fields.
 pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
-        "httpCheckFrequency",
-        "not yet: the HTTP static pod source (#33)",
-    ),
-    ("staticPodURL", "not yet: the HTTP static pod source (#33)"),
-    (
-        "staticPodURLHeader",
-        "not yet: the HTTP static pod source (#33)",
-    ),
-    (
         "enableContentionProfiling",
         "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
     ),
@@ -593,6 +584,13 @@ config_section! {
         "syncFrequency" sync_frequency: Duration = Duration::from_secs(60), zero_is_unset;
         /// `fileCheckFrequency`: how often the static pod path is rescanned. Default 20s.
         "fileCheckFrequency" file_check_frequency: Duration = Duration::from_secs(20), zero_is_unset;
+        /// `staticPodURL`: static pods also read from this URL (http) every
+        /// httpCheckFrequency; none by default.
+        "staticPodURL" static_pod_url: String = String::new();
+        /// `staticPodURLHeader`: headers of each request to staticPodURL.
+        "staticPodURLHeader" static_pod_url_header: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        /// `httpCheckFrequency`: how often staticPodURL is read. Default 20s.
+        "httpCheckFrequency" http_check_frequency: Duration = Duration::from_secs(20), zero_is_unset;
         /// `containerRuntimeEndpoint`: the CRI socket. Default containerd's.
         "containerRuntimeEndpoint" container_runtime_endpoint: String = DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_owned(), zero_is_unset;
         /// `runtimeRequestTimeout`: timeout of every CRI call but long-running ones. Default 2m.

@@ -190,8 +190,26 @@ fn kubeadm_style_zero_values_take_defaults() {
             ..KubeletConfiguration::default()
         }
     );
-    assert_eq!(ignored, vec!["httpCheckFrequency".to_owned()]);
+    assert!(ignored.is_empty(), "{ignored:?}");
     cfg.validate().unwrap();
+}
+
+#[test]
+fn the_manifest_url_is_read_with_its_headers_and_period() {
+    let body = "staticPodURL: http://192.0.2.1/pods
+httpCheckFrequency: 5s
+\
+                staticPodURLHeader:\n  Authorization: [\"Bearer x\"]\n  X-Node: [a, b]\n";
+    let (cfg, _) = parse_body(body).unwrap();
+    cfg.validate().unwrap();
+    assert_eq!(cfg.static_pod_url, "http://192.0.2.1/pods");
+    assert_eq!(cfg.http_check_frequency, Duration::from_secs(5));
+    assert_eq!(cfg.static_pod_url_header["X-Node"], ["a", "b"]);
+    let (cfg, _) = parse_body("staticPodURL: https://192.0.2.1/pods\n").unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: staticPodURL \"https://192.0.2.1/pods\": only http:// URLs are supported by rkubelet"
+    );
 }
 
 #[test]

@@ -17,6 +17,12 @@ impl KubeletConfiguration {
                     .into(),
             ));
         }
+        if !self.static_pod_url.is_empty() && !self.static_pod_url.starts_with("http://") {
+            return Err(ConfigError::Rejected(format!(
+                "staticPodURL {:?}: only http:// URLs are supported by rkubelet",
+                self.static_pod_url
+            )));
+        }
         self.image_pull_verification()?;
         self.validate_images()?;
         self.validate_periods()?;

@@ -275,6 +275,25 @@ impl ConfigValue for BTreeMap<String, String> {
     }
 }
 
+/// A mapping of names to lists of strings (`staticPodURLHeader`, as
+/// Go's http.Header).
+impl ConfigValue for BTreeMap<String, Vec<String>> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let map = v
+            .as_object()
+            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
+        map.iter()
+            .map(|(k, v)| Ok((k.clone(), Vec::<String>::decode(v, &join(field, k))?)))
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        Value::Object(self.iter().map(|(k, v)| (k.clone(), v.encode())).collect())
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 /// A mapping of names to booleans (`featureGates`).
 impl ConfigValue for BTreeMap<String, bool> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {

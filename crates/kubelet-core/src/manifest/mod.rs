@@ -70,16 +70,36 @@ impl FieldError {
     }
 }
 
-/// Parses the static pod file `file` (its path, used in errors and in the pods' identity)
-/// with contents `content` into defaulted, validated pods for node `node_name`.
+/// Where static pods come from, as their identity and `kubernetes.io/config.source` record it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin<'a> {
+    /// A manifest file (its path).
+    File(&'a str),
+    /// The manifest URL (`staticPodURL`).
+    Url(&'a str),
+}
+
+impl Origin<'_> {
+    fn name(&self) -> &str {
+        match self {
+            Origin::File(s) | Origin::Url(s) => s,
+        }
+    }
+}
+
+/// Parses the static pods of `origin` (a file's path or the manifest URL, used in errors and
+/// in the pods' identity) with contents `content` into defaulted, validated pods for node
+/// `node_name`. Each document is a Pod, or a PodList whose items are (as upstream's sources
+/// take them).
 ///
 /// Empty documents are ignored; the first document that fails fails the whole file (the
 /// file source then keeps the file's last good pods).
 pub fn parse_static_pods(
-    file: &str,
+    origin: Origin<'_>,
     content: &str,
     node_name: &str,
 ) -> Result<Vec<Pod>, ManifestError> {
+    let file = origin.name();
     let docs = decode_documents(content).map_err(|(doc, message)| ManifestError {
         file: file.to_owned(),
         doc,
@@ -94,9 +114,31 @@ pub fn parse_static_pods(
             field: e.field,
             message: e.message,
         };
-        let mut pod = pod_from_value(&value).map_err(to_manifest_error)?;
-        make_static(&mut pod, file, node_name).map_err(to_manifest_error)?;
-        pods.push(pod);
+        let items = match value.get("kind").and_then(Value::as_str) {
+            Some("PodList") if value.get("apiVersion").and_then(Value::as_str) == Some("v1") => {
+                value
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|mut item| {
+                        // Items of a list carry no type of their own.
+                        if let Some(o) = item.as_object_mut() {
+                            o.entry("apiVersion").or_insert_with(|| "v1".into());
+                            o.entry("kind").or_insert_with(|| "Pod".into());
+                        }
+                        item
+                    })
+                    .collect()
+            }
+            _ => vec![value],
+        };
+        for item in items {
+            let mut pod = pod_from_value(&item).map_err(to_manifest_error)?;
+            make_static(&mut pod, origin, node_name).map_err(to_manifest_error)?;
+            pods.push(pod);
+        }
     }
     Ok(pods)
 }
@@ -252,7 +294,7 @@ fn value_kind(value: &Value) -> &'static str {
 // Static pod identity
 
 /// Gives a decoded pod its static-pod identity, applies defaults and validates it.
-fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldError> {
+fn make_static(pod: &mut Pod, origin: Origin<'_>, node_name: &str) -> Result<(), FieldError> {
     let written_name = pod.metadata.name.clone().unwrap_or_default();
     if written_name.is_empty() {
         return Err(FieldError::new("metadata.name", "required"));
@@ -262,7 +304,7 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
     // Upstream's applyDefaults: the UID is the hash of what the manifest
     // asks for, so an edit is a new pod.
     if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
-        pod.metadata.uid = Some(content_hash(pod, node_name, file));
+        pod.metadata.uid = Some(content_hash(pod, node_name, origin));
     }
     pod.metadata.name = Some(format!("{written_name}-{}", node_name.to_lowercase()));
 
@@ -286,10 +328,11 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
     // (a manifest's own UID included), as upstream sets it.
     let hash = pod.metadata.uid.clone().unwrap_or_default();
     let annotations = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-    annotations.insert(
-        keys::CONFIG_SOURCE.to_owned(),
-        crate::types::SOURCE_FILE.into(),
-    );
+    let source = match origin {
+        Origin::File(_) => crate::types::SOURCE_FILE,
+        Origin::Url(_) => crate::types::SOURCE_HTTP,
+    };
+    annotations.insert(keys::CONFIG_SOURCE.to_owned(), source.into());
     annotations.insert(keys::CONFIG_HASH.to_owned(), hash);
     // As upstream, the pod is validated with its config annotations (they count towards
     // the annotations' total size).
@@ -308,20 +351,25 @@ fn make_static(pod: &mut Pod, file: &str, node_name: &str) -> Result<(), FieldEr
 /// another UID under each kubelet, and swapping one for the other restarts
 /// its static pods once. Computed before the `kubernetes.io/config.*`
 /// annotations are added.
-fn content_hash(pod: &Pod, node_name: &str, file: &str) -> String {
+fn content_hash(pod: &Pod, node_name: &str, origin: Origin<'_>) -> String {
     let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
     annotations.remove(keys::CONFIG_SOURCE);
     annotations.remove(keys::CONFIG_HASH);
     annotations.remove(keys::CONFIG_SEEN);
     // Struct fields serialize in declaration order and maps are BTreeMaps: canonical.
+    // As upstream: the node and the file for a file, the URL alone for the URL.
+    let (place, file) = match origin {
+        Origin::File(file) => (format!("host:{node_name}"), format!("file:{file}")),
+        Origin::Url(url) => (format!("url:{url}"), String::new()),
+    };
     let canonical = serde_json::to_vec(&(
         &pod.metadata.namespace,
         &pod.metadata.name,
         &pod.spec,
         &pod.metadata.labels,
         &annotations,
-        format!("host:{node_name}"),
-        format!("file:{file}"),
+        place,
+        file,
     ))
     .expect("a Pod always serializes to JSON");
     hex::encode(Md5::digest(&canonical))

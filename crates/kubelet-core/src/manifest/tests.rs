@@ -26,7 +26,7 @@ spec:
 "#;
 
 fn parse_one(content: &str) -> Pod {
-    let mut pods = parse_static_pods(FILE, content, NODE).expect("parses");
+    let mut pods = parse_static_pods(Origin::File(FILE), content, NODE).expect("parses");
     assert_eq!(pods.len(), 1);
     pods.remove(0)
 }
@@ -49,7 +49,7 @@ fn base_value() -> Value {
 }
 
 fn parse_value(v: &Value) -> Result<Vec<Pod>, ManifestError> {
-    parse_static_pods(FILE, &v.to_string(), NODE)
+    parse_static_pods(Origin::File(FILE), &v.to_string(), NODE)
 }
 
 #[test]
@@ -605,7 +605,7 @@ fn validate_pod_directly() {
 #[test]
 fn uid_is_the_hash_of_the_content_node_and_file() {
     let uid_of = |content: &str, file: &str, node: &str| {
-        parse_static_pods(file, content, node).unwrap()[0]
+        parse_static_pods(Origin::File(file), content, node).unwrap()[0]
             .metadata
             .uid
             .clone()
@@ -662,7 +662,7 @@ fn multiple_documents() {
         "---\n# leading comment\n{WEB}\n---\n---\n# only a comment\n---\n{}\n---\n",
         WEB.replace("name: web", "name: api")
     );
-    let pods = parse_static_pods(FILE, &content, NODE).unwrap();
+    let pods = parse_static_pods(Origin::File(FILE), &content, NODE).unwrap();
     let names: Vec<_> = pods
         .iter()
         .map(|p| p.metadata.name.clone().unwrap())
@@ -671,7 +671,7 @@ fn multiple_documents() {
 
     // Errors give the document's index, empty documents counting.
     let content = format!("{WEB}---\n---\n{}", WEB.replace("nginx:1.25", "\"\""));
-    let err = parse_static_pods(FILE, &content, NODE).unwrap_err();
+    let err = parse_static_pods(Origin::File(FILE), &content, NODE).unwrap_err();
     assert_eq!(
         (err.doc, err.field.as_str()),
         (2, "spec.containers[0].image")
@@ -679,7 +679,7 @@ fn multiple_documents() {
 
     // A YAML syntax error names the document and has no field.
     let content = format!("{WEB}---\nkind: Pod\nmetadata: [unclosed\n");
-    let err = parse_static_pods(FILE, &content, NODE).unwrap_err();
+    let err = parse_static_pods(Origin::File(FILE), &content, NODE).unwrap_err();
     assert_eq!((err.doc, err.field.as_str()), (1, ""), "{err}");
     assert!(err.message.starts_with("invalid YAML"), "{err}");
     assert!(!err.message.contains('\n'), "{err}");
@@ -691,13 +691,13 @@ fn multiple_documents() {
     // Empty files and files of comments hold no pods.
     for empty in ["", "\n", "---\n", "# nothing\n---\n---\n", "null\n"] {
         assert_eq!(
-            parse_static_pods(FILE, empty, NODE).unwrap(),
+            parse_static_pods(Origin::File(FILE), empty, NODE).unwrap(),
             [],
             "{empty:?}"
         );
     }
     // A document that is not a mapping.
-    let err = parse_static_pods(FILE, "- a\n- b\n", NODE).unwrap_err();
+    let err = parse_static_pods(Origin::File(FILE), "- a\n- b\n", NODE).unwrap_err();
     assert_eq!((err.doc, err.field.as_str()), (0, ""));
     assert!(err.message.contains("a list"), "{err}");
 }
@@ -708,9 +708,12 @@ fn json_input() {
     let pretty = serde_json::to_string_pretty(&v)
         .unwrap()
         .replace("  ", "\t");
-    let from_json = parse_static_pods(FILE, &pretty, NODE).unwrap();
+    let from_json = parse_static_pods(Origin::File(FILE), &pretty, NODE).unwrap();
     let yaml: String = serde_json::to_string(&v).unwrap();
-    assert_eq!(from_json, parse_static_pods(FILE, &yaml, NODE).unwrap());
+    assert_eq!(
+        from_json,
+        parse_static_pods(Origin::File(FILE), &yaml, NODE).unwrap()
+    );
     assert_eq!(from_json[0].metadata.name.as_deref(), Some("web-node-1"));
 
     // A stream of JSON objects is several documents.
@@ -718,15 +721,19 @@ fn json_input() {
     second["metadata"]["name"] = json!("second");
     second["spec"]["containers"][0]["ports"][0]["containerPort"] = json!("x");
     let stream = format!("{v}\n{second}\n");
-    let err = parse_static_pods(FILE, &stream, NODE).unwrap_err();
+    let err = parse_static_pods(Origin::File(FILE), &stream, NODE).unwrap_err();
     assert_eq!(
         (err.doc, err.field.as_str()),
         (1, "spec.containers[0].ports[0].containerPort")
     );
 
     // Broken JSON reports the JSON error.
-    let err =
-        parse_static_pods(FILE, "{\"apiVersion\": \"v1\",\n\t\"kind\": \"Pod\"", NODE).unwrap_err();
+    let err = parse_static_pods(
+        Origin::File(FILE),
+        "{\"apiVersion\": \"v1\",\n\t\"kind\": \"Pod\"",
+        NODE,
+    )
+    .unwrap_err();
     assert_eq!(err.field, "");
     assert!(err.message.starts_with("invalid JSON"), "{err}");
 }
@@ -878,9 +885,47 @@ fn split_keeps_line_numbers() {
     let docs = split_yaml_documents(&many);
     assert_eq!(docs.len(), 20_000);
     assert!(docs.iter().map(|(_, d)| d.len()).sum::<usize>() <= many.len());
-    assert_eq!(parse_static_pods(FILE, &many, NODE).unwrap(), []);
+    assert_eq!(
+        parse_static_pods(Origin::File(FILE), &many, NODE).unwrap(),
+        []
+    );
     // An error still gives the line in the file.
-    let err = parse_static_pods(FILE, &format!("{many}---\nkind: [\n"), NODE).unwrap_err();
+    let err =
+        parse_static_pods(Origin::File(FILE), &format!("{many}---\nkind: [\n"), NODE).unwrap_err();
     assert_eq!(err.doc, 20_000);
     assert!(err.message.contains("line 40002"), "{err}");
+}
+
+#[test]
+fn a_pod_list_from_the_manifest_url_is_static_pods_of_source_http() {
+    let list = r#"{"apiVersion": "v1", "kind": "PodList", "items": [
+        {"metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}},
+        {"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+    ]}"#;
+    let url = "http://192.0.2.1/pods";
+    let pods = parse_static_pods(Origin::Url(url), list, NODE).unwrap();
+    assert_eq!(pods.len(), 2);
+    for (pod, name) in pods.iter().zip(["a", "b"]) {
+        assert_eq!(
+            pod.metadata.name.as_deref(),
+            Some(format!("{name}-{}", NODE.to_lowercase()).as_str())
+        );
+        let ann = pod.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann[keys::CONFIG_SOURCE], "http");
+        assert!(crate::types::is_static_pod(pod));
+    }
+    // The same pod from a file and from the URL: two identities.
+    let single = r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}"#;
+    let from_url = &parse_static_pods(Origin::Url(url), single, NODE).unwrap()[0];
+    let from_file = &parse_static_pods(Origin::File(FILE), single, NODE).unwrap()[0];
+    assert_eq!(from_url.metadata.uid, pods[0].metadata.uid);
+    assert_ne!(from_url.metadata.uid, from_file.metadata.uid);
+    // An item without a name fails the list.
+    let err = parse_static_pods(
+        Origin::Url(url),
+        r#"{"apiVersion": "v1", "kind": "PodList", "items": [{"spec": {}}]}"#,
+        NODE,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("metadata.name"), "{err}");
 }

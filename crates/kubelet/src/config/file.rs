@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kubelet_core::manifest::parse_static_pods;
+use kubelet_core::manifest::{Origin, parse_static_pods};
 use kubelet_core::types::SOURCE_FILE;
 use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -318,7 +318,7 @@ fn scan(dir: &Path, node_name: &str, files: &mut ManifestFiles, now: i64) -> Sca
             continue;
         };
         scan.parsed += 1;
-        match parse_static_pods(&name, &text, node_name) {
+        match parse_static_pods(Origin::File(&name), &text, node_name) {
             Ok(pods) => {
                 memory.seen = Some(key);
                 memory.pods = Some(pods);

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
 pub mod file;
+pub mod http;
 pub mod mux;
 
 pub use kubelet_core::types::SourceSnapshot;

@@ -13,7 +13,7 @@ use kubelet_api::objects::watch_all;
 use kubelet_core::backoff::Backoff;
 use kubelet_core::nodestatus::runtime_version;
 use kubelet_core::pleg::PodLifecycleEvent;
-use kubelet_core::types::{PodUpdate, SOURCE_API, SOURCE_FILE};
+use kubelet_core::types::{PodUpdate, SOURCE_API, SOURCE_FILE, SOURCE_HTTP};
 use kubelet_server::listener::Listener;
 use kubelet_server::{NodeView, listener};
 use kubelet_tasks::Tasks;
@@ -259,6 +259,9 @@ impl Kubelet {
         if cfg.static_pod_path.is_some() {
             sources.push(SOURCE_FILE);
         }
+        if !cfg.static_pod_url.is_empty() {
+            sources.push(SOURCE_HTTP);
+        }
         if self.api.is_some() {
             sources.push(SOURCE_API);
         }
@@ -269,6 +272,19 @@ impl Kubelet {
             self.tasks
                 .spawn(tracing::info_span!("source", kind = "api"), move |token| {
                     kubelet_api::pods::watch_node_pods(api, node, tx, token)
+                });
+        }
+        if !cfg.static_pod_url.is_empty() {
+            let source = crate::config::http::HttpSource {
+                url: cfg.static_pod_url.clone(),
+                header: cfg.static_pod_url_header.clone(),
+                node_name: self.opts.node_name.clone(),
+                check_every: cfg.http_check_frequency,
+            };
+            let tx = snap_tx.clone();
+            self.tasks
+                .spawn(tracing::info_span!("source", kind = "http"), move |token| {
+                    source.run(tx, token)
                 });
         }
         if let Some(dir) = &cfg.static_pod_path {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::backoff::Backoff;
 use kubelet_core::pleg::PodLifecycleEvent;
 use kubelet_core::status::needs_readiness_reconcile;
-use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API, SOURCE_FILE};
+use kubelet_core::types::{PodOperation, PodUid, PodUpdate, SOURCE_API};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -211,7 +211,7 @@ impl Kubelet {
         if self.workers.state(&uid).is_some() {
             return;
         }
-        let kept = if source == SOURCE_FILE {
+        let kept = if source != SOURCE_API {
             self.syncer.prober.kept_on_disk(&uid)
         } else {
             pod.status

@@ -39,7 +39,7 @@ pub async fn run_http(get: &HttpGet, timeout: Duration) -> HandlerResult {
 
 /// Why an HTTP exchange failed (the text after `Get "<url>": `).
 #[derive(Debug)]
-struct HttpError(String);
+pub(crate) struct HttpError(String);
 
 impl fmt::Display for HttpError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -64,10 +64,10 @@ struct Target {
     host_header: String,
 }
 
-struct Response {
-    status: StatusCode,
+pub(crate) struct Response {
+    pub(crate) status: StatusCode,
     location: Option<String>,
-    body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
 }
 
 async fn http_probe(get: &HttpGet) -> Result<HandlerResult, HttpError> {
@@ -209,16 +209,21 @@ async fn http_get(target: &Target, headers: &[(String, String)]) -> Result<Respo
     }
     h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     match target.scheme {
-        Scheme::Http => exchange(tcp, req).await,
+        Scheme::Http => exchange(tcp, req, MAX_OUTPUT).await,
         Scheme::Https => {
             let tls = tls_connect(tcp, &target.host).await?;
-            exchange(tls, req).await
+            exchange(tls, req, MAX_OUTPUT).await
         }
     }
 }
 
-/// One request over a fresh HTTP/1.1 connection; the body is read up to [`MAX_OUTPUT`].
-async fn exchange<S>(io: S, req: Request<Empty<Bytes>>) -> Result<Response, HttpError>
+/// One request over a fresh HTTP/1.1 connection; the body is read up to
+/// `limit` bytes.
+pub(crate) async fn exchange<S>(
+    io: S,
+    req: Request<Empty<Bytes>>,
+    limit: usize,
+) -> Result<Response, HttpError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -234,7 +239,7 @@ where
             .map(str::to_owned);
         let mut body = Vec::new();
         let mut incoming = resp.into_body();
-        while body.len() < MAX_OUTPUT {
+        while body.len() < limit {
             let Some(frame) = incoming.frame().await else {
                 break;
             };
@@ -242,7 +247,7 @@ where
                 body.extend_from_slice(&data);
             }
         }
-        body.truncate(MAX_OUTPUT);
+        body.truncate(limit);
         Ok::<_, HttpError>(Response {
             status,
             location,

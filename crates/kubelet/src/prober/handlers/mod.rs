@@ -5,7 +5,7 @@
 //! live here; httpGet and grpc in their own modules.
 
 mod grpc;
-mod http;
+pub(crate) mod http;
 
 use std::io;
 use std::time::Duration;
