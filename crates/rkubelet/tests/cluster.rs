@@ -4290,6 +4290,77 @@ async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certific
     k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
 }
 
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_j_config_dir_drop_ins_show_in_configz_and_the_node() {
+    let mut k = Kubelet::new("configdir");
+    // Two drop-ins in lexical order over the file (fileCheckFrequency: 2s):
+    // the later wins, maps merge key by key.
+    let dir = k.rk.dir.path().join("kubelet.conf.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let header = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+    std::fs::write(
+        dir.join("10-pods.conf"),
+        format!("{header}maxPods: 42\nfileCheckFrequency: 3s\nfeatureGates:\n  ReloadKubeletClientCAFile: false\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("20-more.conf"),
+        format!(
+            "{header}maxPods: 43\nfeatureGates:\n  ReloadKubeletServerCertificateFile: false\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join("ignored.yaml"), format!("{header}maxPods: 1\n")).unwrap();
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with(
+        &k.api.node,
+        Some(&k.api.node_conf()),
+        &[OsStr::new("--config-dir"), dir.as_os_str()],
+    );
+    let node = eventually("node Ready", NODE_READY, async || {
+        k.api.node_ready_since(&since)?;
+        k.api.node_obj()
+    })
+    .await;
+    assert_eq!(
+        node["status"]["capacity"]["pods"], "43",
+        "{}",
+        node["status"]
+    );
+    let raw = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/configz", k.api.node),
+    ]);
+    let configz: Value = serde_json::from_str(&raw).unwrap();
+    let cfg = &configz["kubeletconfig"];
+    assert_eq!(cfg["maxPods"], 43, "{cfg}");
+    assert_eq!(cfg["fileCheckFrequency"], "3s", "{cfg}");
+    assert_eq!(
+        cfg["featureGates"],
+        json!({"ReloadKubeletClientCAFile": false, "ReloadKubeletServerCertificateFile": false}),
+        "{cfg}"
+    );
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", k.api.node),
+    ]);
+    assert!(
+        metrics.contains(
+            "kubernetes_feature_enabled{name=\"ReloadKubeletClientCAFile\",stage=\"BETA\"} 0"
+        ),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("ReloadKubeletClientCAFile"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    k.finish(&HashSet::new()).await;
+}
+
 /// A pod whose exec readiness probe passes while `/tmp/ready` exists.
 fn probed_pod(api: &Api, name: &str) -> Value {
     let mut c = sh_container("c", &format!("touch /tmp/ready; {SLEEPER}"));
