@@ -203,10 +203,8 @@ impl CertificateManager {
             RotateError::Generate("unable to create a csr, no template available".into())
         })?;
         let request = make_request(&template, None)?;
-        let pair = self
-            .request(&template, &request, None, CERTIFICATE_WAIT_TIMEOUT, cancel)
-            .await?;
-        Ok(pair)
+        self.request(&template, &request, None, CERTIFICATE_WAIT_TIMEOUT, cancel)
+            .await
     }
 
     /// Create the CSR for `request` (named `name`, or generated), wait up
@@ -266,12 +264,10 @@ impl CertificateManager {
     /// due (or the template changes), rotate, retry with upstream's
     /// back-off. For the client certificate, end with an error once there
     /// has been no valid one for [`CLIENT_EXIT_AFTER`] while the API server
-    /// answers.
+    /// answers. The pair in the store is the one [`CertificateManager::load`]
+    /// published when the manager was made.
     pub async fn run(mut self, cancel: CancellationToken) -> Result<(), ManagerError> {
         self.ttl().register();
-        if self.current.borrow().is_none() {
-            self.load();
-        }
         let mut last_valid = tokio::time::Instant::now();
         let mut server_healthy = false;
         let mut failures: u32 = 0;
