@@ -281,15 +281,13 @@ mod tests {
             .collect();
         let mut all_alpha = set(&[("AllAlpha", true)]);
         all_alpha.extend(alpha_deps);
-        if let Err(e) = resolve(&all_alpha) {
-            let e = e.to_string();
-            assert!(
-                e.contains("is not supported by rkubelet")
-                    || e.contains("locked")
-                    || e.contains("PreAlpha"),
-                "{e}"
-            );
-        }
+        let e = resolve(&all_alpha).unwrap_err().to_string();
+        assert!(
+            e.contains("is not supported by rkubelet")
+                || e.contains("locked")
+                || e.contains("PreAlpha"),
+            "{e}"
+        );
         let on = resolve(&set(&[("ReloadKubeletClientCAFile", false)])).unwrap();
         assert!(!on["ReloadKubeletClientCAFile"]);
         assert!(on["RotateKubeletServerCertificate"]);
@@ -297,23 +295,23 @@ mod tests {
 
     #[test]
     fn dependencies_are_checked() {
-        let Some(g) = all()
-            .iter()
-            .find(|g| !g.needs.is_empty() && !g.locked && !g.kubelet)
-        else {
-            return;
-        };
-        let dep = g.needs[0];
-        let mut map = set(&[(g.name, true)]);
-        map.insert(dep.to_owned(), false);
-        if gate(dep).is_some_and(|d| d.locked || d.kubelet) {
-            return;
-        }
-        let err = resolve(&map).unwrap_err().to_string();
-        assert!(
-            err.contains("depends on features that are disabled"),
-            "{err}"
+        // StorageVersionAPI (alpha, the API server's) needs
+        // APIServerIdentity.
+        assert_eq!(
+            gate("StorageVersionAPI").unwrap().needs,
+            ["APIServerIdentity"]
         );
+        let err = resolve(&set(&[
+            ("StorageVersionAPI", true),
+            ("APIServerIdentity", false),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "invalid configuration: featureGates: StorageVersionAPI is enabled, but depends on features that are disabled: [APIServerIdentity]"
+        );
+        resolve(&set(&[("StorageVersionAPI", true)])).unwrap();
     }
 
     #[test]

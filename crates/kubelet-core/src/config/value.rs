@@ -275,19 +275,28 @@ impl ConfigValue for BTreeMap<String, String> {
     }
 }
 
+/// A mapping whose values each decode as `T` (named `field.key` in
+/// errors).
+fn decode_map<T: ConfigValue>(v: &Value, field: &str) -> Result<BTreeMap<String, T>, ConfigError> {
+    v.as_object()
+        .ok_or_else(|| wrong_type(field, "a mapping", v))?
+        .iter()
+        .map(|(k, v)| Ok((k.clone(), T::decode(v, &join(field, k))?)))
+        .collect()
+}
+
+fn encode_map<T: ConfigValue>(map: &BTreeMap<String, T>) -> Value {
+    Value::Object(map.iter().map(|(k, v)| (k.clone(), v.encode())).collect())
+}
+
 /// A mapping of names to lists of strings (`staticPodURLHeader`, as
 /// Go's http.Header).
 impl ConfigValue for BTreeMap<String, Vec<String>> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
-        let map = v
-            .as_object()
-            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
-        map.iter()
-            .map(|(k, v)| Ok((k.clone(), Vec::<String>::decode(v, &join(field, k))?)))
-            .collect()
+        decode_map(v, field)
     }
     fn encode(&self) -> Value {
-        Value::Object(self.iter().map(|(k, v)| (k.clone(), v.encode())).collect())
+        encode_map(self)
     }
     fn is_zero(&self) -> bool {
         self.is_empty()
@@ -297,22 +306,10 @@ impl ConfigValue for BTreeMap<String, Vec<String>> {
 /// A mapping of names to booleans (`featureGates`).
 impl ConfigValue for BTreeMap<String, bool> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
-        let map = v
-            .as_object()
-            .ok_or_else(|| wrong_type(field, "a mapping", v))?;
-        map.iter()
-            .map(|(k, v)| match v {
-                Value::Bool(b) => Ok((k.clone(), *b)),
-                other => Err(wrong_type(&join(field, k), "a boolean", other)),
-            })
-            .collect()
+        decode_map(v, field)
     }
     fn encode(&self) -> Value {
-        Value::Object(
-            self.iter()
-                .map(|(k, v)| (k.clone(), Value::Bool(*v)))
-                .collect(),
-        )
+        encode_map(self)
     }
     fn is_zero(&self) -> bool {
         self.is_empty()

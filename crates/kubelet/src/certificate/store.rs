@@ -167,41 +167,41 @@ impl FileStore {
 
 /// A chain and key as PEM text: both parse, the key is the chain's.
 pub fn parse_pair(chain_pem: &str, key_pem: &str) -> Result<Pair, StoreError> {
-    let text = Pair {
-        chain_pem: chain_pem.to_owned(),
-        key_pem: key_pem.to_owned(),
-        leaf: Leaf {
-            not_before: 0,
-            not_after: 0,
-            common_name: String::new(),
-            organizations: Vec::new(),
-            dns_names: Vec::new(),
-            ips: Vec::new(),
-        },
-    };
-    let cert = serving_cert(&text)?;
+    let cert = der_pair(chain_pem, key_pem)?;
     checked(cert, chain_pem, key_pem).map_err(StoreError::Invalid)
 }
 
 /// A pair as the TLS server takes it.
 pub fn serving_cert(pair: &Pair) -> Result<ServingCert, StoreError> {
+    der_pair(&pair.chain_pem, &pair.key_pem)
+}
+
+fn der_pair(chain_pem: &str, key_pem: &str) -> Result<ServingCert, StoreError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let chain = CertificateDer::pem_slice_iter(pair.chain_pem.as_bytes())
+    let chain = CertificateDer::pem_slice_iter(chain_pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes())
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
         .map_err(|e| StoreError::Invalid(format!("invalid key data: {e}")))?;
     Ok(ServingCert { chain, key })
 }
 
+/// The pair in `cert_path` and `key_path` (the same file for a pair
+/// file), each read once.
 fn read_pair(cert_path: &Path, key_path: &Path) -> Result<Pair, StoreError> {
     let bad = |e: String| StoreError::Pair(cert_path.to_owned(), e);
-    let cert = tls::load_cert_and_key(cert_path, key_path).map_err(|e| bad(e.to_string()))?;
     let text = |p: &Path| std::fs::read_to_string(p).map_err(|e| bad(e.to_string()));
-    let (chain, _) = split_pair(&text(cert_path)?);
-    let (_, key) = split_pair(&text(key_path)?);
-    checked(cert, &chain, &key).map_err(bad)
+    let cert_text = text(cert_path)?;
+    let (chain, key) = if cert_path == key_path {
+        split_pair(&cert_text)
+    } else {
+        (split_pair(&cert_text).0, split_pair(&text(key_path)?).1)
+    };
+    if chain.is_empty() {
+        return Err(bad("no CERTIFICATE block".into()));
+    }
+    parse_pair(&chain, &key).map_err(|e| bad(e.to_string()))
 }
 
 fn checked(cert: ServingCert, chain_pem: &str, key_pem: &str) -> Result<Pair, String> {

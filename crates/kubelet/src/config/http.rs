@@ -15,13 +15,13 @@ use hyper::header::{HeaderName, HeaderValue};
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::manifest::{Origin, parse_static_pods};
 use kubelet_core::types::SOURCE_HTTP;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::SourceSnapshot;
 use super::file::MAX_MANIFEST_BYTES;
+use crate::prober::handlers::connect;
 use crate::prober::handlers::http::exchange;
 
 /// How long one read of the URL may take (upstream's client timeout).
@@ -138,9 +138,9 @@ impl HttpSource {
             }
         }
         headers.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-        let tcp = TcpStream::connect((host.trim_matches(['[', ']']), port))
+        let tcp = connect(host.trim_matches(['[', ']']), port)
             .await
-            .map_err(|e| format!("Get {:?}: dial tcp: {e}", self.url))?;
+            .map_err(|e| format!("Get {:?}: {e}", self.url))?;
         let limit = MAX_MANIFEST_BYTES as usize + 1;
         let resp = exchange(tcp, req, limit)
             .await

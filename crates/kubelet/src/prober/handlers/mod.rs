@@ -120,7 +120,7 @@ fn dial_error(addr: &str, e: &io::Error) -> String {
 }
 
 /// Connect; an error is the message for the failure.
-async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+pub(crate) async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
     TcpStream::connect((host, port))
         .await
         .map_err(|e| dial_error(&join_host_port(host, port), &e))
