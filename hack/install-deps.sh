@@ -6,7 +6,8 @@
 # made of (hack/e2e-images.sh: a C compiler, static libc and bzip2 for pause
 # and busybox, dash, bash, curl, netcat-openbsd, glibc's hostname/getent,
 # BIND's dig and nslookup, socat), and what hack/nodes.sh runs nodes with
-# (util-linux's unshare and nsenter).
+# (util-linux's unshare and nsenter), and the private system bus the
+# graceful node shutdown tests run logind's stand-in on (dbus-daemon).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -39,6 +40,7 @@ PACKAGES=(
   skopeo
   apache2-utils
   prometheus
+  dbus-daemon
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }

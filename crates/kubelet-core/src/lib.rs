@@ -37,6 +37,7 @@ pub mod lifecycle;
 pub mod logrotation;
 pub mod manifest;
 pub mod metrics;
+pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod oom;
 pub mod phase;

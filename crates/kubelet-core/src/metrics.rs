@@ -729,6 +729,19 @@ families! {
         "[ALPHA] Cumulative number of pod evictions by eviction signal",
         &["eviction_signal"],
     ),
+    /// `kubelet_graceful_shutdown_start_time_seconds`: when the last
+    /// graceful node shutdown began.
+    graceful_shutdown_start_time: Gauge(
+        "kubelet_graceful_shutdown_start_time_seconds",
+        "[ALPHA] Last graceful shutdown start time since unix epoch in seconds",
+        &[],
+    ),
+    /// `kubelet_graceful_shutdown_end_time_seconds`: when it ended.
+    graceful_shutdown_end_time: Gauge(
+        "kubelet_graceful_shutdown_end_time_seconds",
+        "[ALPHA] Last graceful shutdown end time since unix epoch in seconds",
+        &[],
+    ),
 }
 
 /// The kubelet's metrics registry: a cheap `Clone` handle (all clones record

@@ -314,20 +314,54 @@ pub fn kubelet_owned(status: &ApiPodStatus) -> ApiPodStatus {
     owned
 }
 
-/// End a status as evicted (the eviction manager's status function):
-/// Failed with reason Evicted and `message`, and, given a time, the
+/// Why the kubelet itself ended a pod its source still wants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TerminationKind {
+    /// The eviction manager's: Failed with reason Evicted.
+    Evicted,
+    /// Graceful node shutdown's: Failed (unless it Succeeded) with reason
+    /// Terminated.
+    NodeShutdown,
+}
+
+impl TerminationKind {
+    /// The final status's reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            TerminationKind::Evicted => crate::eviction::rank::REASON,
+            TerminationKind::NodeShutdown => crate::nodeshutdown::POD_REASON,
+        }
+    }
+}
+
+/// A pod the kubelet ended (an eviction, a node shutdown): what its final
+/// status says, and whether it carries the DisruptionTarget condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubeletTermination {
+    pub kind: TerminationKind,
+    pub message: String,
+    pub disruption: bool,
+}
+
+/// End a status as `termination` says (the status function of upstream's
+/// eviction and shutdown managers): Failed (a shutdown leaves Succeeded as
+/// it is) with its reason and message, and, given a time, the
 /// DisruptionTarget condition (TerminationByKubelet) saying the same, set
 /// then the first time.
-pub fn fail_for_eviction(
+pub fn fail_for_termination(
     status: &mut ApiPodStatus,
     pod: &Pod,
-    message: &str,
+    termination: &KubeletTermination,
     condition_at: Option<&Time>,
 ) {
-    status.phase = Some(PHASE_FAILED.into());
-    status.reason = Some(crate::eviction::rank::REASON.into());
-    status.message = Some(message.into());
-    let Some(now) = condition_at else {
+    let keep_success = termination.kind == TerminationKind::NodeShutdown
+        && status.phase.as_deref() == Some(PHASE_SUCCEEDED);
+    if !keep_success {
+        status.phase = Some(PHASE_FAILED.into());
+    }
+    status.reason = Some(termination.kind.reason().into());
+    status.message = Some(termination.message.clone());
+    let Some(now) = condition_at.filter(|_| termination.disruption) else {
         return;
     };
     let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -335,7 +369,7 @@ pub fn fail_for_eviction(
         type_: DISRUPTION_TARGET.into(),
         status: "True".into(),
         reason: Some("TerminationByKubelet".into()),
-        message: Some(message.into()),
+        message: Some(termination.message.clone()),
         observed_generation: pod.metadata.generation,
         last_transition_time: Some(now.clone()),
         ..Default::default()
@@ -1578,12 +1612,12 @@ mod tests {
             conditions: Some(vec![condition("Ready", true, None, None)]),
             ..Default::default()
         };
-        fail_for_eviction(
-            &mut st,
-            &pod,
-            "The node was low on resource: memory. ",
-            Some(&t(10)),
-        );
+        let memory = KubeletTermination {
+            kind: TerminationKind::Evicted,
+            message: "The node was low on resource: memory. ".into(),
+            disruption: true,
+        };
+        fail_for_termination(&mut st, &pod, &memory, Some(&t(10)));
         assert_eq!(st.phase.as_deref(), Some(PHASE_FAILED));
         assert_eq!(st.reason.as_deref(), Some("Evicted"));
         let dt = st
@@ -1599,12 +1633,7 @@ mod tests {
         assert_eq!(dt.observed_generation, Some(3));
         assert_eq!(dt.last_transition_time, Some(t(10)));
         // Applied again: the condition keeps its time.
-        fail_for_eviction(
-            &mut st,
-            &pod,
-            "The node was low on resource: memory. ",
-            Some(&t(20)),
-        );
+        fail_for_termination(&mut st, &pod, &memory, Some(&t(20)));
         let kept = st
             .conditions
             .as_ref()
@@ -1632,9 +1661,47 @@ mod tests {
         );
         // A local storage eviction: no condition (as upstream).
         let mut st = ApiPodStatus::default();
-        fail_for_eviction(&mut st, &pod, "Usage of EmptyDir volume ...", None);
+        let local = KubeletTermination {
+            kind: TerminationKind::Evicted,
+            message: "Usage of EmptyDir volume ...".into(),
+            disruption: false,
+        };
+        fail_for_termination(&mut st, &pod, &local, Some(&t(10)));
         assert_eq!(st.reason.as_deref(), Some("Evicted"));
         assert!(st.conditions.is_none());
+    }
+
+    #[test]
+    fn a_node_shutdown_fails_a_pod_but_one_that_succeeded() {
+        let pod = Pod::default();
+        let shutdown = KubeletTermination {
+            kind: TerminationKind::NodeShutdown,
+            message: crate::nodeshutdown::POD_MESSAGE.into(),
+            disruption: true,
+        };
+        let at = Time(Timestamp::from_second(10).unwrap());
+        for (phase, want) in [
+            (PHASE_RUNNING, PHASE_FAILED),
+            (PHASE_FAILED, PHASE_FAILED),
+            (PHASE_SUCCEEDED, PHASE_SUCCEEDED),
+        ] {
+            let mut st = ApiPodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            };
+            fail_for_termination(&mut st, &pod, &shutdown, Some(&at));
+            assert_eq!(st.phase.as_deref(), Some(want), "from {phase}");
+            assert_eq!(st.reason.as_deref(), Some("Terminated"));
+            assert_eq!(
+                st.message.as_deref(),
+                Some("Pod was terminated in response to imminent node shutdown.")
+            );
+            let dt = &st.conditions.as_ref().unwrap()[0];
+            assert_eq!(
+                (dt.type_.as_str(), dt.reason.as_deref()),
+                ("DisruptionTarget", Some("TerminationByKubelet"))
+            );
+        }
     }
 
     #[test]

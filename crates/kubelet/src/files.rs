@@ -13,6 +13,11 @@ pub const TMP_SUFFIX: &str = ".tmp";
 /// (mode 0600), as upstream's writeFile: a reader, or a crash, sees the
 /// old content or the new, never a part.
 pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_file_mode(path, bytes, 0o600)
+}
+
+/// [`write_file`] with the file's `mode`.
+pub fn write_file_mode(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(TMP_SUFFIX);
     let tmp = PathBuf::from(tmp);
@@ -20,7 +25,7 @@ pub fn write_file(path: &Path, bytes: &[u8]) -> io::Result<()> {
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(0o600)
+        .mode(mode)
         .open(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
         .and_then(|()| fs::rename(&tmp, path));

@@ -20,6 +20,7 @@ pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod logs;
+pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod oomwatcher;
 pub mod pleg;
@@ -35,6 +36,8 @@ pub mod stats;
 pub mod status_manager;
 pub mod status_sync;
 pub mod sync;
+#[cfg(test)]
+mod testutil;
 pub mod volumes;
 
 pub use kubelet::{Kubelet, KubeletError, KubeletOptions};

@@ -23,13 +23,14 @@ use kubelet_core::nodestatus::{
 use kubelet_core::quantity::{QuantityError, parse_bytes, parse_cpu_millis};
 use kubelet_core::resources::Amounts;
 use kubelet_cri::client::CriClient;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::events::{Involved, NORMAL, Recorder};
 use crate::eviction::EvictionManager;
+use crate::nodeshutdown::ShutdownManager;
 use crate::runtime_state::RuntimeState;
 
 /// The version rkubelet reports as kubeletVersion: the Kubernetes API it
@@ -78,6 +79,11 @@ pub struct NodeStatusController {
     pub clock: Clock,
     /// The eviction manager: the node's pressure conditions.
     pub eviction: Arc<EvictionManager>,
+    /// The shutdown manager: NotReady while the node shuts down.
+    pub shutdown: Arc<ShutdownManager>,
+    /// Woken when the status must be sent now rather than at the next
+    /// tick.
+    pub status_now: Arc<Notify>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -218,6 +224,7 @@ impl NodeStatusController {
     fn readiness(&self) -> Readiness {
         let mut errors = self.runtime_state.runtime_errors();
         errors.extend(self.runtime_state.network_error());
+        errors.extend(self.shutdown.status().map(str::to_owned));
         Readiness { errors }
     }
 
@@ -273,6 +280,7 @@ impl NodeStatusController {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
+                () = self.status_now.notified() => {}
             }
             let facts = self.facts(host).await;
             let now = self.clock.now_time();

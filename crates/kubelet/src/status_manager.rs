@@ -28,6 +28,9 @@ struct Inner {
     /// Pods whose SyncTerminatedPod completed (upstream's podIsFinished):
     /// a deleted one may now be deleted from the API.
     finished: HashSet<PodUid>,
+    /// The status the API sync last settled for each pod (accepted, or
+    /// refused for good).
+    settled: HashMap<PodUid, Arc<PodStatus>>,
 }
 
 #[derive(Clone, Default)]
@@ -81,6 +84,7 @@ impl StatusManager {
         inner.statuses.retain(|uid, _| keep(uid));
         inner.dirty.retain(|uid, _| keep(uid));
         inner.finished.retain(|uid| keep(uid));
+        inner.settled.retain(|uid, _| keep(uid));
     }
 
     /// Forget one pod's status: it starts a new life under the same UID (a
@@ -91,6 +95,7 @@ impl StatusManager {
         inner.statuses.remove(uid);
         inner.dirty.remove(uid);
         inner.finished.remove(uid);
+        inner.settled.remove(uid);
     }
 
     /// The pod's SyncTerminatedPod completed: nothing of it runs or is left
@@ -127,6 +132,20 @@ impl StatusManager {
             .dirty
             .entry(uid.clone())
             .or_insert_with(Instant::now);
+    }
+
+    /// The API sync settled `status` for the pod.
+    pub fn set_settled(&self, uid: &PodUid, status: Arc<PodStatus>) {
+        self.inner.lock().settled.insert(uid.clone(), status);
+    }
+
+    /// Whether the pod's latest status is the one the API sync settled.
+    pub fn is_settled(&self, uid: &PodUid) -> bool {
+        let inner = self.inner.lock();
+        match (inner.statuses.get(uid), inner.settled.get(uid)) {
+            (Some(latest), Some(settled)) => Arc::ptr_eq(latest, settled),
+            _ => false,
+        }
     }
 
     /// Woken when a status changes.

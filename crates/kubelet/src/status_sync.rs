@@ -331,6 +331,7 @@ impl StatusSync {
             && let Some(status) = &job.status
         {
             p.settled = Some((job.target_uid(), status.clone()));
+            self.status.set_settled(&job.uid, status.clone());
         }
         p.deleted |= out.deleted;
         match out.end {

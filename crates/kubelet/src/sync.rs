@@ -18,8 +18,8 @@ use kubelet_core::phase::{PHASE_FAILED, PHASE_RUNNING, PHASE_SUCCEEDED};
 use kubelet_core::resize::{Allocation, MemoryDecreases, allocation_of, with_allocation};
 use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
-    WaitingReasons, fail_for_deadline, fail_for_eviction, generate_api_pod_status,
-    keep_api_terminal_phase, past_active_deadline, set_host_ips,
+    KubeletTermination, TerminationKind, WaitingReasons, fail_for_deadline, fail_for_termination,
+    generate_api_pod_status, keep_api_terminal_phase, past_active_deadline, set_host_ips,
 };
 use kubelet_core::types::PodUid;
 use tokio::time::Instant;
@@ -70,10 +70,10 @@ pub struct Syncer {
     pub cm: ContainerManager,
     /// The desired pods, whose active ones the QoS cgroups follow.
     pub pods: PodManager,
-    /// Pods the eviction manager evicted, with why and whether with the
-    /// DisruptionTarget condition: once stopped they are reported Failed
-    /// with reason Evicted.
-    pub evictions: Arc<Mutex<HashMap<PodUid, (String, bool)>>>,
+    /// Pods the kubelet ended itself (the eviction and shutdown managers),
+    /// with why: once stopped they are reported so (Failed, Evicted or
+    /// Terminated).
+    pub terminations: Arc<Mutex<HashMap<PodUid, KubeletTermination>>>,
     /// The pods' allocated and actuated resources (in-place resize).
     pub allocation: AllocationManager,
 }
@@ -105,24 +105,23 @@ impl Syncer {
             fail_for_deadline(&mut status);
         }
         keep_api_terminal_phase(&mut status, pod);
-        // An evicted pod is reported Failed once its containers stopped
-        // (upstream's status manager holds a terminal phase back until then).
-        if terminal && let Some((message, disruption)) = self.evictions.lock().get(&PodUid::of(pod))
-        {
-            let condition = disruption.then(|| self.clock.now_time());
-            fail_for_eviction(&mut status, pod, message, condition.as_ref());
+        // A pod the kubelet ended is reported so once its containers
+        // stopped (upstream's status manager holds a terminal phase back
+        // until then).
+        if terminal && let Some(termination) = self.terminations.lock().get(&PodUid::of(pod)) {
+            let now = self.clock.now_time();
+            fail_for_termination(&mut status, pod, termination, Some(&now));
         }
         self.allocation.set_status(pod, &mut status);
         status
     }
 
-    /// Record that the eviction manager evicted `pod` with `message` (and
-    /// the DisruptionTarget condition when `disruption`): its final status
-    /// says so.
-    pub fn record_eviction(&self, pod: &Pod, message: String, disruption: bool) {
-        self.evictions
+    /// Record that the kubelet ends `pod` as `termination` says: its final
+    /// status says so.
+    pub fn record_termination(&self, pod: &Pod, termination: KubeletTermination) {
+        self.terminations
             .lock()
-            .insert(PodUid::of(pod), (message, disruption));
+            .insert(PodUid::of(pod), termination);
     }
 
     /// Whether the pod has outlived its activeDeadlineSeconds, counted from
@@ -474,7 +473,11 @@ impl Syncer {
         // An evicted pod's containers, writable layers and logs go too, as
         // upstream removes all of an evicted pod's containers: they are what
         // disk pressure wants back.
-        let evicted = self.evictions.lock().contains_key(&target.pod_ref.uid);
+        let evicted = self
+            .terminations
+            .lock()
+            .get(&target.pod_ref.uid)
+            .is_some_and(|t| t.kind == TerminationKind::Evicted);
         if why == Why::Removed || evicted {
             self.runtime.remove_pod(&target.pod_ref, &rt).await?;
             tracing::info!(evicted, "pod removed from the runtime");

@@ -87,7 +87,12 @@ impl Node {
     }
 
     fn start(&self) -> Running {
-        let config = KubeletConfiguration {
+        self.start_with(|_| {})
+    }
+
+    /// Start the kubelet with the test configuration, changed by `edit`.
+    fn start_with(&self, edit: impl FnOnce(&mut KubeletConfiguration)) -> Running {
+        let mut config = KubeletConfiguration {
             static_pod_path: Some(self.manifests()),
             pod_logs_dir: self.dir.path().join("logs"),
             container_runtime_endpoint: self.fake.endpoint(),
@@ -104,6 +109,7 @@ impl Node {
             resolv_conf: self.dir.path().join("resolv.conf").display().to_string(),
             ..Default::default()
         };
+        edit(&mut config);
         let mut opts =
             KubeletOptions::from_host(config, self.dir.path().join("root"), "node1".into());
         opts.clock = self.clock;
@@ -901,6 +907,48 @@ async fn finished_at(node: &Node, name: &str) -> i64 {
         .max_by_key(|c| c.created_at)
         .unwrap();
     cri.container_status(&c.id).await.unwrap().finished_at
+}
+
+#[tokio::test]
+async fn a_node_shutdown_stops_the_lower_priority_first() {
+    let node = Node::new().await;
+    // Static pods carry their priority in the manifest.
+    node.write(
+        "low.yaml",
+        &pod("low", &[("low", "sleep 3600")], "  priority: 10\n"),
+    );
+    node.write(
+        "critical.yaml",
+        &pod(
+            "critical",
+            &[("critical", "sleep 3600")],
+            "  priority: 2000000000\n",
+        ),
+    );
+    let k = node.start_with(|cfg| {
+        cfg.shutdown_grace_period = Duration::from_secs(4);
+        cfg.shutdown_grace_period_critical_pods = Duration::from_secs(2);
+    });
+    k.wait_phase("low-node1", "Running").await;
+    k.wait_phase("critical-node1", "Running").await;
+    // What SIGTERM with --shutdown-on-sigterm does (no logind here).
+    k.kubelet.shut_down_node().await;
+    for name in ["low-node1", "critical-node1"] {
+        let status = k
+            .kubelet
+            .pods_with_status()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.status)
+            .unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Failed"), "{name}");
+        assert_eq!(status.reason.as_deref(), Some("Terminated"), "{name}");
+    }
+    assert!(
+        finished_at(&node, "low").await <= finished_at(&node, "critical").await,
+        "the critical pod stopped last"
+    );
+    k.stop().await;
 }
 
 #[tokio::test]

@@ -91,6 +91,12 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub rotate_server_certificates: Option<bool>,
 
+    /// rkubelet's own: SIGTERM is a node shutdown (for nodes without systemd-logind): the pods
+    /// stop as the shutdown grace periods say, then rkubelet exits. Needs shutdownGracePeriod
+    /// or shutdownGracePeriodByPodPriority.
+    #[arg(long)]
+    pub shutdown_on_sigterm: bool,
+
     /// Feature gates, `Name=true|false` separated by commas; each wins over the same gate in
     /// featureGates.
     #[arg(long, value_name = "NAME=BOOL,...", value_parser = parse_gate, value_delimiter = ',')]
@@ -362,6 +368,8 @@ pub struct Settings {
     pub cert_dir: PathBuf,
     pub node_ips: Vec<String>,
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// --shutdown-on-sigterm.
+    pub shutdown_on_sigterm: bool,
 }
 
 /// A taint from --register-with-taints.
@@ -471,6 +479,13 @@ impl Flags {
             );
         }
 
+        if self.shutdown_on_sigterm && kubelet_core::nodeshutdown::periods(&config).is_empty() {
+            bail!(
+                "--shutdown-on-sigterm needs a graceful shutdown: set shutdownGracePeriod or \
+                 shutdownGracePeriodByPodPriority"
+            );
+        }
+
         Ok(Settings {
             config,
             root_dir: self.root_dir,
@@ -482,6 +497,7 @@ impl Flags {
             cert_dir: self.cert_dir,
             node_ips: self.node_ip.iter().map(ToString::to_string).collect(),
             node_labels: self.node_labels.into_iter().collect(),
+            shutdown_on_sigterm: self.shutdown_on_sigterm,
         })
     }
 
@@ -855,6 +871,7 @@ hairpinMode: none
                 cert_dir: "/var/lib/kubelet/pki".into(),
                 node_ips: vec![],
                 node_labels: Default::default(),
+                shutdown_on_sigterm: false,
             }
         );
     }

@@ -224,6 +224,7 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         .as_ref()
         .map(|_| registration(&settings, opts.node_cpu_cores));
     let boot = Kubelet::build(opts, cri, api, cancel.clone());
+    let kubelet = boot.kubelet.clone();
     let mut term = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let run = boot.run();
@@ -252,7 +253,20 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
                 return Err(e.into());
             }
         }
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = term.recv() => {
+            tracing::info!("SIGTERM: shutting down");
+            if settings.shutdown_on_sigterm {
+                // The node's shutdown first (--shutdown-on-sigterm), the
+                // kubelet running on meanwhile; a second SIGTERM or a
+                // SIGINT cuts it short.
+                tokio::select! {
+                    () = kubelet.shut_down_node() => {}
+                    r = &mut run => return r.map_err(Into::into),
+                    _ = term.recv() => tracing::warn!("SIGTERM again: the node's shutdown is cut short"),
+                    _ = int.recv() => tracing::warn!("SIGINT: the node's shutdown is cut short"),
+                }
+            }
+        }
         _ = int.recv() => tracing::info!("SIGINT: shutting down"),
     }
     cancel.cancel();

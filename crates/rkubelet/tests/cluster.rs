@@ -4373,6 +4373,234 @@ fn probed_pod(api: &Api, name: &str) -> Value {
     )
 }
 
+/// The node's Ready condition (status, message), as the API has it.
+fn node_ready(api: &Api) -> Option<(String, String)> {
+    let node = api.node_obj()?;
+    let ready = node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    Some((
+        ready["status"].as_str()?.to_owned(),
+        ready["message"].as_str().unwrap_or_default().to_owned(),
+    ))
+}
+
+/// A pod stopped by the node's shutdown, as upstream reports it.
+fn assert_stopped_by_shutdown(pod: &Value) {
+    let status = &pod["status"];
+    assert_eq!(status["phase"], "Failed", "{status}");
+    assert_eq!(status["reason"], "Terminated", "{status}");
+    assert_eq!(
+        status["message"], "Pod was terminated in response to imminent node shutdown.",
+        "{status}"
+    );
+    let disruption = status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .unwrap_or_else(|| panic!("no DisruptionTarget: {status}"));
+    assert_eq!(disruption["status"], "True");
+    assert_eq!(disruption["reason"], "TerminationByKubelet");
+}
+
+/// When the pod's (only) container finished, in seconds since the epoch.
+fn finished_at(pod: &Value) -> i64 {
+    let at = pod["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not terminated: {}", pod["status"]));
+    at.parse::<k8s_openapi::jiff::Timestamp>()
+        .unwrap()
+        .as_second()
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_k_a_node_shutdown_stops_pods_by_priority_within_their_grace() {
+    use kubelet::nodeshutdown::fake::{FakeLogind, PrivateBus};
+    // logind's stand-in on a private bus, allowing a minute: nothing to
+    // override in /etc.
+    let bus_dir = tempfile::tempdir().unwrap();
+    let bus = PrivateBus::start(bus_dir.path()).unwrap();
+    let logind = FakeLogind::serve(&bus.address, Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    let classes = [("rk-shutdown-low", 1000), ("rk-shutdown-high", 1_000_000)];
+    let mut k = Kubelet::new("shutdown");
+    for (class, value) in classes {
+        let _ = k
+            .api
+            .run(&["delete", "priorityclass", class, "--ignore-not-found"]);
+        k.api.create(&json!({
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": class},
+            "value": value,
+        }));
+    }
+    // Pods below 1000000 get 6 s, the others 4 s.
+    k.rk.add_config(
+        "shutdownGracePeriodByPodPriority:\n\
+         - {priority: 0, shutdownGracePeriodSeconds: 6}\n\
+         - {priority: 1000000, shutdownGracePeriodSeconds: 4}\n",
+    );
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with_env(
+        &k.api.node,
+        Some(&k.api.node_conf()),
+        &[OsStr::new("--shutdown-on-sigterm")],
+        &[("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)],
+    );
+    eventually("node Ready", NODE_READY, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    eventually("rkubelet's inhibitor lock", START, async || {
+        (logind.locks_taken() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(logind.inhibitors()[0].3, "delay");
+    // Each pod's sleep, as PID 1, ignores SIGTERM: it takes its whole grace.
+    let sleeper = |name: &str, class: &str| {
+        let spec = json!({
+            "priorityClassName": class,
+            "terminationGracePeriodSeconds": 30,
+            "containers": [{"name": "c", "image": IMAGE, "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "3600"]}],
+        });
+        test_pod(&k.api, name, spec)
+    };
+    for (name, class) in [
+        ("sd-low", "rk-shutdown-low"),
+        ("sd-high", "rk-shutdown-high"),
+    ] {
+        k.api.create(&sleeper(name, class));
+    }
+    let mut uids = HashSet::new();
+    for name in ["sd-low", "sd-high"] {
+        let pod = eventually(&format!("{name} Running"), START, async || {
+            k.api
+                .pod(name)
+                .filter(|p| p["status"]["phase"] == "Running")
+        })
+        .await;
+        uids.insert(uid(&pod).to_owned());
+    }
+
+    let began = Instant::now();
+    logind.prepare_for_shutdown(true).await.unwrap();
+    let (_, message) = eventually("the node NotReady", START, async || {
+        node_ready(&k.api).filter(|(status, _)| status == "False")
+    })
+    .await;
+    assert!(message.contains("node is shutting down"), "{message}");
+    // The lock goes once both groups are done: 6 s, then 4 s.
+    tokio::time::timeout(Duration::from_secs(60), logind.released(0))
+        .await
+        .expect("the lock released")
+        .unwrap();
+    let took = began.elapsed();
+    eprintln!("MEASURED: the shutdown took {:.1}s", took.as_secs_f64());
+    assert!(
+        (Duration::from_millis(9500)..Duration::from_secs(40)).contains(&took),
+        "6 s then 4 s of grace: {took:?}"
+    );
+    let low = eventually("sd-low stopped", START, async || {
+        k.api
+            .pod("sd-low")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    let high = eventually("sd-high stopped", START, async || {
+        k.api
+            .pod("sd-high")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_stopped_by_shutdown(&low);
+    assert_stopped_by_shutdown(&high);
+    // The critical group only began once the other's 6 s were over.
+    assert!(
+        finished_at(&high) - finished_at(&low) >= 3,
+        "low finished {}, high {}",
+        finished_at(&low),
+        finished_at(&high)
+    );
+    // No pod while the node shuts down.
+    k.api.create(&test_pod(&k.api, "sd-late", pod_spec()));
+    let late = eventually("sd-late refused", START, async || {
+        k.api
+            .pod("sd-late")
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        late["status"]["reason"], "NodeShutdown",
+        "{}",
+        late["status"]
+    );
+    uids.insert(uid(&late).to_owned());
+    let events = k.api.ok(&[
+        "get",
+        "events",
+        "-n",
+        "default",
+        "--field-selector",
+        &format!(
+            "involvedObject.kind=Node,involvedObject.name={},reason=NodeShutdown",
+            k.api.node
+        ),
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("Shutdown manager detected shutdown event"),
+        "{events}"
+    );
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", k.api.node),
+    ]);
+    let end = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubelet_graceful_shutdown_end_time_seconds "))
+        .unwrap_or_else(|| panic!("no end time in the metrics"));
+    assert!(end.parse::<f64>().unwrap() > 0.0, "{end}");
+
+    // Cancelled: Ready again, under a new lock, and pods admitted.
+    let since = rfc3339(SystemTime::now());
+    logind.prepare_for_shutdown(false).await.unwrap();
+    eventually("node Ready again", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    assert_eq!(logind.locks_taken(), 2);
+    k.api.create(&sleeper("sd-after", "rk-shutdown-low"));
+    let after = eventually("sd-after Running", START, async || {
+        k.api
+            .pod("sd-after")
+            .filter(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    uids.insert(uid(&after).to_owned());
+
+    // --shutdown-on-sigterm: SIGTERM is a shutdown too, reported before
+    // rkubelet exits.
+    k.rk.terminate().await;
+    let after = k.api.pod("sd-after").unwrap();
+    assert_stopped_by_shutdown(&after);
+    logind.released(1).await.unwrap();
+
+    // Started again (without the bus) to clean up.
+    k.start_ready().await;
+    k.finish(&uids).await;
+    let api = Api::from_env();
+    for (class, _) in classes {
+        api.ok(&["delete", "priorityclass", class]);
+    }
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn x_restarts_of_rkubelet_keep_ready_pods_ready() {

@@ -57,9 +57,13 @@ pub struct Gate {
 
 /// Kubelet gates rkubelet honours either way.
 pub const HONOURED: &[&str] = &[
+    "GracefulNodeShutdown",
+    "GracefulNodeShutdownBasedOnPodPriority",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "RotateKubeletServerCertificate",
+    // Windows nodes' only: either value is a Linux kubelet's behaviour.
+    "WindowsGracefulNodeShutdown",
 ];
 
 static TABLE: &str = include_str!("feature_gates.tsv");

@@ -283,18 +283,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "not yet: the text format of tracing, verbosity from -v (#33)",
     ),
     (
-        "shutdownGracePeriod",
-        "not yet: graceful node shutdown (#33)",
-    ),
-    (
-        "shutdownGracePeriodCriticalPods",
-        "not yet: graceful node shutdown (#33)",
-    ),
-    (
-        "shutdownGracePeriodByPodPriority",
-        "not yet: graceful node shutdown (#33)",
-    ),
-    (
         "enableProfilingHandler",
         "no effect: rkubelet has no /debug/pprof",
     ),
@@ -575,6 +563,18 @@ config_section! {
     }
 }
 
+/// An item of `shutdownGracePeriodByPodPriority`: pods of at least
+/// `priority` (and below the next item's) get `shutdownGracePeriodSeconds`
+/// to stop when the node shuts down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ShutdownGracePeriodByPodPriority {
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default)]
+    pub shutdown_grace_period_seconds: i64,
+}
+
 config_section! {
     /// The fields of upstream's KubeletConfiguration that rkubelet implements.
     pub struct KubeletConfiguration {
@@ -832,6 +832,16 @@ config_section! {
         /// `registerWithTaints`: the Node's taints at registration
         /// (`--register-with-taints` replaces them).
         "registerWithTaints" register_with_taints: Vec<k8s_openapi::api::core::v1::Taint> = Vec::new();
+        /// `shutdownGracePeriod`: with systemd-logind, how long the node's
+        /// shutdown is delayed for its pods to stop (0, the default: not
+        /// at all); see [`crate::nodeshutdown`].
+        "shutdownGracePeriod" shutdown_grace_period: Duration = Duration::ZERO;
+        /// `shutdownGracePeriodCriticalPods`: the part of it kept for
+        /// critical pods, stopped last. Default 0.
+        "shutdownGracePeriodCriticalPods" shutdown_grace_period_critical_pods: Duration = Duration::ZERO;
+        /// `shutdownGracePeriodByPodPriority`: instead of the two above, the
+        /// grace of each priority class (pods stopped from the lowest).
+        "shutdownGracePeriodByPodPriority" shutdown_grace_period_by_pod_priority: Vec<ShutdownGracePeriodByPodPriority> = Vec::new();
     }
 }
 

@@ -1121,6 +1121,60 @@ fn register_with_taints_decodes_and_validates_as_upstream() {
 }
 
 #[test]
+fn shutdown_grace_periods_decode_and_validate_as_upstream() {
+    let (c, ignored) = parse_body(
+        "shutdownGracePeriodByPodPriority:\n- {priority: 100000, shutdownGracePeriodSeconds: 10}\n- priority: 0\n  shutdownGracePeriodSeconds: 30\n",
+    )
+    .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    c.validate().unwrap();
+    assert_eq!(
+        c.to_v1beta1_json()["shutdownGracePeriodByPodPriority"][0],
+        serde_json::json!({"priority": 100000, "shutdownGracePeriodSeconds": 10})
+    );
+    let (c, _) =
+        parse_body("shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n").unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.to_v1beta1_json()["shutdownGracePeriod"], "30s");
+    let wrong = parse_body("shutdownGracePeriodByPodPriority: [{priority: 1, seconds: 3}]\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        wrong.starts_with("shutdownGracePeriodByPodPriority: expected a list of {priority, shutdownGracePeriodSeconds}"),
+        "{wrong}"
+    );
+    for (body, want) in [
+        (
+            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+            "invalid configuration: shutdownGracePeriodCriticalPods 20s must be <= shutdownGracePeriod 10s",
+        ),
+        (
+            "shutdownGracePeriod: 500ms\n",
+            "invalid configuration: shutdownGracePeriod 500ms must be either zero or otherwise >= 1 sec",
+        ),
+        (
+            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 500ms\n",
+            "invalid configuration: shutdownGracePeriodCriticalPods 500ms must be either zero or otherwise >= 1 sec",
+        ),
+        (
+            "featureGates: {GracefulNodeShutdown: false, GracefulNodeShutdownBasedOnPodPriority: false, WindowsGracefulNodeShutdown: false}\nshutdownGracePeriod: 10s\n",
+            "invalid configuration: specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires feature gate GracefulNodeShutdown",
+        ),
+        (
+            "featureGates: {GracefulNodeShutdownBasedOnPodPriority: false}\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 3}]\n",
+            "invalid configuration: Specifying shutdownGracePeriodByPodPriority requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+        ),
+        (
+            "shutdownGracePeriod: 10s\nshutdownGracePeriodByPodPriority: [{priority: 1, shutdownGracePeriodSeconds: 3}]\n",
+            "invalid configuration: Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the same time",
+        ),
+    ] {
+        let (c, _) = parse_body(body).unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
+    }
+}
+
+#[test]
 fn crash_loop_back_off_maximum_as_upstream() {
     let d = KubeletConfiguration::default();
     assert_eq!(

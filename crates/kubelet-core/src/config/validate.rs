@@ -23,6 +23,7 @@ impl KubeletConfiguration {
                 self.static_pod_url
             )));
         }
+        self.validate_shutdown(&gates)?;
         self.image_pull_verification()?;
         self.validate_images()?;
         self.validate_periods()?;
@@ -32,6 +33,65 @@ impl KubeletConfiguration {
         self.validate_node()?;
         self.validate_names()
     }
+    /// The shutdown grace periods as upstream validates them, in its words.
+    fn validate_shutdown(
+        &self,
+        gates: &std::collections::BTreeMap<&'static str, bool>,
+    ) -> Result<(), ConfigError> {
+        let (period, critical) = (
+            self.shutdown_grace_period,
+            self.shutdown_grace_period_critical_pods,
+        );
+        let by_priority = &self.shutdown_grace_period_by_pod_priority;
+        let shown = format_go_duration;
+        let sub_second = |d: Duration| d > Duration::ZERO && d < Duration::from_secs(1);
+        let rejected = |m: String| Err(ConfigError::Rejected(m));
+        if gates["GracefulNodeShutdown"] {
+            if critical > period {
+                return rejected(format!(
+                    "shutdownGracePeriodCriticalPods {} must be <= shutdownGracePeriod {}",
+                    shown(critical),
+                    shown(period)
+                ));
+            }
+            if sub_second(period) {
+                return rejected(format!(
+                    "shutdownGracePeriod {} must be either zero or otherwise >= 1 sec",
+                    shown(period)
+                ));
+            }
+            if sub_second(critical) {
+                return rejected(format!(
+                    "shutdownGracePeriodCriticalPods {} must be either zero or otherwise >= 1 sec",
+                    shown(critical)
+                ));
+            }
+        } else if !period.is_zero() || !critical.is_zero() {
+            return rejected(
+                "specifying shutdownGracePeriod or shutdownGracePeriodCriticalPods requires \
+                 feature gate GracefulNodeShutdown"
+                    .into(),
+            );
+        }
+        if !by_priority.is_empty() {
+            if !gates["GracefulNodeShutdownBasedOnPodPriority"] {
+                return rejected(
+                    "Specifying shutdownGracePeriodByPodPriority requires feature gate \
+                     GracefulNodeShutdownBasedOnPodPriority"
+                        .into(),
+                );
+            }
+            if !period.is_zero() || !critical.is_zero() {
+                return rejected(
+                    "Cannot specify both shutdownGracePeriodByPodPriority and \
+                     shutdownGracePeriod at the same time"
+                        .into(),
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// enforceNodeAllocatable as upstream validates it, in its words.
     fn validate_node_allocatable(&self) -> Result<(), ConfigError> {
         let flag = "enforceNodeAllocatable (--enforce-node-allocatable)";

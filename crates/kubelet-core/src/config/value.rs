@@ -231,14 +231,37 @@ impl ConfigValue for Vec<i32> {
     }
 }
 
+/// A field whose type is an API (or config) type with its own serde
+/// shape: decoded by serde, `expected` naming the shape in errors.
+fn decode_serde<T: serde::de::DeserializeOwned>(
+    v: &Value,
+    field: &str,
+    expected: &'static str,
+) -> Result<T, ConfigError> {
+    serde_json::from_value(v.clone()).map_err(|e| ConfigError::WrongType {
+        field: field.to_owned(),
+        expected,
+        found: e.to_string(),
+    })
+}
+
 /// A list of taints (registerWithTaints), as the API spells a Node's.
 impl ConfigValue for Vec<k8s_openapi::api::core::v1::Taint> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
-        serde_json::from_value(v.clone()).map_err(|e| ConfigError::WrongType {
-            field: field.to_owned(),
-            expected: "a list of taints (key, value, effect)",
-            found: e.to_string(),
-        })
+        decode_serde(v, field, "a list of taints (key, value, effect)")
+    }
+    fn encode(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// shutdownGracePeriodByPodPriority's list, as upstream's JSON spells it.
+impl ConfigValue for Vec<super::ShutdownGracePeriodByPodPriority> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        decode_serde(v, field, "a list of {priority, shutdownGracePeriodSeconds}")
     }
     fn encode(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)

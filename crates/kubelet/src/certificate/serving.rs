@@ -104,11 +104,11 @@ pub async fn reload_client_ca(path: PathBuf, ca: Arc<ClientCa>, cancel: Cancella
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
 
     use kubelet_core::certificate::ec_private_key_pem;
 
     use super::*;
+    use crate::testutil::until;
 
     /// A self-signed pair for `cn`: (chain PEM, key PEM, leaf DER).
     fn pair(cn: &str) -> (String, String, Vec<u8>) {
@@ -127,17 +127,6 @@ mod tests {
 
     fn served(serving: &ServingCertificate) -> Vec<u8> {
         serving.current().unwrap().cert[0].to_vec()
-    }
-
-    async fn until(what: &str, cond: impl Fn() -> bool) {
-        let start = Instant::now();
-        while !cond() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out: {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 
     #[tokio::test]

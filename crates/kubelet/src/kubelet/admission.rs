@@ -19,7 +19,8 @@ use crate::events::{Involved, WARNING};
 impl Kubelet {
     /// Admission of an API pod, in upstream's order: the eviction manager's
     /// (no pod but critical ones under pressure), its sysctls, then against
-    /// this node and the pods active on it, then AppArmor.
+    /// this node and the pods active on it, then AppArmor, then the
+    /// shutdown manager's (no pod while the node shuts down).
     pub(super) fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
         admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
@@ -27,7 +28,8 @@ impl Kubelet {
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
             reason: "AppArmor".into(),
             message: message.to_string(),
-        })
+        })?;
+        self.shutdown.admit()
     }
 
     /// A pod whose spec resources may have changed (a resize): admitted

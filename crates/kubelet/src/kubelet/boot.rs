@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::views::EvictionView;
+use super::views::{EvictionView, ShutdownView};
 use super::{CONTAINER_GC_PERIOD, Kubelet, KubeletError, RUNTIME_STATUS_PERIOD, Receivers};
 use crate::config::file::FileSource;
 use crate::config::mux::new_mux;
@@ -330,6 +330,8 @@ impl Kubelet {
             node_uid: self.node_uid.clone(),
             events: self.events.clone(),
             eviction: self.eviction.clone(),
+            shutdown: self.shutdown.clone(),
+            status_now: self.node_status_now.clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {
@@ -508,6 +510,13 @@ impl Kubelet {
             .spawn(tracing::info_span!("eviction_manager"), move |token| {
                 eviction.run(host, token)
             });
+        if self.shutdown.enabled() {
+            let (shutdown, host) = (self.shutdown.clone(), ShutdownView(self.clone()));
+            self.tasks
+                .spawn(tracing::info_span!("node_shutdown"), move |token| {
+                    shutdown.run(Arc::new(host), token)
+                });
+        }
         let runtime = self.syncer.runtime.clone();
         self.tasks.spawn(
             tracing::info_span!("image_pull_records"),

@@ -30,6 +30,7 @@ use crate::eviction::{EvictionManager, Settings as EvictionSettings};
 use crate::imagegc::ImageGcManager;
 use crate::kuberuntime::config::{NodeResources, SecurityDefaults};
 use crate::kuberuntime::{Host, RuntimeManager};
+use crate::nodeshutdown::{Settings as ShutdownSettings, ShutdownManager};
 use crate::nodestatus::{NodeAllocatable, detect_node_ip};
 use crate::pleg::Pleg;
 use crate::pod_workers::PodWorkers;
@@ -181,6 +182,10 @@ impl Kubelet {
             opts.metrics.clone(),
             opts.clock,
         ));
+        let shutdown = Arc::new(ShutdownManager::new(
+            ShutdownSettings::from_config(cfg, &opts.root_dir),
+            opts.metrics.clone(),
+        ));
         let status = StatusManager::new(opts.clock);
         let prober = ProbeManager::new(
             runtime.cri().clone(),
@@ -221,7 +226,7 @@ impl Kubelet {
             ),
             cm,
             pods: PodManager::default(),
-            evictions: Arc::default(),
+            terminations: Arc::default(),
         };
         let workers = PodWorkers::new(
             Arc::new(syncer.clone()),
@@ -254,6 +259,8 @@ impl Kubelet {
                 StatsProvider::new().with_volume_period(opts.config.volume_stats_agg_period),
             ),
             eviction,
+            shutdown,
+            node_status_now: Arc::default(),
             reserved,
             eviction_hard,
             local_allocatable,

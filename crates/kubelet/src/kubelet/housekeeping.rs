@@ -41,7 +41,7 @@ impl Kubelet {
         self.syncer.reasons.lock().retain(|uid, _| keep(uid));
         self.syncer.allocation.retain(keep);
         self.retry_deferred_resizes();
-        self.syncer.evictions.lock().retain(|uid, _| keep(uid));
+        self.syncer.terminations.lock().retain(|uid, _| keep(uid));
         if !self.pleg.has_relisted() {
             return;
         }

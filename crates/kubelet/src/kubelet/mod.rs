@@ -27,11 +27,12 @@ use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::eviction::Threshold;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::resources::Amounts;
+use kubelet_core::status::TerminationKind;
 use kubelet_core::sysctl::Allowlist;
 use kubelet_core::types::PodUid;
 use kubelet_tasks::Tasks;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::clock::Clock;
@@ -39,6 +40,7 @@ use crate::cm::{CmError, HostCgroups};
 use crate::events::Recorder;
 use crate::eviction::EvictionManager;
 use crate::imagegc::ImageGcManager;
+use crate::nodeshutdown::ShutdownManager;
 use crate::nodestatus::NodeRegistration;
 use crate::pleg::Pleg;
 use crate::pod_workers::PodWorkers;
@@ -47,6 +49,7 @@ use crate::runtime_state::RuntimeState;
 use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
+use views::ShutdownView;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -58,6 +61,10 @@ pub const RUNTIME_STATUS_PERIOD: Duration = Duration::from_secs(5);
 /// How often the pod directories are listed for orphans (upstream looks in
 /// every housekeeping).
 pub const POD_DIRS_PERIOD: Duration = HOUSEKEEPING_PERIOD;
+
+/// How long a shutdown on SIGTERM waits for the stopped pods' statuses to
+/// reach the API server.
+pub const SHUTDOWN_REPORT: Duration = Duration::from_secs(10);
 
 /// Everything the kubelet needs to know at start, from flags and config.
 #[derive(Clone, Debug)]
@@ -188,6 +195,11 @@ pub struct Kubelet {
     /// The node's stats, for the kubelet API and the eviction manager.
     stats: Arc<StatsProvider>,
     eviction: Arc<EvictionManager>,
+    /// Graceful node shutdown: whether the node shuts down (admission,
+    /// node status), and the pods' stopping.
+    shutdown: Arc<ShutdownManager>,
+    /// Woken for node status to be sent at once.
+    node_status_now: Arc<Notify>,
     /// systemReserved plus kubeReserved, and the hard eviction thresholds:
     /// what node allocatable keeps back.
     reserved: Amounts,
@@ -227,6 +239,54 @@ impl Kubelet {
     /// The registered Node's UID, once registration succeeded.
     pub fn node_uid(&self) -> Option<String> {
         self.node_uid.read().clone()
+    }
+
+    /// Shut the node down now, as on logind's PrepareForShutdown (SIGTERM
+    /// with `--shutdown-on-sigterm`): NotReady, no new pod, the pods
+    /// stopped by priority within their grace periods. Nothing when
+    /// graceful shutdown is not configured.
+    /// With an API server, it then waits (at most [`SHUTDOWN_REPORT`]) for
+    /// the API server to have the stopped pods' final statuses: the
+    /// kubelet is about to stop.
+    pub async fn shut_down_node(self: &Arc<Self>) {
+        if !self.shutdown.enabled() {
+            return;
+        }
+        self.shutdown.shut_down(&ShutdownView(self.clone())).await;
+        if self.api.is_none() {
+            return;
+        }
+        let reported = async {
+            while !self.shutdown_reported() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+        if tokio::time::timeout(SHUTDOWN_REPORT, reported)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the API server does not have every stopped pod's final status");
+        }
+    }
+
+    /// Whether every pod the shutdown stopped has its final status settled
+    /// with the API server.
+    fn shutdown_reported(&self) -> bool {
+        let stopped: Vec<PodUid> = self
+            .syncer
+            .terminations
+            .lock()
+            .iter()
+            .filter(|(_, t)| t.kind == TerminationKind::NodeShutdown)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        stopped.iter().all(|uid| {
+            self.status.is_settled(uid)
+                && self
+                    .status
+                    .get_pod_status(uid)
+                    .is_some_and(|s| kubelet_core::phase::is_terminal_status(&s))
+        })
     }
 
     /// Probe workers running (one per probe of each running pod).

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_core::status::{KubeletTermination, TerminationKind};
 use kubelet_core::types::PodUid;
 use kubelet_cri::client::CriClient;
 use kubelet_server::NodeView;
 
 use super::Kubelet;
-use crate::events::{Involved, WARNING};
+use crate::events::{Involved, NORMAL, WARNING};
 use crate::eviction::{Eviction, EvictionHost};
+use crate::nodeshutdown::ShutdownHost;
 use crate::pod_workers::PodTarget;
 use crate::server::Health;
 use crate::stats::{StatsError, StatsView};
@@ -68,9 +70,14 @@ impl EvictionHost for EvictionView {
     }
 
     fn evict(&self, pod: &Arc<Pod>, eviction: Eviction) {
-        self.0
-            .syncer
-            .record_eviction(pod, eviction.message.clone(), eviction.disruption);
+        self.0.syncer.record_termination(
+            pod,
+            KubeletTermination {
+                kind: TerminationKind::Evicted,
+                message: eviction.message.clone(),
+                disruption: eviction.disruption,
+            },
+        );
         self.0.events.annotated_event(
             &Involved::pod(pod, None),
             eviction.annotations,
@@ -100,6 +107,47 @@ impl EvictionHost for EvictionView {
             reason,
             message,
         );
+    }
+}
+
+/// The kubelet as the shutdown manager sees it.
+pub(super) struct ShutdownView(pub(super) Arc<Kubelet>);
+
+impl ShutdownHost for ShutdownView {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.0.active_pods()
+    }
+
+    fn terminate(&self, pod: &Arc<Pod>, grace: i64) {
+        self.0.syncer.record_termination(
+            pod,
+            KubeletTermination {
+                kind: TerminationKind::NodeShutdown,
+                message: kubelet_core::nodeshutdown::POD_MESSAGE.into(),
+                disruption: true,
+            },
+        );
+        self.0
+            .workers
+            .evict_pod(PodTarget::from_pod(pod.clone()), Some(grace));
+    }
+
+    fn cleaned_up(&self, pod: &Pod) -> bool {
+        EvictionView(self.0.clone()).cleaned_up(pod)
+    }
+
+    fn node_event(&self, reason: &str, message: &str) {
+        let node = self.0.opts.node_name.clone();
+        self.0.events.event(
+            &Involved::node(&node, self.0.node_uid()),
+            NORMAL,
+            reason,
+            message,
+        );
+    }
+
+    fn sync_node_status(&self) {
+        self.0.node_status_now.notify_one();
     }
 }
 

@@ -119,6 +119,17 @@ impl Rkubelet {
 
     /// [`Rkubelet::start`] with more flags.
     pub fn start_with(&mut self, node: &str, kubeconfig: Option<&Path>, flags: &[&OsStr]) {
+        self.start_with_env(node, kubeconfig, flags, &[]);
+    }
+
+    /// [`Rkubelet::start_with`], with more environment variables.
+    pub fn start_with_env(
+        &mut self,
+        node: &str,
+        kubeconfig: Option<&Path>,
+        flags: &[&OsStr],
+        env: &[(&str, &str)],
+    ) {
         assert!(self.child.is_none(), "rkubelet already runs");
         let log = File::options()
             .create(true)
@@ -142,6 +153,7 @@ impl Rkubelet {
             .arg("--cert-dir")
             .arg(self.root().join("pki"))
             .args(flags)
+            .envs(env.iter().copied())
             // The log goes to a file: no terminal colours in it.
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
