@@ -57,6 +57,7 @@ pub mod security;
 pub mod stats;
 pub mod status;
 pub mod sysctl;
+pub mod systemd;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod timefmt;

@@ -345,14 +345,14 @@ pub struct KubeletTermination {
 
 /// End a status as `termination` says (the status function of upstream's
 /// eviction and shutdown managers): Failed (a shutdown leaves Succeeded as
-/// it is) with its reason and message, and, given a time, the
+/// it is) with its reason and message, and, when it disrupts, the
 /// DisruptionTarget condition (TerminationByKubelet) saying the same, set
-/// then the first time.
+/// at `now` the first time.
 pub fn fail_for_termination(
     status: &mut ApiPodStatus,
     pod: &Pod,
     termination: &KubeletTermination,
-    condition_at: Option<&Time>,
+    now: &Time,
 ) {
     let keep_success = termination.kind == TerminationKind::NodeShutdown
         && status.phase.as_deref() == Some(PHASE_SUCCEEDED);
@@ -361,9 +361,9 @@ pub fn fail_for_termination(
     }
     status.reason = Some(termination.kind.reason().into());
     status.message = Some(termination.message.clone());
-    let Some(now) = condition_at.filter(|_| termination.disruption) else {
+    if !termination.disruption {
         return;
-    };
+    }
     let conditions = status.conditions.get_or_insert_with(Vec::new);
     let condition = PodCondition {
         type_: DISRUPTION_TARGET.into(),
@@ -1617,7 +1617,7 @@ mod tests {
             message: "The node was low on resource: memory. ".into(),
             disruption: true,
         };
-        fail_for_termination(&mut st, &pod, &memory, Some(&t(10)));
+        fail_for_termination(&mut st, &pod, &memory, &t(10));
         assert_eq!(st.phase.as_deref(), Some(PHASE_FAILED));
         assert_eq!(st.reason.as_deref(), Some("Evicted"));
         let dt = st
@@ -1633,7 +1633,7 @@ mod tests {
         assert_eq!(dt.observed_generation, Some(3));
         assert_eq!(dt.last_transition_time, Some(t(10)));
         // Applied again: the condition keeps its time.
-        fail_for_termination(&mut st, &pod, &memory, Some(&t(20)));
+        fail_for_termination(&mut st, &pod, &memory, &t(20));
         let kept = st
             .conditions
             .as_ref()
@@ -1666,7 +1666,7 @@ mod tests {
             message: "Usage of EmptyDir volume ...".into(),
             disruption: false,
         };
-        fail_for_termination(&mut st, &pod, &local, Some(&t(10)));
+        fail_for_termination(&mut st, &pod, &local, &t(10));
         assert_eq!(st.reason.as_deref(), Some("Evicted"));
         assert!(st.conditions.is_none());
     }
@@ -1689,7 +1689,7 @@ mod tests {
                 phase: Some(phase.into()),
                 ..Default::default()
             };
-            fail_for_termination(&mut st, &pod, &shutdown, Some(&at));
+            fail_for_termination(&mut st, &pod, &shutdown, &at);
             assert_eq!(st.phase.as_deref(), Some(want), "from {phase}");
             assert_eq!(st.reason.as_deref(), Some("Terminated"));
             assert_eq!(

@@ -36,6 +36,7 @@ pub mod stats;
 pub mod status_manager;
 pub mod status_sync;
 pub mod sync;
+pub mod systemd;
 #[cfg(test)]
 mod testutil;
 pub mod volumes;

@@ -80,10 +80,10 @@ pub const STATUS_REFUSED: &str = "StatusRefused";
 
 /// One pod's sync state.
 struct PodSync {
-    /// The status the API server took (or refused for good), with the UID of
-    /// the API object it went to (a static pod's mirror changes UID when it
-    /// is recreated): not sent again.
-    settled: Option<(String, Arc<PodStatus>)>,
+    /// The UID of the API object the status manager's settled status (the
+    /// one the API server took, or refused for good) went to (a static
+    /// pod's mirror changes UID when it is recreated): not sent again.
+    settled_to: Option<String>,
     /// When the status first changed since the API server last took one
     /// (kubelet_pod_status_sync_duration_seconds).
     since: Option<Instant>,
@@ -99,7 +99,7 @@ struct PodSync {
 impl Default for PodSync {
     fn default() -> Self {
         PodSync {
-            settled: None,
+            settled_to: None,
             since: None,
             in_flight: false,
             retry_at: None,
@@ -299,11 +299,8 @@ impl StatusSync {
             pod.clone()
         };
         let target_uid = target.metadata.uid.as_deref().unwrap_or_default();
-        let status = self.status.get_pod_status(uid).filter(|s| {
-            !p.settled
-                .as_ref()
-                .is_some_and(|(u, settled)| u == target_uid && Arc::ptr_eq(settled, s))
-        });
+        let settled = p.settled_to.as_deref() == Some(target_uid) && self.status.is_settled(uid);
+        let status = self.status.get_pod_status(uid).filter(|_| !settled);
         let delete =
             !is_static && pod.metadata.deletion_timestamp.is_some() && self.status.is_finished(uid);
         (status.is_some() || delete).then(|| Job {
@@ -330,7 +327,7 @@ impl StatusSync {
         if out.settled
             && let Some(status) = &job.status
         {
-            p.settled = Some((job.target_uid(), status.clone()));
+            p.settled_to = Some(job.target_uid());
             self.status.set_settled(&job.uid, status.clone());
         }
         p.deleted |= out.deleted;

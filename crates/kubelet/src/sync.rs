@@ -110,7 +110,7 @@ impl Syncer {
         // until then).
         if terminal && let Some(termination) = self.terminations.lock().get(&PodUid::of(pod)) {
             let now = self.clock.now_time();
-            fail_for_termination(&mut status, pod, termination, Some(&now));
+            fail_for_termination(&mut status, pod, termination, &now);
         }
         self.allocation.set_status(pod, &mut status);
         status

@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_cri::v1 as cri;
 use kubelet::clock::Clock;
 use kubelet::cm::HostCgroups;
+use kubelet::nodeshutdown::LogindAccess;
 use kubelet::{Kubelet, KubeletOptions};
 use kubelet_core::cgroups::CgroupLayout;
 use kubelet_core::config::KubeletConfiguration;
@@ -115,6 +116,14 @@ impl Node {
         opts.clock = self.clock;
         opts.cgroups = fake_cgroups(&self.cgroups());
         opts.legacy_logs_dir = self.dir.path().join("containers");
+        // No logind: never the host's.
+        opts.logind = LogindAccess {
+            bus_address: Some(format!(
+                "unix:path={}",
+                self.dir.path().join("no-bus").display()
+            )),
+            conf_dir: self.dir.path().join("logind.conf.d"),
+        };
         let cri = CriClient::connect_lazy(&self.fake.endpoint(), Duration::from_secs(5)).unwrap();
         let cancel = CancellationToken::new();
         let boot = Kubelet::build(opts, cri, None, cancel.clone());
@@ -909,13 +918,15 @@ async fn finished_at(node: &Node, name: &str) -> i64 {
     cri.container_status(&c.id).await.unwrap().finished_at
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_node_shutdown_stops_the_lower_priority_first() {
-    let node = Node::new().await;
-    // Static pods carry their priority in the manifest.
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    // Static pods carry their priority in the manifest; the low one's
+    // preStop hook takes its whole grace (2 s, its group's).
     node.write(
         "low.yaml",
-        &pod("low", &[("low", "sleep 3600")], "  priority: 10\n"),
+        &(pod("low", &[("low", "sleep 3600")], "  priority: 10\n")
+            + "    lifecycle:\n      preStop:\n        sleep:\n          seconds: 1000\n"),
     );
     node.write(
         "critical.yaml",
@@ -932,6 +943,7 @@ async fn a_node_shutdown_stops_the_lower_priority_first() {
     k.wait_phase("low-node1", "Running").await;
     k.wait_phase("critical-node1", "Running").await;
     // What SIGTERM with --shutdown-on-sigterm does (no logind here).
+    let began = node.clock.now_nanos();
     k.kubelet.shut_down_node().await;
     for name in ["low-node1", "critical-node1"] {
         let status = k
@@ -944,9 +956,17 @@ async fn a_node_shutdown_stops_the_lower_priority_first() {
         assert_eq!(status.phase.as_deref(), Some("Failed"), "{name}");
         assert_eq!(status.reason.as_deref(), Some("Terminated"), "{name}");
     }
+    // The critical pod was told to stop only once the low group's 2 s
+    // had passed (told at once, it would have stopped at once).
+    let (low, critical) = (
+        finished_at(&node, "low").await,
+        finished_at(&node, "critical").await,
+    );
+    assert!(low <= critical);
     assert!(
-        finished_at(&node, "low").await <= finished_at(&node, "critical").await,
-        "the critical pod stopped last"
+        critical - began >= 2_000_000_000,
+        "the critical pod stopped {} ns after the shutdown began",
+        critical - began
     );
     k.stop().await;
 }

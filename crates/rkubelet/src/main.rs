@@ -134,6 +134,21 @@ fn protect_from_oom_killer(score: i32) {
     }
 }
 
+/// systemd's NOTIFY_SOCKET and watchdog (WATCHDOG_USEC, WATCHDOG_PID), as
+/// upstream reads them; a watchdog setting that cannot be used stops
+/// start-up, as upstream's.
+fn systemd_from_env() -> anyhow::Result<kubelet::systemd::Systemd> {
+    use kubelet_core::systemd::{NotifySocket, watchdog_timeout};
+    let var = |name| std::env::var(name).ok();
+    let notify = NotifySocket::parse(var("NOTIFY_SOCKET").as_deref());
+    let watchdog = watchdog_timeout(
+        var("WATCHDOG_USEC").as_deref(),
+        var("WATCHDOG_PID").as_deref(),
+        std::process::id(),
+    )?;
+    Ok(kubelet::systemd::Systemd { notify, watchdog })
+}
+
 /// How the node registers: upstream's --node-ip, --node-labels,
 /// --register-node and --register-with-taints over the config file.
 fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration {
@@ -199,6 +214,7 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         settings.node_name.clone(),
     );
     opts.cert_dir = settings.cert_dir.clone();
+    opts.systemd = systemd_from_env()?;
     let cancel = CancellationToken::new();
     let cfg = &opts.config;
     let (api, certificates) = match &settings.kubeconfig {
@@ -262,6 +278,12 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
                 tokio::select! {
                     () = kubelet.shut_down_node() => {}
                     r = &mut run => return r.map_err(Into::into),
+                    r = &mut rotation => if let Err(e) = r {
+                        tracing::error!(error = %e, "stopping");
+                        cancel.cancel();
+                        run.await?;
+                        return Err(e.into());
+                    },
                     _ = term.recv() => tracing::warn!("SIGTERM again: the node's shutdown is cut short"),
                     _ = int.recv() => tracing::warn!("SIGINT: the node's shutdown is cut short"),
                 }

@@ -570,6 +570,51 @@ async fn oom_score_file_limit_and_no_api_server_as_configured() {
 
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn systemd_hears_ready_then_watchdog_keep_alives() {
+    use std::os::unix::net::UnixDatagram;
+    let mut node = Node::new("systemd");
+    let socket = node.rk.dir.path().join("notify");
+    let systemd = UnixDatagram::bind(&socket).unwrap();
+    systemd
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let notify = socket.display().to_string();
+    // A timeout of 1 s is refused, as upstream refuses it.
+    node.rk.start_with_env(
+        &node.name,
+        None,
+        &[],
+        &[("NOTIFY_SOCKET", &notify), ("WATCHDOG_USEC", "1000000")],
+    );
+    let status = eventually("rkubelet refuses the watchdog", START, async || {
+        node.rk.exit_status()
+    })
+    .await;
+    assert_eq!(status.code(), Some(1));
+    let log = std::fs::read_to_string(node.rk.log()).unwrap();
+    assert!(
+        log.contains("create health checker: configure watchdog timeout too small: 1s"),
+        "{log}"
+    );
+    // 3 s: a keep-alive every 1.5 s while healthy.
+    node.rk.start_with_env(
+        &node.name,
+        None,
+        &[],
+        &[("NOTIFY_SOCKET", &notify), ("WATCHDOG_USEC", "3000000")],
+    );
+    let mut buf = [0u8; 64];
+    let mut heard = Vec::new();
+    while heard.len() < 3 {
+        let n = systemd.recv(&mut buf).expect("a notification within 30 s");
+        heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+    }
+    assert_eq!(heard, ["READY=1", "WATCHDOG=1", "WATCHDOG=1"]);
+    node.finish().await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn kernel_tunables_are_set_unless_protected() {
     const MAXKEYS: &str = "/proc/sys/kernel/keys/root_maxkeys";
     let mut node = Node::new("sysctl");

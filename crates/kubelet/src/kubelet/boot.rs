@@ -62,6 +62,7 @@ impl Kubelet {
         let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
         let sources_ready = self.start_sources(updates_tx);
         self.start_api_modules(receivers.events);
+        self.notify_systemd();
         let events = self.events.clone();
         self.tasks
             .spawn(tracing::info_span!("oom_watcher"), move |token| {
@@ -80,6 +81,23 @@ impl Kubelet {
         tracing::info!("stopping: pods keep running");
         self.tasks.shutdown().await;
         Ok(())
+    }
+
+    /// Tell systemd the kubelet runs (upstream's READY=1 once its servers
+    /// are up), and keep its watchdog fed if it asked for one.
+    fn notify_systemd(self: &Arc<Self>) {
+        let systemd = self.opts.systemd.clone();
+        match systemd.notify(kubelet_core::systemd::READY) {
+            Ok(sent) => tracing::debug!(sent, "systemd READY=1"),
+            Err(e) => tracing::warn!(error = %e, "notifying systemd of READY=1"),
+        }
+        if systemd.watchdog.is_some() {
+            let health: Arc<dyn Health> = self.clone();
+            self.tasks
+                .spawn(tracing::info_span!("systemd_watchdog"), move |token| {
+                    systemd.run_watchdog(health, token)
+                });
+        }
     }
 
     async fn start_servers(self: &Arc<Self>) -> Result<(), KubeletError> {

@@ -183,7 +183,7 @@ impl Kubelet {
             opts.clock,
         ));
         let shutdown = Arc::new(ShutdownManager::new(
-            ShutdownSettings::from_config(cfg, &opts.root_dir),
+            ShutdownSettings::from_config(cfg, &opts.root_dir, opts.logind.clone()),
             opts.metrics.clone(),
         ));
         let status = StatusManager::new(opts.clock);

@@ -40,7 +40,7 @@ use crate::cm::{CmError, HostCgroups};
 use crate::events::Recorder;
 use crate::eviction::EvictionManager;
 use crate::imagegc::ImageGcManager;
-use crate::nodeshutdown::ShutdownManager;
+use crate::nodeshutdown::{LogindAccess, ShutdownManager};
 use crate::nodestatus::NodeRegistration;
 use crate::pleg::Pleg;
 use crate::pod_workers::PodWorkers;
@@ -49,6 +49,7 @@ use crate::runtime_state::RuntimeState;
 use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
+use crate::systemd::Systemd;
 use views::ShutdownView;
 
 pub const SYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -91,6 +92,12 @@ pub struct KubeletOptions {
     /// Where containers' log links go for log agents: upstream's fixed
     /// `/var/log/containers` (tests give their own).
     pub legacy_logs_dir: PathBuf,
+    /// systemd's notification socket and watchdog, when it runs the
+    /// kubelet.
+    pub systemd: Systemd,
+    /// Where systemd-logind is, for graceful node shutdown (tests give
+    /// their own).
+    pub logind: LogindAccess,
 }
 
 impl KubeletOptions {
@@ -129,6 +136,8 @@ impl KubeletOptions {
             legacy_logs_dir: PathBuf::from(
                 crate::kuberuntime::legacylogs::LEGACY_CONTAINER_LOGS_DIR,
             ),
+            systemd: Systemd::default(),
+            logind: LogindAccess::default(),
         }
     }
 }
@@ -281,11 +290,16 @@ impl Kubelet {
             .map(|(uid, _)| uid.clone())
             .collect();
         stopped.iter().all(|uid| {
-            self.status.is_settled(uid)
-                && self
-                    .status
-                    .get_pod_status(uid)
-                    .is_some_and(|s| kubelet_core::phase::is_terminal_status(&s))
+            // A static pod with no mirror pod has nowhere to be reported.
+            let unreported = self.pod_manager.get(uid).is_some_and(|p| {
+                kubelet_core::types::is_static_pod(&p) && self.pod_manager.mirror_of(&p).is_none()
+            });
+            unreported
+                || self.status.is_settled(uid)
+                    && self
+                        .status
+                        .get_pod_status(uid)
+                        .is_some_and(|s| kubelet_core::phase::is_terminal_status(&s))
         })
     }
 

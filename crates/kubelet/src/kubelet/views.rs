@@ -90,20 +90,30 @@ impl EvictionHost for EvictionView {
             .evict_pod(PodTarget::from_pod(pod.clone()), Some(eviction.grace));
     }
 
+    fn cleaned_up(&self, pod: &Pod) -> bool {
+        self.0.cleaned_up(pod)
+    }
+
+    fn node_event(&self, reason: &str, message: String) {
+        self.0.node_event(WARNING, reason, message);
+    }
+}
+
+impl Kubelet {
     /// Upstream's podResourcesAreReclaimed, as the pod worker knows it: its
     /// SyncTerminatedPod is done.
     fn cleaned_up(&self, pod: &Pod) -> bool {
-        self.0
-            .workers
+        self.workers
             .state(&PodUid::of(pod))
             .is_none_or(|s| s.is_finished())
     }
 
-    fn node_event(&self, reason: &str, message: String) {
-        let node = self.0.opts.node_name.clone();
-        self.0.events.event(
-            &Involved::node(&node, self.0.node_uid()),
-            WARNING,
+    /// An event about this node.
+    fn node_event(&self, kind: &str, reason: &str, message: impl Into<String>) {
+        let node = self.opts.node_name.clone();
+        self.events.event(
+            &Involved::node(&node, self.node_uid()),
+            kind,
             reason,
             message,
         );
@@ -133,17 +143,11 @@ impl ShutdownHost for ShutdownView {
     }
 
     fn cleaned_up(&self, pod: &Pod) -> bool {
-        EvictionView(self.0.clone()).cleaned_up(pod)
+        self.0.cleaned_up(pod)
     }
 
     fn node_event(&self, reason: &str, message: &str) {
-        let node = self.0.opts.node_name.clone();
-        self.0.events.event(
-            &Involved::node(&node, self.0.node_uid()),
-            NORMAL,
-            reason,
-            message,
-        );
+        self.0.node_event(NORMAL, reason, message);
     }
 
     fn sync_node_status(&self) {

@@ -51,16 +51,20 @@ impl PrivateBus {
             .args(["--nofork", "--nopidfile", "--print-address"])
             .stdout(Stdio::piped())
             .spawn()?;
-        // The address is printed once the bus listens.
-        let mut address = String::new();
+        // The address is printed once the bus listens. It names this
+        // daemon's GUID: the socket's path alone (as a system bus address
+        // is) also reaches a daemon started again there.
+        let mut printed = String::new();
         let stdout = child.stdout.take().expect("piped");
-        BufReader::new(stdout).read_line(&mut address)?;
-        let address = address.trim().to_owned();
-        if address.is_empty() {
+        BufReader::new(stdout).read_line(&mut printed)?;
+        if printed.trim().is_empty() {
             let _ = child.kill();
             return Err(std::io::Error::other("dbus-daemon printed no address"));
         }
-        Ok(PrivateBus { child, address })
+        Ok(PrivateBus {
+            child,
+            address: format!("unix:path={}", socket.display()),
+        })
     }
 }
 

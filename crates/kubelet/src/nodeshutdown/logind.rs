@@ -108,7 +108,7 @@ impl Logind {
             .login1
             .receive_prepare_for_shutdown()
             .await
-            .map_err(ShutdownError::Bus)?;
+            .map_err(ShutdownError::Monitor)?;
         Ok(signals.filter_map(|signal| async move {
             match signal.args() {
                 Ok(args) => Some(args.start),

@@ -43,9 +43,9 @@ use tokio_util::sync::CancellationToken;
 pub use logind::{InhibitLock, Logind};
 
 /// How often a stopping group is looked at for pods still there.
-const GROUP_POLL: Duration = Duration::from_millis(250);
-/// Reading InhibitDelayMaxUSec again after a reload: 100 ms, doubling, 5
-/// times (upstream's backoff).
+const GROUP_POLL: Duration = Duration::from_millis(100);
+/// Reading InhibitDelayMaxUSec again after a reload: 5 times, 100 ms
+/// apart, doubling (upstream's backoff).
 const RELOAD_FIRST_WAIT: Duration = Duration::from_millis(100);
 const RELOAD_STEPS: u32 = 5;
 
@@ -55,6 +55,8 @@ const RELOAD_STEPS: u32 = 5;
 pub enum ShutdownError {
     #[error("connecting to the system bus: {0}")]
     Bus(#[source] zbus::Error),
+    #[error("failed to monitor shutdown: {0}")]
+    Monitor(#[source] zbus::Error),
     #[error("failed reading InhibitDelayMaxUSec property from logind: {0}")]
     ReadDelay(#[source] zbus::Error),
     #[error(
@@ -105,14 +107,34 @@ pub struct Settings {
     pub record_times: bool,
     /// `<root-dir>/graceful_node_shutdown_state`.
     pub state_file: PathBuf,
-    /// Where logind's drop-in goes (`/etc/systemd/logind.conf.d`).
-    pub logind_conf_dir: PathBuf,
-    /// The bus logind is on: the system bus unless a test gives one.
+    pub logind: LogindAccess,
+}
+
+/// Where logind is: the bus it is on, and the directory of its drop-ins.
+#[derive(Clone, Debug)]
+pub struct LogindAccess {
+    /// None: the system bus (`DBUS_SYSTEM_BUS_ADDRESS`, else the
+    /// well-known socket).
     pub bus_address: Option<String>,
+    /// `/etc/systemd/logind.conf.d`.
+    pub conf_dir: PathBuf,
+}
+
+impl Default for LogindAccess {
+    fn default() -> Self {
+        LogindAccess {
+            bus_address: None,
+            conf_dir: PathBuf::from(kubelet_core::nodeshutdown::LOGIND_CONF_DIR),
+        }
+    }
 }
 
 impl Settings {
-    pub fn from_config(cfg: &KubeletConfiguration, root_dir: &std::path::Path) -> Settings {
+    pub fn from_config(
+        cfg: &KubeletConfiguration,
+        root_dir: &std::path::Path,
+        logind: LogindAccess,
+    ) -> Settings {
         Settings {
             periods: if cfg.feature_enabled("GracefulNodeShutdown") {
                 periods(cfg)
@@ -121,8 +143,7 @@ impl Settings {
             },
             record_times: cfg.feature_enabled("GracefulNodeShutdownBasedOnPodPriority"),
             state_file: root_dir.join(STATE_FILE),
-            logind_conf_dir: PathBuf::from(kubelet_core::nodeshutdown::LOGIND_CONF_DIR),
-            bus_address: None,
+            logind,
         }
     }
 }
@@ -183,43 +204,57 @@ impl ShutdownManager {
             "Creating node shutdown manager"
         );
         let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
-        let mut failures = 0u32;
+        let mut started = false;
         loop {
-            let watched = tokio::select! {
+            let ended = tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = self.watch(host.as_ref(), &mut backoff) => r,
+                e = self.watch(host.as_ref(), &mut backoff, &mut started) => e,
             };
-            match watched {
-                Err(e) if failures == 0 => {
+            match ended {
+                ShutdownError::Ended => {
+                    tracing::error!("Ended to watching the node for shutdown events");
+                }
+                e if !started => {
                     tracing::error!(error = %e, "Failed to start node shutdown manager")
                 }
-                Err(e) => {
-                    tracing::debug!(error = %e, "Unable to watch the node for shutdown events")
-                }
-                Ok(()) => {}
+                e => tracing::error!(error = %e, "Unable to watch the node for shutdown events"),
             }
-            failures += 1;
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(backoff.next_delay()) => {}
             }
-            tracing::debug!("Restarting watch for node shutdown events");
+            tracing::info!("Restarting watch for node shutdown events");
         }
     }
 
     /// One connection's life: the delay checked (and raised), the lock
     /// taken, then shutdown events until the bus ends.
+    /// Returns why it ended (`started` set once a lock was first held).
     async fn watch(
         &self,
         host: &dyn ShutdownHost,
         backoff: &mut Backoff,
-    ) -> Result<(), ShutdownError> {
-        let bus = Logind::connect(self.settings.bus_address.as_deref()).await?;
+        started: &mut bool,
+    ) -> ShutdownError {
+        match self.hold_lock(host, backoff, started).await {
+            Ok(never) => match never {},
+            Err(e) => e,
+        }
+    }
+
+    async fn hold_lock(
+        &self,
+        host: &dyn ShutdownHost,
+        backoff: &mut Backoff,
+        started: &mut bool,
+    ) -> Result<std::convert::Infallible, ShutdownError> {
+        let bus = Logind::connect(self.settings.logind.bus_address.as_deref()).await?;
         self.ensure_delay(&bus).await?;
         // Subscribed before the lock is taken: no event falls between.
         let mut events = bus.shutdown_events().await?;
         let mut lock = Some(bus.inhibit().await?);
         backoff.reset();
+        *started = true;
         tracing::info!("node shutdown manager holds a delay inhibitor lock");
         while let Some(start) = events.next().await {
             if start {
@@ -246,7 +281,7 @@ impl ShutdownManager {
         if requested <= current {
             return Ok(());
         }
-        let dir = self.settings.logind_conf_dir.clone();
+        let dir = self.settings.logind.conf_dir.clone();
         let path = dir.join(LOGIND_CONF_FILE);
         let written = {
             let path = path.clone();
@@ -258,15 +293,19 @@ impl ShutdownManager {
         };
         written.map_err(|source| ShutdownError::Override { path, source })?;
         bus.reload().await?;
+        // The reload is asynchronous: read, then wait 100 ms, doubling,
+        // between reads (upstream's exponential backoff of 5 steps).
         let mut wait = RELOAD_FIRST_WAIT;
         let mut current = current;
-        for _ in 0..RELOAD_STEPS {
-            tokio::time::sleep(wait).await;
+        for step in 1..=RELOAD_STEPS {
             current = bus.inhibit_delay().await?;
             if requested <= current {
                 return Ok(());
             }
-            wait *= 2;
+            if step < RELOAD_STEPS {
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+            }
         }
         Err(ShutdownError::DelayNotRaised {
             attempts: RELOAD_STEPS,
@@ -278,10 +317,15 @@ impl ShutdownManager {
     /// The shutdown itself (logind's PrepareForShutdown(true), or SIGTERM
     /// with `--shutdown-on-sigterm`): NotReady at once, no new pod, the
     /// pods stopped group by group, the times kept.
+    /// A shutdown already under way (logind's, then systemd's SIGTERM)
+    /// is not done again.
     pub async fn shut_down(&self, host: &dyn ShutdownHost) {
+        if self.shutting_down.swap(true, Ordering::Relaxed) {
+            tracing::info!("the node is already shutting down");
+            return;
+        }
         tracing::info!("Shutdown manager detected new shutdown event");
         host.node_event(kubelet_core::nodeshutdown::EVENT_REASON, EVENT_DETECTED);
-        self.shutting_down.store(true, Ordering::Relaxed);
         host.sync_node_status();
         let pods = host.active_pods();
         let start = SystemTime::now();

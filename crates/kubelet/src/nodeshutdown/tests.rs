@@ -63,6 +63,14 @@ impl ShutdownHost for FakeHost {
     }
 }
 
+/// Wait (10 s at most) until logind's `index`th lock is released.
+async fn released(logind: &FakeLogind, index: usize) {
+    tokio::time::timeout(Duration::from_secs(10), logind.released(index))
+        .await
+        .unwrap_or_else(|_| panic!("lock {index} still held after 10 s"))
+        .unwrap();
+}
+
 fn pod(name: &str, priority: Option<i32>, grace: Option<i64>) -> Arc<Pod> {
     PodBuilder::new(name)
         .with_spec(|s| {
@@ -100,8 +108,10 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_loginds_lock() {
             ],
             record_times: true,
             state_file: dir.path().join(STATE_FILE),
-            logind_conf_dir: conf_dir.clone(),
-            bus_address: Some(bus.address.clone()),
+            logind: LogindAccess {
+                bus_address: Some(bus.address.clone()),
+                conf_dir: conf_dir.clone(),
+            },
         },
         metrics.clone(),
     ));
@@ -143,7 +153,7 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_loginds_lock() {
     assert!(manager.admit().is_ok());
 
     logind.prepare_for_shutdown(true).await.unwrap();
-    logind.released(0).await.unwrap();
+    released(&logind, 0).await;
 
     // The low group first, told at once, each with the shorter grace; the
     // critical pod only once the stuck one's 2 s had passed.
@@ -194,11 +204,11 @@ async fn a_shutdown_stops_pods_by_priority_then_releases_loginds_lock() {
     cancel.cancel();
     run.await.unwrap();
     // The lock goes with the manager's connection.
-    logind.released(1).await.unwrap();
+    released(&logind, 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_gauges_show_the_last_shutdown_at_start_and_a_lost_bus_is_retried() {
+async fn the_gauges_show_the_last_shutdown_at_start_and_a_lost_bus_is_found_again() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join(STATE_FILE),
@@ -206,17 +216,22 @@ async fn the_gauges_show_the_last_shutdown_at_start_and_a_lost_bus_is_retried() 
     )
     .unwrap();
     let metrics = KubeletMetrics::new("node-a");
-    let settings = |bus: Option<String>| Settings {
-        periods: kubelet_core::nodeshutdown::periods(&KubeletConfiguration {
-            shutdown_grace_period: Duration::from_secs(30),
-            ..KubeletConfiguration::default()
-        }),
-        record_times: true,
-        state_file: dir.path().join(STATE_FILE),
-        logind_conf_dir: dir.path().join("unused"),
-        bus_address: bus,
-    };
-    let manager = ShutdownManager::new(settings(None), metrics.clone());
+    let bus = PrivateBus::start(dir.path()).unwrap();
+    let manager = Arc::new(ShutdownManager::new(
+        Settings {
+            periods: kubelet_core::nodeshutdown::periods(&KubeletConfiguration {
+                shutdown_grace_period: Duration::from_secs(30),
+                ..KubeletConfiguration::default()
+            }),
+            record_times: true,
+            state_file: dir.path().join(STATE_FILE),
+            logind: LogindAccess {
+                bus_address: Some(bus.address.clone()),
+                conf_dir: dir.path().join("unused"),
+            },
+        },
+        metrics.clone(),
+    ));
     assert!(manager.enabled());
     assert_eq!(
         metrics.graceful_shutdown_start_time.get(&[]),
@@ -224,18 +239,6 @@ async fn the_gauges_show_the_last_shutdown_at_start_and_a_lost_bus_is_retried() 
     );
     assert_eq!(metrics.graceful_shutdown_end_time.get(&[]), 1_796_464_830.0);
 
-    // No bus yet: the manager keeps trying, and takes its lock once logind
-    // is there (its delay long enough: nothing to override).
-    let socket_dir = dir.path().join("bus");
-    std::fs::create_dir(&socket_dir).unwrap();
-    let address = format!(
-        "unix:path={}",
-        socket_dir.join("system_bus_socket").display()
-    );
-    let manager = Arc::new(ShutdownManager::new(
-        settings(Some(address)),
-        metrics.clone(),
-    ));
     let host = Arc::new(FakeHost {
         pods: Vec::new(),
         stops_after: HashMap::new(),
@@ -244,13 +247,24 @@ async fn the_gauges_show_the_last_shutdown_at_start_and_a_lost_bus_is_retried() 
         status_syncs: AtomicUsize::new(0),
     });
     let cancel = CancellationToken::new();
-    let run = tokio::spawn(manager.run(host, cancel.clone()));
-    let bus = PrivateBus::start(&socket_dir).unwrap();
+    let run = tokio::spawn(manager.clone().run(host, cancel.clone()));
+    // logind's delay is long enough: nothing to override.
     let logind = FakeLogind::serve(&bus.address, Duration::from_secs(60), None)
         .await
         .unwrap();
-    until("the lock once the bus is up", || logind.locks_taken() == 1).await;
+    until("the first lock", || logind.locks_taken() == 1).await;
     assert_eq!(logind.delay(), (Duration::from_secs(60), 0), "no reload");
+
+    // The bus goes (and logind with it), then comes back at its address:
+    // the manager finds it and takes a lock again.
+    drop(logind);
+    drop(bus);
+    let bus = PrivateBus::start(dir.path()).unwrap();
+    let logind = FakeLogind::serve(&bus.address, Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    until("a lock on the new bus", || logind.locks_taken() == 1).await;
+    assert_eq!(manager.status(), None);
     cancel.cancel();
     run.await.unwrap();
 }
