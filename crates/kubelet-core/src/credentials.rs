@@ -23,18 +23,33 @@ const DOCKERCFG: (&str, &str) = ("kubernetes.io/dockercfg", ".dockercfg");
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
 /// One set of credentials for a registry (CRI's AuthConfig carries them),
-/// and the Secret it came from.
+/// and where it came from.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Credential {
     pub username: String,
     pub password: String,
     pub email: String,
-    pub source: SecretCoordinates,
+    pub source: CredentialSource,
 }
 
-/// The Secret a credential came from.
+/// Where a credential came from (what a pull with it grants, in the image
+/// pull records).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SecretCoordinates {
+pub enum CredentialSource {
+    /// A pod's pull secret.
+    Secret(ObjectCoordinates),
+    /// A credential provider plugin given the pod's service account token
+    /// (tokenAttributes): pods of that service account may use the image.
+    ServiceAccount(ObjectCoordinates),
+    /// A credential provider plugin of the node: every pod on the node may
+    /// use the image.
+    #[default]
+    Node,
+}
+
+/// The API object (Secret, ServiceAccount) a credential came from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObjectCoordinates {
     pub uid: String,
     pub namespace: String,
     pub name: String,
@@ -152,11 +167,11 @@ impl Keyring {
     pub fn from_secrets<'a>(
         secrets: impl IntoIterator<Item = &'a Secret>,
     ) -> Result<Keyring, KeyringError> {
-        let mut ring = Keyring::default();
+        let mut found = Vec::new();
         for secret in secrets {
             let meta = &secret.metadata;
             let name = meta.name.as_deref().unwrap_or("");
-            let source = SecretCoordinates {
+            let source = ObjectCoordinates {
                 uid: meta.uid.clone().unwrap_or_default(),
                 namespace: meta.namespace.clone().unwrap_or_default(),
                 name: name.to_owned(),
@@ -201,14 +216,24 @@ impl Keyring {
                     username,
                     password,
                     email: entry.email,
-                    source: source.clone(),
+                    source: CredentialSource::Secret(source.clone()),
                 };
-                ring.add(&location, cred);
+                found.push((location, cred));
             }
+        }
+        Ok(Keyring::from_entries(found))
+    }
+
+    /// The keyring of credentials given by registry (`location`, as a
+    /// docker config's keys): a credential provider plugin's answers.
+    pub fn from_entries(entries: impl IntoIterator<Item = (String, Credential)>) -> Keyring {
+        let mut ring = Keyring::default();
+        for (location, cred) in entries {
+            ring.add(&location, cred);
         }
         ring.index.sort_unstable_by(|a, b| b.cmp(a));
         ring.index.dedup();
-        Ok(ring)
+        ring
     }
 
     /// Keep `cred` under `location` as upstream's BasicDockerKeyring.Add
@@ -260,7 +285,7 @@ impl Keyring {
 /// The repository an image reference pulls from (upstream's
 /// ParseImageName): no tag or digest, `docker.io` (and `library/`) when no
 /// registry is named; an unparsable reference as given.
-fn repository(image: &str) -> String {
+pub fn repository(image: &str) -> String {
     parse_normalized(image).map_or_else(|_| image.to_owned(), |r| r.name)
 }
 
@@ -287,7 +312,7 @@ fn host_parts(host: &str) -> (Vec<&str>, &str) {
 /// Whether the key `glob` matches `target` (both `host[:port][/path]`), as
 /// upstream's URLsMatch: same port, as many host parts each matching its
 /// glob, the key's path a prefix of the target's.
-fn urls_match(glob: &str, target: &str) -> bool {
+pub fn urls_match(glob: &str, target: &str) -> bool {
     let split = |s: &str| -> (String, String) {
         match s.find('/') {
             Some(i) => (s[..i].to_owned(), s[i..].to_owned()),
@@ -379,7 +404,9 @@ mod tests {
                 assert_eq!(c.password, format!("{}-pw", c.username), "{image}");
             }
         }
-        let from = &ring.lookup("quay.io/coreos/etcd")[0].source;
+        let CredentialSource::Secret(from) = &ring.lookup("quay.io/coreos/etcd")[0].source else {
+            panic!("a secret's credential");
+        };
         assert_eq!(from.name, "specific");
         assert_eq!(
             (from.namespace.as_str(), from.uid.as_str()),
@@ -404,7 +431,7 @@ mod tests {
                 username: username.into(),
                 password: password.into(),
                 email: email.into(),
-                source: SecretCoordinates::default(),
+                source: CredentialSource::default(),
             };
             assert_eq!(c.hash(), want, "{username}");
         }

@@ -17,6 +17,7 @@ pub mod certificate;
 pub mod cgroups;
 pub mod checkpoint;
 pub mod config;
+pub mod credentialprovider;
 pub mod credentials;
 pub mod crilog;
 pub mod dns;

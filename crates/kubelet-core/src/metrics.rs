@@ -729,6 +729,28 @@ families! {
         "[ALPHA] Cumulative number of pod evictions by eviction signal",
         &["eviction_signal"],
     ),
+    /// `kubelet_credential_provider_plugin_errors_total{plugin_name}`:
+    /// plugin runs that failed or timed out.
+    credential_provider_plugin_errors: Counter(
+        "kubelet_credential_provider_plugin_errors_total",
+        "[ALPHA] Number of errors from credential provider plugin",
+        &["plugin_name"],
+    ),
+    /// `kubelet_credential_provider_plugin_duration{plugin_name}`: each
+    /// plugin run, in seconds.
+    credential_provider_plugin_duration: Histogram(
+        "kubelet_credential_provider_plugin_duration",
+        "[ALPHA] Duration of execution in seconds for credential provider plugin",
+        &["plugin_name"],
+        &DEF_BUCKETS,
+    ),
+    /// `kubelet_credential_provider_config_info{hash}`: 1 for the config
+    /// in force.
+    credential_provider_config_info: Gauge(
+        "kubelet_credential_provider_config_info",
+        "[ALPHA] Information about the last applied credential provider configuration with hash as label",
+        &["hash"],
+    ),
     /// `kubelet_graceful_shutdown_start_time_seconds`: when the last
     /// graceful node shutdown began.
     graceful_shutdown_start_time: Gauge(

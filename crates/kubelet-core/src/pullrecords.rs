@@ -17,7 +17,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::credentials::Credential;
+use crate::credentials::{Credential, CredentialSource};
 use crate::reference;
 
 /// The version records are written in; v1alpha1 ones are read and
@@ -101,14 +101,18 @@ pub struct ImagePullSecret {
 }
 
 impl ImagePullSecret {
-    /// The pull secret a credential came from, with its hash.
-    pub fn of(cred: &Credential) -> Self {
-        ImagePullSecret {
-            uid: cred.source.uid.clone(),
-            namespace: cred.source.namespace.clone(),
-            name: cred.source.name.clone(),
+    /// The pull secret a credential came from, with its hash (none for a
+    /// credential from elsewhere).
+    pub fn of(cred: &Credential) -> Option<Self> {
+        let CredentialSource::Secret(secret) = &cred.source else {
+            return None;
+        };
+        Some(ImagePullSecret {
+            uid: secret.uid.clone(),
+            namespace: secret.namespace.clone(),
+            name: secret.name.clone(),
             credential_hash: cred.hash(),
-        }
+        })
     }
 
     fn coordinates(&self) -> (&str, &str, &str) {
@@ -124,17 +128,35 @@ pub struct ImagePullServiceAccount {
     pub name: String,
 }
 
+impl ImagePullServiceAccount {
+    /// The service account a plugin's credential was given for, if any.
+    pub fn of(cred: &Credential) -> Option<Self> {
+        let CredentialSource::ServiceAccount(sa) = &cred.source else {
+            return None;
+        };
+        Some(ImagePullServiceAccount {
+            uid: sa.uid.clone(),
+            namespace: sa.namespace.clone(),
+            name: sa.name.clone(),
+        })
+    }
+}
+
 impl ImagePullCredentials {
     /// What a successful pull with `cred` (None: without credentials)
     /// grants (upstream's trackedToImagePullCreds).
     pub fn pulled_with(cred: Option<&Credential>) -> Self {
-        match cred {
-            None => ImagePullCredentials {
+        match cred.map(|c| (c, &c.source)) {
+            None | Some((_, CredentialSource::Node)) => ImagePullCredentials {
                 node_pods_accessible: true,
                 ..Default::default()
             },
-            Some(c) => ImagePullCredentials {
-                kubernetes_secrets: vec![ImagePullSecret::of(c)],
+            Some((c, CredentialSource::Secret(_))) => ImagePullCredentials {
+                kubernetes_secrets: ImagePullSecret::of(c).into_iter().collect(),
+                ..Default::default()
+            },
+            Some((c, CredentialSource::ServiceAccount(_))) => ImagePullCredentials {
+                kubernetes_service_accounts: ImagePullServiceAccount::of(c).into_iter().collect(),
                 ..Default::default()
             },
         }
@@ -413,6 +435,16 @@ pub fn match_pod_secrets(
         }
     }
     (Check::MustAuthenticate, None)
+}
+
+/// Whether the pod's service account (its credential provider plugin's
+/// credential) is on record for the image (upstream's check of
+/// kubernetesServiceAccounts).
+pub fn match_service_account(
+    cached: &ImagePullCredentials,
+    account: &ImagePullServiceAccount,
+) -> bool {
+    cached.kubernetes_service_accounts.contains(account)
 }
 
 /// `record` with `new` granted for `name` (an image without tag or digest;

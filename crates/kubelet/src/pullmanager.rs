@@ -26,8 +26,8 @@ use kubelet_core::credentials::Credential;
 use crate::files::{TMP_SUFFIX, write_file};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::pullrecords::{
-    self, Check, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePulledRecord,
-    VerificationPolicy,
+    self, Check, ImagePullCredentials, ImagePullIntent, ImagePullSecret, ImagePullServiceAccount,
+    ImagePulledRecord, VerificationPolicy,
 };
 
 use crate::clock::Clock;
@@ -138,15 +138,27 @@ impl PullManager {
     }
 
     /// Whether one of the pod's pull secrets `pod` for `image` matches
-    /// `cached`; a matching secret not yet on record is added to it.
+    /// `cached` (a matching secret not yet on record is added to it), or
+    /// else the pod's service account (`account`, a credential provider
+    /// plugin's) is on record.
     pub fn check_pod(
         &self,
         image: &str,
         image_ref: &str,
         cached: &ImagePullCredentials,
         pod: &[ImagePullSecret],
+        account: Option<&ImagePullServiceAccount>,
     ) -> Check {
         let (check, remember) = pullrecords::match_pod_secrets(cached, pod);
+        let check = match account {
+            Some(a)
+                if check == Check::MustAuthenticate
+                    && pullrecords::match_service_account(cached, a) =>
+            {
+                Check::CredentialRecordFound
+            }
+            _ => check,
+        };
         if let Some(secret) = remember {
             let creds = ImagePullCredentials {
                 kubernetes_secrets: vec![secret],
@@ -358,18 +370,22 @@ fn remove_file(path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubelet_core::credentials::SecretCoordinates;
+    use kubelet_core::credentials::{CredentialSource, ObjectCoordinates};
+
+    fn coordinates(name: &str) -> ObjectCoordinates {
+        ObjectCoordinates {
+            uid: format!("{name}-uid"),
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
 
     fn cred(secret: &str) -> Credential {
         Credential {
             username: "u".into(),
             password: "p".into(),
             email: String::new(),
-            source: SecretCoordinates {
-                uid: format!("{secret}-uid"),
-                namespace: "default".into(),
-                name: secret.into(),
-            },
+            source: CredentialSource::Secret(coordinates(secret)),
         }
     }
 
@@ -402,9 +418,9 @@ mod tests {
         assert_eq!(m.metrics.pulled_records.get(&[]), 1.0);
         let check = |m: &PullManager, pod: &[ImagePullSecret]| match m.precheck(image, "sha256:a") {
             Ok(c) => c,
-            Err(cached) => m.check_pod(image, "sha256:a", &cached, pod),
+            Err(cached) => m.check_pod(image, "sha256:a", &cached, pod, None),
         };
-        let mine = ImagePullSecret::of(&cred("regcred"));
+        let mine = ImagePullSecret::of(&cred("regcred")).unwrap();
         assert_eq!(
             check(&m, std::slice::from_ref(&mine)),
             Check::CredentialRecordFound
@@ -456,6 +472,44 @@ mod tests {
             m.metrics.mustpull_checks.get(&["mustAuthenticate"]),
             3.0,
             "since the restart"
+        );
+    }
+
+    /// An image a credential provider plugin pulled with a pod's service
+    /// account token: pods of that account may use it, others pull; one a
+    /// node plugin pulled is open to every pod, as upstream records them.
+    #[test]
+    fn plugin_pulls_are_recorded_by_service_account_or_for_the_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = open(dir.path());
+        let image = "r.test/private/app:1";
+        let by_account = Credential {
+            source: CredentialSource::ServiceAccount(coordinates("builder")),
+            ..cred("x")
+        };
+        m.pull_started(image).unwrap();
+        m.pulled(image, "sha256:a", Some(&by_account));
+        let account = ImagePullServiceAccount::of(&by_account).unwrap();
+        let check = |a: Option<&ImagePullServiceAccount>| match m.precheck(image, "sha256:a") {
+            Ok(c) => c,
+            Err(cached) => m.check_pod(image, "sha256:a", &cached, &[], a),
+        };
+        assert_eq!(check(Some(&account)), Check::CredentialRecordFound);
+        let other = ImagePullServiceAccount {
+            name: "other".into(),
+            ..account.clone()
+        };
+        assert_eq!(check(Some(&other)), Check::MustAuthenticate);
+        assert_eq!(check(None), Check::MustAuthenticate);
+        let node = Credential {
+            source: CredentialSource::Node,
+            ..cred("x")
+        };
+        m.pull_started("r.test/public:1").unwrap();
+        m.pulled("r.test/public:1", "sha256:b", Some(&node));
+        assert_eq!(
+            m.precheck("r.test/public:1", "sha256:b"),
+            Ok(Check::CredentialRecordFound)
         );
     }
 

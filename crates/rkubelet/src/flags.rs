@@ -91,6 +91,15 @@ pub struct Flags {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub rotate_server_certificates: Option<bool>,
 
+    /// Image credential provider plugins' config: a CredentialProviderConfig file (JSON/YAML),
+    /// or a directory of such files merged in lexical order (not its subdirectories).
+    #[arg(long, value_name = "PATH")]
+    pub image_credential_provider_config: Option<PathBuf>,
+
+    /// The directory of the credential provider plugins' executables.
+    #[arg(long, value_name = "DIR")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
+
     /// rkubelet's own: SIGTERM is a node shutdown (for nodes without systemd-logind): the pods
     /// stop as the shutdown grace periods say, then rkubelet exits. Needs shutdownGracePeriod
     /// or shutdownGracePeriodByPodPriority.
@@ -370,6 +379,8 @@ pub struct Settings {
     pub node_labels: std::collections::BTreeMap<String, String>,
     /// --shutdown-on-sigterm.
     pub shutdown_on_sigterm: bool,
+    /// --image-credential-provider-config and --image-credential-provider-bin-dir.
+    pub credential_provider: Option<(PathBuf, PathBuf)>,
 }
 
 /// A taint from --register-with-taints.
@@ -498,6 +509,16 @@ impl Flags {
             node_ips: self.node_ip.iter().map(ToString::to_string).collect(),
             node_labels: self.node_labels.into_iter().collect(),
             shutdown_on_sigterm: self.shutdown_on_sigterm,
+            // Either one set: both are used (an empty one refused by the
+            // plugins' registration, as upstream).
+            credential_provider: (self.image_credential_provider_config.is_some()
+                || self.image_credential_provider_bin_dir.is_some())
+            .then(|| {
+                (
+                    self.image_credential_provider_config.unwrap_or_default(),
+                    self.image_credential_provider_bin_dir.unwrap_or_default(),
+                )
+            }),
         })
     }
 
@@ -872,6 +893,7 @@ hairpinMode: none
                 node_ips: vec![],
                 node_labels: Default::default(),
                 shutdown_on_sigterm: false,
+                credential_provider: None,
             }
         );
     }

@@ -134,6 +134,30 @@ fn protect_from_oom_killer(score: i32) {
     }
 }
 
+/// The kubelet's options from the settings and this host: its facts, the
+/// certificate directory, systemd's settings, the credential provider
+/// plugins (registered now: a bad config stops start-up, as upstream's).
+fn kubelet_options(settings: &flags::Settings) -> anyhow::Result<KubeletOptions> {
+    let mut opts = KubeletOptions::from_host(
+        settings.config.clone(),
+        settings.root_dir.clone(),
+        settings.node_name.clone(),
+    );
+    opts.cert_dir = settings.cert_dir.clone();
+    opts.systemd = systemd_from_env()?;
+    if let Some((config, bin_dir)) = &settings.credential_provider {
+        let providers = kubelet::credentialprovider::CredentialProviders::register(
+            config,
+            bin_dir,
+            &opts.config,
+            opts.metrics.clone(),
+        )
+        .context("Failed to register CRI auth plugins")?;
+        opts.credential_providers = Some(std::sync::Arc::new(providers));
+    }
+    Ok(opts)
+}
+
 /// systemd's NOTIFY_SOCKET and watchdog (WATCHDOG_USEC, WATCHDOG_PID), as
 /// upstream reads them; a watchdog setting that cannot be used stops
 /// start-up, as upstream's.
@@ -208,13 +232,7 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
         static_pod_path = ?cfg.static_pod_path,
         "starting rkubelet"
     );
-    let mut opts = KubeletOptions::from_host(
-        settings.config.clone(),
-        settings.root_dir.clone(),
-        settings.node_name.clone(),
-    );
-    opts.cert_dir = settings.cert_dir.clone();
-    opts.systemd = systemd_from_env()?;
+    let mut opts = kubelet_options(&settings)?;
     let cancel = CancellationToken::new();
     let cfg = &opts.config;
     let (api, certificates) = match &settings.kubeconfig {

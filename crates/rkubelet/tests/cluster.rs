@@ -4598,6 +4598,150 @@ async fn w_k_a_node_shutdown_stops_pods_by_priority_within_their_grace() {
 
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_l_a_private_image_pulls_through_a_credential_plugin_with_the_pods_token() {
+    let registry = env("RKUBELET_TEST_REGISTRY");
+    let image = format!("{registry}/private/busybox:1");
+    let audience = "registry.rkubelet.test";
+    let mut k = Kubelet::new("credplugin");
+    // The plugin answers only with a service account token and the grant
+    // annotation, as a registry's token exchange would.
+    let bin = k.rk.dir.path().join("plugins");
+    std::fs::create_dir(&bin).unwrap();
+    let plugin = bin.join("registry-login");
+    std::fs::write(
+        &plugin,
+        "#!/bin/sh\nread -r request\ncase \"$request\" in\n\
+         \x20 *'\"serviceAccountToken\":\"ey'*'\"rkubelet.test/registry-access\":\"granted\"'*) ;;\n\
+         \x20 *) echo 'no token or no grant' >&2; exit 1 ;;\nesac\n\
+         printf '{\"kind\":\"CredentialProviderResponse\",\"apiVersion\":\"credentialprovider.kubelet.k8s.io/v1\",\"cacheKeyType\":\"Registry\",\"auth\":{\"%s\":{\"username\":\"rkubelet-puller\",\"password\":\"registry.sh-pw\"}}}' \"$REGISTRY\"\n",
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&plugin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = k.rk.dir.path().join("credential-providers.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: registry-login\n  matchImages: [\"{registry}\"]\n  defaultCacheDuration: 1m\n\
+             \x20 apiVersion: credentialprovider.kubelet.k8s.io/v1\n  env: [{{name: REGISTRY, value: \"{registry}\"}}]\n\
+             \x20 tokenAttributes:\n    serviceAccountTokenAudience: {audience}\n    requireServiceAccount: true\n\
+             \x20   cacheType: ServiceAccount\n    requiredServiceAccountAnnotationKeys: [rkubelet.test/registry-access]\n"
+        ),
+    )
+    .unwrap();
+    // The service account the plugin vouches for; nodes may ask tokens
+    // for the plugin's audience (NodeRestriction's audience check).
+    let objects = [
+        ("serviceaccount", "cl-puller", true),
+        (
+            "clusterrolebinding",
+            "rkubelet-test-registry-audience",
+            false,
+        ),
+        ("clusterrole", "rkubelet-test-registry-audience", false),
+    ];
+    for (kind, name, namespaced) in objects {
+        let mut args = vec!["delete", kind, name, "--ignore-not-found"];
+        if namespaced {
+            args.extend(["-n", "default"]);
+        }
+        let _ = k.api.run(&args);
+    }
+    k.api.create(&json!({
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "cl-puller", "namespace": "default",
+                     "annotations": {"rkubelet.test/registry-access": "granted"}},
+    }));
+    k.api.create(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "rkubelet-test-registry-audience"},
+        "rules": [{"apiGroups": [""], "resources": [audience],
+                   "verbs": ["request-serviceaccounts-token-audience"]}],
+    }));
+    k.api.create(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "rkubelet-test-registry-audience"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "rkubelet-test-registry-audience"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group",
+                      "name": "system:nodes"}],
+    }));
+    let since = rfc3339(SystemTime::now());
+    k.rk.start_with(
+        &k.api.node,
+        Some(&k.api.node_conf()),
+        &[
+            OsStr::new("--image-credential-provider-config"),
+            config.as_os_str(),
+            OsStr::new("--image-credential-provider-bin-dir"),
+            bin.as_os_str(),
+        ],
+    );
+    eventually("node Ready", NODE_READY, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    let spec = |account: &str| {
+        json!({
+            "serviceAccountName": account,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{"name": "c", "image": image, "imagePullPolicy": "Always",
+                            "command": ["sh", "-c", SLEEPER]}],
+        })
+    };
+    k.api
+        .create(&test_pod(&k.api, "cl-plugin-sa", spec("cl-puller")));
+    k.api
+        .create(&test_pod(&k.api, "cl-plugin-default", spec("default")));
+    let pod = eventually("the pod of the vouched account runs", START, async || {
+        k.api.pod("cl-plugin-sa").filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    // The default account lacks the grant: the plugin is not asked, and
+    // the registry refuses the pull.
+    let other = eventually(
+        "ImagePullBackOff for the default account",
+        START,
+        async || {
+            let pod = k.api.pod("cl-plugin-default")?;
+            let w = &container_status(&pod, "c")["state"]["waiting"];
+            (w["reason"] == "ImagePullBackOff").then_some(pod)
+        },
+    )
+    .await;
+    uids.insert(uid(&other).to_owned());
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", k.api.node),
+    ]);
+    assert!(
+        metrics.contains(
+            "kubelet_credential_provider_plugin_duration_count{plugin_name=\"registry-login\"}"
+        ),
+        "the plugin ran"
+    );
+    assert!(metrics.contains("kubelet_credential_provider_config_info{hash=\"sha256:"));
+    k.finish(&uids).await;
+    let api = Api::from_env();
+    for (kind, name, namespaced) in objects {
+        let mut args = vec!["delete", kind, name];
+        if namespaced {
+            args.extend(["-n", "default"]);
+        }
+        api.ok(&args);
+    }
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn x_restarts_of_rkubelet_keep_ready_pods_ready() {
     let mut k = Kubelet::new("ready");
     k.start_ready().await;

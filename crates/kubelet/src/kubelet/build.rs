@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Boot, Kubelet, KubeletOptions, Receivers};
 use crate::allocation::AllocationManager;
 use crate::cm::{CmError, ContainerManager, HostCgroups, node_capacity};
+use crate::credentialprovider::{PluginCredentials, ServiceAccounts};
 use crate::events::Recorder;
 use crate::eviction::{EvictionManager, Settings as EvictionSettings};
 use crate::imagegc::ImageGcManager;
@@ -159,6 +160,19 @@ impl Kubelet {
             Some(_) => RuntimeClasses::watched(runtime_classes.subscribe()),
             None => RuntimeClasses::default(),
         };
+        let plugins = opts
+            .credential_providers
+            .clone()
+            .map(|providers| PluginCredentials {
+                providers,
+                accounts: api
+                    .as_ref()
+                    .zip(api_objects.as_ref())
+                    .map(|(api, objects)| ServiceAccounts {
+                        api: api.clone(),
+                        tokens: objects.tokens.clone(),
+                    }),
+            });
         let runtime = RuntimeManager::new(
             cri,
             runtime_host(&opts, host_ips, cm.clone(), classes),
@@ -167,7 +181,8 @@ impl Kubelet {
             events.clone(),
             opts.metrics.clone(),
             opts.clock,
-        );
+        )
+        .with_credential_plugins(plugins);
         let image_gc_periodic =
             cfg.image_gc_high_threshold_percent < 100 || !cfg.image_maximum_gc_age.is_zero();
         let image_gc = Arc::new(ImageGcManager::new(

@@ -37,6 +37,7 @@ use tokio::time::Instant;
 
 use crate::clock::Clock;
 use crate::cm::{CmError, HostCgroups};
+use crate::credentialprovider::CredentialProviders;
 use crate::events::Recorder;
 use crate::eviction::EvictionManager;
 use crate::imagegc::ImageGcManager;
@@ -98,6 +99,8 @@ pub struct KubeletOptions {
     /// Where systemd-logind is, for graceful node shutdown (tests give
     /// their own).
     pub logind: LogindAccess,
+    /// Image credential provider plugins (`--image-credential-provider-*`).
+    pub credential_providers: Option<Arc<CredentialProviders>>,
 }
 
 impl KubeletOptions {
@@ -138,6 +141,7 @@ impl KubeletOptions {
             ),
             systemd: Systemd::default(),
             logind: LogindAccess::default(),
+            credential_providers: None,
         }
     }
 }

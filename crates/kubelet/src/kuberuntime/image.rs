@@ -7,7 +7,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_core::credentials::{Credential, Keyring};
 use kubelet_core::duration::format_go_duration;
-use kubelet_core::pullrecords::{Check, ImagePullSecret};
+use kubelet_core::pullrecords::{Check, ImagePullSecret, ImagePullServiceAccount};
 use kubelet_core::reference::parse_normalized;
 use kubelet_cri::client::CriError;
 use kubelet_tasks::blocking;
@@ -116,24 +116,27 @@ impl RuntimeManager {
             Ok(check) => return Ok(check),
             Err(cached) => cached,
         };
-        let (keyring, _) = self.keyring(pod).await?;
-        let mine: Vec<ImagePullSecret> = keyring
-            .lookup(image)
-            .iter()
-            .map(ImagePullSecret::of)
-            .collect();
+        let (creds, _) = self.credentials(pod, image).await?;
+        let mine: Vec<ImagePullSecret> = creds.iter().filter_map(ImagePullSecret::of).collect();
+        let account = creds.iter().find_map(ImagePullServiceAccount::of);
         let (pulls, image, image_ref) =
             (self.pulls.clone(), image.to_owned(), image_ref.to_owned());
-        Ok(
-            blocking(move || Ok(pulls.check_pod(&image, &image_ref, &cached, &mine)))
-                .await
-                .unwrap_or(Check::Error),
-        )
+        Ok(blocking(move || {
+            Ok(pulls.check_pod(&image, &image_ref, &cached, &mine, account.as_ref()))
+        })
+        .await
+        .unwrap_or(Check::Error))
     }
 
-    /// The keyring of the pod's imagePullSecrets, and the names of those
-    /// that could not be read.
-    async fn keyring(&self, pod: &Pod) -> Result<(Keyring, Vec<String>), StartError> {
+    /// The credentials to try for pulling `image` for `pod`, in upstream's
+    /// order: those of the pod's imagePullSecrets, then the credential
+    /// provider plugins'; and the names of the secrets that could not be
+    /// read.
+    async fn credentials(
+        &self,
+        pod: &Pod,
+        image: &str,
+    ) -> Result<(Vec<Credential>, Vec<String>), StartError> {
         let (secrets, missing) = self.env.pull_secrets(pod).await;
         let keyring =
             Keyring::from_secrets(secrets.iter().map(|s| s.as_ref())).map_err(|message| {
@@ -143,12 +146,16 @@ impl RuntimeManager {
                     source: None,
                 }
             })?;
-        Ok((keyring, missing))
+        let mut creds = keyring.lookup(image);
+        if let Some(plugins) = &self.plugins {
+            creds.extend(plugins.lookup(image, pod).await);
+        }
+        Ok((creds, missing))
     }
 
     /// Pull `image` for a container (upstream's pullImage), with the
-    /// credentials the pod's imagePullSecrets hold for its registry, each
-    /// tried in turn (none: without), and its events: Pulling, then Pulled
+    /// credentials the pod's imagePullSecrets hold for its registry, then
+    /// the credential provider plugins', each tried in turn (none: without), and its events: Pulling, then Pulled
     /// with the time it took and the image's size, or Failed with the
     /// runtime's error (and FailedToRetrieveImagePullSecret when some
     /// secrets could not be read). The pull is on record from its start,
@@ -160,8 +167,8 @@ impl RuntimeManager {
         about: &Involved,
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<String, StartError> {
-        let (keyring, missing) = self.keyring(pod).await?;
-        let creds: Vec<Option<Credential>> = match keyring.lookup(image) {
+        let (creds, missing) = self.credentials(pod, image).await?;
+        let creds: Vec<Option<Credential>> = match creds {
             creds if creds.is_empty() => vec![None],
             creds => creds.into_iter().map(Some).collect(),
         };

@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use self::config::{NodeResources, SecurityDefaults};
 use crate::clock::Clock;
 use crate::cm::ContainerManager;
+use crate::credentialprovider::PluginCredentials;
 use crate::error::{ResizeError, StartFailure, SyncError};
 use crate::events::{Involved, Recorder};
 use crate::podenv::PodEnv;
@@ -136,6 +137,8 @@ pub struct RuntimeManager {
     pull_budget: Option<Arc<Mutex<TokenBucket>>>,
     /// Which pull secrets may use the images the kubelet pulled.
     pulls: Arc<PullManager>,
+    /// Image credential provider plugins, if configured.
+    plugins: Option<PluginCredentials>,
     events: Recorder,
     metrics: KubeletMetrics,
     /// The wall clock crash-loop back-offs are counted on (against the
@@ -180,10 +183,18 @@ impl RuntimeManager {
             pull_slots,
             pull_budget,
             pulls,
+            plugins: None,
             events,
             metrics,
             clock,
         }
+    }
+
+    /// Pull with the credentials of image credential provider plugins
+    /// too (after the pod's pull secrets).
+    pub fn with_credential_plugins(mut self, plugins: Option<PluginCredentials>) -> Self {
+        self.plugins = plugins;
+        self
     }
 
     pub fn cri(&self) -> &CriClient {
