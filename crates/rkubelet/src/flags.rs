@@ -789,6 +789,10 @@ fn dropin_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 }
 
 #[cfg(test)]
+#[path = "cis_tests.rs"]
+mod cis_tests;
+
+#[cfg(test)]
 mod tests {
     use std::io::Write;
 
