@@ -15,8 +15,9 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use k8s_openapi::api::core::v1::Taint;
 use kubelet_core::config::{
-    AuthorizationMode, CgroupDriver, DropinError, KubeletConfiguration, TLS_CIPHER_SUITES,
-    TlsMinVersion, parse_kubelet_config_layers, parse_reservation,
+    AuthorizationMode, CgroupDriver, DropinError, FlushFrequency, KubeletConfiguration,
+    LoggingConfiguration, TLS_CIPHER_SUITES, TlsMinVersion, VModuleItem,
+    parse_kubelet_config_layers, parse_reservation,
 };
 use kubelet_core::duration::parse_go_duration;
 
@@ -127,9 +128,29 @@ pub struct Flags {
     #[arg(long, value_name = "TAINTS", value_parser = parse_taint, value_delimiter = ',')]
     pub register_with_taints: Vec<TaintSpec>,
 
-    /// Log verbosity (klog level).
-    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
-    pub v: u8,
+    /// Log verbosity (klog level; logging.verbosity): 0-2 info, 3-4 debug, 5+ trace.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL")]
+    pub v: Option<u32>,
+
+    /// Log format (logging.format): "text" or "json" (klog's JSON lines).
+    #[arg(long, value_name = "FORMAT")]
+    pub logging_format: Option<String>,
+
+    /// logging.flushFrequency (every line is written as it comes).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration)]
+    pub log_flush_frequency: Option<Duration>,
+
+    /// logging.vmodule, `pattern=N,...` (refused: rkubelet's lines come from Rust modules).
+    #[arg(long, value_name = "PATTERN=N", value_parser = parse_vmodule, value_delimiter = ',')]
+    pub vmodule: Vec<VModuleItem>,
+
+    /// logging.options.json.splitStream: info to stdout, errors to stderr (LoggingAlphaOptions).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub log_json_split_stream: Option<bool>,
+
+    /// logging.options.text.splitStream (LoggingAlphaOptions).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub log_text_split_stream: Option<bool>,
 
     /// Maximum period between pod syncs (Go duration, e.g. 1m0s).
     #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
@@ -353,6 +374,20 @@ fn parse_ip(s: &str) -> Result<String, String> {
         .map_err(|_| format!("{s:?} is not an IP address"))
 }
 
+/// One `pattern=N` of --vmodule.
+fn parse_vmodule(s: &str) -> Result<VModuleItem, String> {
+    let (pattern, level) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("expect comma-separated list of pattern=N: {s:?}"))?;
+    let verbosity = level
+        .parse()
+        .map_err(|_| format!("parsing verbosity in {s:?}: {level:?} is not a number"))?;
+    Ok(VModuleItem {
+        file_pattern: pattern.to_owned(),
+        verbosity,
+    })
+}
+
 /// One name of --tls-cipher-suites.
 fn parse_cipher_suite(s: &str) -> Result<String, String> {
     if TLS_CIPHER_SUITES.contains(&s) {
@@ -369,6 +404,7 @@ pub struct Settings {
     pub root_dir: PathBuf,
     /// --hostname-override, else the machine's hostname; trimmed and lowercased.
     pub node_name: String,
+    /// logging.verbosity (with `-v`), as a tracing level's klog number.
     pub verbosity: u8,
     /// Upstream KubeletConfiguration fields in the file that rkubelet ignores (to warn about).
     pub ignored_fields: Vec<String>,
@@ -497,11 +533,12 @@ impl Flags {
             );
         }
 
+        let verbosity = u8::try_from(config.logging.verbosity).unwrap_or(u8::MAX);
         Ok(Settings {
             config,
             root_dir: self.root_dir,
             node_name,
-            verbosity: self.v,
+            verbosity,
             ignored_fields,
             kubeconfig: self.kubeconfig,
             bootstrap_kubeconfig: self.bootstrap_kubeconfig,
@@ -520,6 +557,32 @@ impl Flags {
                 )
             }),
         })
+    }
+
+    /// The logging flags over `logging`, as upstream's (which bind into
+    /// the same configuration).
+    fn apply_logging(&self, logging: &mut LoggingConfiguration) {
+        if let Some(v) = self.v {
+            logging.verbosity = v;
+        }
+        if let Some(format) = &self.logging_format {
+            logging.format = format.clone();
+        }
+        if let Some(d) = self.log_flush_frequency {
+            logging.flush_frequency = FlushFrequency {
+                duration: d,
+                as_string: true,
+            };
+        }
+        if !self.vmodule.is_empty() {
+            logging.vmodule = self.vmodule.clone();
+        }
+        if let Some(split) = self.log_json_split_stream {
+            logging.options.json.split_stream = split;
+        }
+        if let Some(split) = self.log_text_split_stream {
+            logging.options.text.split_stream = split;
+        }
     }
 
     fn apply_overrides(&self, config: &mut KubeletConfiguration) {
@@ -584,6 +647,7 @@ impl Flags {
         for (gate, value) in &self.feature_gates {
             config.feature_gates.insert(gate.clone(), *value);
         }
+        self.apply_logging(&mut config.logging);
         if !self.register_with_taints.is_empty() {
             config.register_with_taints = self
                 .register_with_taints
@@ -1174,6 +1238,60 @@ hairpinMode: none
             let s = settings(args).unwrap_or_else(|e| panic!("{args:?}: {e:#}"));
             assert_eq!(s.verbosity, 4, "{args:?}");
         }
+    }
+
+    #[test]
+    fn logging_flags_bind_into_the_logging_configuration() {
+        let s = settings(&[
+            "--logging-format=json",
+            "-v",
+            "3",
+            "--log-flush-frequency=2s",
+        ])
+        .unwrap();
+        assert_eq!(s.config.logging.format, "json");
+        assert_eq!(s.config.logging.verbosity, 3);
+        assert_eq!(s.verbosity, 3);
+        assert_eq!(
+            s.config.to_v1beta1_json()["logging"]["flushFrequency"],
+            "2s"
+        );
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        write!(
+            file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nlogging: {{verbosity: 5}}\n"
+        )
+        .unwrap();
+        let path = file.path().to_str().unwrap();
+        assert_eq!(settings(&["--config", path]).unwrap().verbosity, 5);
+        assert_eq!(
+            settings(&["--config", path, "--v=1"]).unwrap().verbosity,
+            1,
+            "-v wins"
+        );
+        for (args, want) in [
+            (
+                &["--logging-format=xml"][..],
+                "logging.format: Invalid value: \"xml\": Unsupported log format",
+            ),
+            (
+                &["--vmodule=prober=4"],
+                "logging.vmodule: not supported by rkubelet",
+            ),
+            (
+                &["--log-json-split-stream"],
+                "logging.options.json.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled",
+            ),
+        ] {
+            let e = format!("{:#}", settings(args).unwrap_err());
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        let split = settings(&[
+            "--log-text-split-stream",
+            "--feature-gates=LoggingAlphaOptions=true",
+        ])
+        .unwrap();
+        assert!(split.config.logging.options.text.split_stream);
     }
 
     #[test]

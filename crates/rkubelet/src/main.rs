@@ -12,6 +12,7 @@
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod flags;
+mod jsonlog;
 mod otel;
 
 use std::io::IsTerminal;
@@ -49,7 +50,11 @@ fn main() -> ExitCode {
     // The OTLP exporter (if configured) batches on the runtime.
     let exporter = {
         let _guard = rt.enter();
-        match init_tracing(settings.verbosity, settings.config.tracing.as_ref()) {
+        match init_tracing(
+            settings.verbosity,
+            &settings.config.logging,
+            settings.config.tracing.as_ref(),
+        ) {
             Ok(p) => p,
             Err(e) => {
                 eprintln!("rkubelet: tracing: {e:#}");
@@ -92,14 +97,18 @@ fn main() -> ExitCode {
 }
 
 /// klog's -v levels onto tracing: 0-2 info, 3-4 debug, 5+ trace. RUST_LOG wins.
-/// With a `tracing` section, spans down to debug (lifecycle steps, CRI
-/// calls) also go to its OTLP collector; the provider is returned to be shut
-/// down at exit.
+/// `logging.format` picks the text format (tracing's) or klog's JSON lines
+/// ([`jsonlog`]); a split stream sends errors to stderr and the rest to
+/// stdout. With a `tracing` section, spans down to debug (lifecycle steps,
+/// CRI calls) also go to its OTLP collector; the provider is returned to be
+/// shut down at exit.
 fn init_tracing(
     verbosity: u8,
+    logging: &kubelet_core::config::LoggingConfiguration,
     otlp: Option<&kubelet_core::config::TracingConfiguration>,
 ) -> anyhow::Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>> {
     use tracing_subscriber::Layer;
+    use tracing_subscriber::fmt::writer::{BoxMakeWriter, MakeWriterExt};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let level = match verbosity {
@@ -107,21 +116,47 @@ fn init_tracing(
         3..=4 => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{level},h2=info,tower=info,hyper=info"))
-    });
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+            tracing_subscriber::EnvFilter::new(format!("{level},h2=info,tower=info,hyper=info"))
+        })
+    };
+    let json = logging.format == "json";
+    let options = if json {
+        &logging.options.json
+    } else {
+        &logging.options.text
+    };
+    let writer = || {
+        if options.split_stream {
+            BoxMakeWriter::new(
+                std::io::stderr
+                    .with_max_level(tracing::Level::ERROR)
+                    .or_else(std::io::stdout),
+            )
+        } else {
+            BoxMakeWriter::new(std::io::stderr)
+        }
+    };
     // Colour only on a terminal: log files stay plain, as upstream's.
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let logs = tracing_subscriber::fmt::layer()
-        .with_target(false)
-        .with_ansi(colour)
-        .with_writer(std::io::stderr)
-        .with_filter(filter);
+    let text = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_target(false)
+            .with_ansi(colour)
+            .with_writer(writer())
+            .with_filter(filter())
+    });
+    let json = json.then(|| jsonlog::JsonLayer::new(writer()).with_filter(filter()));
     let provider = otlp.map(otel::provider).transpose()?;
     let spans = provider
         .as_ref()
         .map(|p| otel::layer(p).with_filter(tracing_subscriber::filter::LevelFilter::DEBUG));
-    tracing_subscriber::registry().with(logs).with(spans).init();
+    tracing_subscriber::registry()
+        .with(text)
+        .with(json)
+        .with(spans)
+        .init();
     Ok(provider)
 }
 

@@ -18,6 +18,7 @@
     clippy::too_many_lines,
     reason = "each test is a scenario against a real runtime, read top to bottom"
 )]
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -596,11 +597,11 @@ async fn systemd_hears_ready_then_watchdog_keep_alives() {
         log.contains("create health checker: configure watchdog timeout too small: 1s"),
         "{log}"
     );
-    // 3 s: a keep-alive every 1.5 s while healthy.
+    // 3 s: a keep-alive every 1.5 s while healthy; klog's JSON lines.
     node.rk.start_with_env(
         &node.name,
         None,
-        &[],
+        &[OsStr::new("--logging-format=json")],
         &[("NOTIFY_SOCKET", &notify), ("WATCHDOG_USEC", "3000000")],
     );
     let mut buf = [0u8; 64];
@@ -610,6 +611,17 @@ async fn systemd_hears_ready_then_watchdog_keep_alives() {
         heard.push(String::from_utf8_lossy(&buf[..n]).into_owned());
     }
     assert_eq!(heard, ["READY=1", "WATCHDOG=1", "WATCHDOG=1"]);
+    let log = std::fs::read_to_string(node.rk.log()).unwrap();
+    let started = log
+        .lines()
+        .find(|l| l.contains("\"msg\":\"starting rkubelet\""))
+        .unwrap_or_else(|| panic!("no JSON line: {log}"));
+    let line: serde_json::Value = serde_json::from_str(started).unwrap();
+    assert_eq!(line["v"], 0, "{line}");
+    assert!(
+        line["ts"].as_f64().is_some() && line["caller"].is_string(),
+        "{line}"
+    );
     node.finish().await;
 }
 

@@ -279,10 +279,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet has no FlexVolume plugins",
     ),
     (
-        "logging",
-        "not yet: the text format of tracing, verbosity from -v (#33)",
-    ),
-    (
         "enableProfilingHandler",
         "no effect: rkubelet has no /debug/pprof",
     ),
@@ -563,6 +559,71 @@ config_section! {
     }
 }
 
+/// An item of `logging.vmodule` (per-file verbosity).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VModuleItem {
+    #[serde(default)]
+    pub file_pattern: String,
+    #[serde(default)]
+    pub verbosity: u32,
+}
+
+/// `logging.flushFrequency`: a duration string, or (as upstream also
+/// accepts) an integer of nanoseconds; shown back in the form given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushFrequency {
+    pub duration: Duration,
+    pub as_string: bool,
+}
+
+impl Default for FlushFrequency {
+    fn default() -> Self {
+        FlushFrequency {
+            duration: Duration::from_secs(5),
+            as_string: true,
+        }
+    }
+}
+
+config_section! {
+    /// `logging.options.text` and `.json` (upstream's OutputRoutingOptions,
+    /// behind the alpha LoggingAlphaOptions gate).
+    pub struct LogOutputRouting {
+        /// `splitStream`: info to stdout, errors to stderr.
+        "splitStream" split_stream: bool = false;
+        /// `infoBufferSize`: a quantity; 0 (the default) is unbuffered.
+        "infoBufferSize" info_buffer_size: String = "0".into(), zero_is_unset;
+    }
+}
+
+config_section! {
+    /// `logging.options`.
+    pub struct LogFormatOptions {
+        "text" text: LogOutputRouting = LogOutputRouting::default();
+        "json" json: LogOutputRouting = LogOutputRouting::default();
+    }
+}
+
+config_section! {
+    /// `logging` (component-base's LoggingConfiguration).
+    pub struct LoggingConfiguration {
+        /// `format`: `text` (default) or `json` (klog's JSON lines).
+        "format" format: String = "text".into(), zero_is_unset;
+        /// `flushFrequency`: default 5s (rkubelet writes each line as it
+        /// comes: there is nothing to flush).
+        "flushFrequency" flush_frequency: FlushFrequency = FlushFrequency::default(), zero_is_unset;
+        /// `verbosity`: klog's level (`-v` wins): 0-2 info, 3-4 debug, 5+
+        /// trace.
+        "verbosity" verbosity: u32 = 0;
+        /// `vmodule`: refused (rkubelet's log lines come from Rust
+        /// modules, not Go files: RUST_LOG selects them).
+        "vmodule" vmodule: Vec<VModuleItem> = Vec::new();
+        /// `options`.
+        "options" options: LogFormatOptions = LogFormatOptions::default();
+    }
+}
+
 /// An item of `shutdownGracePeriodByPodPriority`: pods of at least
 /// `priority` (and below the next item's) get `shutdownGracePeriodSeconds`
 /// to stop when the node shuts down.
@@ -832,6 +893,8 @@ config_section! {
         /// `registerWithTaints`: the Node's taints at registration
         /// (`--register-with-taints` replaces them).
         "registerWithTaints" register_with_taints: Vec<k8s_openapi::api::core::v1::Taint> = Vec::new();
+        /// `logging`: the log format and verbosity.
+        "logging" logging: LoggingConfiguration = LoggingConfiguration::default();
         /// `shutdownGracePeriod`: with systemd-logind, how long the node's
         /// shutdown is delayed for its pods to stop (0, the default: not
         /// at all); see [`crate::nodeshutdown`].

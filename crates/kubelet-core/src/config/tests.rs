@@ -1175,6 +1175,69 @@ fn shutdown_grace_periods_decode_and_validate_as_upstream() {
 }
 
 #[test]
+fn logging_decodes_and_validates_as_component_base() {
+    let d = KubeletConfiguration::default();
+    let configz = d.to_v1beta1_json();
+    assert_eq!(
+        configz["logging"],
+        serde_json::json!({
+            "format": "text", "flushFrequency": "5s", "verbosity": 0, "vmodule": [],
+            "options": {"text": {"splitStream": false, "infoBufferSize": "0"},
+                        "json": {"splitStream": false, "infoBufferSize": "0"}}
+        })
+    );
+    let (c, ignored) =
+        parse_body("logging:\n  format: json\n  verbosity: 4\n  flushFrequency: 1000000000\n")
+            .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    c.validate().unwrap();
+    assert_eq!(c.logging.format, "json");
+    assert_eq!(c.logging.verbosity, 4);
+    assert_eq!(c.logging.flush_frequency.duration, Duration::from_secs(1));
+    assert_eq!(
+        c.to_v1beta1_json()["logging"]["flushFrequency"],
+        1_000_000_000
+    );
+    let split = "featureGates: {LoggingAlphaOptions: true}\nlogging: {format: json, options: {json: {splitStream: true}}}\n";
+    let (c, _) = parse_body(split).unwrap();
+    c.validate().unwrap();
+    assert!(c.logging.options.json.split_stream);
+    for (body, want) in [
+        (
+            "logging: {format: yaml}\n",
+            "invalid configuration: logging.format: Invalid value: \"yaml\": Unsupported log format",
+        ),
+        (
+            "featureGates: {LoggingBetaOptions: false}\nlogging: {format: json}\n",
+            "invalid configuration: logging.format: Forbidden: Log format json is disabled, see LoggingBetaOptions feature",
+        ),
+        (
+            "logging: {verbosity: 4294967295}\n",
+            "invalid configuration: logging.verbosity: Invalid value: 4294967295: Must be <= 2147483647",
+        ),
+        (
+            "logging: {format: json, vmodule: [{filePattern: 'a=b', verbosity: 2}]}\n",
+            "invalid configuration: [logging.vmodule: Forbidden: Only supported for text log format, logging.vmodule[0]: Invalid value: \"a=b\": File pattern must not contain equal sign or comma]",
+        ),
+        (
+            "logging: {options: {text: {splitStream: true}}}\n",
+            "invalid configuration: logging.options.text.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled",
+        ),
+        (
+            "logging: {vmodule: [{filePattern: prober, verbosity: 4}]}\n",
+            "invalid configuration: logging.vmodule: not supported by rkubelet: its log lines come from Rust modules, not Go files (RUST_LOG selects them)",
+        ),
+        (
+            "featureGates: {LoggingAlphaOptions: true}\nlogging: {options: {json: {infoBufferSize: 1Mi}}}\n",
+            "invalid configuration: logging.options.json.infoBufferSize: not supported by rkubelet: every log line is written as it comes",
+        ),
+    ] {
+        let (c, _) = parse_body(body).unwrap();
+        assert_eq!(c.validate().unwrap_err().to_string(), want, "{body}");
+    }
+}
+
+#[test]
 fn crash_loop_back_off_maximum_as_upstream() {
     let d = KubeletConfiguration::default();
     assert_eq!(

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::*;
 use crate::duration::format_go_duration;
 
@@ -24,6 +26,7 @@ impl KubeletConfiguration {
             )));
         }
         self.validate_shutdown(&gates)?;
+        self.validate_logging(&gates)?;
         self.image_pull_verification()?;
         self.validate_images()?;
         self.validate_periods()?;
@@ -33,6 +36,95 @@ impl KubeletConfiguration {
         self.validate_node()?;
         self.validate_names()
     }
+    /// `logging` as component-base validates it, in its words (its errors
+    /// aggregated as Go prints them); then what rkubelet cannot do.
+    fn validate_logging(
+        &self,
+        gates: &std::collections::BTreeMap<&'static str, bool>,
+    ) -> Result<(), ConfigError> {
+        const MAX: u32 = i32::MAX as u32;
+        let l = &self.logging;
+        let mut errs: Vec<String> = Vec::new();
+        match l.format.as_str() {
+            "text" => {}
+            "json" if !gates["LoggingBetaOptions"] => errs.push(
+                "logging.format: Forbidden: Log format json is disabled, see LoggingBetaOptions feature"
+                    .into(),
+            ),
+            "json" => {}
+            other => errs.push(format!(
+                "logging.format: Invalid value: {other:?}: Unsupported log format"
+            )),
+        }
+        if l.verbosity > MAX {
+            errs.push(format!(
+                "logging.verbosity: Invalid value: {}: Must be <= {MAX}",
+                l.verbosity
+            ));
+        }
+        if !l.vmodule.is_empty() && l.format != "text" {
+            errs.push("logging.vmodule: Forbidden: Only supported for text log format".into());
+        }
+        for (i, item) in l.vmodule.iter().enumerate() {
+            if item.file_pattern.is_empty() {
+                errs.push(format!(
+                    "logging.vmodule[{i}]: Required value: File pattern must not be empty"
+                ));
+            }
+            if item.file_pattern.contains(['=', ',']) {
+                errs.push(format!(
+                    "logging.vmodule[{i}]: Invalid value: {:?}: File pattern must not contain equal sign or comma",
+                    item.file_pattern
+                ));
+            }
+            if item.verbosity > MAX {
+                errs.push(format!(
+                    "logging.vmodule[{i}]: Invalid value: {}: Must be <= {MAX}",
+                    item.verbosity
+                ));
+            }
+        }
+        for (name, o) in [("text", &l.options.text), ("json", &l.options.json)] {
+            if o.split_stream && !gates["LoggingAlphaOptions"] {
+                errs.push(format!(
+                    "logging.options.{name}.splitStream: Forbidden: Feature LoggingAlphaOptions is disabled"
+                ));
+            }
+            let size = crate::quantity::parse_bytes(&Quantity(o.info_buffer_size.clone()));
+            if let Err(e) = &size {
+                errs.push(format!(
+                    "logging.options.{name}.infoBufferSize: Invalid value: {:?}: {e}",
+                    o.info_buffer_size
+                ));
+            } else if size.is_ok_and(|b| b != 0) && !gates["LoggingAlphaOptions"] {
+                errs.push(format!(
+                    "logging.options.{name}.infoBufferSize: Forbidden: Feature LoggingAlphaOptions is disabled"
+                ));
+            }
+        }
+        match errs.len() {
+            0 => {}
+            1 => return Err(ConfigError::Rejected(errs.remove(0))),
+            _ => return Err(ConfigError::Rejected(format!("[{}]", errs.join(", ")))),
+        }
+        // Valid upstream, and what rkubelet does not do.
+        if !l.vmodule.is_empty() {
+            return Err(ConfigError::Rejected(
+                "logging.vmodule: not supported by rkubelet: its log lines come from Rust modules, not Go files (RUST_LOG selects them)".into(),
+            ));
+        }
+        for (name, o) in [("text", &l.options.text), ("json", &l.options.json)] {
+            if crate::quantity::parse_bytes(&Quantity(o.info_buffer_size.clone()))
+                .is_ok_and(|b| b != 0)
+            {
+                return Err(ConfigError::Rejected(format!(
+                    "logging.options.{name}.infoBufferSize: not supported by rkubelet: every log line is written as it comes"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The shutdown grace periods as upstream validates them, in its words.
     fn validate_shutdown(
         &self,

@@ -258,6 +258,53 @@ impl ConfigValue for Vec<k8s_openapi::api::core::v1::Taint> {
     }
 }
 
+/// logging.vmodule's list.
+impl ConfigValue for Vec<super::VModuleItem> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        decode_serde(v, field, "a list of {filePattern, verbosity}")
+    }
+    fn encode(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// logging.flushFrequency: a Go duration string or nanoseconds.
+impl ConfigValue for super::FlushFrequency {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        match v {
+            Value::Number(n) => {
+                let nanos = n.as_u64().ok_or_else(|| {
+                    invalid_value(
+                        field,
+                        format!("invalid duration \"{n}\": not a whole number of nanoseconds"),
+                    )
+                })?;
+                Ok(super::FlushFrequency {
+                    duration: Duration::from_nanos(nanos),
+                    as_string: false,
+                })
+            }
+            _ => Duration::decode(v, field).map(|duration| super::FlushFrequency {
+                duration,
+                as_string: true,
+            }),
+        }
+    }
+    fn encode(&self) -> Value {
+        if self.as_string {
+            self.duration.encode()
+        } else {
+            Value::from(u64::try_from(self.duration.as_nanos()).unwrap_or(u64::MAX))
+        }
+    }
+    fn is_zero(&self) -> bool {
+        self.duration.is_zero()
+    }
+}
+
 /// shutdownGracePeriodByPodPriority's list, as upstream's JSON spells it.
 impl ConfigValue for Vec<super::ShutdownGracePeriodByPodPriority> {
     fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
