@@ -30,6 +30,7 @@ cp examples/static-pods/*.yaml "$state/manifests/"
 cat > "$state/kubelet-config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+failCgroupV1: false
 imageGCHighThresholdPercent: 100
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 staticPodPath: $state/manifests

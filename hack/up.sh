@@ -80,10 +80,12 @@ cp -n examples/static-pods/web.yaml "$state/manifests/" 2>/dev/null || true
 # The images here are imported, not pullable: image GC must not remove them,
 # nor the eviction manager's disk reclaim (the disk of these machines looks
 # more than 85 % full to statvfs): thresholds of 1 %, as hack/conformance.sh
-# gives both kubelets.
+# gives both kubelets. These machines are cgroup v1 hosts, which upstream's
+# default (failCgroupV1: true) refuses.
 cat >"$state/kubelet-config.yaml" <<CFG
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+failCgroupV1: false
 imageGCHighThresholdPercent: 100
 evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 staticPodPath: $state/manifests

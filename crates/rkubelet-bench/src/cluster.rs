@@ -1625,6 +1625,7 @@ fn rkubelet_config(logs: &Path, ca: &Path, evict_below_mib: Option<u64>) -> Stri
     format!(
         "kind: KubeletConfiguration\n\
          apiVersion: kubelet.config.k8s.io/v1beta1\n\
+         failCgroupV1: false\n\
          imageGCHighThresholdPercent: 100\n\
          evictionHard:\n  memory.available: {}\n  nodefs.available: 1%\n  \
            imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\

@@ -50,6 +50,7 @@ impl Kubelet {
             format!(
                 "kind: KubeletConfiguration\n\
                  apiVersion: kubelet.config.k8s.io/v1beta1\n\
+                 failCgroupV1: false\n\
                  imageGCHighThresholdPercent: 100\n\
                  evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  \
                    imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\

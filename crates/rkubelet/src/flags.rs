@@ -101,6 +101,10 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     pub image_credential_provider_bin_dir: Option<PathBuf>,
 
+    /// Refuse to start on a cgroup v1 host (failCgroupV1; default true, as upstream).
+    #[arg(long = "fail-cgroupv1", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub fail_cgroupv1: Option<bool>,
+
     /// rkubelet's own: SIGTERM is a node shutdown (for nodes without systemd-logind): the pods
     /// stop as the shutdown grace periods say, then rkubelet exits. Needs shutdownGracePeriod
     /// or shutdownGracePeriodByPodPriority.
@@ -648,6 +652,9 @@ impl Flags {
             config.feature_gates.insert(gate.clone(), *value);
         }
         self.apply_logging(&mut config.logging);
+        if let Some(fail) = self.fail_cgroupv1 {
+            config.fail_cgroup_v1 = fail;
+        }
         if !self.register_with_taints.is_empty() {
             config.register_with_taints = self
                 .register_with_taints

@@ -290,10 +290,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "imageServiceEndpoint",
         "not yet: images go through containerRuntimeEndpoint",
     ),
-    (
-        "failCgroupV1",
-        "not yet: rkubelet runs on cgroup v1 and v2 alike (upstream's default refuses v1)",
-    ),
     ("userNamespaces", "not yet: user namespaces (#35)"),
 ];
 
@@ -893,6 +889,9 @@ config_section! {
         /// `registerWithTaints`: the Node's taints at registration
         /// (`--register-with-taints` replaces them).
         "registerWithTaints" register_with_taints: Vec<k8s_openapi::api::core::v1::Taint> = Vec::new();
+        /// `failCgroupV1`: start-up stops on a cgroup v1 host (upstream's
+        /// default true; set false to run on one).
+        "failCgroupV1" fail_cgroup_v1: bool = true;
         /// `logging`: the log format and verbosity.
         "logging" logging: LoggingConfiguration = LoggingConfiguration::default();
         /// `shutdownGracePeriod`: with systemd-logind, how long the node's
@@ -945,6 +944,11 @@ pub enum ConfigError {
     /// A configuration that fails validation, in upstream's own words.
     #[error("invalid configuration: {0}")]
     Rejected(String),
+    /// failCgroupV1 on a cgroup v1 host.
+    #[error(
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release"
+    )]
+    CgroupV1,
 }
 
 /// `kind` and `apiVersion` must be upstream's.
@@ -1093,6 +1097,9 @@ impl KubeletConfiguration {
     /// The checks upstream makes of the host's cgroup version
     /// (validateKubeletOSConfiguration), on cgroup v`version`.
     pub fn validate_for_cgroups(&self, version: u8) -> Result<(), ConfigError> {
+        if self.fail_cgroup_v1 && version == 1 {
+            return Err(ConfigError::CgroupV1);
+        }
         if self.single_process_oom_kill == Some(false) {
             return Err(ConfigError::Rejected(if version == 1 {
                 "singleProcessOOMKill must not be explicitly set to false when using cgroup v1"

@@ -1410,14 +1410,22 @@ fn fields_of_alpha_gates_off_by_default_are_refused_as_upstream() {
 }
 
 #[test]
-fn single_process_oom_kill_false_is_refused_on_cgroup_v1_as_upstream() {
-    let (c, ignored) = parse_body("singleProcessOOMKill: true\n").unwrap();
+fn fail_cgroup_v1_and_single_process_oom_kill_on_cgroup_v1_as_upstream() {
+    // Upstream's default refuses a cgroup v1 host.
+    assert_eq!(
+        KubeletConfiguration::default()
+            .validate_for_cgroups(1)
+            .unwrap_err()
+            .to_string(),
+        "kubelet is configured to not run on a host using cgroup v1. cgroup v1 support is unsupported and will be removed in a future release"
+    );
+    let (c, ignored) = parse_body("failCgroupV1: false\nsingleProcessOOMKill: true\n").unwrap();
     assert!(ignored.is_empty());
     c.validate_for_cgroups(1).unwrap();
     KubeletConfiguration::default()
         .validate_for_cgroups(2)
         .unwrap();
-    let (c, _) = parse_body("singleProcessOOMKill: false\n").unwrap();
+    let (c, _) = parse_body("failCgroupV1: false\nsingleProcessOOMKill: false\n").unwrap();
     assert_eq!(
         c.validate_for_cgroups(1).unwrap_err().to_string(),
         "invalid configuration: singleProcessOOMKill must not be explicitly set to false when using cgroup v1"

@@ -71,7 +71,7 @@ impl Rkubelet {
         // (1 %): these disks may look nearly full.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             imageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
+             failCgroupV1: false\nimageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
              evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n{extra_config}",
             rk.cgroups.name,
