@@ -206,9 +206,11 @@ httpCheckFrequency: 5s
     assert_eq!(cfg.http_check_frequency, Duration::from_secs(5));
     assert_eq!(cfg.static_pod_url_header["X-Node"], ["a", "b"]);
     let (cfg, _) = parse_body("staticPodURL: https://192.0.2.1/pods\n").unwrap();
+    cfg.validate().unwrap();
+    let (cfg, _) = parse_body("staticPodURL: ftp://192.0.2.1/pods\n").unwrap();
     assert_eq!(
         cfg.validate().unwrap_err().to_string(),
-        "invalid configuration: staticPodURL \"https://192.0.2.1/pods\": only http:// URLs are supported by rkubelet"
+        "invalid configuration: staticPodURL \"ftp://192.0.2.1/pods\": only http:// and https:// URLs are supported by rkubelet"
     );
 }
 

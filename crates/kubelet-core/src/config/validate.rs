@@ -19,9 +19,12 @@ impl KubeletConfiguration {
                     .into(),
             ));
         }
-        if !self.static_pod_url.is_empty() && !self.static_pod_url.starts_with("http://") {
+        if !self.static_pod_url.is_empty()
+            && !self.static_pod_url.starts_with("http://")
+            && !self.static_pod_url.starts_with("https://")
+        {
             return Err(ConfigError::Rejected(format!(
-                "staticPodURL {:?}: only http:// URLs are supported by rkubelet",
+                "staticPodURL {:?}: only http:// and https:// URLs are supported by rkubelet",
                 self.static_pod_url
             )));
         }

@@ -4,8 +4,11 @@
 //! at most 10 MiB, within 10 s. An answer unchanged since the last is not
 //! parsed again; an empty one marks the source seen with no pods; a
 //! failure keeps the last pods (logged three times, then at debug level).
+//! An `https://` URL's server is verified against the host's CAs, as Go's
+//! default client does.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::SourceSnapshot;
 use super::file::MAX_MANIFEST_BYTES;
 use crate::prober::handlers::connect;
-use crate::prober::handlers::http::exchange;
+use crate::prober::handlers::http::{HttpError, exchange, tls_connect_with};
 
 /// How long one read of the URL may take (upstream's client timeout).
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,11 +33,29 @@ pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// The manifest URL as a pod source.
 #[derive(Clone, Debug)]
 pub struct HttpSource {
-    /// `http://host[:port]/path`.
+    /// `http://` or `https://host[:port]/path`.
     pub url: String,
     pub header: BTreeMap<String, Vec<String>>,
     pub node_name: String,
     pub check_every: Duration,
+    /// The CAs an `https://` URL's server is verified against: the
+    /// host's (tests give their own).
+    pub roots: Arc<rustls::RootCertStore>,
+}
+
+/// The host's CA certificates (rustls-native-certs: the system's store,
+/// as Go's default client uses); those that cannot be read are logged.
+pub fn system_roots() -> Arc<rustls::RootCertStore> {
+    let found = rustls_native_certs::load_native_certs();
+    for e in &found.errors {
+        tracing::warn!(error = %e, "reading the host's CA certificates");
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let (_, bad) = roots.add_parsable_certificates(found.certs);
+    if bad > 0 {
+        tracing::debug!(bad, "host CA certificates that do not parse");
+    }
+    Arc::new(roots)
 }
 
 /// What one read gave.
@@ -117,7 +138,8 @@ impl HttpSource {
         let host = uri
             .host()
             .ok_or_else(|| format!("{:?}: no host", self.url))?;
-        let port = uri.port_u16().unwrap_or(80);
+        let https = uri.scheme_str() == Some("https");
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let path = uri.path_and_query().map_or("/", |p| p.as_str());
         let mut req = Request::get(path)
             .body(Empty::<Bytes>::new())
@@ -142,9 +164,21 @@ impl HttpSource {
             .await
             .map_err(|e| format!("Get {:?}: {e}", self.url))?;
         let limit = MAX_MANIFEST_BYTES as usize + 1;
-        let resp = exchange(tcp, req, limit)
-            .await
-            .map_err(|e| format!("Get {:?}: {e}", self.url))?;
+        let fail = |e: HttpError| format!("Get {:?}: {e}", self.url);
+        let resp = if https {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_root_certificates(self.roots.clone())
+                .with_no_client_auth();
+            let tls = tls_connect_with(tcp, host.trim_matches(['[', ']']), Arc::new(config))
+                .await
+                .map_err(fail)?;
+            exchange(tls, req, limit).await.map_err(fail)?
+        } else {
+            exchange(tcp, req, limit).await.map_err(fail)?
+        };
         if resp.body.len() >= limit {
             return Err(format!(
                 "{}: the response is longer than {MAX_MANIFEST_BYTES} bytes",
@@ -220,6 +254,7 @@ mod tests {
             header: BTreeMap::from([("X-Token".to_owned(), vec!["a".to_owned(), "b".to_owned()])]),
             node_name: "Node-1".into(),
             check_every: Duration::from_millis(50),
+            roots: Arc::new(rustls::RootCertStore::empty()),
         };
         let (tx, mut rx) = mpsc::channel(8);
         let cancel = CancellationToken::new();
@@ -251,5 +286,68 @@ mod tests {
         assert!(empty.pods.is_empty());
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    /// An https:// URL: its server is verified against the CAs given.
+    #[tokio::test]
+    async fn an_https_url_is_read_from_a_verified_server_only() {
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca =
+            rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
+                .unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let Ok(mut conn) = acceptor.accept(tcp).await else {
+                    continue;
+                };
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+                let resp = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{POD}",
+                    POD.len()
+                );
+                let _ = conn.write_all(resp.as_bytes()).await;
+                let _ = conn.shutdown().await;
+            }
+        });
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca.der().clone()).unwrap();
+        let mut source = HttpSource {
+            url: format!("https://localhost:{port}/pods"),
+            header: BTreeMap::new(),
+            node_name: "n".into(),
+            check_every: Duration::from_secs(20),
+            roots: Arc::new(roots),
+        };
+        let mut last = None;
+        let Ok(Read::Pods(pods)) = source.read(&mut last).await else {
+            panic!("the pods of a verified server");
+        };
+        assert_eq!(pods[0].metadata.name.as_deref(), Some("web-n"));
+        // The host's CAs do not know this one.
+        source.roots = system_roots();
+        let err = source.get().await.unwrap_err();
+        assert!(err.contains("invalid peer certificate"), "{err}");
     }
 }

@@ -298,6 +298,7 @@ impl Kubelet {
                 header: cfg.static_pod_url_header.clone(),
                 node_name: self.opts.node_name.clone(),
                 check_every: cfg.http_check_frequency,
+                roots: crate::config::http::system_roots(),
             };
             let tx = snap_tx.clone();
             self.tasks

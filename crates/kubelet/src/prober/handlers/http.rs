@@ -276,9 +276,18 @@ async fn tls_connect(
         .dangerous()
         .with_custom_certificate_verifier(Arc::new(NoVerification(provider)))
         .with_no_client_auth();
+    tls_connect_with(tcp, host, Arc::new(config)).await
+}
+
+/// TLS to `host` over `tcp` as `config` says.
+pub(crate) async fn tls_connect_with(
+    tcp: TcpStream,
+    host: &str,
+    config: Arc<rustls::ClientConfig>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, HttpError> {
     let name = rustls::pki_types::ServerName::try_from(host.to_owned())
         .map_err(|e| HttpError(format!("invalid TLS server name {host:?}: {e}")))?;
-    tokio_rustls::TlsConnector::from(Arc::new(config))
+    tokio_rustls::TlsConnector::from(config)
         .connect(name, tcp)
         .await
         .map_err(|e| HttpError(e.to_string()))
