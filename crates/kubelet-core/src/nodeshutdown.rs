@@ -128,6 +128,19 @@ pub fn pod_grace(group_seconds: i64, own: Option<i64>) -> i64 {
     }
 }
 
+/// The Warning event of a pod the runtime did not stop in time.
+pub const EXCEEDED_GRACE_REASON: &str = "ExceededGracePeriod";
+pub const EXCEEDED_GRACE_MESSAGE: &str =
+    "Container runtime did not kill the pod within specified grace period.";
+
+/// How long a pod told to stop with `grace` seconds may take before
+/// [`EXCEEDED_GRACE_REASON`] (upstream's killPodNow: its grace and half
+/// again, 10 s at least).
+pub fn kill_timeout(grace: i64) -> Duration {
+    let secs = grace.saturating_add(grace / 2).max(10);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(10))
+}
+
 /// The logind drop-in that raises InhibitDelayMaxSec to `delay`, as
 /// upstream writes it.
 pub fn logind_override(delay: Duration) -> String {
@@ -273,6 +286,21 @@ mod tests {
             (0, Some(0), 0),
         ] {
             assert_eq!(pod_grace(group, own), want, "{group} {own:?}");
+        }
+    }
+
+    #[test]
+    fn a_kill_may_take_its_grace_and_half_again() {
+        for (grace, want) in [
+            (0, 10),
+            (2, 10),
+            (6, 10),
+            (7, 10),
+            (8, 12),
+            (30, 45),
+            (-5, 10),
+        ] {
+            assert_eq!(kill_timeout(grace), Duration::from_secs(want), "{grace}");
         }
     }
 

@@ -108,6 +108,15 @@ impl Kubelet {
             .is_none_or(|s| s.is_finished())
     }
 
+    /// Whether the pod's containers are stopped: its status is terminal,
+    /// or it is cleaned up.
+    fn stopped(&self, pod: &Pod) -> bool {
+        self.status
+            .get_pod_status(&PodUid::of(pod))
+            .is_some_and(|s| kubelet_core::phase::is_terminal_status(&s))
+            || self.cleaned_up(pod)
+    }
+
     /// An event about this node.
     fn node_event(&self, kind: &str, reason: &str, message: impl Into<String>) {
         let node = self.opts.node_name.clone();
@@ -140,6 +149,28 @@ impl ShutdownHost for ShutdownView {
         self.0
             .workers
             .evict_pod(PodTarget::from_pod(pod.clone()), Some(grace));
+        // As upstream's killPodNow: a Warning when the pod is not stopped
+        // within its grace and half again (10 s at least).
+        let wait = kubelet_core::nodeshutdown::kill_timeout(grace);
+        let (kubelet, pod) = (self.0.clone(), pod.clone());
+        self.0.tasks.spawn(
+            tracing::info_span!("shutdown_kill_deadline", pod = %kubelet_core::types::pod_full_name(&pod)),
+            move |token| async move {
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    _ = tokio::time::sleep(wait) => {
+                        if !kubelet.stopped(&pod) {
+                            kubelet.events.event(
+                                &Involved::pod(&pod, None),
+                                WARNING,
+                                kubelet_core::nodeshutdown::EXCEEDED_GRACE_REASON,
+                                kubelet_core::nodeshutdown::EXCEEDED_GRACE_MESSAGE,
+                            );
+                        }
+                    }
+                }
+            },
+        );
     }
 
     fn cleaned_up(&self, pod: &Pod) -> bool {
