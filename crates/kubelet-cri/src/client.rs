@@ -211,6 +211,26 @@ impl CriClient {
         Ok(resp.info)
     }
 
+    /// UpdateRuntimeConfig with the node's pod CIDR(s) (comma-separated),
+    /// for the runtime's network configuration.
+    pub async fn update_pod_cidr(&self, pod_cidr: &str) -> Result<(), CriError> {
+        let mut c = self.runtime.clone();
+        let request = cri::UpdateRuntimeConfigRequest {
+            runtime_config: Some(cri::RuntimeConfig {
+                network_config: Some(cri::NetworkConfig {
+                    pod_cidr: pod_cidr.to_owned(),
+                }),
+            }),
+        };
+        self.call(
+            "UpdateRuntimeConfig",
+            self.timeout,
+            c.update_runtime_config(request),
+        )
+        .await?;
+        Ok(())
+    }
+
     pub async fn status(&self) -> Result<RuntimeConditions, CriError> {
         let mut c = self.runtime.clone();
         let resp = self

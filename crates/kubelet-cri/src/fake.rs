@@ -123,6 +123,11 @@ impl FakeRuntime {
         self.backend.update(|s| s.network_ready = ready);
     }
 
+    /// The pod CIDR the kubelet last gave with UpdateRuntimeConfig.
+    pub fn pod_cidr(&self) -> String {
+        self.backend.state.lock().pod_cidr.clone()
+    }
+
     /// While true every RPC fails with Unavailable (as when containerd is stopped).
     pub fn set_unavailable(&self, down: bool) {
         self.backend.update(|s| s.unavailable = down);
@@ -511,6 +516,8 @@ struct State {
     injected: HashMap<String, (Code, u32)>,
     latency: HashMap<String, Duration>,
     calls: HashMap<String, u64>,
+    /// The pod CIDR UpdateRuntimeConfig last gave.
+    pod_cidr: String,
     /// Usage numbers by container id (ListContainerStats).
     container_stats: HashMap<String, FakeContainerStats>,
     /// Creation sequence number, also the input of the id generator.
@@ -539,6 +546,7 @@ impl State {
             injected: HashMap::new(),
             latency: HashMap::new(),
             calls: HashMap::new(),
+            pod_cidr: String::new(),
             container_stats: HashMap::new(),
             seq: 0,
             id_keys: RandomState::new(),
@@ -1437,9 +1445,20 @@ impl RuntimeService for Backend {
 
     async fn update_runtime_config(
         &self,
-        _: Request<cri::UpdateRuntimeConfigRequest>,
+        req: Request<cri::UpdateRuntimeConfigRequest>,
     ) -> RpcResult<cri::UpdateRuntimeConfigResponse> {
-        self.unimplemented("UpdateRuntimeConfig").await
+        let cidr = req
+            .into_inner()
+            .runtime_config
+            .and_then(|c| c.network_config)
+            .map(|n| n.pod_cidr);
+        self.call("UpdateRuntimeConfig", move |s| {
+            if let Some(cidr) = cidr {
+                s.pod_cidr = cidr;
+            }
+            Ok(cri::UpdateRuntimeConfigResponse {})
+        })
+        .await
     }
 
     async fn status(&self, _: Request<cri::StatusRequest>) -> RpcResult<cri::StatusResponse> {

@@ -971,6 +971,26 @@ async fn a_node_shutdown_stops_the_lower_priority_first() {
     k.stop().await;
 }
 
+/// podCIDR goes to the runtime (UpdateRuntimeConfig), again after the
+/// runtime refused it.
+#[tokio::test(start_paused = true)]
+async fn the_pod_cidr_reaches_the_runtime_even_after_a_refusal() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    node.fake
+        .inject_error("UpdateRuntimeConfig", tonic::Code::Unavailable, 1);
+    let k = node.start_with(|cfg| cfg.pod_cidr = "10.244.3.0/24".into());
+    node.fake
+        .wait_for("the pod CIDR given", WAIT, |f| {
+            f.pod_cidr() == "10.244.3.0/24"
+        })
+        .await;
+    assert!(
+        node.fake.calls("UpdateRuntimeConfig") >= 2,
+        "tried again after the refusal"
+    );
+    k.stop().await;
+}
+
 #[tokio::test]
 async fn init_containers_and_sidecars_start_and_stop_in_order() {
     let node = Node::new().await;

@@ -241,10 +241,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "hairpinMode",
         "no effect: hairpin traffic is the CNI plugin's (upstream's kubenet, which used it, is gone)",
     ),
-    (
-        "podCIDR",
-        "not yet: a standalone node's pod CIDR is the runtime's CNI configuration",
-    ),
     ("runOnce", "not yet: rkubelet always runs as a daemon"),
     (
         "contentType",
@@ -889,6 +885,9 @@ config_section! {
         /// `registerWithTaints`: the Node's taints at registration
         /// (`--register-with-taints` replaces them).
         "registerWithTaints" register_with_taints: Vec<k8s_openapi::api::core::v1::Taint> = Vec::new();
+        /// `podCIDR`: the pods' CIDR given to the runtime (UpdateRuntimeConfig)
+        /// until the Node's `spec.podCIDRs` say otherwise (cluster mode).
+        "podCIDR" pod_cidr: String = String::new();
         /// `failCgroupV1`: start-up stops on a cgroup v1 host (upstream's
         /// default true; set false to run on one).
         "failCgroupV1" fail_cgroup_v1: bool = true;

@@ -297,13 +297,13 @@ fn header_is_required() {
 
 #[test]
 fn ignored_upstream_fields_are_accepted_and_listed() {
-    let body = "podCIDR: 10.1.0.0/24\nhairpinMode: none\n\
+    let body = "runOnce: false\nhairpinMode: none\n\
                 enableContentionProfiling: true\nmaxPods: 20\n";
     let (cfg, ignored) = parse_body(body).unwrap();
     assert_eq!(cfg.max_pods, 20);
     assert_eq!(
         ignored,
-        vec!["enableContentionProfiling", "hairpinMode", "podCIDR"]
+        vec!["enableContentionProfiling", "hairpinMode", "runOnce"]
     );
     assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
     assert!(ignored_fields_present("not: [a config").is_empty());

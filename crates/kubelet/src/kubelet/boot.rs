@@ -529,6 +529,15 @@ impl Kubelet {
             .spawn(tracing::info_span!("eviction_manager"), move |token| {
                 eviction.run(host, token)
             });
+        let (cri, configured) = (
+            self.syncer.runtime.cri().clone(),
+            self.opts.config.pod_cidr.clone(),
+        );
+        let node = self.api.is_some().then(|| self.node.subscribe());
+        self.tasks
+            .spawn(tracing::info_span!("pod_cidr"), move |token| {
+                keep_pod_cidr(cri, configured, node, token)
+            });
         if self.shutdown.enabled() {
             let (shutdown, host) = (self.shutdown.clone(), ShutdownView(self.clone()));
             self.tasks
@@ -577,6 +586,72 @@ async fn collect_every<F, Fut, E>(
             Ok(0) => {}
             Ok(n) => tracing::info!(removed = n, "garbage collected {what}"),
             Err(e) => tracing::warn!(error = %e, "garbage collection of {what}"),
+        }
+    }
+}
+
+/// How often a pod CIDR the runtime refused is given again.
+const POD_CIDR_RETRY: Duration = Duration::from_secs(10);
+
+/// Upstream's updatePodCIDR: the runtime is given the pod CIDR of the
+/// configuration (podCIDR), then, in cluster mode, the Node's
+/// `spec.podCIDRs` (comma-separated) whenever they are set and differ from
+/// what it has; a refusal is logged and tried again.
+async fn keep_pod_cidr(
+    cri: kubelet_cri::client::CriClient,
+    configured: String,
+    mut node: Option<tokio::sync::watch::Receiver<Option<Arc<k8s_openapi::api::core::v1::Node>>>>,
+    cancel: CancellationToken,
+) {
+    let mut applied = String::new();
+    let mut wanted = configured;
+    loop {
+        if let Some(rx) = &node {
+            let from_node = rx
+                .borrow()
+                .as_ref()
+                .and_then(|n| n.spec.as_ref())
+                .and_then(|s| s.pod_cidrs.clone())
+                .filter(|c| !c.is_empty())
+                .map(|c| c.join(","));
+            if let Some(cidrs) = from_node {
+                wanted = cidrs;
+            }
+        }
+        let mut failed = false;
+        if wanted != applied {
+            match cri.update_pod_cidr(&wanted).await {
+                Ok(()) => {
+                    tracing::info!(original = %applied, new = %wanted, "Updating Pod CIDR");
+                    applied = wanted.clone();
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "Pod CIDR update failed");
+                    failed = true;
+                }
+            }
+        }
+        let changed = async {
+            match &mut node {
+                Some(rx) => {
+                    if rx.changed().await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let retry = async {
+            if failed {
+                tokio::time::sleep(POD_CIDR_RETRY).await;
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            () = changed => {}
+            () = retry => {}
         }
     }
 }
