@@ -163,7 +163,10 @@ clusterDNS: [$CLUSTER_DNS]
 clusterDomain: $CLUSTER_DOMAIN
 CFG
   if [[ $kind == rkubelet ]]; then
+    # These machines are cgroup v1 hosts, which failCgroupV1's default
+    # (true, as upstream's) refuses.
     cat <<CFG
+failCgroupV1: false
 cgroupRoot: /$name
 authentication:
   x509:
