@@ -524,6 +524,49 @@ impl CgroupLayout {
     }
 }
 
+/// The cgroup a process is in, from its `/proc/<pid>/cgroup`, as
+/// upstream's getContainer reads it: v2, the unified entry; v1, the cpu
+/// hierarchy's, which must be the memory one's (accounting needs both),
+/// and `name=systemd`'s where mounted.
+pub fn process_cgroup(proc_cgroup: &str, unified: bool) -> Result<String, String> {
+    let mut by_controller: BTreeMap<&str, &str> = BTreeMap::new();
+    for line in proc_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.is_empty() {
+            by_controller.insert("", path);
+        }
+        for c in controllers.split(',').filter(|c| !c.is_empty()) {
+            by_controller.insert(c, path);
+        }
+    }
+    let find = |c: &str| {
+        by_controller.get(c).copied().ok_or_else(|| {
+            format!(
+                "mountpoint for {} not found",
+                if c.is_empty() { "unified" } else { c }
+            )
+        })
+    };
+    if unified {
+        return find("").map(str::to_owned);
+    }
+    let (cpu, memory) = (find("cpu")?, find("memory")?);
+    if cpu != memory {
+        return Err(format!(
+            "cpu and memory cgroup hierarchy not unified.  cpu: {cpu}, memory: {memory}"
+        ));
+    }
+    Ok(by_controller
+        .get("name=systemd")
+        .copied()
+        .unwrap_or(cpu)
+        .to_owned())
+}
+
 /// A v1 super option naming a hierarchy (a controller or `name=...`),
 /// not a mount flag.
 fn is_controller_option(opt: &str) -> bool {
@@ -697,6 +740,36 @@ fn hugetlb_limits(cfg: &ResourceConfig, sizes: &[u64]) -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn process_cgroups() {
+        let v1 =
+            "12:name=systemd:/system.slice/kubelet.service\n4:memory:/kube\n3:cpu,cpuacct:/kube\n";
+        let cases: &[(&str, bool, Result<&str, &str>)] = &[
+            (
+                "0::/system.slice/kubelet.service\n",
+                true,
+                Ok("/system.slice/kubelet.service"),
+            ),
+            (v1, false, Ok("/system.slice/kubelet.service")),
+            ("4:memory:/kube\n3:cpu,cpuacct:/kube\n", false, Ok("/kube")),
+            (
+                "4:memory:/a\n3:cpu,cpuacct:/b\n",
+                false,
+                Err("cpu and memory cgroup hierarchy not unified.  cpu: /b, memory: /a"),
+            ),
+            (
+                "3:cpu,cpuacct:/b\n",
+                false,
+                Err("mountpoint for memory not found"),
+            ),
+            (v1, true, Err("mountpoint for unified not found")),
+        ];
+        for (text, unified, want) in cases {
+            let got = process_cgroup(text, *unified);
+            assert_eq!(got.as_deref().map_err(String::as_str), *want, "{text:?}");
+        }
+    }
     use crate::testing::PodBuilder;
     use serde_json::json;
 

@@ -57,6 +57,7 @@ pub mod runtime;
 pub mod security;
 pub mod stats;
 pub mod status;
+pub mod swap;
 pub mod sysctl;
 pub mod systemd;
 #[cfg(any(test, feature = "testing"))]

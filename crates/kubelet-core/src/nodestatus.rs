@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
-    NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+    NodeSpec, NodeStatus, NodeSwapStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -32,6 +32,8 @@ pub struct NodeFacts {
     pub architecture: String,
     pub cpu_cores: i64,
     pub memory_bytes: i64,
+    /// SwapTotal: `nodeInfo.swap.capacity` when not 0 (NodeSwap).
+    pub swap_bytes: i64,
     pub ephemeral_storage_bytes: i64,
     pub max_pods: u32,
     pub kubelet_version: String,
@@ -242,6 +244,9 @@ pub fn node_status(
             operating_system: NODE_OS.into(),
             os_image: facts.os_image.clone(),
             system_uuid: facts.system_uuid.clone(),
+            swap: (facts.swap_bytes != 0).then_some(NodeSwapStatus {
+                capacity: Some(facts.swap_bytes),
+            }),
             ..Default::default()
         }),
         ..Default::default()
@@ -572,6 +577,14 @@ mod tests {
         // 10% is a float32 upstream: 100Gi less 10737418400, not 10Gi.
         assert_eq!(alloc["ephemeral-storage"].0, "96636764000");
         assert_eq!(alloc["cpu"].0, "2");
+        // No swap, no nodeInfo.swap; with swap, its capacity (NodeSwap).
+        assert_eq!(s.node_info.as_ref().unwrap().swap, None);
+        let swapped = NodeFacts {
+            swap_bytes: 2 << 30,
+            ..facts()
+        };
+        let info = node_status(&swapped, &Readiness::default(), &[], None, &at(1)).node_info;
+        assert_eq!(info.unwrap().swap.unwrap().capacity, Some(2 << 30));
         // With reservations: systemReserved and kubeReserved come off too.
         let reserved = NodeFacts {
             reserved: [("cpu".to_owned(), 500), ("memory".to_owned(), 1 << 30)].into(),

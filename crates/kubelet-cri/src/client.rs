@@ -110,23 +110,46 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
     }
 }
 
+/// A channel to the unix socket of `endpoint`, connected on first use and
+/// again after the peer restarts.
+fn lazy_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
+    let path = socket_path(endpoint)?;
+    Ok(Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(timeout)
+        .connect_with_connector_lazy(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        })))
+}
+
 impl CriClient {
     /// A client that connects on first use and reconnects after the runtime
     /// restarts; `timeout` bounds every call (runtimeRequestTimeout).
     pub fn connect_lazy(endpoint: &str, timeout: Duration) -> Result<Self, CriError> {
-        let path = socket_path(endpoint)?;
-        let channel = Endpoint::from_static("http://[::]:50051")
-            .connect_timeout(timeout)
-            .connect_with_connector_lazy(tower::service_fn(move |_| {
-                let path = path.clone();
-                async move {
-                    let stream = tokio::net::UnixStream::connect(path).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }));
+        CriClient::connect_lazy_split(endpoint, endpoint, timeout)
+    }
+
+    /// As [`CriClient::connect_lazy`], with the ImageService on an endpoint
+    /// of its own (upstream's imageServiceEndpoint): image calls go to
+    /// `image_endpoint`, the RuntimeService's to `runtime_endpoint`. The same
+    /// endpoint twice shares one connection.
+    pub fn connect_lazy_split(
+        runtime_endpoint: &str,
+        image_endpoint: &str,
+        timeout: Duration,
+    ) -> Result<Self, CriError> {
+        let runtime = lazy_channel(runtime_endpoint, timeout)?;
+        let images = if image_endpoint == runtime_endpoint {
+            runtime.clone()
+        } else {
+            lazy_channel(image_endpoint, timeout)?
+        };
         Ok(CriClient {
-            runtime: RuntimeServiceClient::new(channel.clone()),
-            images: ImageServiceClient::new(channel),
+            runtime: RuntimeServiceClient::new(runtime),
+            images: ImageServiceClient::new(images),
             timeout,
             observer: None,
         })
@@ -677,6 +700,42 @@ mod tests {
             let got = socket_path(endpoint).ok();
             assert_eq!(got.as_deref(), want.map(std::path::Path::new), "{endpoint}");
         }
+    }
+
+    /// imageServiceEndpoint: image calls reach the image endpoint's
+    /// runtime only, runtime calls the runtime endpoint's only.
+    #[tokio::test]
+    async fn split_endpoints() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = crate::fake::FakeRuntime::start(&dir.path().join("runtime.sock"))
+            .await
+            .unwrap();
+        let images = crate::fake::FakeRuntime::start(&dir.path().join("images.sock"))
+            .await
+            .unwrap();
+        images.make_pullable("example.com/app:1");
+        let cri = CriClient::connect_lazy_split(
+            &runtime.endpoint(),
+            &images.endpoint(),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        cri.pull_image("example.com/app:1", None, None)
+            .await
+            .unwrap();
+        cri.image_fs_info().await.unwrap();
+        cri.list_pod_sandbox(None).await.unwrap();
+        let calls = |fake: &crate::fake::FakeRuntime| {
+            ["PullImage", "ImageFsInfo", "ListPodSandbox"].map(|m| fake.calls(m))
+        };
+        assert_eq!(calls(&images), [1, 1, 0]);
+        assert_eq!(calls(&runtime), [0, 0, 1]);
+        assert!(
+            cri.image_status("example.com/app:1")
+                .await
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]

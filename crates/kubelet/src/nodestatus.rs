@@ -66,6 +66,8 @@ pub struct NodeStatusController {
     pub runtime_version: Arc<RwLock<String>>,
     pub root_dir: PathBuf,
     pub node_memory: i64,
+    /// SwapTotal, for `nodeInfo.swap`.
+    pub node_swap: i64,
     pub node_cpu_cores: i64,
     /// systemReserved plus kubeReserved.
     pub reserved: Amounts,
@@ -210,6 +212,7 @@ impl NodeStatusController {
             architecture: architecture().into(),
             cpu_cores: self.node_cpu_cores,
             memory_bytes: self.node_memory,
+            swap_bytes: self.node_swap,
             ephemeral_storage_bytes: ephemeral,
             max_pods: self.reg.max_pods,
             kubelet_version: KUBELET_VERSION.into(),

@@ -59,6 +59,10 @@ pub struct Flags {
     #[arg(long, value_name = "ENDPOINT")]
     pub container_runtime_endpoint: Option<String>,
 
+    /// The CRI ImageService's endpoint when not the container runtime's.
+    #[arg(long, value_name = "ENDPOINT")]
+    pub image_service_endpoint: Option<String>,
+
     /// Directory for the kubelet's state (pods, plugins, checkpoints).
     #[arg(long, value_name = "DIR", default_value = "/var/lib/kubelet")]
     pub root_dir: PathBuf,
@@ -123,6 +127,10 @@ pub struct Flags {
     /// Labels to add when registering the node, `key=value` pairs separated by commas.
     #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_label, value_delimiter = ',')]
     pub node_labels: Vec<(String, String)>,
+
+    /// Upstream's run-once mode (runOnce): refused when true, as upstream.
+    #[arg(long = "runonce", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub run_once: Option<bool>,
 
     /// Register the node with the API server (registerNode).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
@@ -280,6 +288,14 @@ pub struct Flags {
     /// The cgroup the kubepods cgroup is made under (it must exist).
     #[arg(long, value_name = "CGROUP")]
     pub cgroup_root: Option<String>,
+
+    /// The cgroup rkubelet moves itself into (kubeletCgroups).
+    #[arg(long, value_name = "CGROUP")]
+    pub kubelet_cgroups: Option<String>,
+
+    /// The cgroup the root cgroup's processes are moved into (systemCgroups).
+    #[arg(long, value_name = "CGROUP")]
+    pub system_cgroups: Option<String>,
 
     /// The most processes a pod's cgroup holds (-1: no limit).
     #[arg(long = "pod-max-pids", value_name = "N", allow_hyphen_values = true)]
@@ -596,6 +612,9 @@ impl Flags {
         if let Some(endpoint) = &self.container_runtime_endpoint {
             config.container_runtime_endpoint = endpoint.clone();
         }
+        if let Some(endpoint) = &self.image_service_endpoint {
+            config.image_service_endpoint = endpoint.clone();
+        }
         if let Some(d) = self.sync_frequency {
             config.sync_frequency = d;
         }
@@ -622,6 +641,9 @@ impl Flags {
         }
         if let Some(driver) = self.cgroup_driver {
             config.cgroup_driver = driver;
+        }
+        if let Some(once) = self.run_once {
+            config.run_once = once;
         }
         if let Some(register) = self.register_node {
             config.register_node = register;
@@ -702,6 +724,12 @@ impl Flags {
         }
         if let Some(r) = &self.cgroup_root {
             config.cgroup_root = r.clone();
+        }
+        if let Some(c) = &self.kubelet_cgroups {
+            config.kubelet_cgroups = c.clone();
+        }
+        if let Some(c) = &self.system_cgroups {
+            config.system_cgroups = c.clone();
         }
         if let Some(n) = self.pod_max_pids {
             config.pod_pids_limit = n;
@@ -1076,6 +1104,7 @@ hairpinMode: none
             "--pod-manifest-path",
             "/srv/manifests",
             "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+            "--image-service-endpoint=unix:///run/images.sock",
             "--root-dir",
             "/tmp/kubelet",
             "--hostname-override",
@@ -1104,6 +1133,7 @@ hairpinMode: none
                 file_check_frequency: Duration::from_secs(1),
                 runtime_request_timeout: Duration::from_secs(5400),
                 container_runtime_endpoint: DEFAULT_CONTAINER_RUNTIME_ENDPOINT.into(),
+                image_service_endpoint: "unix:///run/images.sock".into(),
                 healthz_bind_address: "127.0.0.2".into(),
                 healthz_port: 0,
                 read_only_port: 0,
@@ -1443,6 +1473,22 @@ hairpinMode: none
                 "containerRuntimeEndpoint",
             ),
             (&["--address=somewhere"], "address"),
+            (
+                &["--image-service-endpoint=tcp://1.2.3.4:5"],
+                "imageServiceEndpoint (--image-service-endpoint)",
+            ),
+            (
+                &["--system-cgroups=/system"],
+                "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified",
+            ),
+            (
+                &["--system-cgroups=/", "--cgroup-root=/"],
+                "system container cannot be root",
+            ),
+            (
+                &["--runonce"],
+                "runOnce (--runOnce) true, Runonce mode has been deprecated",
+            ),
             (
                 &["--cgroups-per-qos=false"],
                 "cgroupsPerQOS (--cgroups-per-qos) must be set to true",

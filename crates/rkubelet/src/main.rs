@@ -239,7 +239,7 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     if let Some(layout) = kubelet::cm::HostCgroups::detect().layout {
         cfg.validate_for_cgroups(layout.version())?;
     }
-    kubelet::cm::check_swap(cfg.fail_swap_on)
+    kubelet::cm::check_swap(cfg.fail_swap_on, &cfg.memory_swap.swap_behavior)
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("setting up the node (swap)")?;
     kubelet::cm::setup_kernel_tunables(cfg.protect_kernel_defaults)
@@ -259,11 +259,16 @@ async fn run(settings: flags::Settings) -> anyhow::Result<()> {
     })? {
         tracing::info!(root_dir = %settings.root_dir.display(), "bind-mounted the root directory with shared mount propagation");
     }
-    let cri = CriClient::connect_lazy(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout)
-        .context("containerRuntimeEndpoint")?;
+    let cri = CriClient::connect_lazy_split(
+        &cfg.container_runtime_endpoint,
+        cfg.image_endpoint(),
+        cfg.runtime_request_timeout,
+    )
+    .context("containerRuntimeEndpoint")?;
     tracing::info!(
         node = %settings.node_name,
         endpoint = %cfg.container_runtime_endpoint,
+        image_endpoint = %cfg.image_endpoint(),
         static_pod_path = ?cfg.static_pod_path,
         "starting rkubelet"
     );

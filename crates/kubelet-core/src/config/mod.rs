@@ -202,14 +202,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
     ),
     (
-        "kubeletCgroups",
-        "not yet: rkubelet stays in the cgroup it is started in (#33)",
-    ),
-    (
-        "systemCgroups",
-        "not yet: system processes are not moved (#33)",
-    ),
-    (
         "cpuManagerPolicy",
         "not yet: the CPU manager (#36); every pod shares the CPUs",
     ),
@@ -241,7 +233,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "hairpinMode",
         "no effect: hairpin traffic is the CNI plugin's (upstream's kubenet, which used it, is gone)",
     ),
-    ("runOnce", "not yet: rkubelet always runs as a daemon"),
     (
         "contentType",
         "no effect: rkubelet's API client speaks JSON (kube-rs has no protobuf encoding)",
@@ -263,10 +254,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet makes no iptables chains",
     ),
     (
-        "memorySwap",
-        "not yet: containers' swap is not limited (#33)",
-    ),
-    (
         "showHiddenMetricsForVersion",
         "no effect: rkubelet has no hidden (deprecated) metrics",
     ),
@@ -281,10 +268,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
     (
         "enableDebugFlagsHandler",
         "no effect: rkubelet has no /debug/flags/v",
-    ),
-    (
-        "imageServiceEndpoint",
-        "not yet: images go through containerRuntimeEndpoint",
     ),
     ("userNamespaces", "not yet: user namespaces (#35)"),
 ];
@@ -551,6 +534,15 @@ config_section! {
     }
 }
 
+config_section! {
+    /// `memorySwap` (NodeSwap, GA).
+    pub struct MemorySwapConfiguration {
+        /// `swapBehavior`: NoSwap (the default, also when empty) or
+        /// LimitedSwap (cgroup v2 only).
+        "swapBehavior" swap_behavior: String = String::new();
+    }
+}
+
 /// An item of `logging.vmodule` (per-file verbosity).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -646,6 +638,9 @@ config_section! {
         "httpCheckFrequency" http_check_frequency: Duration = Duration::from_secs(20), zero_is_unset;
         /// `containerRuntimeEndpoint`: the CRI socket. Default containerd's.
         "containerRuntimeEndpoint" container_runtime_endpoint: String = DEFAULT_CONTAINER_RUNTIME_ENDPOINT.to_owned(), zero_is_unset;
+        /// `imageServiceEndpoint`: the CRI ImageService's socket when not
+        /// containerRuntimeEndpoint's (the default, empty).
+        "imageServiceEndpoint" image_service_endpoint: String = String::new();
         /// `runtimeRequestTimeout`: timeout of every CRI call but long-running ones. Default 2m.
         "runtimeRequestTimeout" runtime_request_timeout: Duration = Duration::from_secs(120), zero_is_unset;
         /// `podLogsDir`: where container logs are written. Default /var/log/pods.
@@ -750,6 +745,12 @@ config_section! {
         /// `cgroupRoot`: the cgroup `kubepods` is made under (it must exist).
         /// Default the root.
         "cgroupRoot" cgroup_root: String = String::new();
+        /// `kubeletCgroups`: the cgroup the kubelet moves itself into (made
+        /// when missing, checked every minute); none by default.
+        "kubeletCgroups" kubelet_cgroups: String = String::new();
+        /// `systemCgroups`: the cgroup every non-kernel process of the root
+        /// cgroup but PID 1 is moved into, every minute; none by default.
+        "systemCgroups" system_cgroups: String = String::new();
         /// `podPidsLimit`: the most processes a pod's cgroup holds (-1: no
         /// limit). Default -1.
         "podPidsLimit" pod_pids_limit: i64 = -1;
@@ -845,6 +846,9 @@ config_section! {
         "registryBurst" registry_burst: i32 = 10, zero_is_unset;
         /// `crashLoopBackOff`.
         "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
+        /// `memorySwap`: containers' swap, where the host has a swap
+        /// controller.
+        "memorySwap" memory_swap: MemorySwapConfiguration = MemorySwapConfiguration::default();
         /// `configMapAndSecretChangeDetectionStrategy`: `Watch` (default),
         /// `Cache` or `Get`.
         "configMapAndSecretChangeDetectionStrategy" config_map_and_secret_change_detection_strategy: String = "Watch".into(), zero_is_unset;
@@ -877,6 +881,9 @@ config_section! {
         /// rotated as the client one; no handshake succeeds before it is
         /// issued.
         "serverTLSBootstrap" server_tls_bootstrap: bool = false;
+        /// `runOnce`: refused when true, as upstream's validation refuses it
+        /// (its run-once mode is gone).
+        "runOnce" run_once: bool = false;
         /// `featureGates`: upstream's gates by name (see [`gates`]); flags
         /// (`--feature-gates`) win per gate.
         "featureGates" feature_gates: BTreeMap<String, bool> = BTreeMap::new();
@@ -1099,6 +1106,12 @@ impl KubeletConfiguration {
         if self.fail_cgroup_v1 && version == 1 {
             return Err(ConfigError::CgroupV1);
         }
+        if version == 1 && self.memory_swap.swap_behavior == crate::swap::LIMITED_SWAP {
+            return Err(ConfigError::Rejected(
+                "swap feature is enabled and LimitedSwap but it is only supported with cgroupv2"
+                    .to_owned(),
+            ));
+        }
         if self.single_process_oom_kill == Some(false) {
             return Err(ConfigError::Rejected(if version == 1 {
                 "singleProcessOOMKill must not be explicitly set to false when using cgroup v1"
@@ -1121,6 +1134,16 @@ impl KubeletConfiguration {
                 by_cores.min(self.max_pods)
             }
             _ => self.max_pods,
+        }
+    }
+
+    /// Where the CRI ImageService answers: imageServiceEndpoint, else
+    /// containerRuntimeEndpoint (upstream's PreInitRuntimeService).
+    pub fn image_endpoint(&self) -> &str {
+        if self.image_service_endpoint.is_empty() {
+            &self.container_runtime_endpoint
+        } else {
+            &self.image_service_endpoint
         }
     }
 

@@ -116,6 +116,16 @@ fn decodes_each_field() {
         ("containerRuntimeEndpoint: \"\"", |c| {
             c.container_runtime_endpoint == DEFAULT_CONTAINER_RUNTIME_ENDPOINT
         }),
+        ("imageServiceEndpoint: unix:///run/images.sock", |c| {
+            c.image_endpoint() == "unix:///run/images.sock"
+        }),
+        (
+            "containerRuntimeEndpoint: unix:///run/crio/crio.sock",
+            |c| {
+                c.image_service_endpoint.is_empty()
+                    && c.image_endpoint() == "unix:///run/crio/crio.sock"
+            },
+        ),
         ("runtimeRequestTimeout: 15m", |c| {
             c.runtime_request_timeout == Duration::from_secs(900)
         }),
@@ -297,13 +307,17 @@ fn header_is_required() {
 
 #[test]
 fn ignored_upstream_fields_are_accepted_and_listed() {
-    let body = "runOnce: false\nhairpinMode: none\n\
+    let body = "volumePluginDir: /x\nhairpinMode: none\n\
                 enableContentionProfiling: true\nmaxPods: 20\n";
     let (cfg, ignored) = parse_body(body).unwrap();
     assert_eq!(cfg.max_pods, 20);
     assert_eq!(
         ignored,
-        vec!["enableContentionProfiling", "hairpinMode", "runOnce"]
+        vec![
+            "enableContentionProfiling",
+            "hairpinMode",
+            "volumePluginDir"
+        ]
     );
     assert_eq!(ignored_fields_present(&format!("{HEADER}{body}")), ignored);
     assert!(ignored_fields_present("not: [a config").is_empty());
@@ -426,6 +440,10 @@ fn validation() {
         (
             |c| c.container_runtime_endpoint = "/run/containerd/containerd.sock".into(),
             "containerRuntimeEndpoint",
+        ),
+        (
+            |c| c.image_service_endpoint = "tcp://localhost:1234".into(),
+            "imageServiceEndpoint (--image-service-endpoint) must be a unix socket",
         ),
         (|c| c.pod_logs_dir = "logs".into(), "podLogsDir"),
         (
@@ -1470,5 +1488,25 @@ fn feature_gates_are_read_checked_and_looked_up() {
     assert_eq!(
         cfg.validate().unwrap_err().to_string(),
         "invalid configuration: serverTLSBootstrap true requires feature gate RotateKubeletServerCertificate"
+    );
+    let (cfg, _) = parse_body("runOnce: true\n").unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: runOnce (--runOnce) true, Runonce mode has been deprecated and should not be set"
+    );
+    let (cfg, _) = parse_body("runOnce: false\n").unwrap();
+    cfg.validate().unwrap();
+    let (cfg, _) = parse_body("memorySwap:\n  swapBehavior: Unlimited\n").unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: memorySwap.swapBehavior \"Unlimited\" must be one of: \"\", \"LimitedSwap\" or \"NoSwap\""
+    );
+    let (cfg, _) =
+        parse_body("failCgroupV1: false\nmemorySwap:\n  swapBehavior: LimitedSwap\n").unwrap();
+    cfg.validate().unwrap();
+    cfg.validate_for_cgroups(2).unwrap();
+    assert_eq!(
+        cfg.validate_for_cgroups(1).unwrap_err().to_string(),
+        "invalid configuration: swap feature is enabled and LimitedSwap but it is only supported with cgroupv2"
     );
 }

@@ -19,6 +19,20 @@ impl KubeletConfiguration {
                     .into(),
             ));
         }
+        let swap = &self.memory_swap.swap_behavior;
+        if !["", crate::swap::NO_SWAP, crate::swap::LIMITED_SWAP].contains(&swap.as_str()) {
+            return Err(ConfigError::Rejected(format!(
+                "memorySwap.swapBehavior {swap:?} must be one of: \"\", {:?} or {:?}",
+                crate::swap::LIMITED_SWAP,
+                crate::swap::NO_SWAP
+            )));
+        }
+        if self.run_once {
+            return Err(ConfigError::Rejected(
+                "runOnce (--runOnce) true, Runonce mode has been deprecated and should not be set"
+                    .into(),
+            ));
+        }
         if !self.static_pod_url.is_empty()
             && !self.static_pod_url.starts_with("http://")
             && !self.static_pod_url.starts_with("https://")
@@ -189,6 +203,16 @@ impl KubeletConfiguration {
 
     /// enforceNodeAllocatable as upstream validates it, in its words.
     fn validate_node_allocatable(&self) -> Result<(), ConfigError> {
+        if !self.system_cgroups.is_empty() && self.cgroup_root.is_empty() {
+            return Err(ConfigError::Rejected(
+                "systemCgroups (--system-cgroups) was specified and cgroupRoot (--cgroup-root) was not specified".into(),
+            ));
+        }
+        if !self.system_cgroups.is_empty() && self.system_cgroups.trim_matches('/').is_empty() {
+            return Err(ConfigError::Rejected(
+                "systemCgroups (--system-cgroups): system container cannot be root (\"/\")".into(),
+            ));
+        }
         let flag = "enforceNodeAllocatable (--enforce-node-allocatable)";
         let list = &self.enforce_node_allocatable;
         let has = |k: &str| list.iter().any(|v| v == k);
@@ -528,16 +552,27 @@ impl KubeletConfiguration {
         if self.max_pods == 0 {
             return Err(invalid("maxPods (--max-pods)", "must be greater than 0"));
         }
-        let endpoint = &self.container_runtime_endpoint;
-        match endpoint.strip_prefix("unix://") {
-            Some(path) if !path.is_empty() => {}
-            _ => {
-                return Err(invalid(
-                    "containerRuntimeEndpoint (--container-runtime-endpoint)",
-                    format!(
-                        "must be a unix socket such as \"unix:///run/containerd/containerd.sock\", got {endpoint:?}"
-                    ),
-                ));
+        for (field, endpoint) in [
+            (
+                "containerRuntimeEndpoint (--container-runtime-endpoint)",
+                self.container_runtime_endpoint.as_str(),
+            ),
+            // Empty, it is containerRuntimeEndpoint.
+            (
+                "imageServiceEndpoint (--image-service-endpoint)",
+                self.image_endpoint(),
+            ),
+        ] {
+            match endpoint.strip_prefix("unix://") {
+                Some(path) if !path.is_empty() => {}
+                _ => {
+                    return Err(invalid(
+                        field,
+                        format!(
+                            "must be a unix socket such as \"unix:///run/containerd/containerd.sock\", got {endpoint:?}"
+                        ),
+                    ));
+                }
             }
         }
         if !self.pod_logs_dir.is_absolute() {

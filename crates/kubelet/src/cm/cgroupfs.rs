@@ -182,6 +182,35 @@ impl Cgroupfs {
         pids.into_iter().collect()
     }
 
+    /// Move process `pid` into `name` (which must exist), in every
+    /// hierarchy (runc's Apply).
+    pub fn add_process(&self, name: &CgroupName, pid: i32) -> io::Result<()> {
+        for dir in self.dirs(name) {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The processes in `name` itself, not below it: v1, as its devices
+    /// hierarchy lists them (upstream's GetPids), else its first.
+    pub fn own_pids(&self, name: &CgroupName) -> io::Result<Vec<i32>> {
+        let dir = match &self.layout {
+            CgroupLayout::V1 { mounts } => mounts
+                .get("devices")
+                .or_else(|| mounts.values().next())
+                .map(|m| m.join(name.relative())),
+            CgroupLayout::V2 { root, .. } => Some(root.join(name.relative())),
+        };
+        let Some(dir) = dir else {
+            return Ok(Vec::new());
+        };
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+        Ok(procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect())
+    }
+
     /// The names of `parent`'s child cgroups, in any hierarchy.
     pub fn children(&self, parent: &CgroupName) -> io::Result<BTreeSet<String>> {
         let mut out = BTreeSet::new();

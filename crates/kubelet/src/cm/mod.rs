@@ -7,6 +7,7 @@
 //! `cgroupfs`'.
 
 mod cgroupfs;
+mod system;
 
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
@@ -29,6 +30,7 @@ use kubelet_core::resources::Amounts;
 use kubelet_core::types::PodUid;
 
 pub use cgroupfs::Cgroupfs;
+pub use system::SystemContainers;
 
 use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use kubelet_tasks::blocking;
@@ -71,6 +73,29 @@ impl HostCgroups {
             layout: CgroupLayout::from_mountinfo(&mountinfo, &controllers),
             hugepage_sizes,
         }
+    }
+}
+
+/// Where this host limits containers' swap (upstream's
+/// checkSwapControllerAvailability): v1, the memory hierarchy's
+/// `memory.memsw.limit_in_bytes` (swap accounting on); v2, the
+/// `memory.swap.max` of the kubelet's own cgroup (the root has none).
+pub fn swap_controller(layout: Option<&CgroupLayout>) -> kubelet_core::swap::SwapController {
+    use kubelet_core::swap::SwapController;
+    match layout {
+        Some(CgroupLayout::V1 { mounts }) => mounts
+            .get("memory")
+            .filter(|m| m.join("memory.memsw.limit_in_bytes").exists())
+            .map_or(SwapController::Unavailable, |_| SwapController::V1),
+        Some(CgroupLayout::V2 { root, .. }) => {
+            let own = std::fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|t| kubelet_core::cgroups::process_cgroup(&t, true).ok());
+            own.map(|c| root.join(c.trim_start_matches('/')).join("memory.swap.max"))
+                .filter(|p| p.exists())
+                .map_or(SwapController::Unavailable, |_| SwapController::V2)
+        }
+        None => SwapController::Unavailable,
     }
 }
 
@@ -128,23 +153,24 @@ pub fn swap_on(proc_swaps: &str) -> bool {
 }
 
 /// failSwapOn (upstream's container manager): a node with swap on stops
-/// start-up unless the configuration allows it.
-pub fn check_swap(fail_swap_on: bool) -> Result<(), String> {
+/// start-up unless the configuration allows it; allowed, with no
+/// swapBehavior, containers get NoSwap (said once, as upstream).
+pub fn check_swap(fail_swap_on: bool, swap_behavior: &str) -> Result<(), String> {
     let swaps = std::fs::read_to_string("/proc/swaps")
         .map_err(|e| format!("failed to determine if swap is on: {e}"))?;
-    if !swap_on(&swaps) {
-        return Ok(());
-    }
-    if fail_swap_on {
+    if swap_on(&swaps) && fail_swap_on {
         return Err(
             "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false"
                 .to_owned(),
         );
     }
-    tracing::warn!(
-        swaps = %swaps.trim(),
-        "swap is on: memorySwap is not implemented by rkubelet, so containers' swap is not limited"
-    );
+    if !fail_swap_on && swap_behavior.is_empty() {
+        tracing::info!(
+            memory_swap_behavior = swap_behavior,
+            fail_swap_on,
+            "NoSwap is set due to memorySwapBehavior not specified"
+        );
+    }
     Ok(())
 }
 

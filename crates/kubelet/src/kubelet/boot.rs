@@ -52,6 +52,11 @@ impl Kubelet {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(e));
         }
+        let system = self.system_containers.clone();
+        self.tasks
+            .spawn(tracing::info_span!("system_containers"), move |token| {
+                system.run(token)
+            });
         if self.syncer.cm.enabled() {
             let syncer = self.syncer.clone();
             self.tasks
@@ -341,6 +346,7 @@ impl Kubelet {
             runtime_version: self.runtime_version.clone(),
             root_dir: self.opts.root_dir.clone(),
             node_memory: self.opts.node_memory,
+            node_swap: self.opts.node_swap,
             node_cpu_cores: self.opts.node_cpu_cores,
             reserved: self.reserved.clone(),
             eviction_hard: self.eviction_hard.clone(),

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Boot, Kubelet, KubeletOptions, Receivers};
 use crate::allocation::AllocationManager;
-use crate::cm::{CmError, ContainerManager, HostCgroups, node_capacity};
+use crate::cm::{CmError, ContainerManager, HostCgroups, SystemContainers, node_capacity};
 use crate::credentialprovider::{PluginCredentials, ServiceAccounts};
 use crate::events::Recorder;
 use crate::eviction::{EvictionManager, Settings as EvictionSettings};
@@ -276,6 +276,7 @@ impl Kubelet {
             eviction,
             shutdown,
             node_status_now: Arc::default(),
+            system_containers: SystemContainers::new(&opts.config, &opts.cgroups),
             reserved,
             eviction_hard,
             local_allocatable,
@@ -355,6 +356,12 @@ fn runtime_host(
             cfs_period: cfg
                 .cpu_cfs_quota
                 .then_some(cfg.cpu_cfs_quota_period.as_micros() as u64),
+            swap: kubelet_core::swap::SwapPolicy {
+                limited: cfg.memory_swap.swap_behavior == kubelet_core::swap::LIMITED_SWAP,
+                controller: opts.swap_controller,
+                node_memory: opts.node_memory,
+                node_swap: opts.node_swap,
+            },
         },
         security: SecurityDefaults {
             seccomp_root: opts.root_dir.join("seccomp"),

@@ -79,6 +79,10 @@ pub struct KubeletOptions {
     pub node_name: String,
     /// The node's memory in bytes (for oom_score_adj of Burstable pods).
     pub node_memory: i64,
+    /// The node's swap in bytes (SwapTotal; node status, LimitedSwap).
+    pub node_swap: i64,
+    /// Where this host limits containers' swap, if it does.
+    pub swap_controller: kubelet_core::swap::SwapController,
     /// The node's CPUs (capacity in node status, admission until the Node
     /// is seen).
     pub node_cpu_cores: i64,
@@ -107,12 +111,16 @@ impl KubeletOptions {
     /// Options with the host's facts read from /proc and /etc.
     pub fn from_host(config: KubeletConfiguration, root_dir: PathBuf, node_name: String) -> Self {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let node_memory = meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix("MemTotal:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or(1 << 30);
+        let meminfo_bytes = |key: &str| {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+                .map(|kb| kb * 1024)
+        };
+        let node_memory = meminfo_bytes("MemTotal:").unwrap_or(1 << 30);
+        let node_swap = meminfo_bytes("SwapTotal:").unwrap_or(0);
+        let cgroups = HostCgroups::detect();
         let node_cpu_cores = std::thread::available_parallelism()
             .map(|n| n.get() as i64)
             .unwrap_or(1);
@@ -132,10 +140,12 @@ impl KubeletOptions {
             root_dir,
             node_name,
             node_memory,
+            node_swap,
+            swap_controller: crate::cm::swap_controller(cgroups.layout.as_ref()),
             node_cpu_cores,
             registration: None,
             clock: Clock::System,
-            cgroups: HostCgroups::detect(),
+            cgroups,
             legacy_logs_dir: PathBuf::from(
                 crate::kuberuntime::legacylogs::LEGACY_CONTAINER_LOGS_DIR,
             ),
@@ -213,6 +223,8 @@ pub struct Kubelet {
     shutdown: Arc<ShutdownManager>,
     /// Woken for node status to be sent at once.
     node_status_now: Arc<Notify>,
+    /// kubeletCgroups and systemCgroups.
+    system_containers: crate::cm::SystemContainers,
     /// systemReserved plus kubeReserved, and the hard eviction thresholds:
     /// what node allocatable keeps back.
     reserved: Amounts,

@@ -247,6 +247,15 @@ impl StatsView for Kubelet {
     fn pod_cgroups(&self) -> Option<kubelet_core::cgroups::PodCgroups> {
         self.syncer.cm.pod_cgroups()
     }
+    fn system_cgroups(
+        &self,
+    ) -> Option<(
+        kubelet_core::cgroups::CgroupLayout,
+        Vec<(&'static str, kubelet_core::cgroups::CgroupName)>,
+    )> {
+        let layout = self.system_containers.layout()?.clone();
+        Some((layout, self.system_containers.stats_cgroups()))
+    }
 }
 
 impl StaticPodView for Kubelet {

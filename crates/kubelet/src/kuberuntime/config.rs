@@ -16,6 +16,7 @@ use kubelet_core::qos::qos_class;
 use kubelet_core::quantity::{parse_bytes, parse_cpu_millis};
 use kubelet_core::resources;
 use kubelet_core::security::{self, Profile};
+use kubelet_core::swap::{SwapPolicy, SwapSetting};
 use kubelet_core::types::keys;
 
 use crate::error::ConfigError;
@@ -245,6 +246,8 @@ pub struct NodeResources {
     /// cpuCFSQuota: the CFS period cpu limits are enforced over, in µs
     /// (cpuCFSQuotaPeriod); None when cpu limits get no quota.
     pub cfs_period: Option<u64>,
+    /// memorySwap, and where the host limits swap.
+    pub swap: SwapPolicy,
 }
 
 /// calculateLinuxResources: shares from the cpu request (the limit when
@@ -320,10 +323,26 @@ pub fn linux_resources(
     } else {
         (cpu_limit, mem_limit)
     };
-    Ok(cri::LinuxContainerResources {
+    let mut resources = cri::LinuxContainerResources {
         oom_score_adj: oom_score_adj(pod, mem_request, node.memory),
         ..calculate_linux_resources(cpu_request, cpu_limit, mem_limit.unwrap_or(0), node)
-    })
+    };
+    let (swap, why) = node.swap.for_container(pod, c, mem_request.unwrap_or(0));
+    if let Some(why) = why {
+        tracing::error!(error = %why, container = %c.name, "Cannot calculate swap allocation amount; disallowing swap");
+    }
+    match swap {
+        SwapSetting::Untouched => {}
+        SwapSetting::MemswEqualsMemory => {
+            resources.memory_swap_limit_in_bytes = resources.memory_limit_in_bytes;
+        }
+        SwapSetting::SwapMax(bytes) => {
+            resources
+                .unified
+                .insert("memory.swap.max".to_owned(), bytes.to_string());
+        }
+    }
+    Ok(resources)
 }
 
 /// applySandboxResources: the sandbox's resources are the pod's requests
@@ -578,6 +597,12 @@ mod tests {
     const NODE: NodeResources = NodeResources {
         memory: 1 << 30,
         cfs_period: Some(100_000),
+        swap: SwapPolicy {
+            limited: false,
+            controller: kubelet_core::swap::SwapController::Unavailable,
+            node_memory: 1 << 30,
+            node_swap: 0,
+        },
     };
 
     /// The sandbox config of `p` with no resolver, hostname or cgroup parent.
@@ -944,6 +969,47 @@ mod tests {
             (o.cpu_shares, o.cpu_quota, o.memory_limit_in_bytes),
             (102, 10_000, 0)
         );
+    }
+
+    /// memorySwap: none past the memory limit (v1: memsw equal to it; v2:
+    /// memory.swap.max 0), or LimitedSwap's share on v2; nothing without a
+    /// swap controller (NODE's).
+    #[test]
+    fn containers_swap_follows_memory_swap() {
+        use kubelet_core::swap::SwapController;
+        let mut c = kubelet_core::testing::container("c");
+        c.resources = Some(kubelet_core::testing::resources(
+            &[("memory", "256Mi")],
+            &[("memory", "512Mi")],
+        ));
+        let p = kubelet_core::testing::PodBuilder::new("p")
+            .container(c.clone())
+            .build();
+        let with = |limited: bool, controller: SwapController| NodeResources {
+            swap: SwapPolicy {
+                limited,
+                controller,
+                node_memory: 1 << 30,
+                node_swap: 1 << 30,
+            },
+            ..NODE
+        };
+        let r = linux_resources(&p, &c, NODE).unwrap();
+        assert_eq!((r.memory_swap_limit_in_bytes, r.unified.len()), (0, 0));
+        let r = linux_resources(&p, &c, with(false, SwapController::V1)).unwrap();
+        assert_eq!(r.memory_swap_limit_in_bytes, 512 << 20);
+        let r = linux_resources(&p, &c, with(false, SwapController::V2)).unwrap();
+        assert_eq!(
+            r.unified.get("memory.swap.max").map(String::as_str),
+            Some("0")
+        );
+        // 256Mi of the node's 1Gi: a quarter of its 1Gi of swap.
+        let r = linux_resources(&p, &c, with(true, SwapController::V2)).unwrap();
+        assert_eq!(
+            r.unified.get("memory.swap.max").map(String::as_str),
+            Some("268435456")
+        );
+        assert_eq!(r.memory_swap_limit_in_bytes, 0);
     }
 
     #[test]

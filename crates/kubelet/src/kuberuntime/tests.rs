@@ -17,6 +17,12 @@ fn test_host(dir: &std::path::Path) -> Host {
         resources: NodeResources {
             memory: 1 << 30,
             cfs_period: Some(100_000),
+            swap: kubelet_core::swap::SwapPolicy {
+                limited: false,
+                controller: kubelet_core::swap::SwapController::Unavailable,
+                node_memory: 1 << 30,
+                node_swap: 0,
+            },
         },
         security: SecurityDefaults::default(),
         runtime_classes: RuntimeClasses::default(),

@@ -57,6 +57,11 @@ pub trait StatsView: Send + Sync {
     /// Where the pods' cgroups are, for their usage; None: pods have no
     /// cgroups of their own and their usage is the runtime's.
     fn pod_cgroups(&self) -> Option<PodCgroups>;
+    /// The other system containers (`kubelet`, `misc`) by name, with the
+    /// cgroup file system they are on; none by default.
+    fn system_cgroups(&self) -> Option<(CgroupLayout, Vec<(&'static str, CgroupName)>)> {
+        None
+    }
 }
 
 /// How long a container's CPU sample is kept without a newer one (upstream's defaultCachePeriod).
@@ -345,6 +350,25 @@ impl StatsProvider {
                 memory: Some(usage.memory_stats(at)),
                 ..ContainerStats::default()
             });
+        }
+        // kubeletCgroups (or the kubelet's own) and systemCgroups, as
+        // upstream's GetSystemContainersStats; one that cannot be read is
+        // left out.
+        if let Some((layout, named)) = view.system_cgroups() {
+            for (name, cgroup) in named {
+                match self.cgroup_reading(&layout, &cgroup, now, max_age) {
+                    Ok((at, usage)) => node.system_containers.push(ContainerStats {
+                        name: name.to_owned(),
+                        start_time: None,
+                        cpu: Some(self.cgroup_cpu(Sampled::System, name, at, &usage, update)),
+                        memory: Some(usage.memory_stats(at)),
+                        ..ContainerStats::default()
+                    }),
+                    Err(e) => {
+                        tracing::debug!(error = %e, container = name, cgroup = %cgroup.to_cgroupfs(), "Failed to get system container stats")
+                    }
+                }
+            }
         }
         let pods = self.pod_stats(view, now, root_fs, update, max_age).await?;
         Ok(Summary { node, pods })
