@@ -3,7 +3,9 @@
 #
 #   1. system packages (hack/install-deps.sh)
 #   2. cargo fmt --check, clippy with -D warnings
-#   3. cargo test --workspace (unit and integration tests)
+#   3. cargo test --workspace (unit and integration tests; the
+#      k8s.io/kubelet Go module is downloaded first, for the test that
+#      compares the config fields with upstream's struct)
 #   4. a private containerd in a temporary directory, the test images, and
 #      the end-to-end tests against it (cargo test -p rkubelet --test e2e
 #      -- --ignored), which read RKUBELET_E2E_ENDPOINT and
@@ -119,6 +121,9 @@ stage "cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 
 stage "cargo test"
+# The config tests compare the fields rkubelet knows with upstream's Go
+# struct: the k8s.io/kubelet module (small; cached by Go) at hack/k8s's version.
+(cd hack/k8s && go mod download k8s.io/kubelet)
 cargo test --workspace
 
 stage "start a private registry and containerd"

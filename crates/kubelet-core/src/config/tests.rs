@@ -375,6 +375,43 @@ fn every_upstream_field_is_accepted() {
     assert!(NOT_IMPLEMENTED.iter().all(|(_, why)| !why.is_empty()));
 }
 
+/// UPSTREAM_FIELDS is upstream's v1beta1 KubeletConfiguration: the json
+/// names of the Go struct in the module cache (`k8s.io/kubelet` at the
+/// version hack/k8s builds; hack/test.sh downloads it first), in its order.
+#[test]
+fn upstream_fields_are_the_go_structs() {
+    let go_mod = include_str!("../../../../hack/k8s/go.mod");
+    let version = go_mod
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("k8s.io/kubelet => k8s.io/kubelet "))
+        .expect("hack/k8s/go.mod replaces k8s.io/kubelet")
+        .trim();
+    let cache = std::process::Command::new("go")
+        .args(["env", "GOMODCACHE"])
+        .output()
+        .expect("go env GOMODCACHE");
+    let types = std::path::Path::new(String::from_utf8_lossy(&cache.stdout).trim())
+        .join(format!("k8s.io/kubelet@{version}/config/v1beta1/types.go"));
+    let source = std::fs::read_to_string(&types).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (cd hack/k8s && go mod download k8s.io/kubelet)",
+            types.display()
+        )
+    });
+    let body = source
+        .split("\ntype KubeletConfiguration struct {\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n}\n").next())
+        .expect("type KubeletConfiguration struct");
+    let names: Vec<&str> = body
+        .split("json:\"")
+        .skip(1)
+        .filter_map(|tag| tag.split(['"', ',']).next())
+        .filter(|name| !name.is_empty())
+        .collect();
+    assert_eq!(names, UPSTREAM_FIELDS, "{}", types.display());
+}
+
 #[test]
 fn json_input() {
     let content = r#"{
