@@ -91,6 +91,9 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 staticPodPath: $state/manifests
 containerRuntimeEndpoint: $CONTAINER_RUNTIME_ENDPOINT
 podLogsDir: $state/logs
+rotateCertificates: true
+podPidsLimit: 4096
+seccompDefault: true
 authentication:
   x509:
     clientCAFile: $RKUBELET_CLUSTER_DIR/pki/ca.crt
