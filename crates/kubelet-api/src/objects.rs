@@ -2,15 +2,18 @@
 //! Node; each ConfigMap and Secret a pod's volumes project, as upstream's
 //! watch-based manager does: a list and watch with the fieldSelector
 //! `metadata.name`, which is all the Node authorizer lets a kubelet read),
-//! the TokenRequest of a service account token bound to a pod, and the
-//! PodCertificateRequests of podCertificate projections.
+//! the TokenRequest of a service account token bound to a pod, the
+//! PodCertificateRequests of podCertificate projections, and the claims and
+//! PersistentVolumes of persistentVolumeClaim volumes (read on each sync).
 
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::PodCertificateRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret, ServiceAccount,
+};
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -200,6 +203,35 @@ pub async fn get_object<K: Watched>(
         .get_opt(name)
         .await
         .map_err(|e| ApiError::from_kube("get", format!("{kind} {namespace}/{name}"), e))
+}
+
+/// The PersistentVolumeClaim `namespace/name`, None when there is none.
+pub async fn get_claim(
+    api: &ApiClient,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<PersistentVolumeClaim>, ApiError> {
+    Api::<PersistentVolumeClaim>::namespaced(api.client().clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| {
+            ApiError::from_kube(
+                "get",
+                format!("PersistentVolumeClaim {namespace}/{name}"),
+                e,
+            )
+        })
+}
+
+/// The PersistentVolume `name`, None when there is none.
+pub async fn get_persistent_volume(
+    api: &ApiClient,
+    name: &str,
+) -> Result<Option<PersistentVolume>, ApiError> {
+    Api::<PersistentVolume>::all(api.client().clone())
+        .get_opt(name)
+        .await
+        .map_err(|e| ApiError::from_kube("get", format!("PersistentVolume {name}"), e))
 }
 
 /// The service account `namespace/name` (a podCertificate request names its

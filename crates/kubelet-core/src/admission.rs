@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerPort, Node, NodeSelectorRequirement, Pod, Taint, Toleration,
+    ContainerPort, Node, NodeSelector, NodeSelectorRequirement, Pod, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
@@ -158,20 +158,27 @@ fn matches_node_affinity(pod: &Pod, node: &NodeInfo) -> bool {
             na.required_during_scheduling_ignored_during_execution
                 .as_ref()
         });
-    match required {
-        // Terms are ORed; the expressions of a term are ANDed.
-        Some(sel) => sel.node_selector_terms.iter().any(|term| {
-            let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
-            let fields = term.match_fields.as_deref().unwrap_or(&[]);
-            (!exprs.is_empty() || !fields.is_empty())
-                && exprs.iter().all(|r| requirement_matches(r, &node.labels))
-                && fields.iter().all(|r| {
-                    let name = BTreeMap::from([("metadata.name".to_owned(), node.name.clone())]);
-                    requirement_matches(r, &name)
-                })
-        }),
-        None => true,
-    }
+    required.is_none_or(|sel| node_selector_matches(sel, &node.name, &node.labels))
+}
+
+/// Whether the node `name` with `labels` is one `selector` selects (a pod's
+/// required node affinity, a PersistentVolume's): its terms are ORed, the
+/// expressions of a term ANDed.
+pub fn node_selector_matches(
+    selector: &NodeSelector,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or(&[]);
+        let fields = term.match_fields.as_deref().unwrap_or(&[]);
+        (!exprs.is_empty() || !fields.is_empty())
+            && exprs.iter().all(|r| requirement_matches(r, labels))
+            && fields.iter().all(|r| {
+                let name = BTreeMap::from([("metadata.name".to_owned(), name.to_owned())]);
+                requirement_matches(r, &name)
+            })
+    })
 }
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {

@@ -16,6 +16,7 @@ pub mod cadvisor;
 pub mod certificate;
 pub mod cgroups;
 pub mod checkpoint;
+pub mod claim;
 pub mod config;
 pub mod credentialprovider;
 pub mod credentials;

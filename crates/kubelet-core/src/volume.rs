@@ -31,6 +31,8 @@ pub enum Kind {
         memory: bool,
     },
     HostPath,
+    /// A persistentVolumeClaim: the PV bound to it (see [`crate::claim`]).
+    Claim,
     ConfigMap,
     Secret,
     DownwardApi,
@@ -50,6 +52,7 @@ impl Kind {
         }
         let plain = [
             (v.host_path.is_some(), Kind::HostPath),
+            (v.persistent_volume_claim.is_some(), Kind::Claim),
             (v.config_map.is_some(), Kind::ConfigMap),
             (v.secret.is_some(), Kind::Secret),
             (v.downward_api.is_some(), Kind::DownwardApi),
@@ -59,7 +62,6 @@ impl Kind {
             return k;
         }
         let other = [
-            (v.persistent_volume_claim.is_some(), "persistentVolumeClaim"),
             (v.csi.is_some(), "csi"),
             (v.ephemeral.is_some(), "ephemeral"),
             (v.image.is_some(), "image"),
@@ -99,7 +101,7 @@ impl Kind {
             Kind::Secret => Some(SECRET),
             Kind::DownwardApi => Some(DOWNWARD_API),
             Kind::Projected => Some(PROJECTED),
-            Kind::HostPath | Kind::Unsupported(_) => None,
+            Kind::HostPath | Kind::Claim | Kind::Unsupported(_) => None,
         }
     }
 
@@ -540,7 +542,7 @@ mod tests {
                 v(|v| {
                     v.persistent_volume_claim = Some(PersistentVolumeClaimVolumeSource::default())
                 }),
-                Kind::Unsupported("persistentVolumeClaim"),
+                Kind::Claim,
                 None,
             ),
         ];

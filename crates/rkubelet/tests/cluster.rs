@@ -215,9 +215,17 @@ impl Api {
     fn delete_labelled(&self) {
         let _ = self.run(&[
             "delete",
-            "deployments,configmaps,secrets,services",
+            "deployments,configmaps,secrets,services,persistentvolumeclaims",
             "-n",
             "default",
+            "-l",
+            TEST_LABEL,
+            "--wait=false",
+            "--ignore-not-found",
+        ]);
+        let _ = self.run(&[
+            "delete",
+            "persistentvolumes",
             "-l",
             TEST_LABEL,
             "--wait=false",
@@ -4028,6 +4036,213 @@ async fn w_h_the_get_strategy_reads_configmaps_and_secrets_at_each_sync() {
     )
     .await;
     k.finish(&HashSet::from([uid(&pod).to_owned()])).await;
+}
+
+/// A PersistentVolume of `source` (JSON), for the claim `claim` only.
+fn persistent_volume(name: &str, claim: &str, source: Value) -> Value {
+    let mut pv = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {TEST_LABEL: "1"}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "claimRef": {"namespace": "default", "name": claim},
+        },
+    });
+    for (k, v) in source.as_object().unwrap() {
+        pv["spec"][k] = v.clone();
+    }
+    pv
+}
+
+/// A claim for the volume `volume` (which may not exist).
+fn claim(name: &str, volume: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": "default", "labels": {TEST_LABEL: "1"}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": "",
+            "volumeName": volume,
+        },
+    })
+}
+
+fn on_node(node: &str) -> Value {
+    json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    ]}]}})
+}
+
+/// A pod mounting the claims `(volume, claim, read-only)` at `/<volume>`.
+fn claims_pod(api: &Api, name: &str, script: &str, claims: &[(&str, &str, bool)]) -> Value {
+    let mut c = sh_container("c", script);
+    c["volumeMounts"] = claims
+        .iter()
+        .map(|(v, _, _)| json!({"name": v, "mountPath": format!("/{v}")}))
+        .collect();
+    let volumes: Vec<Value> = claims
+        .iter()
+        .map(|(v, c, ro)| json!({"name": v, "persistentVolumeClaim": {"claimName": c, "readOnly": ro}}))
+        .collect();
+    test_pod(
+        api,
+        name,
+        json!({
+            "terminationGracePeriodSeconds": 2,
+            "securityContext": {"fsGroup": 2345},
+            "containers": [c],
+            "volumes": volumes,
+        }),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_m_claims_mount_their_bound_volumes_and_keep_their_data() {
+    let mut k = Kubelet::new("claims");
+    k.start_ready().await;
+    let host_dir = k.rk.dir.path().join("pv-host");
+    let local_dir = k.rk.dir.path().join("pv-local");
+    std::fs::create_dir(&local_dir).unwrap();
+    let node = k.api.node.clone();
+    let path = |d: &Path| d.display().to_string();
+    k.api.create(&persistent_volume(
+        "cl-pv-host",
+        "cl-claim-host",
+        json!({"hostPath": {"path": path(&host_dir), "type": "DirectoryOrCreate"}}),
+    ));
+    k.api.create(&persistent_volume(
+        "cl-pv-local",
+        "cl-claim-local",
+        json!({"local": {"path": path(&local_dir)}, "nodeAffinity": on_node(&node)}),
+    ));
+    k.api.create(&persistent_volume(
+        "cl-pv-away",
+        "cl-claim-away",
+        json!({"local": {"path": path(&local_dir)}, "nodeAffinity": on_node("elsewhere")}),
+    ));
+    for (c, v) in [
+        ("cl-claim-host", "cl-pv-host"),
+        ("cl-claim-local", "cl-pv-local"),
+        ("cl-claim-away", "cl-pv-away"),
+        ("cl-claim-none", "cl-pv-none"),
+    ] {
+        k.api.create(&claim(c, v));
+    }
+    k.api.create(&claims_pod(
+        &k.api,
+        "cl-claims",
+        &format!("echo one > /host/data; echo two > /local/data; {SLEEPER}"),
+        &[
+            ("host", "cl-claim-host", false),
+            ("local", "cl-claim-local", false),
+        ],
+    ));
+    k.api.create(&claims_pod(
+        &k.api,
+        "cl-unbound",
+        SLEEPER,
+        &[("none", "cl-claim-none", false)],
+    ));
+    k.api.create(&claims_pod(
+        &k.api,
+        "cl-away",
+        SLEEPER,
+        &[("away", "cl-claim-away", false)],
+    ));
+
+    let pod = eventually("the pod with two claims runs", START, async || {
+        k.api.pod("cl-claims").filter(running_with_ip)
+    })
+    .await;
+    let pod_uid = uid(&pod).to_owned();
+    let mut uids: HashSet<String> = [pod_uid.clone()].into();
+    // Written through the claims into the volumes' own directories.
+    eventually("the files are written", START, async || {
+        let one = std::fs::read_to_string(host_dir.join("data")).ok()?;
+        let two = std::fs::read_to_string(local_dir.join("data")).ok()?;
+        (one == "one\n" && two == "two\n").then_some(())
+    })
+    .await;
+    // The local PV is bind-mounted where upstream's kubelet mounts it, with
+    // the pod's fsGroup.
+    let mount = k.rk.root().join(format!(
+        "pods/{pod_uid}/volumes/kubernetes.io~local-volume/cl-pv-local"
+    ));
+    assert!(
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .contains(&format!(" {} ", mount.display())),
+        "{} is a mount point",
+        mount.display()
+    );
+    assert_eq!(
+        exec_out(&k.api, "cl-claims", "stat -c %g /local").as_deref(),
+        Some("2345\n")
+    );
+    // Waiting, told why, in upstream's words; the other pods go on.
+    let unbound = eventually("the unbound claim's pod is told why", START, async || {
+        pod_event(&k.api, "cl-unbound", "FailedMount")
+    })
+    .await;
+    assert!(
+        unbound.contains("error processing PVC default/cl-claim-none: PVC is not bound"),
+        "{unbound}"
+    );
+    let away = eventually("the other node's volume is refused", START, async || {
+        pod_event(&k.api, "cl-away", "FailedMount")
+    })
+    .await;
+    assert!(
+        away.contains("PV cl-pv-away's node affinity does not select node"),
+        "{away}"
+    );
+    for p in ["cl-unbound", "cl-away"] {
+        let pod = k.api.pod(p).unwrap();
+        assert_eq!(pod["status"]["phase"], "Pending", "{p}");
+        uids.insert(uid(&pod).to_owned());
+    }
+
+    // Deleted, the pod's mount goes and the data stays; a read-only claim
+    // reads it in the next pod and cannot write.
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-claims",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    eventually("the pod and its mount are gone", CLEANUP, async || {
+        let gone = k.api.pod("cl-claims").is_none() && !mount.exists();
+        gone.then_some(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(local_dir.join("data")).unwrap(),
+        "two\n"
+    );
+    k.api.create(&claims_pod(
+        &k.api,
+        "cl-again",
+        SLEEPER,
+        &[("local", "cl-claim-local", true)],
+    ));
+    let again = eventually("the next pod runs", START, async || {
+        k.api.pod("cl-again").filter(running_with_ip)
+    })
+    .await;
+    uids.insert(uid(&again).to_owned());
+    assert_eq!(
+        exec_out(&k.api, "cl-again", "cat /local/data").as_deref(),
+        Some("two\n")
+    );
+    assert!(exec_out(&k.api, "cl-again", "touch /local/x").is_none());
+    k.finish(&uids).await;
 }
 
 /// CSRs of `signer` by `user` created at or after `since`.

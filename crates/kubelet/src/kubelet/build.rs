@@ -113,6 +113,11 @@ impl Kubelet {
                 node_uid.clone(),
                 probe_tx.clone(),
             ),
+            claims: crate::volumes::claims::Claims {
+                api: api.clone(),
+                node_name: opts.node_name.clone(),
+                node: node.subscribe(),
+            },
         });
         let (reserved, eviction_hard, local_allocatable) = node_allocatable(&opts);
         let amount = |k: &str| local_allocatable.get(k).copied().unwrap_or(0);

@@ -19,6 +19,7 @@
 //! Blocking file-system work runs on the blocking pool.
 
 pub mod atomic_writer;
+pub mod claims;
 pub mod mount;
 pub mod objects;
 pub mod ownership;
@@ -34,6 +35,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{
     ClusterTrustBundleProjection, ConfigMap, Pod, PodCertificateProjection, Secret, Volume,
 };
+use kubelet_core::claim::{LOCAL_VOLUME, PvSource, check_local_path};
 use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::podcert::payload as podcert_payload;
@@ -136,6 +138,14 @@ pub enum SetUpError {
     Trust(#[from] trust::TrustError),
     #[error(transparent)]
     HostPath(#[from] HostPathError),
+    #[error(transparent)]
+    Claim(#[from] claims::ClaimError),
+    /// A claim's PV of volumeMode Block (rkubelet gives containers no
+    /// volumeDevices yet).
+    #[error("volume {0} has volumeMode Block, but is specified in volumeMounts")]
+    BlockMounted(String),
+    #[error("invalid local PV {pv}: {message}")]
+    LocalPath { pv: String, message: String },
     /// The node's file system.
     #[error(transparent)]
     Io(#[from] io::Error),
@@ -154,7 +164,10 @@ impl SetUpError {
             | SetUpError::UnsupportedType(_)
             | SetUpError::NoPlugin
             | SetUpError::TrustBundleSelector
-            | SetUpError::NoApiServer { .. } => Cause::Unsupported,
+            | SetUpError::NoApiServer { .. }
+            | SetUpError::BlockMounted(_)
+            | SetUpError::LocalPath { .. } => Cause::Unsupported,
+            SetUpError::Claim(e) => e.cause(),
             SetUpError::Object(e) => e.cause(),
             SetUpError::Payload(e) => e.cause(),
             SetUpError::Trust(e) => e.cause(),
@@ -218,6 +231,7 @@ pub struct ApiObjects {
     pub tokens: TokenManager,
     pub trust: trust::TrustBundles,
     pub pod_certificates: podcert::PodCertificates,
+    pub claims: claims::Claims,
 }
 
 /// `<pods_dir>/<uid>`, when the UID is a safe path component.
@@ -380,6 +394,7 @@ impl VolumeManager {
         let Some(plugin) = kind.plugin_dir() else {
             return match kind {
                 Kind::HostPath => self.host_path(v).await,
+                Kind::Claim => self.claim(pod, pod_dir, v).await,
                 Kind::Unsupported(t) => Err(SetUpError::UnsupportedType(t.to_string())),
                 _ => Err(SetUpError::NoPlugin),
             };
@@ -460,6 +475,67 @@ impl VolumeManager {
             host_path: path,
             read_only: false,
         })
+    }
+
+    /// A persistentVolumeClaim: its bound PV's hostPath used as it is, or
+    /// its local path bind-mounted at
+    /// `volumes/kubernetes.io~local-volume/<pv>` (upstream's layout), the
+    /// pod's fsGroup applied when first mounted read-write.
+    async fn claim(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        v: &Volume,
+    ) -> Result<MountedVolume, SetUpError> {
+        let source = v.persistent_volume_claim.clone().unwrap_or_default();
+        let Some(api) = &self.api else {
+            return Err(SetUpError::NoApiServer {
+                what: format!("persistentVolumeClaim {:?}", source.claim_name),
+            });
+        };
+        let bound = api.claims.resolve(namespace(pod), &source).await?;
+        if bound.block {
+            return Err(SetUpError::BlockMounted(v.name.clone()));
+        }
+        match bound.source {
+            PvSource::HostPath { path, type_ } => {
+                let checked = PathBuf::from(&path);
+                blocking(move || Ok(check_host_path(&checked, &type_))).await??;
+                Ok(MountedVolume {
+                    host_path: PathBuf::from(path),
+                    read_only: bound.read_only,
+                })
+            }
+            PvSource::Local { path } => {
+                check_local_path(&path).map_err(|message| SetUpError::LocalPath {
+                    pv: bound.pv_name.clone(),
+                    message,
+                })?;
+                let dir = volume_dir(pod_dir, LOCAL_VOLUME, &bound.pv_name);
+                let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+                let fs_group = psc.and_then(|s| s.fs_group);
+                let on_root_mismatch =
+                    psc.and_then(|s| s.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+                let (target, read_only) = (dir.clone(), bound.read_only);
+                blocking(move || {
+                    std::fs::create_dir_all(&target)?;
+                    let mounted = mount::ensure_bind(Path::new(&path), &target, read_only)?;
+                    if let Some(gid) = fs_group.filter(|_| mounted && !read_only) {
+                        ownership::apply(&target, gid, false, on_root_mismatch)?;
+                    }
+                    Ok(())
+                })
+                .await?;
+                Ok(MountedVolume {
+                    host_path: dir,
+                    read_only: bound.read_only,
+                })
+            }
+            PvSource::Unsupported(kind) => Err(SetUpError::UnsupportedType(format!(
+                "{kind} (PersistentVolume {})",
+                bound.pv_name
+            ))),
+        }
     }
 
     /// The files of a configMap, secret, downwardAPI or projected volume.

@@ -43,6 +43,25 @@ pub fn ensure_tmpfs(dir: &Path, size: i64) -> io::Result<()> {
     Ok(())
 }
 
+/// Bind-mount `source` on the directory `target` (read-only when asked)
+/// unless something is mounted there already, as mountinfo says (a bind of
+/// the same file system has the same device: `is_mount_point` cannot see
+/// it). True when it mounted now.
+pub fn ensure_bind(source: &Path, target: &Path, read_only: bool) -> io::Result<bool> {
+    if mounts_under(target)?.iter().any(|m| m == target) {
+        return Ok(false);
+    }
+    rustix::mount::mount_bind(source, target)?;
+    if read_only
+        && let Err(e) =
+            rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
+    {
+        let _ = rustix::mount::unmount(target, UnmountFlags::NOFOLLOW);
+        return Err(e.into());
+    }
+    Ok(true)
+}
+
 /// The mount points of this mount namespace (field 5 of mountinfo, octal
 /// escapes undone).
 pub fn parse_mountinfo(text: &str) -> Vec<PathBuf> {

@@ -182,7 +182,7 @@ async fn a_volume_that_cannot_be_set_up_is_named_in_an_event() {
     assert_eq!(
         messages,
         [
-            "MountVolume.SetUp failed for volume \"claim\" : no volume plugin matched: persistentVolumeClaim volumes are not supported by rkubelet".to_owned(),
+            "MountVolume.SetUp failed for volume \"claim\" : persistentVolumeClaim \"data\": a pod without an API server cannot reference one".to_owned(),
             format!(
                 "MountVolume.SetUp failed for volume \"sock\" : hostPath type check failed: {} is not a socket file, it's a Directory",
                 tmp.path().display()

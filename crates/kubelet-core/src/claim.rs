@@ -1,0 +1,162 @@
+//! A pod's PersistentVolumeClaim resolved to the PersistentVolume bound to
+//! it, checked as upstream's desired state of world populator checks it
+//! (getPVCExtractPV, getPVSpec), in its words; and the PV's source as far as
+//! rkubelet has a plugin for it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+
+use crate::admission::node_selector_matches;
+
+/// The plugin directory of a `local` PV's bind mount under the pod's
+/// `volumes/` (upstream's `kubernetes.io/local-volume`, escaped).
+pub const LOCAL_VOLUME: &str = "kubernetes.io~local-volume";
+/// The finalizer that keeps a claim in use from going.
+pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+/// The name of the PV bound to `pvc`, or why the pod must wait.
+pub fn bound_volume_name(pvc: &PersistentVolumeClaim) -> Result<&str, String> {
+    let finalizers = pvc.metadata.finalizers.as_deref().unwrap_or(&[]);
+    if pvc.metadata.deletion_timestamp.is_some()
+        && !finalizers.iter().any(|f| f == PVC_PROTECTION_FINALIZER)
+    {
+        return Err("PVC is being deleted".into());
+    }
+    let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
+    if phase != Some("Bound") {
+        return Err("PVC is not bound".into());
+    }
+    match pvc.spec.as_ref().and_then(|s| s.volume_name.as_deref()) {
+        Some(name) if !name.is_empty() => Ok(name),
+        _ => Err("PVC has empty pvc.Spec.VolumeName".into()),
+    }
+}
+
+/// Where a PV's data is, as far as rkubelet has a plugin for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PvSource {
+    /// The host's path, used as it is (with the hostPath type check).
+    HostPath { path: String, type_: String },
+    /// The host's path, bind-mounted under the pod (`LOCAL_VOLUME`).
+    Local { path: String },
+    /// A source without a plugin here: the API field's name.
+    Unsupported(&'static str),
+}
+
+/// A PV checked for this claim and node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundVolume {
+    pub pv_name: String,
+    pub source: PvSource,
+    /// The claim's volume source asks for it read-only.
+    pub read_only: bool,
+    /// `volumeMode: Block`.
+    pub block: bool,
+}
+
+/// `pv` as the volume of the claim `claim_uid` on the node `node` (with
+/// `labels`): bound to that claim (upstream's checks), and, for rkubelet,
+/// on this node when it says where it is (its node affinity).
+pub fn bound_volume(
+    pv: &PersistentVolume,
+    claim_uid: &str,
+    claim_read_only: bool,
+    node: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<BoundVolume, String> {
+    let name = pv.metadata.name.clone().unwrap_or_default();
+    let spec = pv.spec.clone().unwrap_or_default();
+    let Some(claim_ref) = &spec.claim_ref else {
+        return Err(format!(
+            "found PV object {name} but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim"
+        ));
+    };
+    let bound_uid = claim_ref.uid.as_deref().unwrap_or("");
+    if bound_uid != claim_uid {
+        return Err(format!(
+            "found PV object {name} but its pv.Spec.ClaimRef.UID {bound_uid} does not point to claim.UID {claim_uid}"
+        ));
+    }
+    if let Some(required) = spec
+        .node_affinity
+        .as_ref()
+        .and_then(|a| a.required.as_ref())
+        && !node_selector_matches(required, node, labels)
+    {
+        return Err(format!(
+            "PV {name}'s node affinity does not select node {node}: its data is on another node"
+        ));
+    }
+    let source = if let Some(h) = &spec.host_path {
+        PvSource::HostPath {
+            path: h.path.clone(),
+            type_: h.type_.clone().unwrap_or_default(),
+        }
+    } else if let Some(l) = &spec.local {
+        PvSource::Local {
+            path: l.path.clone(),
+        }
+    } else {
+        PvSource::Unsupported(unsupported_source(&spec))
+    };
+    Ok(BoundVolume {
+        pv_name: name,
+        source,
+        read_only: claim_read_only,
+        block: spec.volume_mode.as_deref() == Some("Block"),
+    })
+}
+
+/// The API field of a PV source rkubelet has no plugin for.
+fn unsupported_source(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> &'static str {
+    [
+        (spec.csi.is_some(), "csi"),
+        (spec.nfs.is_some(), "nfs"),
+        (spec.iscsi.is_some(), "iscsi"),
+        (spec.fc.is_some(), "fc"),
+        (spec.rbd.is_some(), "rbd"),
+        (spec.cephfs.is_some(), "cephfs"),
+        (spec.glusterfs.is_some(), "glusterfs"),
+        (spec.flex_volume.is_some(), "flexVolume"),
+        (
+            spec.aws_elastic_block_store.is_some(),
+            "awsElasticBlockStore",
+        ),
+        (spec.gce_persistent_disk.is_some(), "gcePersistentDisk"),
+        (spec.azure_disk.is_some(), "azureDisk"),
+        (spec.azure_file.is_some(), "azureFile"),
+        (spec.cinder.is_some(), "cinder"),
+        (spec.vsphere_volume.is_some(), "vsphereVolume"),
+        (spec.portworx_volume.is_some(), "portworxVolume"),
+        (
+            spec.photon_persistent_disk.is_some(),
+            "photonPersistentDisk",
+        ),
+        (spec.quobyte.is_some(), "quobyte"),
+        (spec.scale_io.is_some(), "scaleIO"),
+        (spec.storageos.is_some(), "storageos"),
+        (spec.flocker.is_some(), "flocker"),
+    ]
+    .into_iter()
+    .find_map(|(set, name)| set.then_some(name))
+    .unwrap_or("unknown")
+}
+
+/// A local PV's path must be absolute and without `..` (upstream's
+/// ValidatePathNoBacksteps), in upstream's words.
+pub fn check_local_path(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("LocalVolume path is empty".into());
+    }
+    if !path.starts_with('/') {
+        return Err(format!("invalid path: {path} must be an absolute path"));
+    }
+    if path.split('/').any(|part| part == "..") {
+        return Err(format!("invalid path: {path} must not contain '..'"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,168 @@
+use super::*;
+use k8s_openapi::api::core::v1::{
+    HostPathVolumeSource, LocalVolumeSource, NodeSelector, NodeSelectorRequirement,
+    NodeSelectorTerm, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+    PersistentVolumeSpec, VolumeNodeAffinity,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+fn claim(phase: &str, volume: &str, deleting: bool, finalizers: &[&str]) -> PersistentVolumeClaim {
+    let mut pvc = PersistentVolumeClaim::default();
+    pvc.metadata.name = Some("data".into());
+    pvc.metadata.deletion_timestamp =
+        deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+    pvc.metadata.finalizers = Some(finalizers.iter().map(|f| f.to_string()).collect());
+    pvc.spec = Some(PersistentVolumeClaimSpec {
+        volume_name: Some(volume.into()),
+        ..Default::default()
+    });
+    pvc.status = Some(PersistentVolumeClaimStatus {
+        phase: Some(phase.into()),
+        ..Default::default()
+    });
+    pvc
+}
+
+#[test]
+fn a_claim_names_its_volume_once_bound() {
+    let cases: &[(PersistentVolumeClaim, Result<&str, &str>)] = &[
+        (claim("Bound", "pv-1", false, &[]), Ok("pv-1")),
+        (claim("Pending", "", false, &[]), Err("PVC is not bound")),
+        (claim("Lost", "pv-1", false, &[]), Err("PVC is not bound")),
+        (
+            claim("Bound", "", false, &[]),
+            Err("PVC has empty pvc.Spec.VolumeName"),
+        ),
+        (
+            claim("Bound", "pv-1", true, &[]),
+            Err("PVC is being deleted"),
+        ),
+        // Protected: still in use until its pods are gone.
+        (
+            claim("Bound", "pv-1", true, &[PVC_PROTECTION_FINALIZER]),
+            Ok("pv-1"),
+        ),
+    ];
+    for (pvc, want) in cases {
+        assert_eq!(bound_volume_name(pvc), want.map_err(String::from));
+    }
+}
+
+fn volume(uid: Option<&str>, spec: PersistentVolumeSpec) -> PersistentVolume {
+    let mut pv = PersistentVolume::default();
+    pv.metadata.name = Some("pv-1".into());
+    pv.spec = Some(PersistentVolumeSpec {
+        claim_ref: uid.map(|u| ObjectReference {
+            uid: Some(u.into()),
+            ..Default::default()
+        }),
+        ..spec
+    });
+    pv
+}
+
+fn on_node(node: &str) -> Option<VolumeNodeAffinity> {
+    Some(VolumeNodeAffinity {
+        required: Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: "kubernetes.io/hostname".into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.into()]),
+                }]),
+                ..Default::default()
+            }],
+        }),
+    })
+}
+
+#[test]
+fn a_volume_is_checked_against_its_claim_and_node() {
+    let labels = BTreeMap::from([("kubernetes.io/hostname".to_owned(), "n1".to_owned())]);
+    let host = PersistentVolumeSpec {
+        host_path: Some(HostPathVolumeSource {
+            path: "/srv/pv".into(),
+            type_: Some("DirectoryOrCreate".into()),
+        }),
+        ..Default::default()
+    };
+    let local = |node: &str| PersistentVolumeSpec {
+        local: Some(LocalVolumeSource {
+            path: "/mnt/disks/a".into(),
+            ..Default::default()
+        }),
+        node_affinity: on_node(node),
+        volume_mode: Some("Filesystem".into()),
+        ..Default::default()
+    };
+    let got = bound_volume(&volume(Some("u1"), host.clone()), "u1", true, "n1", &labels).unwrap();
+    assert_eq!(
+        got,
+        BoundVolume {
+            pv_name: "pv-1".into(),
+            source: PvSource::HostPath {
+                path: "/srv/pv".into(),
+                type_: "DirectoryOrCreate".into()
+            },
+            read_only: true,
+            block: false,
+        }
+    );
+    let got = bound_volume(&volume(Some("u1"), local("n1")), "u1", false, "n1", &labels).unwrap();
+    assert_eq!(
+        got.source,
+        PvSource::Local {
+            path: "/mnt/disks/a".into()
+        }
+    );
+    let errors = [
+        (
+            bound_volume(&volume(None, host.clone()), "u1", false, "n1", &labels),
+            "found PV object pv-1 but it has a nil pv.Spec.ClaimRef indicating it is not yet bound to the claim",
+        ),
+        (
+            bound_volume(
+                &volume(Some("u2"), host.clone()),
+                "u1",
+                false,
+                "n1",
+                &labels,
+            ),
+            "found PV object pv-1 but its pv.Spec.ClaimRef.UID u2 does not point to claim.UID u1",
+        ),
+        (
+            bound_volume(&volume(Some("u1"), local("n2")), "u1", false, "n1", &labels),
+            "PV pv-1's node affinity does not select node n1: its data is on another node",
+        ),
+    ];
+    for (got, want) in errors {
+        assert_eq!(got.unwrap_err(), want);
+    }
+    let csi = PersistentVolumeSpec {
+        csi: Some(Default::default()),
+        volume_mode: Some("Block".into()),
+        ..Default::default()
+    };
+    let got = bound_volume(&volume(Some("u1"), csi), "u1", false, "n1", &labels).unwrap();
+    assert_eq!(
+        (got.source, got.block),
+        (PvSource::Unsupported("csi"), true)
+    );
+}
+
+#[test]
+fn local_paths_are_absolute_without_backsteps() {
+    let cases = [
+        ("/mnt/disks/a", Ok(())),
+        ("", Err("LocalVolume path is empty")),
+        ("mnt/a", Err("invalid path: mnt/a must be an absolute path")),
+        (
+            "/mnt/../etc",
+            Err("invalid path: /mnt/../etc must not contain '..'"),
+        ),
+        ("/mnt/..a", Ok(())),
+    ];
+    for (path, want) in cases {
+        assert_eq!(check_local_path(path), want.map_err(String::from), "{path}");
+    }
+}
