@@ -11,6 +11,14 @@
 #                                 metrics-server) on the node IP, port
 #                                 ${RKUBELET_METRICS_SERVER_PORT:-4443}, and register
 #                                 it as v1beta1.metrics.k8s.io (kubectl top)
+#   hack/cluster.sh local-path    start rancher's local-path-provisioner
+#                                 (hack/control-plane.sh local-path-provisioner)
+#                                 on the host with its upstream manifest's
+#                                 namespace, RBAC-free service account,
+#                                 ConfigMap (volumes under $DIR/local-path,
+#                                 helper pods of $HELPER_IMAGE) and the
+#                                 default StorageClass `local-path`
+#                                 (WaitForFirstConsumer, reclaim Delete)
 #   hack/cluster.sh bootstrap-token NODE
 #                                 a bootstrap token as kubeadm makes one (the
 #                                 kube-system/bootstrap-token-<id> Secret, 24 h,
@@ -51,7 +59,9 @@ APISERVER_PORT=${RKUBELET_APISERVER_PORT:-6443}
 ETCD_PORT=${RKUBELET_ETCD_PORT:-2379}
 SERVICE_CIDR=10.0.0.0/24
 METRICS_SERVER_PORT=${RKUBELET_METRICS_SERVER_PORT:-4443}
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler metrics-server)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler metrics-server local-path-provisioner)
+# The image local-path-provisioner's helper pods run (hack/images.sh makes it).
+HELPER_IMAGE=${RKUBELET_HELPER_IMAGE:-rkubelet.test/busybox:1}
 
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 # shellcheck source=lib/process.sh
@@ -362,6 +372,67 @@ EOF
   echo "metrics-server up on $ip:$METRICS_SERVER_PORT; try: kubectl top node"
 }
 
+local_path() {
+  local lpp kubectl=("$(bin_dir)/kubectl" --kubeconfig "$DIR/admin.conf")
+  lpp=$("$REPO_ROOT/hack/control-plane.sh" local-path-provisioner)
+  mkdir -p "$DIR/local-path"
+  # Upstream's deploy/local-path-storage.yaml, less its Deployment (the
+  # provisioner runs on the host with admin's credentials) and RBAC.
+  "${kubectl[@]}" apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Namespace
+metadata: {name: local-path-storage}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: local-path-provisioner-service-account, namespace: local-path-storage}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local-path
+  annotations: {storageclass.kubernetes.io/is-default-class: "true"}
+provisioner: rancher.io/local-path
+volumeBindingMode: WaitForFirstConsumer
+reclaimPolicy: Delete
+---
+kind: ConfigMap
+apiVersion: v1
+metadata: {name: local-path-config, namespace: local-path-storage}
+data:
+  config.json: |-
+    {"nodePathMap": [{"node": "DEFAULT_PATH_FOR_NON_LISTED_NODES", "paths": ["$DIR/local-path"]}]}
+  setup: |-
+    #!/bin/sh
+    set -eu
+    mkdir -m 0777 -p "\$VOL_DIR"
+  teardown: |-
+    #!/bin/sh
+    set -eu
+    rm -rf "\$VOL_DIR"
+  helperPod.yaml: |-
+    apiVersion: v1
+    kind: Pod
+    metadata:
+      name: helper-pod
+    spec:
+      priorityClassName: system-node-critical
+      tolerations:
+        - key: node.kubernetes.io/disk-pressure
+          operator: Exists
+          effect: NoSchedule
+      containers:
+      - name: helper-pod
+        image: $HELPER_IMAGE
+        imagePullPolicy: IfNotPresent
+EOF
+  start local-path-provisioner "$lpp" --debug start --kubeconfig "$DIR/admin.conf" \
+    --namespace local-path-storage --configmap-name local-path-config \
+    --service-account-name local-path-provisioner-service-account --helper-image "$HELPER_IMAGE"
+  wait_for "local-path-provisioner" grep -q "Started provisioner controller" "$DIR/local-path-provisioner.log"
+  echo "local-path-provisioner up: StorageClass local-path (default), volumes under $DIR/local-path"
+}
+
 down() {
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop_pidfile "$DIR/${COMPONENTS[i]}.pid"
@@ -373,8 +444,9 @@ down() {
 case ${1:-} in
   up) shift; up "$@" ;;
   metrics-server) metrics_server ;;
+  local-path) local_path ;;
   bootstrap-token) shift; bootstrap_token "$@" ;;
   down) down ;;
   env) echo "export KUBECONFIG=$DIR/admin.conf PATH=$(bin_dir):\$PATH" ;;
-  *) die "usage: $0 up [NODE...]|metrics-server|bootstrap-token NODE|down|env" ;;
+  *) die "usage: $0 up [NODE...]|metrics-server|local-path|bootstrap-token NODE|down|env" ;;
 esac

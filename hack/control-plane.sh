@@ -16,6 +16,9 @@
 #   hack/control-plane.sh kube-state-metrics
 #                                  the same for kube-state-metrics
 #                                  (hack/kube-state-metrics/go.mod)
+#   hack/control-plane.sh local-path-provisioner
+#                                  the same for rancher's local-path-provisioner
+#                                  (hack/local-path-provisioner/go.mod)
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #   hack/control-plane.sh sample-apiserver
@@ -89,11 +92,13 @@ build() {
 # other k8s.io libraries than the control plane's), cached like it, keyed by
 # their go.sum (and main.go, where the module has its own): metrics-server
 # (`kubectl top`), kube-state-metrics (the Prometheus check of
-# /metrics/cadvisor), CoreDNS (the multi-node clusters' DNS) and
-# sample-apiserver (the e2e suite's aggregated API server).
+# /metrics/cadvisor), CoreDNS (the multi-node clusters' DNS),
+# sample-apiserver (the e2e suite's aggregated API server) and
+# local-path-provisioner (the README cluster's StorageClass).
 MS_VERSION=v0.8.0
 KSM_VERSION=v2.20.0
 COREDNS_VERSION=v1.14.6
+LPP_VERSION=v0.0.30
 
 # tool NAME VERSION PACKAGE: build the module hack/NAME's PACKAGE once;
 # print the binary's path.
@@ -145,5 +150,6 @@ case ${1:-} in
   coredns) tool coredns "$COREDNS_VERSION" rkubelet.local/coredns \
     " -X github.com/coredns/coredns/coremain.gitTag=$COREDNS_VERSION" ;;
   sample-apiserver) tool sample-apiserver "$K8S_VERSION" k8s.io/sample-apiserver ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver" ;;
+  local-path-provisioner) tool local-path-provisioner "$LPP_VERSION" github.com/rancher/local-path-provisioner ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner" ;;
 esac

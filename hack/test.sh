@@ -19,7 +19,9 @@
 #      RKUBELET_TEST_REGISTRY (a private registry on loopback,
 #      hack/registry.sh, that this containerd pulls from over HTTP) and
 #      RKUBELET_KUBE_STATE_METRICS (kube-state-metrics, built and cached
-#      like metrics-server; with Debian's prometheus, for /metrics/cadvisor)
+#      like metrics-server; with Debian's prometheus, for /metrics/cadvisor),
+#      with rancher's local-path-provisioner (built and cached the same way)
+#      as the cluster's default StorageClass
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own of two
@@ -162,6 +164,12 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
   RKUBELET_METRICS_SERVER_PORT=$CLUSTER_METRICS_SERVER_PORT \
   hack/cluster.sh metrics-server
+
+stage "start local-path-provisioner"
+hack/control-plane.sh local-path-provisioner >/dev/null
+RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
+  RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
+  hack/cluster.sh local-path
 
 stage "cluster tests"
 KUBE_STATE_METRICS=$(hack/control-plane.sh kube-state-metrics)

@@ -114,6 +114,8 @@ for _ in $(seq 1 60); do
 done
 echo "==> starting metrics-server (kubectl top)"
 hack/cluster.sh metrics-server >/dev/null
+echo "==> starting local-path-provisioner (StorageClass local-path, the default)"
+hack/cluster.sh local-path >/dev/null
 show_cluster
 cat <<INFO
 

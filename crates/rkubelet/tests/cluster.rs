@@ -215,7 +215,7 @@ impl Api {
     fn delete_labelled(&self) {
         let _ = self.run(&[
             "delete",
-            "deployments,configmaps,secrets,services,persistentvolumeclaims",
+            "statefulsets,deployments,configmaps,secrets,services,persistentvolumeclaims",
             "-n",
             "default",
             "-l",
@@ -4184,6 +4184,32 @@ async fn w_m_claims_mount_their_bound_volumes_and_keep_their_data() {
         exec_out(&k.api, "cl-claims", "stat -c %g /local").as_deref(),
         Some("2345\n")
     );
+    // rkubelet killed and started again finds the mount where it left it:
+    // mounted once, the pod running on.
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    let mounted = |m: &Path| {
+        let needle = format!(" {} ", m.display());
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(&needle))
+            .count()
+    };
+    consistently(
+        "the local volume stays mounted once",
+        Duration::from_secs(5),
+        async || match mounted(&mount) {
+            1 => Ok(()),
+            n => Err(format!("{} mounted {n} times", mount.display())),
+        },
+    )
+    .await;
+    assert!(running_with_ip(&k.api.pod("cl-claims").unwrap()));
     // Waiting, told why, in upstream's words; the other pods go on.
     let unbound = eventually("the unbound claim's pod is told why", START, async || {
         pod_event(&k.api, "cl-unbound", "FailedMount")
@@ -4242,6 +4268,112 @@ async fn w_m_claims_mount_their_bound_volumes_and_keep_their_data() {
         Some("two\n")
     );
     assert!(exec_out(&k.api, "cl-again", "touch /local/x").is_none());
+    k.finish(&uids).await;
+}
+
+/// The PersistentVolumes bound to claims labelled for the tests.
+fn test_volumes(api: &Api) -> Option<Vec<String>> {
+    let pvs = api.get(&["persistentvolumes"])?;
+    let claims = api.get(&["persistentvolumeclaims", "-n", "default", "-l", TEST_LABEL])?;
+    let ours: HashSet<&str> = claims["items"].as_array()?.iter().map(name).collect();
+    Some(
+        pvs["items"]
+            .as_array()?
+            .iter()
+            .filter(|pv| ours.contains(pv["spec"]["claimRef"]["name"].as_str().unwrap_or("")))
+            .map(|pv| name(pv).to_owned())
+            .collect(),
+    )
+}
+
+/// hack/up.sh's default StorageClass (rancher's local-path-provisioner,
+/// started by hack/test.sh with `hack/cluster.sh local-path`): a
+/// StatefulSet's claim is provisioned for this node, and the data its pod
+/// writes outlives the pod and a kill -9 of rkubelet.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_n_a_stateful_set_keeps_its_data_on_a_local_path_volume() {
+    let mut k = Kubelet::new("statefulset");
+    assert!(
+        k.api.get(&["storageclass", "local-path"]).is_some(),
+        "no StorageClass local-path: start the provisioner with hack/cluster.sh local-path"
+    );
+    k.start_ready().await;
+    let script =
+        format!("[ -f /data/first ] || cat /proc/sys/kernel/random/uuid > /data/first; {SLEEPER}");
+    let mut c = sh_container("c", &script);
+    c["volumeMounts"] = json!([{"name": "data", "mountPath": "/data"}]);
+    k.api.create(&json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "cl-sts", "namespace": "default", "labels": {TEST_LABEL: "1"}},
+        "spec": {
+            "serviceName": "cl-sts",
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "cl-sts"}},
+            "template": {
+                "metadata": {"labels": {"app": "cl-sts", TEST_LABEL: "1"}},
+                "spec": {
+                    "nodeName": k.api.node,
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [c],
+                },
+            },
+            "volumeClaimTemplates": [{
+                "metadata": {"name": "data", "labels": {TEST_LABEL: "1"}},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": "local-path",
+                    "resources": {"requests": {"storage": "16Mi"}},
+                },
+            }],
+        },
+    }));
+    let first = eventually("the StatefulSet's pod runs", START, async || {
+        k.api.pod("cl-sts-0").filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [uid(&first).to_owned()].into();
+    let read = |api: &Api| exec_out(api, "cl-sts-0", "cat /data/first");
+    let written = eventually("the pod writes its data", START, async || {
+        read(&k.api).filter(|s| s.len() > 30)
+    })
+    .await;
+    // Its pod deleted, the StatefulSet makes another, which finds the data.
+    k.api
+        .ok(&["delete", "pod", "cl-sts-0", "-n", "default", "--wait=false"]);
+    let second = eventually("the StatefulSet's new pod runs", START, async || {
+        k.api
+            .pod("cl-sts-0")
+            .filter(|p| uid(p) != uid(&first) && running_with_ip(p))
+    })
+    .await;
+    uids.insert(uid(&second).to_owned());
+    assert_eq!(read(&k.api).as_deref(), Some(written.as_str()));
+    // rkubelet killed and started again: the pod runs on, with its data.
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    let after = k.api.pod("cl-sts-0").unwrap();
+    assert_eq!(uid(&after), uid(&second), "the same pod");
+    assert!(running_with_ip(&after), "{}", after["status"]);
+    assert_eq!(read(&k.api).as_deref(), Some(written.as_str()));
+    // Deleted with its claim, the volume is deleted by the provisioner's
+    // helper pod, which rkubelet runs.
+    let volumes = test_volumes(&k.api).unwrap_or_default();
+    assert_eq!(volumes.len(), 1, "{volumes:?}");
+    k.api.delete_labelled();
+    eventually("the provisioned volume is deleted", CLEANUP, async || {
+        let pvs = k.api.get(&["persistentvolumes"])?;
+        let left = pvs["items"]
+            .as_array()?
+            .iter()
+            .any(|pv| name(pv) == volumes[0]);
+        (!left).then_some(())
+    })
+    .await;
     k.finish(&uids).await;
 }
 
