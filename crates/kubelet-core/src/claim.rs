@@ -12,6 +12,9 @@ use crate::admission::node_selector_matches;
 /// The plugin directory of a `local` PV's bind mount under the pod's
 /// `volumes/` (upstream's `kubernetes.io/local-volume`, escaped).
 pub const LOCAL_VOLUME: &str = "kubernetes.io~local-volume";
+/// The annotation of a PV whose group the pod's containers are given
+/// (upstream's VolumeGidAnnotationKey).
+pub const VOLUME_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 /// The finalizer that keeps a claim in use from going.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 
@@ -53,6 +56,9 @@ pub struct BoundVolume {
     pub read_only: bool,
     /// `volumeMode: Block`.
     pub block: bool,
+    /// The group of its [`VOLUME_GID_ANNOTATION`] (one that is not a
+    /// number is ignored, as upstream's).
+    pub gid: Option<i64>,
 }
 
 /// `pv` as the volume of the claim `claim_uid` on the node `node` (with
@@ -100,11 +106,18 @@ pub fn bound_volume(
     } else {
         PvSource::Unsupported(unsupported_source(&spec))
     };
+    let gid = pv
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(VOLUME_GID_ANNOTATION))
+        .and_then(|g| g.parse().ok());
     Ok(BoundVolume {
         pv_name: name,
         source,
         read_only: claim_read_only,
         block: spec.volume_mode.as_deref() == Some("Block"),
+        gid,
     })
 }
 

@@ -4312,8 +4312,10 @@ async fn w_n_a_stateful_set_keeps_its_data_on_a_local_path_volume() {
             "selector": {"matchLabels": {"app": "cl-sts"}},
             "template": {
                 "metadata": {"labels": {"app": "cl-sts", TEST_LABEL: "1"}},
+                // Scheduled (not given a nodeName): the scheduler's volume
+                // binding names the node the claim is provisioned on.
                 "spec": {
-                    "nodeName": k.api.node,
+                    "nodeSelector": {"kubernetes.io/hostname": k.api.node},
                     "terminationGracePeriodSeconds": 2,
                     "containers": [c],
                 },

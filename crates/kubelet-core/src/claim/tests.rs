@@ -106,9 +106,14 @@ fn a_volume_is_checked_against_its_claim_and_node() {
             },
             read_only: true,
             block: false,
+            gid: None,
         }
     );
-    let got = bound_volume(&volume(Some("u1"), local("n1")), "u1", false, "n1", &labels).unwrap();
+    let mut annotated = volume(Some("u1"), local("n1"));
+    annotated.metadata.annotations =
+        Some([(VOLUME_GID_ANNOTATION.to_owned(), "1234".to_owned())].into());
+    let got = bound_volume(&annotated, "u1", false, "n1", &labels).unwrap();
+    assert_eq!(got.gid, Some(1234));
     assert_eq!(
         got.source,
         PvSource::Local {

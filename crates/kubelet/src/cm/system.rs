@@ -156,27 +156,37 @@ impl Inner {
 
     /// `pid` in `cgroup`, made when missing; a process outside the host's
     /// PID namespace is left where it is (upstream's
-    /// ensureProcessInContainerWithOOMScore).
+    /// ensureProcessInContainerWithOOMScore: a cgroup of its that cannot be
+    /// read is an error, and it is moved all the same).
     fn ensure_in(&self, cgroup: &CgroupName, pid: i32) -> Result<(), String> {
         if !in_host_pid_namespace(pid)? {
             tracing::debug!(pid, "PID is not running in the host namespace");
             return Ok(());
         }
-        let current = self
-            .cgroup_of(pid)
-            .map_err(|e| format!("failed to find container of PID {pid}: {e}"))?;
-        if &current == cgroup {
-            return Ok(());
-        }
-        self.make(cgroup)
+        let mut errors = Vec::new();
+        let current = match self.cgroup_of(pid) {
+            Ok(c) if &c == cgroup => return Ok(()),
+            Ok(c) => c.to_cgroupfs(),
+            Err(e) => {
+                errors.push(format!("failed to find container of PID {pid}: {e}"));
+                String::new()
+            }
+        };
+        if let Err(e) = self
+            .make(cgroup)
             .and_then(|()| self.fs.add_process(cgroup, pid))
-            .map_err(|e| {
-                format!(
-                    "failed to move PID {pid} (in {:?}) to {:?}: {e}",
-                    current.to_cgroupfs(),
-                    cgroup.to_cgroupfs()
-                )
-            })
+        {
+            errors.push(format!(
+                "failed to move PID {pid} (in {current:?}) to {:?}: {e}",
+                cgroup.to_cgroupfs()
+            ));
+        }
+        // As Go's aggregate prints them.
+        match errors.len() {
+            0 => Ok(()),
+            1 => Err(errors.remove(0)),
+            _ => Err(format!("[{}]", errors.join(", "))),
+        }
     }
 
     /// Every non-kernel process of the root cgroup but PID 1 moved into
@@ -227,13 +237,25 @@ impl Inner {
     }
 }
 
-/// Whether `pid` shares PID 1's PID namespace.
+/// Whether `pid` shares PID 1's PID namespace (upstream's
+/// isProcessRunningInHost). Where PID 1's cannot be read (an init that
+/// hides it, as these machines' VM init does), whether `pid` is in no PID
+/// namespace nested in the one /proc shows (its `NSpid` has one PID).
 fn in_host_pid_namespace(pid: i32) -> Result<bool, String> {
-    let init = std::fs::read_link("/proc/1/ns/pid")
-        .map_err(|_| "failed to find pid namespace of init process".to_owned())?;
     let own = std::fs::read_link(format!("/proc/{pid}/ns/pid"))
         .map_err(|_| format!("failed to find pid namespace of process {pid}"))?;
-    Ok(init == own)
+    match std::fs::read_link("/proc/1/ns/pid") {
+        Ok(init) => Ok(init == own),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .map_err(|_| "failed to find pid namespace of init process".to_owned())?;
+            Ok(status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .is_some_and(|ids| ids.split_whitespace().count() == 1))
+        }
+        Err(_) => Err("failed to find pid namespace of init process".to_owned()),
+    }
 }
 
 /// A kernel thread has no executable.

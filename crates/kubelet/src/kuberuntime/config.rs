@@ -122,6 +122,18 @@ fn supplemental_groups(pod: &Pod) -> Vec<i64> {
         .collect()
 }
 
+/// A container's groups: the pod's, then its volumes' groups it does not
+/// have yet (upstream's GetExtraSupplementalGroupsForPod).
+fn container_groups(pod: &Pod, volume_groups: &[i64]) -> Vec<i64> {
+    let mut groups = supplemental_groups(pod);
+    for g in volume_groups {
+        if !groups.contains(g) {
+            groups.push(*g);
+        }
+    }
+    groups
+}
+
 fn has_privileged_container(pod: &Pod) -> bool {
     let s = spec(pod);
     let privileged =
@@ -415,6 +427,7 @@ fn container_security(
     pod: &Pod,
     c: &Container,
     target_id: Option<&str>,
+    volume_groups: &[i64],
     defaults: &SecurityDefaults,
 ) -> Result<cri::LinuxContainerSecurityContext, ConfigError> {
     let err = |field: &str, message: String| ConfigError {
@@ -466,7 +479,7 @@ fn container_security(
         run_as_user: eff.run_as_user.map(|value| cri::Int64Value { value }),
         run_as_group: eff.run_as_group.map(|value| cri::Int64Value { value }),
         readonly_rootfs: eff.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: supplemental_groups(pod),
+        supplemental_groups: container_groups(pod, volume_groups),
         supplemental_groups_policy: policy,
         no_new_privs: security::no_new_privs(&eff),
         masked_paths,
@@ -492,6 +505,8 @@ pub struct ContainerInputs<'a> {
     pub mounts: Vec<cri::Mount>,
     /// Its environment, resolved ([`crate::podenv::PodEnv`]).
     pub env: Vec<(String, String)>,
+    /// The groups its pod's volumes ask for (PVs' gid annotation).
+    pub volume_groups: Vec<i64>,
 }
 
 /// CreateContainer's config for `c`: its environment, command and args
@@ -511,6 +526,7 @@ pub fn container_config(
         termination_log,
         mut mounts,
         env,
+        volume_groups,
     } = inputs;
     let (name, ns, uid) = name_ns_uid(pod);
     let (command, args) = expand_command_and_args(c, &env);
@@ -584,7 +600,13 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(pod, c, node)?),
-            security_context: Some(container_security(pod, c, target_id, security)?),
+            security_context: Some(container_security(
+                pod,
+                c,
+                target_id,
+                &volume_groups,
+                security,
+            )?),
         }),
         ..Default::default()
     })
@@ -899,6 +921,7 @@ mod tests {
                 termination_log: Some(Path::new("/pods/u/containers/a/1")),
                 mounts: Vec::new(),
                 env: vec![("A".into(), "1".into())],
+                volume_groups: Vec::new(),
             },
             &SecurityDefaults::default(),
             NODE,
@@ -949,6 +972,7 @@ mod tests {
             termination_log: None,
             mounts: Vec::new(),
             env: Vec::new(),
+            volume_groups: Vec::new(),
         };
         let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
         let r = cfg.linux.unwrap().resources.unwrap();
@@ -1040,7 +1064,32 @@ mod tests {
             termination_log: None,
             mounts: Vec::new(),
             env,
+            volume_groups: Vec::new(),
         }
+    }
+
+    /// A PV's gid annotation: its group joins the pod's, once.
+    #[test]
+    fn volume_groups_follow_the_pods() {
+        let mut p = pod();
+        p.spec.as_mut().unwrap().security_context = Some(PodSecurityContext {
+            fs_group: Some(5),
+            supplemental_groups: Some(vec![7]),
+            ..Default::default()
+        });
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let inputs = ContainerInputs {
+            volume_groups: vec![7, 1234],
+            ..inputs(Vec::new())
+        };
+        let cfg = container_config(&p, &c, inputs, &SecurityDefaults::default(), NODE).unwrap();
+        let groups = cfg
+            .linux
+            .unwrap()
+            .security_context
+            .unwrap()
+            .supplemental_groups;
+        assert_eq!(groups, [5, 7, 1234]);
     }
 
     #[test]

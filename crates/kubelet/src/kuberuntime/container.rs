@@ -176,6 +176,12 @@ impl RuntimeManager {
             termination_log: termination_log.as_deref(),
             mounts,
             env,
+            volume_groups: {
+                let mut groups: Vec<i64> = sandbox.volumes.values().filter_map(|v| v.gid).collect();
+                groups.sort_unstable();
+                groups.dedup();
+                groups
+            },
         };
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;

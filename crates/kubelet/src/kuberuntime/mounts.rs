@@ -216,6 +216,7 @@ mod tests {
                 MountedVolume {
                     host_path: "/pods/u/volumes/kubernetes.io~empty-dir/data".into(),
                     read_only: false,
+                    gid: None,
                 },
             ),
             (
@@ -223,6 +224,7 @@ mod tests {
                 MountedVolume {
                     host_path: "/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
                     read_only: true,
+                    gid: None,
                 },
             ),
         ]);

@@ -62,6 +62,9 @@ pub struct MountedVolume {
     /// The plugin mounts it read-only whatever the mount asks (configMap,
     /// secret, downwardAPI, projected).
     pub read_only: bool,
+    /// A group the pod's containers are given for it (a PV's
+    /// `pv.beta.kubernetes.io/gid`).
+    pub gid: Option<i64>,
 }
 
 /// A pod's volumes, set up, by volume name.
@@ -461,6 +464,7 @@ impl VolumeManager {
         Ok(MountedVolume {
             host_path: dir,
             read_only,
+            gid: None,
         })
     }
 
@@ -474,6 +478,7 @@ impl VolumeManager {
         Ok(MountedVolume {
             host_path: path,
             read_only: false,
+            gid: None,
         })
     }
 
@@ -504,6 +509,7 @@ impl VolumeManager {
                 Ok(MountedVolume {
                     host_path: PathBuf::from(path),
                     read_only: bound.read_only,
+                    gid: bound.gid,
                 })
             }
             PvSource::Local { path } => {
@@ -529,6 +535,7 @@ impl VolumeManager {
                 Ok(MountedVolume {
                     host_path: dir,
                     read_only: bound.read_only,
+                    gid: bound.gid,
                 })
             }
             PvSource::Unsupported(kind) => Err(SetUpError::UnsupportedType(format!(
