@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 
 use crate::admission::node_selector_matches;
 
@@ -34,6 +34,33 @@ pub fn bound_volume_name(pvc: &PersistentVolumeClaim) -> Result<&str, String> {
         Some(name) if !name.is_empty() => Ok(name),
         _ => Err("PVC has empty pvc.Spec.VolumeName".into()),
     }
+}
+
+/// The claim of a generic ephemeral volume: `<pod>-<volume>`, made by the
+/// ephemeral volume controller (upstream's VolumeClaimName).
+pub fn ephemeral_claim_name(pod: &Pod, volume: &str) -> String {
+    format!("{}-{volume}", pod.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// An ephemeral volume's claim must be the pod's own: in its namespace and
+/// controlled by it (upstream's VolumeIsForPod, its message).
+pub fn volume_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), String> {
+    let (pod_ns, pvc_ns) = (
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pvc.metadata.namespace.as_deref().unwrap_or(""),
+    );
+    let controlled =
+        pvc.metadata.owner_references.iter().flatten().any(|o| {
+            o.controller == Some(true) && Some(o.uid.as_str()) == pod.metadata.uid.as_deref()
+        });
+    if pod_ns == pvc_ns && controlled {
+        return Ok(());
+    }
+    Err(format!(
+        "PVC {pvc_ns}/{} was not created for pod {pod_ns}/{} (pod is not owner)",
+        pvc.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    ))
 }
 
 /// Where a PV's data is, as far as rkubelet has a plugin for it.

@@ -31,7 +31,8 @@ pub enum Kind {
         memory: bool,
     },
     HostPath,
-    /// A persistentVolumeClaim: the PV bound to it (see [`crate::claim`]).
+    /// A persistentVolumeClaim, or a generic ephemeral volume's claim: the
+    /// PV bound to it (see [`crate::claim`]).
     Claim,
     ConfigMap,
     Secret,
@@ -53,6 +54,7 @@ impl Kind {
         let plain = [
             (v.host_path.is_some(), Kind::HostPath),
             (v.persistent_volume_claim.is_some(), Kind::Claim),
+            (v.ephemeral.is_some(), Kind::Claim),
             (v.config_map.is_some(), Kind::ConfigMap),
             (v.secret.is_some(), Kind::Secret),
             (v.downward_api.is_some(), Kind::DownwardApi),
@@ -63,7 +65,6 @@ impl Kind {
         }
         let other = [
             (v.csi.is_some(), "csi"),
-            (v.ephemeral.is_some(), "ephemeral"),
             (v.image.is_some(), "image"),
             (v.nfs.is_some(), "nfs"),
             (v.iscsi.is_some(), "iscsi"),

@@ -4379,6 +4379,98 @@ async fn w_n_a_stateful_set_keeps_its_data_on_a_local_path_volume() {
     k.finish(&uids).await;
 }
 
+/// Generic ephemeral volumes: the controller's claim `<pod>-<volume>`,
+/// provisioned by local-path for this node, used while the pod lives and
+/// collected with it; a claim of that name the pod does not own refused.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_o_a_generic_ephemeral_volume_lives_and_goes_with_its_pod() {
+    let mut k = Kubelet::new("ephemeral");
+    assert!(
+        k.api.get(&["storageclass", "local-path"]).is_some(),
+        "no StorageClass local-path: start the provisioner with hack/cluster.sh local-path"
+    );
+    k.start_ready().await;
+    let eph_pod = |name: &str| {
+        let mut c = sh_container("c", &format!("echo hi > /scratch/f; {SLEEPER}"));
+        c["volumeMounts"] = json!([{"name": "scratch", "mountPath": "/scratch"}]);
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": {TEST_LABEL: "1"}},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": k.api.node},
+                "terminationGracePeriodSeconds": 2,
+                "containers": [c],
+                "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                    "metadata": {"labels": {TEST_LABEL: "1"}},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "storageClassName": "local-path",
+                        "resources": {"requests": {"storage": "8Mi"}},
+                    },
+                }}}],
+            },
+        })
+    };
+    // A claim of the ephemeral name made by hand, not by the controller.
+    k.api.create(&persistent_volume(
+        "cl-pv-squat",
+        "cl-squat-scratch",
+        json!({"hostPath": {"path": k.rk.dir.path().join("squat").display().to_string(),
+                            "type": "DirectoryOrCreate"}}),
+    ));
+    k.api.create(&claim("cl-squat-scratch", "cl-pv-squat"));
+    // Given its node (the scheduler would hold it back for the same reason).
+    let mut squatter = eph_pod("cl-squat");
+    squatter["spec"]["nodeName"] = json!(k.api.node);
+    k.api.create(&squatter);
+    k.api.create(&eph_pod("cl-eph"));
+    let pod = eventually("the pod with an ephemeral volume runs", START, async || {
+        k.api.pod("cl-eph").filter(running_with_ip)
+    })
+    .await;
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    assert_eq!(
+        exec_out(&k.api, "cl-eph", "cat /scratch/f").as_deref(),
+        Some("hi\n")
+    );
+    let pvc = k
+        .api
+        .get(&["persistentvolumeclaim", "cl-eph-scratch", "-n", "default"])
+        .unwrap();
+    assert_eq!(
+        pvc["metadata"]["ownerReferences"][0]["uid"],
+        pod["metadata"]["uid"]
+    );
+    let squat = eventually("the squatted claim is refused", START, async || {
+        pod_event(&k.api, "cl-squat", "FailedMount")
+    })
+    .await;
+    assert!(
+        squat.contains(
+            "PVC default/cl-squat-scratch was not created for pod default/cl-squat (pod is not owner)"
+        ),
+        "{squat}"
+    );
+    uids.insert(uid(&k.api.pod("cl-squat").unwrap()).to_owned());
+    // The pod deleted, its claim goes with it, and its volume.
+    let volume = pvc["spec"]["volumeName"].as_str().unwrap().to_owned();
+    k.api
+        .ok(&["delete", "pod", "cl-eph", "-n", "default", "--wait=false"]);
+    eventually("the claim and its volume are gone", CLEANUP, async || {
+        let claim = k.api.get(&["persistentvolumeclaims", "-n", "default"])?;
+        let pvs = k.api.get(&["persistentvolumes"])?;
+        let left = claim["items"]
+            .as_array()?
+            .iter()
+            .any(|c| name(c) == "cl-eph-scratch")
+            || pvs["items"].as_array()?.iter().any(|v| name(v) == volume);
+        (!left).then_some(())
+    })
+    .await;
+    k.finish(&uids).await;
+}
+
 /// CSRs of `signer` by `user` created at or after `since`.
 fn node_csrs(api: &Api, signer: &str, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value> {
     let list = api.get(&["csr"]).unwrap_or_default();

@@ -171,3 +171,31 @@ fn local_paths_are_absolute_without_backsteps() {
         assert_eq!(check_local_path(path), want.map_err(String::from), "{path}");
     }
 }
+
+#[test]
+fn an_ephemeral_claim_must_be_its_pods() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    let pod = crate::testing::PodBuilder::new("web")
+        .namespace("ns")
+        .uid("pod-uid")
+        .build();
+    assert_eq!(ephemeral_claim_name(&pod, "scratch"), "web-scratch");
+    let mut pvc = claim("Bound", "pv-1", false, &[]);
+    pvc.metadata.name = Some("web-scratch".into());
+    pvc.metadata.namespace = Some("ns".into());
+    let owner = |uid: &str, controller: bool| OwnerReference {
+        uid: uid.into(),
+        controller: Some(controller),
+        ..Default::default()
+    };
+    let not_owner = "PVC ns/web-scratch was not created for pod ns/web (pod is not owner)";
+    for (refs, want) in [
+        (vec![owner("pod-uid", true)], Ok(())),
+        (vec![owner("pod-uid", false)], Err(not_owner)),
+        (vec![owner("other", true)], Err(not_owner)),
+        (vec![], Err(not_owner)),
+    ] {
+        pvc.metadata.owner_references = Some(refs);
+        assert_eq!(volume_is_for_pod(&pod, &pvc), want.map_err(String::from));
+    }
+}

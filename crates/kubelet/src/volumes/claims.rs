@@ -1,14 +1,15 @@
-//! persistentVolumeClaim volumes: the claim read from the API server, the
+//! persistentVolumeClaim and generic ephemeral volumes: the claim read from
+//! the API server (an ephemeral volume's is `<pod>-<volume>`, the pod's own), the
 //! PV bound to it, both checked as upstream's desired state of world
 //! populator checks them (`kubelet_core::claim`), on every sync (a claim
 //! being bound is waited for, retried with the pod's backoff).
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaimVolumeSource};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kubelet_api::ApiClient;
 use kubelet_api::objects::{get_claim, get_persistent_volume};
-use kubelet_core::claim::{BoundVolume, bound_volume, bound_volume_name};
+use kubelet_core::claim::{BoundVolume, bound_volume, bound_volume_name, volume_is_for_pod};
 use kubelet_core::failure::Cause;
 use tokio::sync::watch;
 
@@ -23,51 +24,65 @@ pub struct Claims {
 
 /// Why a claim's volume cannot be used yet, in upstream's words.
 #[derive(Debug, thiserror::Error)]
-#[error("error processing PVC {namespace}/{claim}: {message}")]
-pub struct ClaimError {
-    pub namespace: String,
-    pub claim: String,
-    pub message: String,
+pub enum ClaimError {
+    #[error("error processing PVC {namespace}/{claim}: {message}")]
+    Processing {
+        namespace: String,
+        claim: String,
+        message: String,
+    },
+    /// An ephemeral volume's claim made for another pod (or by hand).
+    #[error("{0}")]
+    NotOwner(String),
 }
 
 impl ClaimError {
     /// A claim not bound yet, a PV being made or bound: they change on
-    /// their own.
+    /// their own; a claim of another pod's does not.
     pub fn cause(&self) -> Cause {
-        Cause::Transient
+        match self {
+            ClaimError::Processing { .. } => Cause::Transient,
+            ClaimError::NotOwner(_) => Cause::Unsupported,
+        }
     }
 }
 
 impl Claims {
-    /// The PV bound to the claim `source` of a pod in `namespace`.
+    /// The PV bound to the claim `claim` of `pod`; `ephemeral`: the claim
+    /// of a generic ephemeral volume, which must be the pod's own.
     pub async fn resolve(
         &self,
-        namespace: &str,
-        source: &PersistentVolumeClaimVolumeSource,
+        pod: &Pod,
+        claim: &str,
+        read_only: bool,
+        ephemeral: bool,
     ) -> Result<BoundVolume, ClaimError> {
-        let fail = |message: String| ClaimError {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let fail = |message: String| ClaimError::Processing {
             namespace: namespace.to_owned(),
-            claim: source.claim_name.clone(),
+            claim: claim.to_owned(),
             message,
         };
-        let pvc = get_claim(&self.api, namespace, &source.claim_name)
+        let pvc = get_claim(&self.api, namespace, claim)
             .await
             .map_err(|e| fail(format!("failed to fetch PVC from API server: {e}")))?
             .ok_or_else(|| {
                 fail(format!(
-                    "failed to fetch PVC from API server: persistentvolumeclaims {:?} not found",
-                    source.claim_name
+                    "failed to fetch PVC from API server: persistentvolumeclaims {claim:?} not found"
                 ))
             })?;
         let pv_name = bound_volume_name(&pvc).map_err(fail)?;
+        if ephemeral {
+            volume_is_for_pod(pod, &pvc).map_err(ClaimError::NotOwner)?;
+        }
         let pv = get_persistent_volume(&self.api, pv_name)
             .await
-        .map_err(|e| fail(format!("failed to fetch PV {pv_name} from API server: {e}")))?
-        .ok_or_else(|| {
-            fail(format!(
-                "failed to fetch PV {pv_name} from API server: persistentvolumes {pv_name:?} not found"
-            ))
-        })?;
+            .map_err(|e| fail(format!("failed to fetch PV {pv_name} from API server: {e}")))?
+            .ok_or_else(|| {
+                fail(format!(
+                    "failed to fetch PV {pv_name} from API server: persistentvolumes {pv_name:?} not found"
+                ))
+            })?;
         let labels = self
             .node
             .borrow()
@@ -75,13 +90,6 @@ impl Claims {
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
         let claim_uid = pvc.metadata.uid.as_deref().unwrap_or("");
-        bound_volume(
-            &pv,
-            claim_uid,
-            source.read_only.unwrap_or(false),
-            &self.node_name,
-            &labels,
-        )
-        .map_err(fail)
+        bound_volume(&pv, claim_uid, read_only, &self.node_name, &labels).map_err(fail)
     }
 }

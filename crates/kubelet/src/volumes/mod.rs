@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::{
     ClusterTrustBundleProjection, ConfigMap, Pod, PodCertificateProjection, Secret, Volume,
 };
-use kubelet_core::claim::{LOCAL_VOLUME, PvSource, check_local_path};
+use kubelet_core::claim::{LOCAL_VOLUME, PvSource, check_local_path, ephemeral_claim_name};
 use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::podcert::payload as podcert_payload;
@@ -482,7 +482,8 @@ impl VolumeManager {
         })
     }
 
-    /// A persistentVolumeClaim: its bound PV's hostPath used as it is, or
+    /// A persistentVolumeClaim or generic ephemeral volume: its bound PV's
+    /// hostPath used as it is, or
     /// its local path bind-mounted at
     /// `volumes/kubernetes.io~local-volume/<pv>` (upstream's layout), the
     /// pod's fsGroup applied when first mounted read-write.
@@ -492,13 +493,23 @@ impl VolumeManager {
         pod_dir: &Path,
         v: &Volume,
     ) -> Result<MountedVolume, SetUpError> {
-        let source = v.persistent_volume_claim.clone().unwrap_or_default();
+        let (claim, read_only, ephemeral) = match &v.persistent_volume_claim {
+            Some(source) => (
+                source.claim_name.clone(),
+                source.read_only.unwrap_or(false),
+                false,
+            ),
+            None => (ephemeral_claim_name(pod, &v.name), false, true),
+        };
         let Some(api) = &self.api else {
             return Err(SetUpError::NoApiServer {
-                what: format!("persistentVolumeClaim {:?}", source.claim_name),
+                what: format!("persistentVolumeClaim {claim:?}"),
             });
         };
-        let bound = api.claims.resolve(namespace(pod), &source).await?;
+        let bound = api
+            .claims
+            .resolve(pod, &claim, read_only, ephemeral)
+            .await?;
         if bound.block {
             return Err(SetUpError::BlockMounted(v.name.clone()));
         }
