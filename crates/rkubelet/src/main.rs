@@ -233,8 +233,16 @@ fn registration(settings: &flags::Settings, cpu_cores: i64) -> NodeRegistration 
     }
 }
 
-async fn run(settings: flags::Settings) -> anyhow::Result<()> {
+async fn run(mut settings: flags::Settings) -> anyhow::Result<()> {
     protect_from_oom_killer(settings.config.oom_score_adj);
+    // The root directory resolved (rkubelet's own safeguard): the
+    // volume manager finds its mounts by path in mountinfo, which lists
+    // resolved paths, so a symlinked or relative --root-dir must not hide
+    // a bind mount from its unmount.
+    std::fs::create_dir_all(&settings.root_dir)
+        .with_context(|| format!("creating {}", settings.root_dir.display()))?;
+    settings.root_dir = std::fs::canonicalize(&settings.root_dir)
+        .with_context(|| format!("resolving {}", settings.root_dir.display()))?;
     let cfg = &settings.config;
     if let Some(layout) = kubelet::cm::HostCgroups::detect().layout {
         cfg.validate_for_cgroups(layout.version())?;

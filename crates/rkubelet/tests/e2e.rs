@@ -786,7 +786,7 @@ fn system_cgroups_take_the_roots_processes() {
     let host = HostCgroups::detect();
     let fs = Cgroupfs::new(host.layout.clone().unwrap(), Vec::new());
     let root = CgroupName::parse_cgroupfs(&format!("{}/root", cgroups.name));
-    fs.create(&root, &Default::default()).unwrap();
+    fs.make(&root).unwrap();
     let mut sleeper = Command::new("sleep").arg("600").spawn().unwrap();
     fs.add_process(&root, sleeper.id() as i32).unwrap();
     assert_eq!(fs.own_pids(&root).unwrap(), [sleeper.id() as i32]);
@@ -812,6 +812,25 @@ fn system_cgroups_take_the_roots_processes() {
     );
     assert_eq!(moved, system);
     assert_eq!(left, Vec::<i32>::new());
+    // Made with no limits of its own (a systemd slice keeps its values):
+    // no hugetlb limit of 0 on what is moved into it.
+    let hugetlb = match &host.layout {
+        Some(kubelet_core::cgroups::CgroupLayout::V1 { mounts }) => mounts.get("hugetlb"),
+        _ => None,
+    };
+    let hugetlb = hugetlb.map(|m| m.join(format!("{}/system", &cgroups.name[1..])));
+    for e in hugetlb
+        .iter()
+        .flat_map(std::fs::read_dir)
+        .flatten()
+        .flatten()
+    {
+        let file = e.file_name().to_string_lossy().into_owned();
+        if file.starts_with("hugetlb.") && file.ends_with(".limit_in_bytes") {
+            let v = std::fs::read_to_string(e.path()).unwrap();
+            assert_ne!(v.trim(), "0", "{file}");
+        }
+    }
     let named = containers.stats_cgroups();
     assert!(
         named.contains(&("misc", CgroupName::parse_cgroupfs(&system))),

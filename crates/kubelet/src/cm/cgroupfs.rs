@@ -93,6 +93,15 @@ impl Cgroupfs {
     /// Create `name` (and its parents) in every hierarchy, then set it to
     /// `cfg`.
     pub fn create(&self, name: &CgroupName, cfg: &ResourceConfig) -> io::Result<()> {
+        self.make(name)?;
+        self.set(name, cfg)
+    }
+
+    /// Create `name` (and its parents) in every hierarchy, setting nothing
+    /// but what a new cgroup needs to hold processes (v1 cpuset's CPUs and
+    /// memory nodes, v2 the parents' controllers): as runc's Apply makes
+    /// one.
+    pub fn make(&self, name: &CgroupName) -> io::Result<()> {
         match &self.layout {
             CgroupLayout::V1 { mounts } => {
                 for (c, m) in mounts {
@@ -121,7 +130,7 @@ impl Cgroupfs {
                 }
             }
         }
-        self.set(name, cfg)
+        Ok(())
     }
 
     /// Write `cfg` into `name`.

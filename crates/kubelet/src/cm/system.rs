@@ -10,7 +10,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubelet_core::cgroups::{CgroupLayout, CgroupName, ResourceConfig, process_cgroup};
+use kubelet_core::cgroups::{CgroupLayout, CgroupName, process_cgroup};
 use kubelet_core::config::KubeletConfiguration;
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
@@ -228,12 +228,11 @@ impl Inner {
         last.map_or(Ok(()), Err)
     }
 
-    /// `cgroup` made with no limits of its own when missing.
+    /// `cgroup` made when missing, with no limits set (upstream's
+    /// createManager: SkipDevices, no resources): an existing one, a
+    /// systemd slice, keeps its values.
     fn make(&self, cgroup: &CgroupName) -> io::Result<()> {
-        if self.fs.exists(cgroup) {
-            return Ok(());
-        }
-        self.fs.create(cgroup, &ResourceConfig::default())
+        self.fs.make(cgroup)
     }
 }
 

@@ -39,6 +39,7 @@ use kubelet_core::claim::{LOCAL_VOLUME, PvSource, check_local_path, ephemeral_cl
 use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::podcert::payload as podcert_payload;
+use kubelet_core::podspec::{init_containers, regular_containers};
 use kubelet_core::quantity::parse_bytes;
 use kubelet_core::types::PodUid;
 use kubelet_core::volume::{
@@ -511,7 +512,18 @@ impl VolumeManager {
             .resolve(pod, &claim, read_only, ephemeral)
             .await?;
         if bound.block {
-            return Err(SetUpError::BlockMounted(v.name.clone()));
+            let mounted = init_containers(pod)
+                .iter()
+                .chain(regular_containers(pod))
+                .any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name));
+            return Err(if mounted {
+                SetUpError::BlockMounted(v.name.clone())
+            } else {
+                SetUpError::UnsupportedType(format!(
+                    "volumeMode Block (PersistentVolume {})",
+                    bound.pv_name
+                ))
+            });
         }
         match bound.source {
             PvSource::HostPath { path, type_ } => {
@@ -534,10 +546,19 @@ impl VolumeManager {
                 let on_root_mismatch =
                     psc.and_then(|s| s.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
                 let (target, read_only) = (dir.clone(), bound.read_only);
+                let (pods_dir, pv) = (self.pods_dir.clone(), bound.pv_name.clone());
                 blocking(move || {
                     std::fs::create_dir_all(&target)?;
                     let mounted = mount::ensure_bind(Path::new(&path), &target, read_only)?;
-                    if let Some(gid) = fs_group.filter(|_| mounted && !read_only) {
+                    // fsGroup once, by the first pod that mounts it (upstream's
+                    // local plugin): another pod's files are not changed under it.
+                    let others = mount::mounts_under(&pods_dir)?.into_iter().any(|m| {
+                        m != target
+                            && m.parent().and_then(Path::file_name)
+                                == Some(std::ffi::OsStr::new(LOCAL_VOLUME))
+                            && m.file_name() == Some(std::ffi::OsStr::new(&pv))
+                    });
+                    if let Some(gid) = fs_group.filter(|_| mounted && !read_only && !others) {
                         ownership::apply(&target, gid, false, on_root_mismatch)?;
                     }
                     Ok(())
@@ -764,6 +785,14 @@ impl VolumeManager {
             return Ok(());
         };
         blocking(move || {
+            // Local PVs first, each unmounted then removed with rmdir only:
+            // a bind of the host's data is never deleted through.
+            let local = pod_dir.join("volumes").join(LOCAL_VOLUME);
+            if let Ok(entries) = std::fs::read_dir(&local) {
+                for e in entries {
+                    mount::unmount_and_rmdir(&e?.path())?;
+                }
+            }
             for sub in ["volume-subpaths", "volumes", "plugins"] {
                 mount::remove_tree(&pod_dir.join(sub))?;
             }

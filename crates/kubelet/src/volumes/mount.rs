@@ -48,18 +48,42 @@ pub fn ensure_tmpfs(dir: &Path, size: i64) -> io::Result<()> {
 /// the same file system has the same device: `is_mount_point` cannot see
 /// it). True when it mounted now.
 pub fn ensure_bind(source: &Path, target: &Path, read_only: bool) -> io::Result<bool> {
-    if mounts_under(target)?.iter().any(|m| m == target) {
-        return Ok(false);
+    let mounted = mounts_under(target)?.iter().any(|m| m == target);
+    if !mounted {
+        rustix::mount::mount_bind(source, target)?;
     }
-    rustix::mount::mount_bind(source, target)?;
-    if read_only
-        && let Err(e) =
-            rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")
-    {
-        let _ = rustix::mount::unmount(target, UnmountFlags::NOFOLLOW);
-        return Err(e.into());
+    // Read-only asked for: made so now, or again when a remount failed
+    // before (a bind mount is read-write until remounted).
+    let read_write = || {
+        rustix::fs::statvfs(target)
+            .map(|s| !s.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
+    };
+    if read_only && read_write()? {
+        rustix::mount::mount_remount(target, MountFlags::BIND | MountFlags::RDONLY, "")?;
     }
-    Ok(true)
+    Ok(!mounted)
+}
+
+/// Unmount `dir` and what is under it, then remove it with rmdir only:
+/// what is still in it after the unmount (a mount this namespace does not
+/// show) is never deleted. For a volume whose directory is a bind of the
+/// host's data (a local PV), as upstream removes them.
+pub fn unmount_and_rmdir(dir: &Path) -> io::Result<()> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(_) => {}
+    }
+    unmount_all_under(dir)?;
+    std::fs::remove_dir(dir).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!(
+                "removing {} (rmdir only, its data kept): {e}",
+                dir.display()
+            ),
+        )
+    })
 }
 
 /// The mount points of this mount namespace (field 5 of mountinfo, octal
