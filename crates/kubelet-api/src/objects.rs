@@ -11,9 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::PodCertificateRequest;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PersistentVolume, PersistentVolumeClaim, Secret, ServiceAccount,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, ServiceAccount};
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -191,36 +189,25 @@ pub async fn request_token(
         })
 }
 
-/// GET the ConfigMap or Secret `namespace/name` (`kind` names it in
-/// errors); None when there is none.
-pub async fn get_object<K: Watched>(
+/// GET the namespaced object `namespace/name` (a ConfigMap, Secret or
+/// PersistentVolumeClaim; `kind` names it in errors); None when there is
+/// none.
+pub async fn get_object<K>(
     api: &ApiClient,
     kind: &str,
     namespace: &str,
     name: &str,
-) -> Result<Option<K>, ApiError> {
+) -> Result<Option<K>, ApiError>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
     Api::<K>::namespaced(api.client().clone(), namespace)
         .get_opt(name)
         .await
         .map_err(|e| ApiError::from_kube("get", format!("{kind} {namespace}/{name}"), e))
-}
-
-/// The PersistentVolumeClaim `namespace/name`, None when there is none.
-pub async fn get_claim(
-    api: &ApiClient,
-    namespace: &str,
-    name: &str,
-) -> Result<Option<PersistentVolumeClaim>, ApiError> {
-    Api::<PersistentVolumeClaim>::namespaced(api.client().clone(), namespace)
-        .get_opt(name)
-        .await
-        .map_err(|e| {
-            ApiError::from_kube(
-                "get",
-                format!("PersistentVolumeClaim {namespace}/{name}"),
-                e,
-            )
-        })
 }
 
 /// The PersistentVolume `name`, None when there is none.

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kubelet_api::ApiClient;
-use kubelet_api::objects::{get_claim, get_persistent_volume};
+use kubelet_api::objects::{get_object, get_persistent_volume};
 use kubelet_core::claim::{BoundVolume, bound_volume, bound_volume_name, volume_is_for_pod};
 use kubelet_core::failure::Cause;
 use tokio::sync::watch;
@@ -63,14 +63,19 @@ impl Claims {
             claim: claim.to_owned(),
             message,
         };
-        let pvc = get_claim(&self.api, namespace, claim)
-            .await
-            .map_err(|e| fail(format!("failed to fetch PVC from API server: {e}")))?
-            .ok_or_else(|| {
-                fail(format!(
-                    "failed to fetch PVC from API server: persistentvolumeclaims {claim:?} not found"
-                ))
-            })?;
+        let pvc = get_object::<PersistentVolumeClaim>(
+            &self.api,
+            "PersistentVolumeClaim",
+            namespace,
+            claim,
+        )
+        .await
+        .map_err(|e| fail(format!("failed to fetch PVC from API server: {e}")))?
+        .ok_or_else(|| {
+            fail(format!(
+                "failed to fetch PVC from API server: persistentvolumeclaims {claim:?} not found"
+            ))
+        })?;
         let pv_name = bound_volume_name(&pvc).map_err(fail)?;
         if ephemeral {
             volume_is_for_pod(pod, &pvc).map_err(ClaimError::NotOwner)?;

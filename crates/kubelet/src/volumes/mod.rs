@@ -552,13 +552,16 @@ impl VolumeManager {
                     let mounted = mount::ensure_bind(Path::new(&path), &target, read_only)?;
                     // fsGroup once, by the first pod that mounts it (upstream's
                     // local plugin): another pod's files are not changed under it.
+                    let Some(gid) = fs_group.filter(|_| mounted && !read_only) else {
+                        return Ok(());
+                    };
                     let others = mount::mounts_under(&pods_dir)?.into_iter().any(|m| {
                         m != target
                             && m.parent().and_then(Path::file_name)
                                 == Some(std::ffi::OsStr::new(LOCAL_VOLUME))
                             && m.file_name() == Some(std::ffi::OsStr::new(&pv))
                     });
-                    if let Some(gid) = fs_group.filter(|_| mounted && !read_only && !others) {
+                    if !others {
                         ownership::apply(&target, gid, false, on_root_mismatch)?;
                     }
                     Ok(())
