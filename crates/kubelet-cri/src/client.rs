@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::Instrument;
 
 /// The CRI API version this client speaks.
@@ -113,16 +113,10 @@ pub fn socket_path(endpoint: &str) -> Result<PathBuf, CriError> {
 /// A channel to the unix socket of `endpoint`, connected on first use and
 /// again after the peer restarts.
 fn lazy_channel(endpoint: &str, timeout: Duration) -> Result<Channel, CriError> {
-    let path = socket_path(endpoint)?;
-    Ok(Endpoint::from_static("http://[::]:50051")
-        .connect_timeout(timeout)
-        .connect_with_connector_lazy(tower::service_fn(move |_| {
-            let path = path.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        })))
+    Ok(kubelet_plugin_api::unix_channel(
+        socket_path(endpoint)?,
+        timeout,
+    ))
 }
 
 impl CriClient {

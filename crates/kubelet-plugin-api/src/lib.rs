@@ -1,0 +1,42 @@
+//! The gRPC APIs the kubelet speaks to plugins on the node, generated from
+//! `proto/`: plugin registration v1 (what a plugin in
+//! `<root-dir>/plugins_registry` serves) and the CSI Node service (what a
+//! CSI driver serves); and a channel to a unix socket, shared with the CRI
+//! client.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tonic::transport::{Channel, Endpoint};
+
+/// k8s.io/kubelet pkg/apis/pluginregistration/v1.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod pluginregistration {
+    tonic::include_proto!("pluginregistration");
+
+    /// The plugin types (its constants.go).
+    pub const CSI_PLUGIN: &str = "CSIPlugin";
+    pub const DEVICE_PLUGIN: &str = "DevicePlugin";
+    pub const DRA_PLUGIN: &str = "DRAPlugin";
+}
+
+/// csi.v1, the Node service.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod csi {
+    tonic::include_proto!("csi.v1");
+}
+
+/// A channel to the unix socket `path`, connected on first use (and again
+/// after the peer restarts); `connect_timeout` bounds each connection.
+pub fn unix_channel(path: PathBuf, connect_timeout: Duration) -> Channel {
+    // The authority is never used: the connector ignores the URI.
+    Endpoint::from_static("http://[::]:50051")
+        .connect_timeout(connect_timeout)
+        .connect_with_connector_lazy(tower::service_fn(move |_| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+}
