@@ -128,6 +128,11 @@ pub struct Flags {
     #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_label, value_delimiter = ',')]
     pub node_labels: Vec<(String, String)>,
 
+    /// Let the attach/detach controller attach the node's volumes
+    /// (enableControllerAttachDetach; false is refused).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_controller_attach_detach: Option<bool>,
+
     /// Upstream's run-once mode (runOnce): refused when true, as upstream.
     #[arg(long = "runonce", value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
     pub run_once: Option<bool>,
@@ -641,6 +646,9 @@ impl Flags {
         }
         if let Some(driver) = self.cgroup_driver {
             config.cgroup_driver = driver;
+        }
+        if let Some(attach) = self.enable_controller_attach_detach {
+            config.enable_controller_attach_detach = attach;
         }
         if let Some(once) = self.run_once {
             config.run_once = once;
@@ -1488,6 +1496,10 @@ hairpinMode: none
             (
                 &["--runonce"],
                 "runOnce (--runOnce) true, Runonce mode has been deprecated",
+            ),
+            (
+                &["--enable-controller-attach-detach=false"],
+                "enableControllerAttachDetach (--enable-controller-attach-detach) false",
             ),
             (
                 &["--cgroups-per-qos=false"],

@@ -238,10 +238,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet's API client speaks JSON (kube-rs has no protobuf encoding)",
     ),
     (
-        "enableControllerAttachDetach",
-        "not yet: attach/detach of persistent volumes (#34)",
-    ),
-    (
         "makeIPTablesUtilChains",
         "no effect: rkubelet makes no iptables chains (kube-proxy and the CNI plugin do)",
     ),
@@ -884,6 +880,12 @@ config_section! {
         /// `runOnce`: refused when true, as upstream's validation refuses it
         /// (its run-once mode is gone).
         "runOnce" run_once: bool = false;
+        /// `enableControllerAttachDetach`: the attach/detach controller
+        /// attaches the node's volumes (the Node is annotated
+        /// `volumes.kubernetes.io/controller-managed-attach-detach`, and a
+        /// CSI volume waits for its VolumeAttachment); false, the kubelet
+        /// attaching volumes itself, is refused.
+        "enableControllerAttachDetach" enable_controller_attach_detach: bool = true;
         /// `featureGates`: upstream's gates by name (see [`gates`]); flags
         /// (`--feature-gates`) win per gate.
         "featureGates" feature_gates: BTreeMap<String, bool> = BTreeMap::new();

@@ -1533,6 +1533,13 @@ fn feature_gates_are_read_checked_and_looked_up() {
     );
     let (cfg, _) = parse_body("runOnce: false\n").unwrap();
     cfg.validate().unwrap();
+    let (cfg, _) = parse_body("enableControllerAttachDetach: false\n").unwrap();
+    assert_eq!(
+        cfg.validate().unwrap_err().to_string(),
+        "invalid configuration: enableControllerAttachDetach (--enable-controller-attach-detach) false: rkubelet does not attach volumes itself; the attach/detach controller attaches them"
+    );
+    let (cfg, _) = parse_body("enableControllerAttachDetach: true\n").unwrap();
+    cfg.validate().unwrap();
     let (cfg, _) = parse_body("memorySwap:\n  swapBehavior: Unlimited\n").unwrap();
     assert_eq!(
         cfg.validate().unwrap_err().to_string(),

@@ -27,6 +27,12 @@ impl KubeletConfiguration {
                 crate::swap::NO_SWAP
             )));
         }
+        if !self.enable_controller_attach_detach {
+            return Err(ConfigError::Rejected(
+                "enableControllerAttachDetach (--enable-controller-attach-detach) false: rkubelet does not attach volumes itself; the attach/detach controller attaches them"
+                    .into(),
+            ));
+        }
         if self.run_once {
             return Err(ConfigError::Rejected(
                 "runOnce (--runOnce) true, Runonce mode has been deprecated and should not be set"
