@@ -11,6 +11,7 @@ pub mod node;
 pub mod objects;
 pub mod pods;
 pub mod ratelimit;
+pub mod storage;
 mod watch;
 
 pub use client::{ApiClient, ApiError};

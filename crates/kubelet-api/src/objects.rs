@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::certificates::v1::PodCertificateRequest;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolume, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use kube::Resource;
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
@@ -210,15 +210,24 @@ where
         .map_err(|e| ApiError::from_kube("get", format!("{kind} {namespace}/{name}"), e))
 }
 
-/// The PersistentVolume `name`, None when there is none.
-pub async fn get_persistent_volume(
+/// GET the cluster-scoped object `name` (a PersistentVolume, CSIDriver,
+/// VolumeAttachment or CSINode; `kind` names it in errors); None when there
+/// is none.
+pub async fn get_cluster_object<K>(
     api: &ApiClient,
+    kind: &str,
     name: &str,
-) -> Result<Option<PersistentVolume>, ApiError> {
-    Api::<PersistentVolume>::all(api.client().clone())
+) -> Result<Option<K>, ApiError>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    Api::<K>::all(api.client().clone())
         .get_opt(name)
         .await
-        .map_err(|e| ApiError::from_kube("get", format!("PersistentVolume {name}"), e))
+        .map_err(|e| ApiError::from_kube("get", format!("{kind} {name}"), e))
 }
 
 /// The service account `namespace/name` (a podCertificate request names its

@@ -70,6 +70,8 @@ pub enum PvSource {
     HostPath { path: String, type_: String },
     /// The host's path, bind-mounted under the pod (`LOCAL_VOLUME`).
     Local { path: String },
+    /// A CSI driver's volume.
+    Csi(Box<crate::csi::CsiVolume>),
     /// A source without a plugin here: the API field's name.
     Unsupported(&'static str),
 }
@@ -130,6 +132,8 @@ pub fn bound_volume(
         PvSource::Local {
             path: l.path.clone(),
         }
+    } else if let Some(csi) = crate::csi::CsiVolume::persistent(pv, claim_read_only) {
+        PvSource::Csi(Box::new(csi))
     } else {
         PvSource::Unsupported(unsupported_source(&spec))
     };
@@ -151,7 +155,6 @@ pub fn bound_volume(
 /// The API field of a PV source rkubelet has no plugin for.
 fn unsupported_source(spec: &k8s_openapi::api::core::v1::PersistentVolumeSpec) -> &'static str {
     [
-        (spec.csi.is_some(), "csi"),
         (spec.nfs.is_some(), "nfs"),
         (spec.iscsi.is_some(), "iscsi"),
         (spec.fc.is_some(), "fc"),

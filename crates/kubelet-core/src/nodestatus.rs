@@ -40,6 +40,8 @@ pub struct NodeFacts {
     pub container_runtime_version: String,
     pub kubelet_port: i32,
     pub images: Vec<ContainerImage>,
+    /// The attachable volumes pods use (unique names, sorted).
+    pub volumes_in_use: Vec<String>,
     /// What allocatable keeps back: systemReserved plus kubeReserved
     /// (milli-CPUs, bytes).
     pub reserved: Amounts,
@@ -233,6 +235,7 @@ pub fn node_status(
             }),
         }),
         images: Some(images),
+        volumes_in_use: Some(facts.volumes_in_use.clone()),
         declared_features: Some(DECLARED_FEATURES.iter().map(|f| f.to_string()).collect()),
         node_info: Some(NodeSystemInfo {
             architecture: facts.architecture.clone(),

@@ -38,6 +38,8 @@ pub enum Kind {
     Secret,
     DownwardApi,
     Projected,
+    /// An inline CSI volume (see [`crate::csi`]).
+    Csi,
     /// A type without a plugin here: the API field's name.
     Unsupported(&'static str),
 }
@@ -59,12 +61,12 @@ impl Kind {
             (v.secret.is_some(), Kind::Secret),
             (v.downward_api.is_some(), Kind::DownwardApi),
             (v.projected.is_some(), Kind::Projected),
+            (v.csi.is_some(), Kind::Csi),
         ];
         if let Some((_, k)) = plain.into_iter().find(|(set, _)| *set) {
             return k;
         }
         let other = [
-            (v.csi.is_some(), "csi"),
             (v.image.is_some(), "image"),
             (v.nfs.is_some(), "nfs"),
             (v.iscsi.is_some(), "iscsi"),
@@ -102,7 +104,7 @@ impl Kind {
             Kind::Secret => Some(SECRET),
             Kind::DownwardApi => Some(DOWNWARD_API),
             Kind::Projected => Some(PROJECTED),
-            Kind::HostPath | Kind::Claim | Kind::Unsupported(_) => None,
+            Kind::HostPath | Kind::Claim | Kind::Csi | Kind::Unsupported(_) => None,
         }
     }
 

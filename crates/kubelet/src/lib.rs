@@ -25,6 +25,7 @@ pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod oomwatcher;
 pub mod pleg;
+pub mod pluginmanager;
 pub mod pod_workers;
 pub mod podenv;
 pub mod podmanager;

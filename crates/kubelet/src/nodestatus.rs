@@ -86,6 +86,8 @@ pub struct NodeStatusController {
     /// Woken when the status must be sent now rather than at the next
     /// tick.
     pub status_now: Arc<Notify>,
+    /// The attachable volumes pods use.
+    pub volumes_in_use: crate::volumes::csi::VolumesInUse,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -219,6 +221,7 @@ impl NodeStatusController {
             container_runtime_version: self.runtime_version.read().clone(),
             kubelet_port: self.reg.kubelet_port,
             images,
+            volumes_in_use: self.volumes_in_use.names(),
             reserved: self.reserved.clone(),
             eviction_hard: self.eviction_hard.clone(),
         }

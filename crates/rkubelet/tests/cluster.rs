@@ -4471,6 +4471,277 @@ async fn w_o_a_generic_ephemeral_volume_lives_and_goes_with_its_pod() {
     k.finish(&uids).await;
 }
 
+/// The CSI mock driver of upstream's e2e suite with its registrar
+/// (hack/control-plane.sh csi-mock-plugin), external-provisioner and
+/// external-attacher, all on one socket; killed when dropped.
+struct CsiMock {
+    children: Vec<Child>,
+}
+
+/// The mock driver's name (its default).
+const CSI_MOCK: &str = "io.kubernetes.storage.mock";
+
+impl CsiMock {
+    /// Start them for the rkubelet whose plugins_registry is `registry`;
+    /// logs and the socket under `dir`.
+    fn start(api: &Api, registry: &Path, dir: &Path) -> CsiMock {
+        let socket = dir.join("csi-mock.sock");
+        let address = format!("--csi-address={}", socket.display());
+        let kubeconfig = format!("--kubeconfig={}", api.dir.join("admin.conf").display());
+        let spawn = |binary: &str, args: &[&str]| {
+            let log = File::create(dir.join(format!("{binary}.log"))).unwrap();
+            Command::new(env(&format!(
+                "RKUBELET_{}",
+                binary.to_uppercase().replace('-', "_")
+            )))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {binary}: {e}"))
+        };
+        let plugin = spawn(
+            "csi-mock-plugin",
+            &[
+                &address,
+                &format!("--registration-dir={}", registry.display()),
+            ],
+        );
+        let provisioner = spawn("csi-provisioner", &[&address, &kubeconfig, "--v=5"]);
+        let attacher = spawn("csi-attacher", &[&address, &kubeconfig, "--v=5"]);
+        CsiMock {
+            children: vec![plugin, provisioner, attacher],
+        }
+    }
+}
+
+impl Drop for CsiMock {
+    /// SIGTERM, as a pod's containers get it: the registrar removes its
+    /// socket, which deregisters the driver (a SIGKILL would leave it).
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
+        }
+        for c in &mut self.children {
+            let start = Instant::now();
+            while c.try_wait().ok().flatten().is_none() && start.elapsed() < Duration::from_secs(10)
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The CSINode's entry of `driver`.
+fn csinode_driver(api: &Api, driver: &str) -> Option<Value> {
+    let csinode = api.get(&["csinode", &api.node])?;
+    csinode["spec"]["drivers"]
+        .as_array()?
+        .iter()
+        .find(|d| d["name"] == driver)
+        .cloned()
+}
+
+/// A CSI driver through upstream's plugin registration, attach and
+/// provisioning: the mock driver registers (CSINode, node ID annotation),
+/// a claim of its StorageClass is provisioned, attached by the
+/// attach/detach controller and external-attacher, staged and published in
+/// upstream's layout and reported in use; it survives a kill -9 of
+/// rkubelet; the pod deleted, it is unpublished, unstaged and detached;
+/// the driver's socket gone, it is deregistered.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
+    let mut k = Kubelet::new("csi");
+    k.start_ready().await;
+    let registry = k.rk.root().join("plugins_registry");
+    let mock = CsiMock::start(&k.api, &registry, k.rk.dir.path());
+    let entry = eventually("the driver is in the CSINode", START, async || {
+        csinode_driver(&k.api, CSI_MOCK)
+    })
+    .await;
+    assert_eq!(entry["nodeID"], CSI_MOCK, "the mock's node ID is its name");
+    let node = k.api.node_obj().unwrap();
+    assert_eq!(
+        node["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"],
+        format!(r#"{{"{CSI_MOCK}":"{CSI_MOCK}"}}"#)
+    );
+    let csinode = k.api.get(&["csinode", &k.api.node]).unwrap();
+    assert_eq!(csinode["metadata"]["ownerReferences"][0]["kind"], "Node");
+    // What a failed run may have left (cluster-scoped: not in finish's
+    // sweep).
+    let delete_cluster_objects = |api: &Api| {
+        let _ = api.run(&[
+            "delete",
+            "csidriver,storageclass",
+            "-l",
+            TEST_LABEL,
+            "--ignore-not-found",
+        ]);
+    };
+    delete_cluster_objects(&k.api);
+    k.api.create(&json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": CSI_MOCK, "labels": {TEST_LABEL: "1"}},
+        "spec": {"attachRequired": true, "podInfoOnMount": true,
+                 "volumeLifecycleModes": ["Persistent"]},
+    }));
+    k.api.create(&json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": "cl-csi-mock", "labels": {TEST_LABEL: "1"}},
+        "provisioner": CSI_MOCK, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+    }));
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "cl-csi-claim", "namespace": "default", "labels": {TEST_LABEL: "1"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "cl-csi-mock",
+                 "resources": {"requests": {"storage": "1Mi"}}},
+    }));
+    let pv = eventually("the claim is provisioned and bound", START, async || {
+        let pvc = k.api.get(&["pvc", "cl-csi-claim", "-n", "default"])?;
+        (pvc["status"]["phase"] == "Bound")
+            .then(|| pvc["spec"]["volumeName"].as_str().map(str::to_owned))
+            .flatten()
+    })
+    .await;
+    let handle = k.api.get(&["pv", &pv]).unwrap()["spec"]["csi"]["volumeHandle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let pod = claims_pod(
+        &k.api,
+        "cl-csi",
+        &format!("echo csi > /data/f; {SLEEPER}"),
+        &[("data", "cl-csi-claim", false)],
+    );
+    k.api.create(&pod);
+    let pod = eventually("the pod with a CSI volume runs", START, async || {
+        k.api.pod("cl-csi").filter(running_with_ip)
+    })
+    .await;
+    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    assert_eq!(
+        exec_out(&k.api, "cl-csi", "cat /data/f").as_deref(),
+        Some("csi\n")
+    );
+    // Upstream's layout: the publish target with vol_data.json beside it,
+    // the global mount under plugins/kubernetes.io/csi.
+    let volume_dir =
+        k.rk.root()
+            .join(format!("pods/{}/volumes/kubernetes.io~csi/{pv}", uid(&pod)));
+    let data: Value =
+        serde_json::from_slice(&std::fs::read(volume_dir.join("vol_data.json")).unwrap()).unwrap();
+    assert_eq!(data["volumeHandle"], handle.as_str());
+    assert_eq!(data["driverName"], CSI_MOCK);
+    assert_eq!(data["volumeLifecycleMode"], "Persistent");
+    assert!(volume_dir.join("mount/f").is_file());
+    let driver_dir = k.rk.root().join("plugins/kubernetes.io/csi").join(CSI_MOCK);
+    let staged: Vec<PathBuf> = std::fs::read_dir(&driver_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert!(staged[0].join("globalmount").is_dir());
+    let unique = format!("kubernetes.io/csi/{CSI_MOCK}^{handle}");
+    eventually("the volume reported in use", START, async || {
+        let node = k.api.node_obj()?;
+        node["status"]["volumesInUse"]
+            .as_array()?
+            .iter()
+            .any(|v| v == unique.as_str())
+            .then_some(())
+    })
+    .await;
+    // kill -9 and a restart: the pod runs on with its volume.
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    assert_eq!(
+        exec_out(&k.api, "cl-csi", "cat /data/f").as_deref(),
+        Some("csi\n")
+    );
+    // The pod deleted: unpublished, unstaged, no longer in use, detached.
+    k.api
+        .ok(&["delete", "pod", "cl-csi", "-n", "default", "--wait=false"]);
+    eventually("the volume unpublished and unstaged", CLEANUP, async || {
+        let left = volume_dir.exists()
+            || std::fs::read_dir(&driver_dir).is_ok_and(|mut d| d.next().is_some());
+        (!left).then_some(())
+    })
+    .await;
+    eventually(
+        "the volume no longer in use, and detached",
+        CLEANUP,
+        async || {
+            let node = k.api.node_obj()?;
+            let in_use = node["status"]["volumesInUse"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v == unique.as_str()));
+            let attached = node["status"]["volumesAttached"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|v| v["name"] == unique.as_str()));
+            (!in_use && !attached).then_some(())
+        },
+    )
+    .await;
+    let log = std::fs::read_to_string(k.rk.dir.path().join("csi-mock-plugin.log")).unwrap();
+    let calls: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("/csi.v1.Node/"))
+        .map(|(_, call)| call.split(':').next().unwrap_or(""))
+        .filter(|c| {
+            [
+                "NodeStageVolume",
+                "NodePublishVolume",
+                "NodeUnpublishVolume",
+                "NodeUnstageVolume",
+            ]
+            .contains(c)
+        })
+        .collect();
+    assert_eq!(
+        calls.first().copied(),
+        Some("NodeStageVolume"),
+        "staged before published: {calls:?}"
+    );
+    assert_eq!(
+        &calls[calls.len() - 2..],
+        ["NodeUnpublishVolume", "NodeUnstageVolume"],
+        "{calls:?}"
+    );
+    // The claim deleted, the provisioner deletes its volume.
+    k.api.ok(&[
+        "delete",
+        "pvc",
+        "cl-csi-claim",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    eventually("the provisioned volume is deleted", CLEANUP, async || {
+        k.api.get(&["pv", &pv]).is_none().then_some(())
+    })
+    .await;
+    // The driver gone, it is deregistered.
+    drop(mock);
+    eventually("the driver leaves the CSINode", CLEANUP, async || {
+        csinode_driver(&k.api, CSI_MOCK).is_none().then_some(())
+    })
+    .await;
+    k.api.delete_labelled();
+    delete_cluster_objects(&k.api);
+    k.finish(&uids).await;
+}
+
 /// CSRs of `signer` by `user` created at or after `since`.
 fn node_csrs(api: &Api, signer: &str, user: impl Fn(&str) -> bool, since: &str) -> Vec<Value> {
     let list = api.get(&["csr"]).unwrap_or_default();

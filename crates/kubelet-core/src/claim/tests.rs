@@ -144,15 +144,34 @@ fn a_volume_is_checked_against_its_claim_and_node() {
         assert_eq!(got.unwrap_err(), want);
     }
     let csi = PersistentVolumeSpec {
-        csi: Some(Default::default()),
+        csi: Some(k8s_openapi::api::core::v1::CSIPersistentVolumeSource {
+            driver: "d".into(),
+            volume_handle: "h".into(),
+            read_only: Some(true),
+            ..Default::default()
+        }),
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
         volume_mode: Some("Block".into()),
         ..Default::default()
     };
     let got = bound_volume(&volume(Some("u1"), csi), "u1", false, "n1", &labels).unwrap();
+    let PvSource::Csi(c) = got.source else {
+        panic!("not a CSI volume: {:?}", got.source)
+    };
+    assert!(got.block);
     assert_eq!(
-        (got.source, got.block),
-        (PvSource::Unsupported("csi"), true)
+        (c.driver.as_str(), c.handle.as_str(), c.spec_name.as_str()),
+        ("d", "h", "pv-1")
     );
+    // The source's readOnly makes it read-only whatever the claim says.
+    assert!(c.read_only);
+    assert_eq!(c.lifecycle_mode(), crate::csi::PERSISTENT);
+    let nfs = PersistentVolumeSpec {
+        nfs: Some(Default::default()),
+        ..Default::default()
+    };
+    let got = bound_volume(&volume(Some("u1"), nfs), "u1", false, "n1", &labels).unwrap();
+    assert_eq!(got.source, PvSource::Unsupported("nfs"));
 }
 
 #[test]

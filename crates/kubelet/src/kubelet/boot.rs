@@ -357,6 +357,7 @@ impl Kubelet {
             eviction: self.eviction.clone(),
             shutdown: self.shutdown.clone(),
             status_now: self.node_status_now.clone(),
+            volumes_in_use: self.syncer.volumes.volumes_in_use(),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {
@@ -479,6 +480,24 @@ impl Kubelet {
         self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
             pleg.run(pleg_tx, token)
         });
+        // The plugin manager (in cluster mode: CSI drivers need the API).
+        if let Some(api) = &self.api {
+            let manager = crate::pluginmanager::PluginManager {
+                dir: self
+                    .opts
+                    .root_dir
+                    .join(crate::pluginmanager::PLUGINS_REGISTRY),
+                csi: self.csi_drivers.clone(),
+                node_info: crate::volumes::csi::nodeinfo::NodeInfo {
+                    api: api.clone(),
+                    node_name: self.opts.node_name.clone(),
+                },
+            };
+            self.tasks
+                .spawn(tracing::info_span!("plugin_manager"), move |token| {
+                    manager.run(token)
+                });
+        }
         let allocation = self.syncer.allocation.clone();
         self.tasks.spawn(
             tracing::info_span!("allocation_checkpoints"),

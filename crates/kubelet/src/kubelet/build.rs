@@ -18,7 +18,7 @@ use kubelet_core::sysctl::Allowlist;
 use kubelet_cri::client::CriClient;
 use kubelet_tasks::Tasks;
 use parking_lot::{Mutex, RwLock};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -44,6 +44,7 @@ use crate::runtimeclass::RuntimeClasses;
 use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
+use crate::volumes::csi::{CsiDrivers, CsiVolumes, VolumesInUse};
 use crate::volumes::objects::{ObjectStore, Strategy};
 use crate::volumes::podcert::PodCertificates;
 use crate::volumes::token::TokenManager;
@@ -85,6 +86,9 @@ impl Kubelet {
             .config_map_and_secret_change_detection_strategy
             .parse()
             .unwrap_or(Strategy::Watch);
+        let csi_drivers = CsiDrivers::default();
+        // Woken for node status to be sent at once (a volume newly in use).
+        let node_status_now = Arc::new(Notify::new());
         let api_objects = api.as_ref().map(|api| ApiObjects {
             config_maps: ObjectStore::new(
                 api.clone(),
@@ -103,6 +107,15 @@ impl Kubelet {
                 node.subscribe(),
             ),
             tokens: TokenManager::new(api.clone(), opts.clock),
+            csi: CsiVolumes::new(
+                csi_drivers.clone(),
+                api.clone(),
+                opts.node_name.clone(),
+                node.subscribe(),
+                opts.root_dir.clone(),
+                TokenManager::new(api.clone(), opts.clock),
+                VolumesInUse::new(node_status_now.clone()),
+            ),
             trust: TrustBundles::new(api.clone(), tasks.clone(), probe_tx.clone()),
             pod_certificates: PodCertificates::new(
                 api.clone(),
@@ -280,11 +293,12 @@ impl Kubelet {
             ),
             eviction,
             shutdown,
-            node_status_now: Arc::default(),
+            node_status_now,
             system_containers: SystemContainers::new(&opts.config, &opts.cgroups),
             reserved,
             eviction_hard,
             local_allocatable,
+            csi_drivers,
             events,
             opts,
         });

@@ -232,6 +232,8 @@ pub struct Kubelet {
     /// Node allocatable from this host's capacity, for admission until the
     /// Node is seen.
     local_allocatable: Amounts,
+    /// The CSI drivers the plugin manager registers, for the volume manager.
+    csi_drivers: crate::volumes::csi::CsiDrivers,
     events: Recorder,
 }
 

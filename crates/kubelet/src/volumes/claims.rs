@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kubelet_api::ApiClient;
-use kubelet_api::objects::{get_object, get_persistent_volume};
+use kubelet_api::objects::{get_cluster_object, get_object};
 use kubelet_core::claim::{BoundVolume, bound_volume, bound_volume_name, volume_is_for_pod};
 use kubelet_core::failure::Cause;
 use tokio::sync::watch;
@@ -80,7 +80,7 @@ impl Claims {
         if ephemeral {
             volume_is_for_pod(pod, &pvc).map_err(ClaimError::NotOwner)?;
         }
-        let pv = get_persistent_volume(&self.api, pv_name)
+        let pv = get_cluster_object::<PersistentVolume>(&self.api, "PersistentVolume", pv_name)
             .await
             .map_err(|e| fail(format!("failed to fetch PV {pv_name} from API server: {e}")))?
             .ok_or_else(|| {

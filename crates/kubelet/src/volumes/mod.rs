@@ -20,6 +20,7 @@
 
 pub mod atomic_writer;
 pub mod claims;
+pub mod csi;
 pub mod mount;
 pub mod objects;
 pub mod ownership;
@@ -144,6 +145,8 @@ pub enum SetUpError {
     HostPath(#[from] HostPathError),
     #[error(transparent)]
     Claim(#[from] claims::ClaimError),
+    #[error(transparent)]
+    Csi(#[from] csi::CsiError),
     /// A claim's PV of volumeMode Block (rkubelet gives containers no
     /// volumeDevices yet).
     #[error("volume {0} has volumeMode Block, but is specified in volumeMounts")]
@@ -172,6 +175,7 @@ impl SetUpError {
             | SetUpError::BlockMounted(_)
             | SetUpError::LocalPath { .. } => Cause::Unsupported,
             SetUpError::Claim(e) => e.cause(),
+            SetUpError::Csi(e) => e.cause(),
             SetUpError::Object(e) => e.cause(),
             SetUpError::Payload(e) => e.cause(),
             SetUpError::Trust(e) => e.cause(),
@@ -236,6 +240,7 @@ pub struct ApiObjects {
     pub trust: trust::TrustBundles,
     pub pod_certificates: podcert::PodCertificates,
     pub claims: claims::Claims,
+    pub csi: csi::CsiVolumes,
 }
 
 /// `<pods_dir>/<uid>`, when the UID is a safe path component.
@@ -270,6 +275,14 @@ impl VolumeManager {
             api,
             events,
         }
+    }
+
+    /// The attachable volumes pods use, for node status.
+    pub fn volumes_in_use(&self) -> csi::VolumesInUse {
+        self.api
+            .as_ref()
+            .map(|a| a.csi.in_use.clone())
+            .unwrap_or_default()
     }
 
     /// `<root-dir>/pods/<uid>`, when the UID is a safe path component.
@@ -399,6 +412,10 @@ impl VolumeManager {
             return match kind {
                 Kind::HostPath => self.host_path(v).await,
                 Kind::Claim => self.claim(pod, pod_dir, v).await,
+                Kind::Csi => match kubelet_core::csi::CsiVolume::inline(pod, v) {
+                    Some(volume) => self.csi(pod, pod_dir, &volume, None).await,
+                    None => Err(SetUpError::NoPlugin),
+                },
                 Kind::Unsupported(t) => Err(SetUpError::UnsupportedType(t.to_string())),
                 _ => Err(SetUpError::NoPlugin),
             };
@@ -573,11 +590,40 @@ impl VolumeManager {
                     gid: bound.gid,
                 })
             }
+            PvSource::Csi(volume) => self.csi(pod, pod_dir, &volume, bound.gid).await,
             PvSource::Unsupported(kind) => Err(SetUpError::UnsupportedType(format!(
                 "{kind} (PersistentVolume {})",
                 bound.pv_name
             ))),
         }
+    }
+
+    /// A CSI volume (inline, or a PV's), staged and published by its driver.
+    async fn csi(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        volume: &kubelet_core::csi::CsiVolume,
+        gid: Option<i64>,
+    ) -> Result<MountedVolume, SetUpError> {
+        let Some(api) = &self.api else {
+            return Err(SetUpError::NoApiServer {
+                what: format!("csi driver {:?}", volume.driver),
+            });
+        };
+        let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+        let fs_group = psc.and_then(|s| s.fs_group);
+        let on_root_mismatch =
+            psc.and_then(|s| s.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+        let published = api
+            .csi
+            .set_up(pod, pod_dir, volume, fs_group, on_root_mismatch)
+            .await?;
+        Ok(MountedVolume {
+            host_path: published.target,
+            read_only: published.read_only,
+            gid,
+        })
     }
 
     /// The files of a configMap, secret, downwardAPI or projected volume.
@@ -787,6 +833,14 @@ impl VolumeManager {
         let Some(pod_dir) = self.pod_dir(uid) else {
             return Ok(());
         };
+        // CSI volumes first, through their drivers: a driver not registered
+        // (yet) keeps the pod's directory until it is.
+        if let Some(api) = &self.api {
+            api.csi
+                .tear_down_pod(&pod_dir)
+                .await
+                .map_err(io::Error::other)?;
+        }
         blocking(move || {
             // Local PVs first, each unmounted then removed with rmdir only:
             // a bind of the host's data is never deleted through.

@@ -62,12 +62,17 @@ impl TokenManager {
     /// The token for `spec`: the cached one while it is fresh, else a new
     /// one. A failed request falls back to a cached token not yet expired.
     pub async fn get(&self, spec: &TokenSpec) -> Result<String, TokenError> {
+        Ok(self.get_expiring(spec).await?.0)
+    }
+
+    /// As [`TokenManager::get`], with when the token expires (Unix seconds).
+    pub async fn get_expiring(&self, spec: &TokenSpec) -> Result<(String, i64), TokenError> {
         let now = self.clock.now_nanos() / 1_000_000_000;
         let cached = self.cache.lock().get(spec).cloned();
         if let Some(c) = &cached
             && !requires_refresh(now, c.expires, c.lifetime)
         {
-            return Ok(c.token.clone());
+            return Ok((c.token.clone(), c.expires));
         }
         let result = request_token(
             &self.api,
@@ -85,7 +90,7 @@ impl TokenManager {
                 return match cached {
                     Some(c) if now < c.expires => {
                         tracing::warn!(error = %e, account = %spec.service_account, "refreshing a service account token failed: keeping the current one");
-                        Ok(c.token)
+                        Ok((c.token, c.expires))
                     }
                     _ => Err(TokenError::Request(e)),
                 };
@@ -110,7 +115,7 @@ impl TokenManager {
                 lifetime,
             },
         );
-        Ok(token)
+        Ok((token, expires))
     }
 
     /// Forget the tokens of a pod that is gone.

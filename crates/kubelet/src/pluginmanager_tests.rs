@@ -1,0 +1,179 @@
+//! The plugin manager against plugins serving the registration API on
+//! sockets in a temporary plugins_registry, a fake CSI driver and a fake
+//! API server.
+
+use std::sync::Arc;
+
+use kubelet_plugin_api::pluginregistration::registration_server::{
+    Registration, RegistrationServer,
+};
+use kubelet_plugin_api::pluginregistration::{
+    DEVICE_PLUGIN, PluginInfo, RegistrationStatusResponse,
+};
+use parking_lot::Mutex;
+use tonic::{Request, Response, Status};
+
+use super::*;
+use crate::testutil::{FakeApi, until};
+use crate::volumes::csi::tests::{FakeDriver, serve};
+
+/// A plugin's registration service: what GetInfo answers, and the
+/// statuses the kubelet sent.
+#[derive(Clone)]
+struct Plugin {
+    info: PluginInfo,
+    told: Arc<Mutex<Vec<RegistrationStatus>>>,
+}
+
+#[tonic::async_trait]
+impl Registration for Plugin {
+    async fn get_info(&self, _: Request<InfoRequest>) -> Result<Response<PluginInfo>, Status> {
+        Ok(Response::new(self.info.clone()))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        r: Request<RegistrationStatus>,
+    ) -> Result<Response<RegistrationStatusResponse>, Status> {
+        self.told.lock().push(r.into_inner());
+        Ok(Response::new(RegistrationStatusResponse {}))
+    }
+}
+
+/// Serve a registration service at `socket`; the statuses it is told.
+fn plugin(
+    socket: &Path,
+    kind: &str,
+    name: &str,
+    endpoint: &Path,
+    versions: &[&str],
+) -> Arc<Mutex<Vec<RegistrationStatus>>> {
+    let told = Arc::default();
+    let service = Plugin {
+        info: PluginInfo {
+            r#type: kind.into(),
+            name: name.into(),
+            endpoint: endpoint.to_string_lossy().into_owned(),
+            supported_versions: versions.iter().map(|v| v.to_string()).collect(),
+        },
+        told: Arc::clone(&told),
+    };
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(service))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+    told
+}
+
+#[tokio::test]
+async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = dir.path().join(PLUGINS_REGISTRY);
+    std::fs::create_dir_all(&registry).unwrap();
+    let api = FakeApi::default();
+    api.put(
+        "/api/v1/nodes/n1",
+        serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "n1", "uid": "node-uid"}}),
+    );
+    let csi = CsiDrivers::default();
+    let manager = PluginManager {
+        dir: registry.clone(),
+        csi: csi.clone(),
+        node_info: NodeInfo {
+            api: api.client(),
+            node_name: "n1".into(),
+        },
+    };
+    let cancel = CancellationToken::new();
+    let run = tokio::spawn(manager.run(cancel.clone()));
+    // The CSINode is made at start, owned by the Node.
+    let csinode_path = "/apis/storage.k8s.io/v1/csinodes/n1";
+    until("the CSINode made", || api.get(csinode_path).is_some()).await;
+    let csinode = api.get(csinode_path).unwrap();
+    assert_eq!(csinode["metadata"]["ownerReferences"][0]["uid"], "node-uid");
+    assert_eq!(
+        csinode["metadata"]["annotations"]["storage.alpha.kubernetes.io/migrated-plugins"],
+        kubelet_core::csi::MIGRATED_PLUGINS
+    );
+
+    let endpoint = dir.path().join("csi.sock");
+    serve(FakeDriver::default(), &endpoint);
+    let socket = registry.join("fake.csi-reg.sock");
+    let told = plugin(&socket, CSI_PLUGIN, "fake.csi", &endpoint, &["1.0.0"]);
+    until("the driver told it is registered", || {
+        !told.lock().is_empty()
+    })
+    .await;
+    let status = told.lock()[0].clone();
+    assert!(status.plugin_registered, "{}", status.error);
+    assert_eq!(csi.names(), ["fake.csi"]);
+    let csinode = api.get(csinode_path).unwrap();
+    let driver = &csinode["spec"]["drivers"][0];
+    assert_eq!(driver["name"], "fake.csi");
+    assert_eq!(driver["nodeID"], "fake-node-id");
+    assert_eq!(
+        driver["topologyKeys"],
+        serde_json::json!(["topology.fake/zone"])
+    );
+    assert_eq!(driver["allocatable"]["count"], 5);
+    let node = api.get("/api/v1/nodes/n1").unwrap();
+    assert_eq!(
+        node["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"],
+        r#"{"fake.csi":"fake-node-id"}"#
+    );
+    assert_eq!(node["metadata"]["labels"]["topology.fake/zone"], "z1");
+
+    // A type without a handler, and a CSI version not spoken: refused,
+    // and told why.
+    let device = plugin(
+        &registry.join("gpu.sock"),
+        DEVICE_PLUGIN,
+        "example.com/gpu",
+        Path::new(""),
+        &["v1beta1"],
+    );
+    let old = plugin(
+        &registry.join("old.sock"),
+        CSI_PLUGIN,
+        "old.csi",
+        &endpoint,
+        &["0.3.0"],
+    );
+    until("both refused", || {
+        !device.lock().is_empty() && !old.lock().is_empty()
+    })
+    .await;
+    let refused = device.lock()[0].clone();
+    assert!(!refused.plugin_registered);
+    assert!(
+        refused.error.starts_with(
+            "RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket "
+        ),
+        "{}",
+        refused.error
+    );
+    let refused = old.lock()[0].clone();
+    assert!(
+        refused
+            .error
+            .contains(r#"None of the versions specified ["0.3.0"] are supported"#),
+        "{}",
+        refused.error
+    );
+    assert_eq!(csi.names(), ["fake.csi"]);
+
+    // The socket goes: the driver is deregistered and uninstalled.
+    std::fs::remove_file(&socket).unwrap();
+    until("the driver deregistered", || csi.names().is_empty()).await;
+    until("the CSINode without it", || {
+        api.get(csinode_path).unwrap()["spec"]["drivers"] == serde_json::json!([])
+    })
+    .await;
+    let node = api.get("/api/v1/nodes/n1").unwrap();
+    assert!(node["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"].is_null());
+    cancel.cancel();
+    run.await.unwrap();
+}

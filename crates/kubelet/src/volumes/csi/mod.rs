@@ -1,0 +1,695 @@
+//! CSI volumes (upstream's csi plugin, kubelet side): the drivers the
+//! plugin manager registered, and each pod volume staged and published
+//! through its driver's Node service, in upstream's layout
+//! (`kubelet_core::csi`), so either kubelet can clean up after the other.
+//!
+//! - **Set-up**: the CSIDriver object read (its lifecycle modes, attach,
+//!   podInfoOnMount, fsGroupPolicy, token requests); an attachable volume
+//!   waits until the attach/detach controller reports it attached and its
+//!   VolumeAttachment gives the publish context; NodeStageVolume at the
+//!   global mount (when the driver stages), then NodePublishVolume at
+//!   `pods/<uid>/volumes/kubernetes.io~csi/<name>/mount` with
+//!   `vol_data.json` beside it. Both calls are made once per kubelet
+//!   process (again after a restart, as upstream's reconstruction makes
+//!   them: the CSI spec makes them idempotent), and at every sync when the
+//!   driver requires republish.
+//! - **Tear-down** is read from disk (`vol_data.json`), so it works after a
+//!   crash or for a pod set up by another kubelet: NodeUnpublishVolume, then
+//!   NodeUnstageVolume once no other pod's volume names the same handle.
+//! - Every call has a deadline (upstream's csiTimeout): a driver that hangs
+//!   holds only the pods that use it.
+
+pub mod nodeinfo;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::TokenRequestStatus;
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubelet_api::objects::{get_cluster_object, get_object};
+use kubelet_api::{ApiClient, ApiError};
+use kubelet_core::csi::{
+    CSI_VOLUME_DIR, CsiVolume, DriverPolicy, PUBLISH_TARGET, TOKENS_ATTRIBUTE, VOL_DATA_FILE,
+    VolData, access_mode, attachment_name, pod_info_attributes, staging_path, unique_volume_name,
+};
+use kubelet_core::failure::Cause;
+use kubelet_core::types::PodUid;
+use kubelet_plugin_api::csi::node_client::NodeClient;
+use kubelet_plugin_api::csi::node_service_capability::{self, rpc};
+use kubelet_plugin_api::csi::volume_capability::{AccessMode, AccessType, MountVolume};
+use kubelet_plugin_api::csi::{
+    NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
+    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+};
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+use tonic::transport::Channel;
+
+use super::mount;
+use super::ownership;
+use super::token::{TokenManager, TokenSpec};
+use kubelet_tasks::blocking;
+
+/// Upstream's csiTimeout: the deadline of every call to a driver.
+pub const CSI_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A registered driver.
+#[derive(Clone)]
+struct Driver {
+    endpoint: PathBuf,
+    version: (u64, u64, u64),
+    channel: Channel,
+}
+
+/// The CSI drivers registered on this node (upstream's csiDrivers store),
+/// shared by the plugin manager (which fills it) and the volume manager.
+#[derive(Clone, Default)]
+pub struct CsiDrivers {
+    drivers: Arc<RwLock<HashMap<String, Driver>>>,
+}
+
+impl CsiDrivers {
+    /// Register `name` at `endpoint`; upstream's refusal when a driver of
+    /// that name with the same or a higher version is registered already.
+    pub fn insert(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        version: (u64, u64, u64),
+    ) -> Result<(), String> {
+        let mut drivers = self.drivers.write();
+        if let Some(d) = drivers.get(name)
+            && d.version >= version
+            && d.endpoint != endpoint
+        {
+            let (a, b, c) = d.version;
+            return Err(format!(
+                "kubernetes.io/csi: RegisterPlugin for CSI driver {name:?} failed. Another driver with the same name is already registered with a higher supported version: \"{a}.{b}.{c}\""
+            ));
+        }
+        drivers.insert(
+            name.to_owned(),
+            Driver {
+                endpoint: endpoint.to_owned(),
+                version,
+                channel: kubelet_plugin_api::unix_channel(endpoint.to_owned(), CSI_TIMEOUT),
+            },
+        );
+        Ok(())
+    }
+
+    /// Forget `name` when it is still the driver at `endpoint`.
+    pub fn remove(&self, name: &str, endpoint: &Path) {
+        let mut drivers = self.drivers.write();
+        if drivers.get(name).is_some_and(|d| d.endpoint == endpoint) {
+            drivers.remove(name);
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.drivers.read().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The Node service of `name`.
+    pub fn node(&self, name: &str) -> Result<NodeClient<Channel>, CsiError> {
+        self.drivers
+            .read()
+            .get(name)
+            .map(|d| NodeClient::new(d.channel.clone()))
+            .ok_or_else(|| CsiError::NotRegistered(name.to_owned()))
+    }
+}
+
+/// Why a CSI volume could not be set up or torn down, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub enum CsiError {
+    #[error(
+        "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name {0} not found in the list of registered CSI drivers"
+    )]
+    NotRegistered(String),
+    #[error("rpc error: code = {code:?} desc = {message}", code = .0.code(), message = .0.message())]
+    Rpc(#[source] tonic::Status),
+    #[error("kubernetes.io/csi: mounter.SetupAt failed to check volume lifecycle mode: {0}")]
+    LifecycleMode(String),
+    #[error("Volume not attached according to node status for volume {0:?}")]
+    NotAttached(String),
+    #[error("kubernetes.io/csi: mounter.SetUpAt failed to fetch publishContext: {0}")]
+    Attachment(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    #[error("fetching {what} {namespace}/{name} failed: {message}")]
+    Secret {
+        what: &'static str,
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error(transparent)]
+    Token(#[from] super::token::TokenError),
+    #[error("kubernetes.io/csi: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl CsiError {
+    /// Everything here may clear on its own (a driver registering, an
+    /// attachment made, an object created): retried with the pod's backoff.
+    pub fn cause(&self) -> Cause {
+        Cause::Transient
+    }
+}
+
+/// The attachable volumes pods on this node use (upstream's
+/// `volumesInUse`): from a pod's set-up until the volume is unstaged, so the
+/// attach/detach controller never detaches one under a pod. A change wakes
+/// node status, which reports it at once.
+#[derive(Clone, Default)]
+pub struct VolumesInUse {
+    volumes: Arc<Mutex<HashMap<String, HashSet<PathBuf>>>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl VolumesInUse {
+    /// Tracked volumes; `changed` is notified when the set changes.
+    pub fn new(changed: Arc<tokio::sync::Notify>) -> Self {
+        VolumesInUse {
+            volumes: Arc::default(),
+            changed,
+        }
+    }
+
+    /// The unique volume names, sorted, as node status reports them.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.volumes.lock().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    fn add(&self, name: String, pod_dir: &Path) {
+        let new = !self.volumes.lock().contains_key(&name);
+        self.volumes
+            .lock()
+            .entry(name)
+            .or_default()
+            .insert(pod_dir.to_owned());
+        if new {
+            self.changed.notify_one();
+        }
+    }
+
+    /// `pod_dir` no longer uses `name`; true when no pod does.
+    fn remove(&self, name: &str, pod_dir: &Path) -> bool {
+        let mut map = self.volumes.lock();
+        let Some(pods) = map.get_mut(name) else {
+            return true;
+        };
+        pods.remove(pod_dir);
+        pods.is_empty()
+    }
+
+    fn forget(&self, name: &str) {
+        if self.volumes.lock().remove(name).is_some() {
+            self.changed.notify_one();
+        }
+    }
+}
+
+/// What CSI volumes need beyond the drivers: the API server, the node, and
+/// service account tokens for drivers that ask for them.
+#[derive(Clone)]
+pub struct CsiVolumes {
+    pub drivers: CsiDrivers,
+    pub api: ApiClient,
+    pub node_name: String,
+    pub node: watch::Receiver<Option<Arc<Node>>>,
+    pub root_dir: PathBuf,
+    pub tokens: TokenManager,
+    pub in_use: VolumesInUse,
+    /// Publish targets and staging paths done by this process.
+    done: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+/// A set-up CSI volume: where the pod's containers find it.
+pub struct Published {
+    pub target: PathBuf,
+    pub read_only: bool,
+}
+
+impl CsiVolumes {
+    pub fn new(
+        drivers: CsiDrivers,
+        api: ApiClient,
+        node_name: String,
+        node: watch::Receiver<Option<Arc<Node>>>,
+        root_dir: PathBuf,
+        tokens: TokenManager,
+        in_use: VolumesInUse,
+    ) -> Self {
+        CsiVolumes {
+            drivers,
+            api,
+            node_name,
+            node,
+            root_dir,
+            tokens,
+            in_use,
+            done: Arc::default(),
+        }
+    }
+
+    /// Stage (when the driver stages) and publish `volume` for `pod`, its
+    /// directory `pod_dir`, with the pod's `fs_group`; at
+    /// `volumes/kubernetes.io~csi/<spec name>` (the PV's name, or the
+    /// inline volume's), as upstream.
+    pub async fn set_up(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        volume: &CsiVolume,
+        fs_group: Option<i64>,
+        on_root_mismatch: bool,
+    ) -> Result<Published, CsiError> {
+        let mut node = self.drivers.node(&volume.driver)?;
+        let driver: Option<CSIDriver> =
+            get_cluster_object(&self.api, "CSIDriver", &volume.driver).await?;
+        let policy = DriverPolicy::of(driver.as_ref());
+        policy
+            .supports(volume.lifecycle_mode(), &volume.driver)
+            .map_err(CsiError::LifecycleMode)?;
+        let dir = pod_dir
+            .join("volumes")
+            .join(CSI_VOLUME_DIR)
+            .join(&volume.spec_name);
+        let target = dir.join(PUBLISH_TARGET);
+        let published = Published {
+            target: target.clone(),
+            read_only: volume.read_only,
+        };
+        if !policy.requires_republish && self.done.lock().contains(&target) {
+            return Ok(published);
+        }
+        // A persistent volume that needs attaching: attached first (what
+        // upstream's attach operations wait for before any mount).
+        let persistent = volume.access_modes.is_some();
+        let publish_context = if persistent && policy.attach_required {
+            self.in_use
+                .add(unique_volume_name(&volume.driver, &volume.handle), pod_dir);
+            self.attached(volume).await?
+        } else {
+            HashMap::new()
+        };
+        let caps = capabilities(&mut node).await?;
+        let has = |t: rpc::Type| caps.contains(&(t as i32));
+        let mount_group = has(rpc::Type::VolumeMountGroup);
+        let capability = VolumeCapability {
+            access_type: Some(AccessType::Mount(MountVolume {
+                fs_type: volume.fs_type.clone(),
+                mount_flags: volume.mount_options.clone(),
+                volume_mount_group: fs_group
+                    .filter(|_| mount_group)
+                    .map(|g| g.to_string())
+                    .unwrap_or_default(),
+            })),
+            access_mode: Some(AccessMode {
+                mode: access_mode(
+                    volume.access_modes.as_deref().unwrap_or(&[]),
+                    has(rpc::Type::SingleNodeMultiWriter),
+                ),
+            }),
+        };
+        // Persistent volumes are staged when the driver stages.
+        let staging = if persistent && has(rpc::Type::StageUnstageVolume) {
+            self.stage(&mut node, volume, &capability, &publish_context)
+                .await?
+        } else {
+            String::new()
+        };
+        let (context, secrets) = self.publish_inputs(pod, volume, &policy).await?;
+        let data = VolData {
+            spec_vol_id: volume.spec_name.clone(),
+            volume_handle: volume.handle.clone(),
+            driver_name: volume.driver.clone(),
+            node_name: self.node_name.clone(),
+            attachment_id: attachment_name(&volume.handle, &volume.driver, &self.node_name),
+            volume_lifecycle_mode: volume.lifecycle_mode().to_owned(),
+        };
+        let parent = dir.clone();
+        blocking(move || {
+            mount::ensure_dir(&parent, 0o750)?;
+            write_vol_data(&parent, &data)
+        })
+        .await?;
+        let request = NodePublishVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context,
+            staging_target_path: staging,
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(capability),
+            readonly: volume.read_only,
+            secrets,
+            volume_context: context.into_iter().collect(),
+        };
+        node.node_publish_volume(deadline(request))
+            .await
+            .map_err(CsiError::Rpc)?;
+        let apply = !mount_group
+            && fs_group.is_some()
+            && policy.kubelet_applies_fs_group(
+                &volume.fs_type,
+                volume.read_only,
+                volume.access_modes.as_deref(),
+            );
+        if let Some(gid) = fs_group.filter(|_| apply) {
+            let owned = target.clone();
+            blocking(move || ownership::apply(&owned, gid, false, on_root_mismatch)).await?;
+        }
+        self.done.lock().insert(target);
+        Ok(published)
+    }
+
+    /// NodeStageVolume at the volume's global mount (once per process),
+    /// `vol_data.json` beside it; the staging path.
+    async fn stage(
+        &self,
+        node: &mut NodeClient<Channel>,
+        volume: &CsiVolume,
+        capability: &VolumeCapability,
+        publish_context: &HashMap<String, String>,
+    ) -> Result<String, CsiError> {
+        let path = staging_path(&self.root_dir, &volume.driver, &volume.handle);
+        let staging = path.to_string_lossy().into_owned();
+        if self.done.lock().contains(&path) {
+            return Ok(staging);
+        }
+        let secrets = self
+            .secrets("NodeStageSecretRef", volume.stage_secret.as_ref())
+            .await?;
+        let data = VolData {
+            volume_handle: volume.handle.clone(),
+            driver_name: volume.driver.clone(),
+            ..Default::default()
+        };
+        let made = path.clone();
+        blocking(move || {
+            mount::ensure_dir(&made, 0o750)?;
+            write_vol_data(made.parent().unwrap_or(&made), &data)
+        })
+        .await?;
+        let request = NodeStageVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context: publish_context.clone(),
+            staging_target_path: staging.clone(),
+            volume_capability: Some(capability.clone()),
+            secrets,
+            volume_context: volume.attributes.clone().into_iter().collect(),
+        };
+        node.node_stage_volume(deadline(request))
+            .await
+            .map_err(CsiError::Rpc)?;
+        self.done.lock().insert(path);
+        Ok(staging)
+    }
+
+    /// NodePublishVolume's volume context and secrets: the volume's
+    /// attributes, the pod's (podInfoOnMount), its service account tokens
+    /// (tokenRequests; in the secrets when the driver asks) and the
+    /// publish secret's data.
+    async fn publish_inputs(
+        &self,
+        pod: &Pod,
+        volume: &CsiVolume,
+        policy: &DriverPolicy,
+    ) -> Result<(BTreeMap<String, String>, HashMap<String, String>), CsiError> {
+        let mut context: BTreeMap<String, String> = volume.attributes.clone();
+        if policy.pod_info_on_mount {
+            context.extend(pod_info_attributes(pod, volume.access_modes.is_none()));
+        }
+        let mut secrets = self
+            .secrets("NodePublishSecretRef", volume.publish_secret.as_ref())
+            .await?;
+        if !policy.token_requests.is_empty() {
+            let tokens = self.tokens(pod, policy).await?;
+            if policy.token_in_secrets {
+                secrets.insert(TOKENS_ATTRIBUTE.to_owned(), tokens);
+            } else {
+                context.insert(TOKENS_ATTRIBUTE.to_owned(), tokens);
+            }
+        }
+        Ok((context, secrets))
+    }
+
+    /// The publish context of an attachable volume: it must be attached to
+    /// this node as the node's status says (upstream's
+    /// VerifyControllerAttachedVolume), and its VolumeAttachment attached.
+    async fn attached(&self, volume: &CsiVolume) -> Result<HashMap<String, String>, CsiError> {
+        let unique = unique_volume_name(&volume.driver, &volume.handle);
+        let reported = self.node.borrow().as_ref().is_some_and(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.volumes_attached.as_ref())
+                .is_some_and(|a| a.iter().any(|v| v.name == unique))
+        });
+        if !reported {
+            return Err(CsiError::NotAttached(volume.spec_name.clone()));
+        }
+        let name = attachment_name(&volume.handle, &volume.driver, &self.node_name);
+        let attachment: Option<VolumeAttachment> =
+            get_cluster_object(&self.api, "VolumeAttachment", &name).await?;
+        let Some(status) = attachment.and_then(|a| a.status) else {
+            return Err(CsiError::Attachment(format!(
+                "volumeattachments.storage.k8s.io {name:?} not found"
+            )));
+        };
+        if !status.attached {
+            return Err(CsiError::Attachment(format!(
+                "volume {} is not attached yet (VolumeAttachment {name})",
+                volume.handle
+            )));
+        }
+        Ok(status
+            .attachment_metadata
+            .unwrap_or_default()
+            .into_iter()
+            .collect())
+    }
+
+    /// The data of a secret a volume names (stage or publish secrets).
+    async fn secrets(
+        &self,
+        what: &'static str,
+        reference: Option<&(String, String)>,
+    ) -> Result<HashMap<String, String>, CsiError> {
+        let Some((namespace, name)) = reference else {
+            return Ok(HashMap::new());
+        };
+        let fail = |message: String| CsiError::Secret {
+            what,
+            namespace: namespace.clone(),
+            name: name.clone(),
+            message,
+        };
+        let secret: Secret = get_object(&self.api, "Secret", namespace, name)
+            .await
+            .map_err(|e| fail(e.to_string()))?
+            .ok_or_else(|| fail(format!("secrets {name:?} not found")))?;
+        Ok(secret
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+            .collect())
+    }
+
+    /// The service account tokens the driver asks for, upstream's JSON
+    /// (audience → TokenRequestStatus).
+    async fn tokens(&self, pod: &Pod, policy: &DriverPolicy) -> Result<String, CsiError> {
+        let mut out = BTreeMap::new();
+        for (audience, expiration) in &policy.token_requests {
+            let spec = pod.spec.as_ref();
+            let (token, expires) = self
+                .tokens
+                .get_expiring(&TokenSpec {
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    service_account: spec
+                        .and_then(|s| s.service_account_name.clone())
+                        .filter(|s| !s.is_empty())
+                        .unwrap_or_else(|| "default".into()),
+                    audience: Some(audience.clone()).filter(|a| !a.is_empty()),
+                    expiration_seconds: expiration.unwrap_or(3600),
+                    pod_name: pod.metadata.name.clone().unwrap_or_default(),
+                    pod_uid: PodUid::of(pod),
+                })
+                .await?;
+            let expiration_timestamp = Time(
+                k8s_openapi::jiff::Timestamp::from_second(expires)
+                    .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            );
+            out.insert(
+                audience.clone(),
+                TokenRequestStatus {
+                    token: Some(token),
+                    expiration_timestamp: Some(expiration_timestamp),
+                },
+            );
+        }
+        Ok(serde_json::to_string(&out).unwrap_or_default())
+    }
+
+    /// Tear down every CSI volume of the pod at `pod_dir`, from what is on
+    /// disk: unpublish, then unstage what no other pod uses.
+    pub async fn tear_down_pod(&self, pod_dir: &Path) -> Result<(), CsiError> {
+        let dir = pod_dir.join("volumes").join(CSI_VOLUME_DIR);
+        let volumes = blocking(move || read_volumes(&dir)).await?;
+        for (dir, data) in volumes {
+            let mut node = self.drivers.node(&data.driver_name)?;
+            let target = dir.join(PUBLISH_TARGET);
+            node.node_unpublish_volume(deadline(NodeUnpublishVolumeRequest {
+                volume_id: data.volume_handle.clone(),
+                target_path: target.to_string_lossy().into_owned(),
+            }))
+            .await
+            .map_err(CsiError::Rpc)?;
+            self.done.lock().remove(&target);
+            // The target is the driver's to remove; what is left must not be
+            // a mount, and the directory goes with rmdir only.
+            let gone = dir.clone();
+            blocking(move || {
+                mount::unmount_and_rmdir(&gone.join(PUBLISH_TARGET))?;
+                remove_if_present(&gone.join(VOL_DATA_FILE))?;
+                mount::unmount_and_rmdir(&gone)
+            })
+            .await?;
+            if data.volume_lifecycle_mode != kubelet_core::csi::EPHEMERAL {
+                let unique = unique_volume_name(&data.driver_name, &data.volume_handle);
+                self.in_use.remove(&unique, pod_dir);
+                self.unstage_unless_used(&mut node, &data, pod_dir).await?;
+                if self.in_use.remove(&unique, pod_dir) {
+                    self.in_use.forget(&unique);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// NodeUnstageVolume for a staged volume no other pod publishes.
+    async fn unstage_unless_used(
+        &self,
+        node: &mut NodeClient<Channel>,
+        data: &VolData,
+        pod_dir: &Path,
+    ) -> Result<(), CsiError> {
+        let path = staging_path(&self.root_dir, &data.driver_name, &data.volume_handle);
+        let pods = pod_dir.parent().map(Path::to_owned).unwrap_or_default();
+        let (me, staged, wanted) = (pod_dir.to_owned(), path.clone(), data.clone());
+        let in_use = blocking(move || {
+            if !staged
+                .parent()
+                .is_some_and(|p| p.join(VOL_DATA_FILE).exists())
+            {
+                return Ok(true);
+            }
+            let mut used = false;
+            for entry in std::fs::read_dir(&pods)? {
+                let other = entry?.path();
+                if other == me {
+                    continue;
+                }
+                let volumes = read_volumes(&other.join("volumes").join(CSI_VOLUME_DIR))?;
+                used |= volumes.iter().any(|(_, d)| {
+                    d.driver_name == wanted.driver_name && d.volume_handle == wanted.volume_handle
+                });
+            }
+            Ok::<_, std::io::Error>(used)
+        })
+        .await?;
+        if in_use {
+            return Ok(());
+        }
+        node.node_unstage_volume(deadline(NodeUnstageVolumeRequest {
+            volume_id: data.volume_handle.clone(),
+            staging_target_path: path.to_string_lossy().into_owned(),
+        }))
+        .await
+        .map_err(CsiError::Rpc)?;
+        self.done.lock().remove(&path);
+        blocking(move || {
+            mount::unmount_and_rmdir(&path)?;
+            let Some(parent) = path.parent() else {
+                return Ok(());
+            };
+            remove_if_present(&parent.join(VOL_DATA_FILE))?;
+            mount::unmount_and_rmdir(parent)
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// The Node service's capabilities (the RPC types).
+async fn capabilities(node: &mut NodeClient<Channel>) -> Result<Vec<i32>, CsiError> {
+    let reply = node
+        .node_get_capabilities(deadline(NodeGetCapabilitiesRequest {}))
+        .await
+        .map_err(CsiError::Rpc)?;
+    Ok(reply
+        .into_inner()
+        .capabilities
+        .into_iter()
+        .filter_map(|c| {
+            c.r#type
+                .map(|node_service_capability::Type::Rpc(r)| r.r#type)
+        })
+        .collect())
+}
+
+/// A request with upstream's deadline.
+fn deadline<T>(message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    request.set_timeout(CSI_TIMEOUT);
+    request
+}
+
+fn write_vol_data(dir: &Path, data: &VolData) -> std::io::Result<()> {
+    let json = serde_json::to_vec(data).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join(VOL_DATA_FILE), json)
+}
+
+fn remove_if_present(file: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// The CSI volume directories under `dir` (a pod's
+/// `volumes/kubernetes.io~csi`) with their `vol_data.json`; one without
+/// (never published) is listed with an empty handle only when it can be
+/// removed as it is, which the caller's rmdir does.
+fn read_volumes(dir: &Path) -> std::io::Result<Vec<(PathBuf, VolData)>> {
+    let entries = match std::fs::read_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        r => r?,
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        let Ok(json) = std::fs::read(path.join(VOL_DATA_FILE)) else {
+            continue;
+        };
+        match serde_json::from_slice::<VolData>(&json) {
+            Ok(data) => out.push((path, data)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "unreadable vol_data.json: volume left as it is");
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

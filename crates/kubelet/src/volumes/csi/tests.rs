@@ -1,0 +1,498 @@
+//! CSI volumes against a fake driver on a unix socket and a fake API
+//! server: the order of the driver's calls, upstream's layout on disk,
+//! tear-down from disk after a restart, unstage only when unused, and a
+//! driver that hangs.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{AttachedVolume, Node, NodeStatus, Pod, PodSpec};
+use kubelet_core::csi::{CsiVolume, attachment_name, staging_path};
+use kubelet_plugin_api::csi::node_server::{Node as NodeService, NodeServer};
+use kubelet_plugin_api::csi::node_service_capability::{Rpc, Type as CapType, rpc};
+use kubelet_plugin_api::csi::*;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+
+use super::*;
+use crate::clock::Clock;
+use crate::testutil::FakeApi;
+
+/// A CSI driver that records its calls and does what the spec asks of a
+/// driver on the file system (makes and removes the publish target).
+#[derive(Clone, Default)]
+pub(crate) struct FakeDriver {
+    calls: Arc<Mutex<Vec<String>>>,
+    stages: bool,
+    hangs: bool,
+    /// The last publish request's volume context.
+    context: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl FakeDriver {
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().clone()
+    }
+
+    async fn record(&self, call: String) -> Result<(), Status> {
+        if self.hangs {
+            std::future::pending::<()>().await;
+        }
+        self.calls.lock().push(call);
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl NodeService for FakeDriver {
+    async fn node_stage_volume(
+        &self,
+        r: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let r = r.into_inner();
+        assert!(
+            Path::new(&r.staging_target_path).is_dir(),
+            "the kubelet makes the staging path"
+        );
+        self.record(format!(
+            "stage {} {}",
+            r.volume_id,
+            r.publish_context.get("device").map_or("", String::as_str)
+        ))
+        .await?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        r: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        self.record(format!("unstage {}", r.into_inner().volume_id))
+            .await?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        r: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let r = r.into_inner();
+        let target = Path::new(&r.target_path);
+        assert!(
+            target
+                .parent()
+                .is_some_and(|p| p.join(VOL_DATA_FILE).is_file()),
+            "vol_data.json is written before NodePublishVolume"
+        );
+        std::fs::create_dir_all(target).map_err(|e| Status::internal(e.to_string()))?;
+        *self.context.lock() = r.volume_context.clone();
+        let staged = if r.staging_target_path.is_empty() {
+            ""
+        } else {
+            " staged"
+        };
+        self.record(format!("publish {}{staged}", r.volume_id))
+            .await?;
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        r: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let r = r.into_inner();
+        let _ = std::fs::remove_dir_all(&r.target_path);
+        self.record(format!("unpublish {}", r.volume_id)).await?;
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented("stats"))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented("expand"))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        self.record("capabilities".into()).await?;
+        let capabilities = self
+            .stages
+            .then(|| NodeServiceCapability {
+                r#type: Some(CapType::Rpc(Rpc {
+                    r#type: rpc::Type::StageUnstageVolume as i32,
+                })),
+            })
+            .into_iter()
+            .collect();
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: "fake-node-id".into(),
+            max_volumes_per_node: 5,
+            accessible_topology: Some(Topology {
+                segments: HashMap::from([("topology.fake/zone".into(), "z1".into())]),
+            }),
+        }))
+    }
+}
+
+/// Serve `driver` on `socket` until the test ends.
+pub(crate) fn serve(driver: FakeDriver, socket: &Path) {
+    let listener = tokio::net::UnixListener::bind(socket).unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(NodeServer::new(driver))
+            .serve_with_incoming(tokio_stream::wrappers::UnixListenerStream::new(listener)),
+    );
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    api: FakeApi,
+    drivers: CsiDrivers,
+    node: watch::Sender<Option<Arc<Node>>>,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_owned();
+        Setup {
+            _dir: dir,
+            root,
+            api: FakeApi::default(),
+            drivers: CsiDrivers::default(),
+            node: watch::Sender::new(None),
+        }
+    }
+
+    /// A driver named `name` served and registered.
+    fn driver(&self, name: &str, driver: FakeDriver) {
+        let socket = self.root.join(format!("{name}.sock"));
+        serve(driver, &socket);
+        self.drivers.insert(name, &socket, (1, 0, 0)).unwrap();
+    }
+
+    /// A kubelet process's CSI volumes (a new one: a restart).
+    fn volumes(&self) -> CsiVolumes {
+        let api = self.api.client();
+        CsiVolumes::new(
+            self.drivers.clone(),
+            api.clone(),
+            "n1".into(),
+            self.node.subscribe(),
+            self.root.clone(),
+            TokenManager::new(api, Clock::following_tokio()),
+            VolumesInUse::default(),
+        )
+    }
+
+    fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.root.join("pods").join(uid)
+    }
+}
+
+fn pod(uid: &str) -> Pod {
+    let mut pod = Pod {
+        spec: Some(PodSpec {
+            service_account_name: Some("sa".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    pod.metadata.name = Some(format!("pod-{uid}"));
+    pod.metadata.namespace = Some("ns".into());
+    pod.metadata.uid = Some(uid.into());
+    pod
+}
+
+fn persistent(driver: &str, handle: &str) -> CsiVolume {
+    CsiVolume {
+        spec_name: format!("pv-{handle}"),
+        driver: driver.into(),
+        handle: handle.into(),
+        fs_type: String::new(),
+        attributes: BTreeMap::from([("name".into(), "v".into())]),
+        read_only: false,
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        mount_options: Vec::new(),
+        stage_secret: None,
+        publish_secret: None,
+    }
+}
+
+#[tokio::test]
+async fn a_staged_volume_is_published_per_pod_and_unstaged_after_the_last() {
+    let s = Setup::new();
+    let driver = FakeDriver {
+        stages: true,
+        ..Default::default()
+    };
+    s.driver("fake.csi", driver.clone());
+    // Attach is required (no CSIDriver object): the node reports it
+    // attached and its VolumeAttachment gives the device.
+    let va = attachment_name("h1", "fake.csi", "n1");
+    s.api.put(
+        &format!("/apis/storage.k8s.io/v1/volumeattachments/{va}"),
+        serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+            "metadata": {"name": va},
+            "spec": {"attacher": "fake.csi", "nodeName": "n1", "source": {"persistentVolumeName": "pv-h1"}},
+            "status": {"attached": true, "attachmentMetadata": {"device": "/dev/fake"}}}),
+    );
+    let volume = persistent("fake.csi", "h1");
+    let volumes = s.volumes();
+    let (a, b) = (pod("a"), pod("b"));
+    let err = volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .err()
+        .expect("not attached yet");
+    assert_eq!(
+        err.to_string(),
+        r#"Volume not attached according to node status for volume "pv-h1""#
+    );
+    s.node.send_replace(Some(Arc::new(Node {
+        status: Some(NodeStatus {
+            volumes_attached: Some(vec![AttachedVolume {
+                name: "kubernetes.io/csi/fake.csi^h1".into(),
+                device_path: String::new(),
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })));
+    let published = volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .unwrap();
+    let target = s.pod_dir("a").join("volumes/kubernetes.io~csi/pv-h1/mount");
+    assert_eq!(published.target, target);
+    // Again (the next sync): nothing more is asked of the driver.
+    volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .unwrap();
+    volumes
+        .set_up(&b, &s.pod_dir("b"), &volume, None, false)
+        .await
+        .unwrap();
+    assert_eq!(volumes.in_use.names(), ["kubernetes.io/csi/fake.csi^h1"]);
+    assert_eq!(
+        driver.calls(),
+        [
+            "capabilities",
+            "stage h1 /dev/fake",
+            "publish h1 staged",
+            "capabilities",
+            "publish h1 staged"
+        ]
+    );
+    // Upstream's layout, readable by either kubelet.
+    let data: VolData = serde_json::from_slice(
+        &std::fs::read(
+            s.pod_dir("a")
+                .join("volumes/kubernetes.io~csi/pv-h1/vol_data.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            data.spec_vol_id.as_str(),
+            data.volume_lifecycle_mode.as_str(),
+            data.attachment_id
+        ),
+        ("pv-h1", "Persistent", va)
+    );
+    let staged = staging_path(&s.root, "fake.csi", "h1");
+    assert!(staged.is_dir() && staged.parent().unwrap().join(VOL_DATA_FILE).is_file());
+
+    // A restart: tear-down reads the disk. Pod b still uses the volume.
+    let restarted = s.volumes();
+    driver.calls.lock().clear();
+    restarted.tear_down_pod(&s.pod_dir("a")).await.unwrap();
+    assert_eq!(driver.calls(), ["unpublish h1"]);
+    assert!(
+        !s.pod_dir("a")
+            .join("volumes/kubernetes.io~csi/pv-h1")
+            .exists()
+    );
+    assert!(staged.is_dir(), "still staged for pod b");
+    // The restarted kubelet sets pod b's volume up again at its next sync
+    // (stage and publish are idempotent, as upstream's reconstruction
+    // relies on), and knows it in use.
+    restarted
+        .set_up(&b, &s.pod_dir("b"), &volume, None, false)
+        .await
+        .unwrap();
+    assert_eq!(restarted.in_use.names(), ["kubernetes.io/csi/fake.csi^h1"]);
+    restarted.tear_down_pod(&s.pod_dir("b")).await.unwrap();
+    assert_eq!(
+        driver.calls(),
+        [
+            "unpublish h1",
+            "capabilities",
+            "stage h1 /dev/fake",
+            "publish h1 staged",
+            "unpublish h1",
+            "unstage h1"
+        ]
+    );
+    assert!(restarted.in_use.names().is_empty());
+    assert!(
+        !staged.parent().unwrap().exists(),
+        "the global mount's directory is gone"
+    );
+    // Again: nothing left to do.
+    restarted.tear_down_pod(&s.pod_dir("b")).await.unwrap();
+    assert_eq!(driver.calls().len(), 6);
+}
+
+#[tokio::test]
+async fn an_inline_volume_is_published_with_the_pods_info_when_the_driver_asks() {
+    let s = Setup::new();
+    let driver = FakeDriver::default();
+    s.driver("inline.csi", driver.clone());
+    let a = pod("a");
+    let v = k8s_openapi::api::core::v1::Volume {
+        name: "scratch".into(),
+        csi: Some(k8s_openapi::api::core::v1::CSIVolumeSource {
+            driver: "inline.csi".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let volume = CsiVolume::inline(&a, &v).unwrap();
+    let volumes = s.volumes();
+    // No CSIDriver object: Ephemeral volumes are refused, as upstream.
+    let err = volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().ends_with(
+            r#"volume mode "Ephemeral" not supported by driver inline.csi (no CSIDriver object)"#
+        ),
+        "{err}"
+    );
+    s.api.put(
+        "/apis/storage.k8s.io/v1/csidrivers/inline.csi",
+        serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": "inline.csi"},
+            "spec": {"attachRequired": false, "podInfoOnMount": true,
+                     "volumeLifecycleModes": ["Ephemeral"]}}),
+    );
+    volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .unwrap();
+    let context = driver.context.lock().clone();
+    assert_eq!(context["csi.storage.k8s.io/pod.name"], "pod-a");
+    assert_eq!(context["csi.storage.k8s.io/serviceAccount.name"], "sa");
+    assert_eq!(context["csi.storage.k8s.io/ephemeral"], "true");
+    assert_eq!(
+        driver.calls(),
+        [
+            "capabilities",
+            format!("publish {}", volume.handle).as_str()
+        ]
+    );
+    volumes.tear_down_pod(&s.pod_dir("a")).await.unwrap();
+    assert_eq!(
+        driver.calls().last().cloned(),
+        Some(format!("unpublish {}", volume.handle))
+    );
+}
+
+/// A driver that never answers holds its own pods' volumes until the
+/// deadline, and no other driver's.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_driver_is_cut_at_the_deadline_and_blocks_no_other() {
+    let s = Setup::new();
+    s.driver(
+        "stuck.csi",
+        FakeDriver {
+            hangs: true,
+            ..Default::default()
+        },
+    );
+    let fine = FakeDriver::default();
+    s.driver("fine.csi", fine.clone());
+    for name in ["stuck.csi", "fine.csi"] {
+        s.api.put(
+            &format!("/apis/storage.k8s.io/v1/csidrivers/{name}"),
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                "metadata": {"name": name}, "spec": {"attachRequired": false}}),
+        );
+    }
+    let volumes = s.volumes();
+    let stuck = {
+        let (volumes, dir) = (volumes.clone(), s.pod_dir("a"));
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let r = volumes
+                .set_up(&pod("a"), &dir, &persistent("stuck.csi", "h"), None, false)
+                .await;
+            (r.err().map(|e| e.to_string()), start.elapsed())
+        })
+    };
+    volumes
+        .set_up(
+            &pod("b"),
+            &s.pod_dir("b"),
+            &persistent("fine.csi", "h"),
+            None,
+            false,
+        )
+        .await
+        .unwrap();
+    assert_eq!(fine.calls(), ["capabilities", "publish h"]);
+    let (err, took) = stuck.await.unwrap();
+    let err = err.expect("the stuck driver fails");
+    assert!(
+        err.contains("DeadlineExceeded") || err.contains("Cancelled"),
+        "{err}"
+    );
+    assert!(
+        took >= CSI_TIMEOUT,
+        "cut at the deadline, not before: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_unregistered_driver_is_named() {
+    let s = Setup::new();
+    let err = s
+        .volumes()
+        .set_up(
+            &pod("a"),
+            &s.pod_dir("a"),
+            &persistent("gone.csi", "h"),
+            None,
+            false,
+        )
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name gone.csi not found in the list of registered CSI drivers"
+    );
+}
