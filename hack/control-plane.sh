@@ -19,6 +19,13 @@
 #   hack/control-plane.sh local-path-provisioner
 #                                  the same for rancher's local-path-provisioner
 #                                  (hack/local-path-provisioner/go.mod)
+#   hack/control-plane.sh csi-provisioner | csi-attacher
+#                                  the same for the CSI sidecars external-provisioner and
+#                                  external-attacher (hack/csi-provisioner, hack/csi-attacher)
+#   hack/control-plane.sh csi-mock-plugin
+#                                  the CSI mock driver of upstream's e2e suite with its
+#                                  registrar (hack/k8s/cmd/csi-mock-plugin), built in the
+#                                  control plane's module
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #   hack/control-plane.sh sample-apiserver
@@ -99,12 +106,17 @@ MS_VERSION=v0.8.0
 KSM_VERSION=v2.20.0
 COREDNS_VERSION=v1.14.6
 LPP_VERSION=v0.0.30
+CSI_PROVISIONER_VERSION=v6.4.0
+CSI_ATTACHER_VERSION=v4.13.0
 
-# tool NAME VERSION PACKAGE: build the module hack/NAME's PACKAGE once;
-# print the binary's path.
+# tool NAME VERSION PACKAGE [LDFLAGS] [MAIN]: build the module hack/NAME's
+# PACKAGE once (MAIN: a main.go of the module's own, keyed with it); print
+# the binary's path.
 tool() {
-  local name=$1 version=$2 pkg=$3 ldflags=${4:-} key path src=$REPO_ROOT/hack/$1
-  key=$(cat "$src/go.mod" "$src/go.sum" $([[ -f $src/main.go ]] && echo "$src/main.go") | sha256sum | cut -c1-12)
+  local name=$1 version=$2 pkg=$3 ldflags=${4:-} src=$REPO_ROOT/hack/$1 key path main
+  main=${5:-$src/main.go}
+  [[ $name == csi-mock-plugin ]] && src=$MOD_DIR
+  key=$(cat "$src/go.mod" "$src/go.sum" $([[ -f $main ]] && echo "$main") | sha256sum | cut -c1-12)
   path=$CACHE_ROOT/$name/$version-$key/$name
   if [[ ! -x $path ]]; then
     command -v go >/dev/null || die "go is not installed"
@@ -151,5 +163,13 @@ case ${1:-} in
     " -X github.com/coredns/coredns/coremain.gitTag=$COREDNS_VERSION" ;;
   sample-apiserver) tool sample-apiserver "$K8S_VERSION" k8s.io/sample-apiserver ;;
   local-path-provisioner) tool local-path-provisioner "$LPP_VERSION" github.com/rancher/local-path-provisioner ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner" ;;
+  csi-provisioner) tool csi-provisioner "$CSI_PROVISIONER_VERSION" \
+    github.com/kubernetes-csi/external-provisioner/v6/cmd/csi-provisioner \
+    " -X main.version=$CSI_PROVISIONER_VERSION" ;;
+  csi-attacher) tool csi-attacher "$CSI_ATTACHER_VERSION" \
+    github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher \
+    " -X main.version=$CSI_ATTACHER_VERSION" ;;
+  csi-mock-plugin) tool csi-mock-plugin "$K8S_VERSION" ./cmd/csi-mock-plugin "" \
+    "$MOD_DIR/cmd/csi-mock-plugin/main.go" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-mock-plugin" ;;
 esac
