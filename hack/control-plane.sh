@@ -19,9 +19,10 @@
 #   hack/control-plane.sh local-path-provisioner
 #                                  the same for rancher's local-path-provisioner
 #                                  (hack/local-path-provisioner/go.mod)
-#   hack/control-plane.sh csi-provisioner | csi-attacher
-#                                  the same for the CSI sidecars external-provisioner and
-#                                  external-attacher (hack/csi-provisioner, hack/csi-attacher)
+#   hack/control-plane.sh csi-provisioner | csi-attacher | csi-resizer
+#                                  the same for the CSI sidecars external-provisioner,
+#                                  external-attacher and external-resizer (hack/csi-provisioner,
+#                                  hack/csi-attacher, hack/csi-resizer)
 #   hack/control-plane.sh csi-mock-plugin
 #                                  the CSI mock driver of upstream's e2e suite with its
 #                                  registrar (hack/k8s/cmd/csi-mock-plugin), built in the
@@ -108,6 +109,7 @@ COREDNS_VERSION=v1.14.6
 LPP_VERSION=v0.0.30
 CSI_PROVISIONER_VERSION=v6.4.0
 CSI_ATTACHER_VERSION=v4.13.0
+CSI_RESIZER_VERSION=v2.3.0
 
 # tool NAME VERSION PACKAGE [LDFLAGS] [MAIN]: build the module hack/NAME's
 # PACKAGE once (MAIN: a main.go of the module's own, keyed with it); print
@@ -169,7 +171,10 @@ case ${1:-} in
   csi-attacher) tool csi-attacher "$CSI_ATTACHER_VERSION" \
     github.com/kubernetes-csi/external-attacher/v4/cmd/csi-attacher \
     " -X main.version=$CSI_ATTACHER_VERSION" ;;
+  csi-resizer) tool csi-resizer "$CSI_RESIZER_VERSION" \
+    github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
+    " -X main.version=$CSI_RESIZER_VERSION" ;;
   csi-mock-plugin) tool csi-mock-plugin "$K8S_VERSION" ./cmd/csi-mock-plugin "" \
     "$MOD_DIR/cmd/csi-mock-plugin/main.go" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-mock-plugin" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin" ;;
 esac

@@ -22,9 +22,9 @@
 #      like metrics-server; with Debian's prometheus, for /metrics/cadvisor),
 #      with rancher's local-path-provisioner (built and cached the same way)
 #      as the cluster's default StorageClass, and the CSI mock driver of
-#      upstream's e2e suite with external-provisioner and external-attacher
-#      (RKUBELET_CSI_MOCK_PLUGIN, RKUBELET_CSI_PROVISIONER,
-#      RKUBELET_CSI_ATTACHER; the tests start them)
+#      upstream's e2e suite with external-provisioner, -attacher and
+#      -resizer (RKUBELET_CSI_MOCK_PLUGIN, RKUBELET_CSI_PROVISIONER,
+#      RKUBELET_CSI_ATTACHER, RKUBELET_CSI_RESIZER; the tests start them)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own of two
@@ -174,10 +174,11 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
   hack/cluster.sh local-path
 
-stage "build the CSI mock driver, external-provisioner and external-attacher"
+stage "build the CSI mock driver, external-provisioner, -attacher and -resizer"
 CSI_MOCK_PLUGIN=$(hack/control-plane.sh csi-mock-plugin)
 CSI_PROVISIONER=$(hack/control-plane.sh csi-provisioner)
 CSI_ATTACHER=$(hack/control-plane.sh csi-attacher)
+CSI_RESIZER=$(hack/control-plane.sh csi-resizer)
 
 stage "cluster tests"
 KUBE_STATE_METRICS=$(hack/control-plane.sh kube-state-metrics)
@@ -185,6 +186,7 @@ RKUBELET_KUBE_STATE_METRICS="$KUBE_STATE_METRICS" \
   RKUBELET_CSI_MOCK_PLUGIN="$CSI_MOCK_PLUGIN" \
   RKUBELET_CSI_PROVISIONER="$CSI_PROVISIONER" \
   RKUBELET_CSI_ATTACHER="$CSI_ATTACHER" \
+  RKUBELET_CSI_RESIZER="$CSI_RESIZER" \
   RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \

@@ -1,9 +1,10 @@
 //! The node's storage objects the kubelet writes: its CSINode (the CSI
 //! drivers registered here, upstream's nodeinfomanager) and the Node
 //! metadata a driver's registration adds (its node ID annotation and
-//! topology labels). Both are the node's own, as NodeRestriction requires.
+//! topology labels), and the status of a claim whose volume it expanded.
+//! Each is one NodeRestriction lets a node write.
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
@@ -43,4 +44,29 @@ pub async fn patch_node_metadata(
         )
         .await
         .map_err(|e| ApiError::from_kube("patch", format!("nodes/{node}"), e))
+}
+
+/// Merge-patch a claim's status (`{"capacity": ..., ...}`): what the node
+/// may change of it, its capacity, conditions and resize status, after
+/// expanding its volume.
+pub async fn patch_claim_status(
+    api: &ApiClient,
+    namespace: &str,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<PersistentVolumeClaim, ApiError> {
+    Api::<PersistentVolumeClaim>::namespaced(api.client().clone(), namespace)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .map_err(|e| {
+            ApiError::from_kube(
+                "patch",
+                format!("persistentvolumeclaims/{name}/status in {namespace}"),
+                e,
+            )
+        })
 }

@@ -18,6 +18,47 @@ pub const VOLUME_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 /// The finalizer that keeps a claim in use from going.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 
+/// The resize statuses of a claim's `allocatedResourceStatuses.storage`
+/// that ask the node to expand the file system.
+pub const NODE_RESIZE_PENDING: &str = "NodeResizePending";
+pub const NODE_RESIZE_IN_PROGRESS: &str = "NodeResizeInProgress";
+/// The claim conditions the node clears once it has expanded the volume.
+pub const RESIZE_CONDITIONS: &[&str] = &["Resizing", "FileSystemResizePending"];
+
+/// A volume the node must expand: its PV grew past the claim's reported
+/// capacity and the resizer handed the claim to the node (upstream's
+/// NodeExpander pre-check).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeExpansion {
+    /// The PV's capacity, as written (the claim's new `status.capacity`).
+    pub new_size: String,
+    pub new_bytes: i64,
+}
+
+/// Whether `pvc`, bound to `pv`, waits for the node to expand its file
+/// system: the PV's capacity above the claim's status capacity, and the
+/// claim's storage resize status NodeResizePending or NodeResizeInProgress.
+pub fn node_expansion(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Option<NodeExpansion> {
+    use crate::quantity::parse_bytes;
+    let pv_size = pv.spec.as_ref()?.capacity.as_ref()?.get("storage")?;
+    let status = pvc.status.as_ref()?;
+    let claim_size = status.capacity.as_ref()?.get("storage")?;
+    let new_bytes = parse_bytes(pv_size).ok()?;
+    if new_bytes <= parse_bytes(claim_size).ok()? {
+        return None;
+    }
+    let resize = status
+        .allocated_resource_statuses
+        .as_ref()
+        .and_then(|s| s.get("storage"))?;
+    [NODE_RESIZE_PENDING, NODE_RESIZE_IN_PROGRESS]
+        .contains(&resize.as_str())
+        .then(|| NodeExpansion {
+            new_size: pv_size.0.clone(),
+            new_bytes,
+        })
+}
+
 /// The name of the PV bound to `pvc`, or why the pod must wait.
 pub fn bound_volume_name(pvc: &PersistentVolumeClaim) -> Result<&str, String> {
     let finalizers = pvc.metadata.finalizers.as_deref().unwrap_or(&[]);

@@ -50,6 +50,18 @@ impl Involved {
         })
     }
 
+    /// A PersistentVolumeClaim.
+    pub fn claim(namespace: &str, name: &str, uid: &str) -> Self {
+        Involved(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("PersistentVolumeClaim".into()),
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        })
+    }
+
     pub fn node(name: &str, uid: Option<String>) -> Self {
         Involved(ObjectReference {
             api_version: Some("v1".into()),

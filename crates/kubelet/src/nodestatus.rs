@@ -86,8 +86,9 @@ pub struct NodeStatusController {
     /// Woken when the status must be sent now rather than at the next
     /// tick.
     pub status_now: Arc<Notify>,
-    /// The attachable volumes pods use.
-    pub volumes_in_use: crate::volumes::csi::VolumesInUse,
+    /// The attachable volumes pods use (the volume manager's unique names,
+    /// sorted).
+    pub volumes_in_use: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -221,7 +222,7 @@ impl NodeStatusController {
             container_runtime_version: self.runtime_version.read().clone(),
             kubelet_port: self.reg.kubelet_port,
             images,
-            volumes_in_use: self.volumes_in_use.names(),
+            volumes_in_use: (self.volumes_in_use)(),
             reserved: self.reserved.clone(),
             eviction_hard: self.eviction_hard.clone(),
         }

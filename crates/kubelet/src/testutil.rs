@@ -19,8 +19,8 @@ pub async fn until(what: &str, cond: impl Fn() -> bool) {
 
 /// An in-memory API server for tests: objects by URL path, GET (one or
 /// 404), POST (create in the collection, 409 when it exists), PUT
-/// (replace), PATCH (JSON merge patch) and DELETE; every request logged as
-/// `METHOD path`.
+/// (replace), PATCH (JSON merge patch) and DELETE, a `/status` subresource
+/// being its object; every request logged as `METHOD path`.
 #[derive(Clone, Default)]
 pub struct FakeApi {
     pub objects:
@@ -48,8 +48,9 @@ impl FakeApi {
         tokio::spawn(async move {
             while let Some((req, send)) = handle.next_request().await {
                 let method = req.method().clone();
-                let path = req.uri().path().to_owned();
-                api.log.lock().push(format!("{method} {path}"));
+                let full = req.uri().path().to_owned();
+                api.log.lock().push(format!("{method} {full}"));
+                let path = full.strip_suffix("/status").unwrap_or(&full).to_owned();
                 let body = req.into_body().collect().await.unwrap().to_bytes();
                 let body: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 let status = |code: StatusCode, reason: &str| {

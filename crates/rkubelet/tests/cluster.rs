@@ -4472,8 +4472,9 @@ async fn w_o_a_generic_ephemeral_volume_lives_and_goes_with_its_pod() {
 }
 
 /// The CSI mock driver of upstream's e2e suite with its registrar
-/// (hack/control-plane.sh csi-mock-plugin), external-provisioner and
-/// external-attacher, all on one socket; killed when dropped.
+/// (hack/control-plane.sh csi-mock-plugin; node expansion required),
+/// external-provisioner, external-attacher and external-resizer, all on one
+/// socket; stopped when dropped.
 struct CsiMock {
     children: Vec<Child>,
 }
@@ -4506,12 +4507,14 @@ impl CsiMock {
             &[
                 &address,
                 &format!("--registration-dir={}", registry.display()),
+                "--node-expansion-required",
             ],
         );
         let provisioner = spawn("csi-provisioner", &[&address, &kubeconfig, "--v=5"]);
         let attacher = spawn("csi-attacher", &[&address, &kubeconfig, "--v=5"]);
+        let resizer = spawn("csi-resizer", &[&address, &kubeconfig, "--v=5"]);
         CsiMock {
-            children: vec![plugin, provisioner, attacher],
+            children: vec![plugin, provisioner, attacher, resizer],
         }
     }
 }
@@ -4552,13 +4555,16 @@ fn csinode_driver(api: &Api, driver: &str) -> Option<Value> {
 /// provisioning: the mock driver registers (CSINode, node ID annotation),
 /// a claim of its StorageClass is provisioned, attached by the
 /// attach/detach controller and external-attacher, staged and published in
-/// upstream's layout and reported in use; it survives a kill -9 of
-/// rkubelet; the pod deleted, it is unpublished, unstaged and detached;
-/// the driver's socket gone, it is deregistered.
+/// upstream's layout and reported in use; the claim grown, the resizer
+/// hands it to the node, which expands it and finishes the claim's status;
+/// it survives a kill -9 of rkubelet; the pod deleted, it is unpublished,
+/// unstaged and detached; the driver's socket gone, it is deregistered.
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
     let mut k = Kubelet::new("csi");
+    // A pod's volumes are looked at again every 3 s (a claim to expand).
+    k.rk.add_config("syncFrequency: 3s\n");
     k.start_ready().await;
     let registry = k.rk.root().join("plugins_registry");
     let mock = CsiMock::start(&k.api, &registry, k.rk.dir.path());
@@ -4596,6 +4602,7 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
         "metadata": {"name": "cl-csi-mock", "labels": {TEST_LABEL: "1"}},
         "provisioner": CSI_MOCK, "reclaimPolicy": "Delete", "volumeBindingMode": "Immediate",
+        "allowVolumeExpansion": true,
     }));
     k.api.create(&json!({
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -4658,6 +4665,48 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
             .then_some(())
     })
     .await;
+    // The claim grown: the resizer expands the volume and hands the claim
+    // to the node, which expands the file system and finishes the claim.
+    k.api.ok(&[
+        "patch",
+        "pvc",
+        "cl-csi-claim",
+        "-n",
+        "default",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"resources":{"requests":{"storage":"2Mi"}}}}"#,
+    ]);
+    let claim = eventually("the claim expanded on the node", START, async || {
+        let pvc = k.api.get(&["pvc", "cl-csi-claim", "-n", "default"])?;
+        let done = pvc["status"]["capacity"]["storage"] == "2Mi"
+            && pvc["status"]["allocatedResourceStatuses"]["storage"].is_null();
+        done.then_some(pvc)
+    })
+    .await;
+    let conditions = claim["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        conditions
+            .iter()
+            .all(|c| c["type"] != "FileSystemResizePending"),
+        "{conditions:?}"
+    );
+    let resized = eventually(
+        "the pod's FileSystemResizeSuccessful event",
+        START,
+        async || pod_event(&k.api, "cl-csi", "FileSystemResizeSuccessful"),
+    )
+    .await;
+    assert_eq!(
+        resized,
+        format!(
+            "MountVolume.NodeExpandVolume succeeded for volume {pv:?} {}",
+            k.api.node
+        )
+    );
     // kill -9 and a restart: the pod runs on with its volume.
     k.rk.kill9();
     let since = k.start();
@@ -4712,6 +4761,10 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
         calls.first().copied(),
         Some("NodeStageVolume"),
         "staged before published: {calls:?}"
+    );
+    assert!(
+        log.contains("/csi.v1.Node/NodeExpandVolume: <nil>"),
+        "{log}"
     );
     assert_eq!(
         &calls[calls.len() - 2..],

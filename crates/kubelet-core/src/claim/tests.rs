@@ -175,6 +175,58 @@ fn a_volume_is_checked_against_its_claim_and_node() {
 }
 
 #[test]
+fn a_volume_is_expanded_on_the_node_when_the_resizer_says_so() {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let pv = |size: &str| PersistentVolume {
+        spec: Some(PersistentVolumeSpec {
+            capacity: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity(size.into()),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pvc = |size: &str, resize: Option<&str>| {
+        let mut c = claim("Bound", "pv-1", false, &[]);
+        let status = c.status.as_mut().unwrap();
+        status.capacity = Some(BTreeMap::from([(
+            "storage".to_string(),
+            Quantity(size.into()),
+        )]));
+        status.allocated_resource_statuses =
+            resize.map(|r| BTreeMap::from([("storage".to_string(), r.to_string())]));
+        c
+    };
+    let grown = Some(NodeExpansion {
+        new_size: "2Gi".into(),
+        new_bytes: 2 << 30,
+    });
+    let cases = [
+        (
+            pvc("1Gi", Some(NODE_RESIZE_PENDING)),
+            pv("2Gi"),
+            grown.clone(),
+        ),
+        (pvc("1Gi", Some(NODE_RESIZE_IN_PROGRESS)), pv("2Gi"), grown),
+        // The controller has not handed it to the node (or expands it all).
+        (pvc("1Gi", None), pv("2Gi"), None),
+        (
+            pvc("1Gi", Some("ControllerResizeInProgress")),
+            pv("2Gi"),
+            None,
+        ),
+        (pvc("1Gi", Some("NodeResizeInfeasible")), pv("2Gi"), None),
+        // Done already.
+        (pvc("2Gi", Some(NODE_RESIZE_PENDING)), pv("2Gi"), None),
+        (pvc("2048Mi", Some(NODE_RESIZE_PENDING)), pv("2Gi"), None),
+    ];
+    for (i, (c, v, want)) in cases.into_iter().enumerate() {
+        assert_eq!(node_expansion(&c, &v), want, "case {i}");
+    }
+}
+
+#[test]
 fn local_paths_are_absolute_without_backsteps() {
     let cases = [
         ("/mnt/disks/a", Ok(())),

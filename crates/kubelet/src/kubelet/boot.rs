@@ -339,6 +339,7 @@ impl Kubelet {
         let (Some(api), Some(reg)) = (&self.api, &self.opts.registration) else {
             return;
         };
+        let in_use = self.syncer.volumes.volumes_in_use();
         let controller = NodeStatusController {
             api: api.clone(),
             cri: self.syncer.runtime.cri().clone(),
@@ -357,7 +358,7 @@ impl Kubelet {
             eviction: self.eviction.clone(),
             shutdown: self.shutdown.clone(),
             status_now: self.node_status_now.clone(),
-            volumes_in_use: self.syncer.volumes.volumes_in_use(),
+            volumes_in_use: Arc::new(move || in_use.names()),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kubelet_api::ApiClient;
 use kubelet_api::objects::{get_cluster_object, get_object};
-use kubelet_core::claim::{BoundVolume, bound_volume, bound_volume_name, volume_is_for_pod};
+use kubelet_core::claim::{
+    BoundVolume, NodeExpansion, bound_volume, bound_volume_name, node_expansion, volume_is_for_pod,
+};
 use kubelet_core::failure::Cause;
 use tokio::sync::watch;
 
@@ -47,6 +49,17 @@ impl ClaimError {
     }
 }
 
+/// A claim resolved to its volume.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub volume: BoundVolume,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// The node is to expand the volume's file system.
+    pub expansion: Option<NodeExpansion>,
+}
+
 impl Claims {
     /// The PV bound to the claim `claim` of `pod`; `ephemeral`: the claim
     /// of a generic ephemeral volume, which must be the pod's own.
@@ -56,7 +69,7 @@ impl Claims {
         claim: &str,
         read_only: bool,
         ephemeral: bool,
-    ) -> Result<BoundVolume, ClaimError> {
+    ) -> Result<Resolved, ClaimError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let fail = |message: String| ClaimError::Processing {
             namespace: namespace.to_owned(),
@@ -94,7 +107,14 @@ impl Claims {
             .as_ref()
             .and_then(|n| n.metadata.labels.clone())
             .unwrap_or_default();
-        let claim_uid = pvc.metadata.uid.as_deref().unwrap_or("");
-        bound_volume(&pv, claim_uid, read_only, &self.node_name, &labels).map_err(fail)
+        let uid = pvc.metadata.uid.clone().unwrap_or_default();
+        let volume = bound_volume(&pv, &uid, read_only, &self.node_name, &labels).map_err(fail)?;
+        Ok(Resolved {
+            volume,
+            namespace: namespace.to_owned(),
+            name: claim.to_owned(),
+            uid,
+            expansion: node_expansion(&pvc, &pv),
+        })
     }
 }

@@ -524,10 +524,11 @@ impl VolumeManager {
                 what: format!("persistentVolumeClaim {claim:?}"),
             });
         };
-        let bound = api
+        let resolved = api
             .claims
             .resolve(pod, &claim, read_only, ephemeral)
             .await?;
+        let bound = resolved.volume.clone();
         if bound.block {
             let mounted = init_containers(pod)
                 .iter()
@@ -590,7 +591,15 @@ impl VolumeManager {
                     gid: bound.gid,
                 })
             }
-            PvSource::Csi(volume) => self.csi(pod, pod_dir, &volume, bound.gid).await,
+            PvSource::Csi(volume) => {
+                let mounted = self.csi(pod, pod_dir, &volume, bound.gid).await?;
+                if let Some(expansion) = &resolved.expansion {
+                    api.csi
+                        .expand(pod, &volume, &resolved, expansion, &self.events)
+                        .await;
+                }
+                Ok(mounted)
+            }
             PvSource::Unsupported(kind) => Err(SetUpError::UnsupportedType(format!(
                 "{kind} (PersistentVolume {})",
                 bound.pv_name

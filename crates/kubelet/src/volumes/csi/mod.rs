@@ -27,10 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequestStatus;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_api::objects::{get_cluster_object, get_object};
+use kubelet_api::storage::patch_claim_status;
 use kubelet_api::{ApiClient, ApiError};
 use kubelet_core::csi::{
     CSI_VOLUME_DIR, CsiVolume, DriverPolicy, PUBLISH_TARGET, TOKENS_ATTRIBUTE, VOL_DATA_FILE,
@@ -42,8 +43,8 @@ use kubelet_plugin_api::csi::node_client::NodeClient;
 use kubelet_plugin_api::csi::node_service_capability::{self, rpc};
 use kubelet_plugin_api::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use kubelet_plugin_api::csi::{
-    NodeGetCapabilitiesRequest, NodePublishVolumeRequest, NodeStageVolumeRequest,
-    NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    CapacityRange, NodeExpandVolumeRequest, NodeGetCapabilitiesRequest, NodePublishVolumeRequest,
+    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
@@ -52,7 +53,12 @@ use tonic::transport::Channel;
 use super::mount;
 use super::ownership;
 use super::token::{TokenManager, TokenSpec};
+use crate::events::{Involved, NORMAL, Recorder, WARNING};
 use kubelet_tasks::blocking;
+
+/// Upstream's events of a node expansion.
+pub const FILE_SYSTEM_RESIZE_SUCCESSFUL: &str = "FileSystemResizeSuccessful";
+pub const FILE_SYSTEM_RESIZE_FAILED: &str = "FileSystemResizeFailed";
 
 /// Upstream's csiTimeout: the deadline of every call to a driver.
 pub const CSI_TIMEOUT: Duration = Duration::from_secs(120);
@@ -306,22 +312,7 @@ impl CsiVolumes {
         let caps = capabilities(&mut node).await?;
         let has = |t: rpc::Type| caps.contains(&(t as i32));
         let mount_group = has(rpc::Type::VolumeMountGroup);
-        let capability = VolumeCapability {
-            access_type: Some(AccessType::Mount(MountVolume {
-                fs_type: volume.fs_type.clone(),
-                mount_flags: volume.mount_options.clone(),
-                volume_mount_group: fs_group
-                    .filter(|_| mount_group)
-                    .map(|g| g.to_string())
-                    .unwrap_or_default(),
-            })),
-            access_mode: Some(AccessMode {
-                mode: access_mode(
-                    volume.access_modes.as_deref().unwrap_or(&[]),
-                    has(rpc::Type::SingleNodeMultiWriter),
-                ),
-            }),
-        };
+        let capability = capability(volume, fs_group, &caps);
         // Persistent volumes are staged when the driver stages.
         let staging = if persistent && has(rpc::Type::StageUnstageVolume) {
             self.stage(&mut node, volume, &capability, &publish_context)
@@ -441,6 +432,125 @@ impl CsiVolumes {
             }
         }
         Ok((context, secrets))
+    }
+
+    /// Expand the file system of a published volume whose claim waits for
+    /// the node (upstream's NodeExpander): the claim marked
+    /// NodeResizeInProgress, NodeExpandVolume (a driver without
+    /// EXPAND_VOLUME has nothing to do on the node), FileSystemResizeSuccessful
+    /// events on the pod and the claim, then the claim's capacity set and
+    /// its resize status and conditions cleared. A failure is a
+    /// FileSystemResizeFailed event, tried again at the next sync; it never
+    /// holds the pod's start.
+    pub async fn expand(
+        &self,
+        pod: &Pod,
+        volume: &CsiVolume,
+        claim: &super::claims::Resolved,
+        expansion: &kubelet_core::claim::NodeExpansion,
+        events: &Recorder,
+    ) {
+        let pod_ref = Involved::pod(pod, None);
+        let what = format!("for volume {:?}", volume.spec_name);
+        match self.expand_volume(pod, volume, claim, expansion).await {
+            Ok(()) => {
+                let message = format!(
+                    "MountVolume.NodeExpandVolume succeeded {what} {}",
+                    self.node_name
+                );
+                let claim_ref = Involved::claim(&claim.namespace, &claim.name, &claim.uid);
+                events.event(
+                    &pod_ref,
+                    NORMAL,
+                    FILE_SYSTEM_RESIZE_SUCCESSFUL,
+                    message.clone(),
+                );
+                events.event(&claim_ref, NORMAL, FILE_SYSTEM_RESIZE_SUCCESSFUL, message);
+            }
+            Err(e) => events.event(
+                &pod_ref,
+                WARNING,
+                FILE_SYSTEM_RESIZE_FAILED,
+                format!("MountVolume.NodeExpandVolume failed {what} : {e}"),
+            ),
+        }
+    }
+
+    async fn expand_volume(
+        &self,
+        pod: &Pod,
+        volume: &CsiVolume,
+        claim: &super::claims::Resolved,
+        expansion: &kubelet_core::claim::NodeExpansion,
+    ) -> Result<(), CsiError> {
+        use kubelet_core::claim::{NODE_RESIZE_IN_PROGRESS, RESIZE_CONDITIONS};
+        let patch = |status: serde_json::Value| {
+            patch_claim_status(&self.api, &claim.namespace, &claim.name, status)
+        };
+        let mut node = self.drivers.node(&volume.driver)?;
+        patch(
+            serde_json::json!({"allocatedResourceStatuses": {"storage": NODE_RESIZE_IN_PROGRESS}}),
+        )
+        .await?;
+        let caps = capabilities(&mut node).await?;
+        if caps.contains(&(rpc::Type::ExpandVolume as i32)) {
+            let target = self.publish_target(pod, volume);
+            let staging = if caps.contains(&(rpc::Type::StageUnstageVolume as i32)) {
+                staging_path(&self.root_dir, &volume.driver, &volume.handle)
+                    .to_string_lossy()
+                    .into_owned()
+            } else {
+                String::new()
+            };
+            node.node_expand_volume(deadline(NodeExpandVolumeRequest {
+                volume_id: volume.handle.clone(),
+                volume_path: target.to_string_lossy().into_owned(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: expansion.new_bytes,
+                    limit_bytes: 0,
+                }),
+                staging_target_path: staging,
+                volume_capability: Some(capability(volume, None, &caps)),
+                secrets: HashMap::new(),
+            }))
+            .await
+            .map_err(CsiError::Rpc)?;
+        }
+        // The claim as the node leaves it: its new capacity, no resize
+        // status, no resize condition.
+        let current: Option<PersistentVolumeClaim> = get_object(
+            &self.api,
+            "PersistentVolumeClaim",
+            &claim.namespace,
+            &claim.name,
+        )
+        .await?;
+        let conditions: Vec<_> = current
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str()))
+            .collect();
+        patch(serde_json::json!({
+            "capacity": {"storage": expansion.new_size},
+            "allocatedResourceStatuses": {"storage": null},
+            "conditions": conditions,
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// Where `volume` of `pod` is published.
+    fn publish_target(&self, pod: &Pod, volume: &CsiVolume) -> PathBuf {
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        self.root_dir
+            .join("pods")
+            .join(uid)
+            .join("volumes")
+            .join(CSI_VOLUME_DIR)
+            .join(&volume.spec_name)
+            .join(PUBLISH_TARGET)
     }
 
     /// The publish context of an attachable volume: it must be attached to
@@ -627,6 +737,30 @@ impl CsiVolumes {
         })
         .await?;
         Ok(())
+    }
+}
+
+/// The volume capability NodeStage, NodePublish and NodeExpand are
+/// given: a mount of the volume's fsType and mount options, the pod's
+/// fsGroup when the driver applies it (VOLUME_MOUNT_GROUP), and the access
+/// mode from the PV's.
+fn capability(volume: &CsiVolume, fs_group: Option<i64>, caps: &[i32]) -> VolumeCapability {
+    let has = |t: rpc::Type| caps.contains(&(t as i32));
+    VolumeCapability {
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: volume.fs_type.clone(),
+            mount_flags: volume.mount_options.clone(),
+            volume_mount_group: fs_group
+                .filter(|_| has(rpc::Type::VolumeMountGroup))
+                .map(|g| g.to_string())
+                .unwrap_or_default(),
+        })),
+        access_mode: Some(AccessMode {
+            mode: access_mode(
+                volume.access_modes.as_deref().unwrap_or(&[]),
+                has(rpc::Type::SingleNodeMultiWriter),
+            ),
+        }),
     }
 }
 

@@ -24,6 +24,7 @@ use crate::testutil::FakeApi;
 pub(crate) struct FakeDriver {
     calls: Arc<Mutex<Vec<String>>>,
     stages: bool,
+    expands: bool,
     hangs: bool,
     /// The last publish request's volume context.
     context: Arc<Mutex<HashMap<String, String>>>,
@@ -115,9 +116,19 @@ impl NodeService for FakeDriver {
 
     async fn node_expand_volume(
         &self,
-        _: Request<NodeExpandVolumeRequest>,
+        r: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented("expand"))
+        let r = r.into_inner();
+        let bytes = r.capacity_range.map_or(0, |c| c.required_bytes);
+        assert!(
+            Path::new(&r.volume_path).is_dir(),
+            "expanded where published"
+        );
+        self.record(format!("expand {} {bytes}", r.volume_id))
+            .await?;
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: bytes,
+        }))
     }
 
     async fn node_get_capabilities(
@@ -125,15 +136,17 @@ impl NodeService for FakeDriver {
         _: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
         self.record("capabilities".into()).await?;
-        let capabilities = self
-            .stages
-            .then(|| NodeServiceCapability {
-                r#type: Some(CapType::Rpc(Rpc {
-                    r#type: rpc::Type::StageUnstageVolume as i32,
-                })),
-            })
-            .into_iter()
-            .collect();
+        let capability = |t: rpc::Type| NodeServiceCapability {
+            r#type: Some(CapType::Rpc(Rpc { r#type: t as i32 })),
+        };
+        let capabilities = [
+            (self.stages, rpc::Type::StageUnstageVolume),
+            (self.expands, rpc::Type::ExpandVolume),
+        ]
+        .into_iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, t)| capability(t))
+        .collect();
         Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
@@ -495,4 +508,92 @@ async fn an_unregistered_driver_is_named() {
         err.to_string(),
         "kubernetes.io/csi: mounter.SetUpAt failed to get CSI client: driver name gone.csi not found in the list of registered CSI drivers"
     );
+}
+
+/// A claim the resizer handed to the node: NodeExpandVolume at the publish
+/// target, then the claim's capacity, resize status and conditions as
+/// upstream's kubelet leaves them, and its events.
+#[tokio::test]
+async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
+    use crate::events::Recorder;
+    use kubelet_core::claim::{BoundVolume, NodeExpansion, PvSource};
+    let s = Setup::new();
+    let driver = FakeDriver {
+        expands: true,
+        ..Default::default()
+    };
+    s.driver("grow.csi", driver.clone());
+    s.api.put(
+        "/apis/storage.k8s.io/v1/csidrivers/grow.csi",
+        serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": "grow.csi"}, "spec": {"attachRequired": false}}),
+    );
+    let claim_path = "/api/v1/namespaces/ns/persistentvolumeclaims/c1";
+    s.api.put(
+        claim_path,
+        serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c1", "namespace": "ns", "uid": "claim-uid"},
+            "spec": {"volumeName": "pv-h1"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"},
+                "allocatedResourceStatuses": {"storage": "NodeResizePending"},
+                "conditions": [{"type": "FileSystemResizePending", "status": "True"},
+                               {"type": "ModifyingVolume", "status": "True"}]}}),
+    );
+    let volume = persistent("grow.csi", "h1");
+    let volumes = s.volumes();
+    let a = pod("a");
+    volumes
+        .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+        .await
+        .unwrap();
+    let resolved = super::super::claims::Resolved {
+        volume: BoundVolume {
+            pv_name: "pv-h1".into(),
+            source: PvSource::Csi(Box::new(volume.clone())),
+            read_only: false,
+            block: false,
+            gid: None,
+        },
+        namespace: "ns".into(),
+        name: "c1".into(),
+        uid: "claim-uid".into(),
+        expansion: None,
+    };
+    let (events, mut told) = Recorder::with_queue("n1".into(), Clock::following_tokio());
+    let grown = NodeExpansion {
+        new_size: "2Gi".into(),
+        new_bytes: 2 << 30,
+    };
+    volumes
+        .expand(&a, &volume, &resolved, &grown, &events)
+        .await;
+    assert_eq!(
+        driver.calls().last().map(String::as_str),
+        Some("expand h1 2147483648")
+    );
+    let claim = s.api.get(claim_path).unwrap();
+    assert_eq!(claim["status"]["capacity"]["storage"], "2Gi");
+    assert!(claim["status"]["allocatedResourceStatuses"]["storage"].is_null());
+    assert_eq!(
+        claim["status"]["conditions"],
+        serde_json::json!([{"type": "ModifyingVolume", "status": "True"}])
+    );
+    // In progress first, then finished.
+    let patches = s
+        .api
+        .log
+        .lock()
+        .iter()
+        .filter(|l| l.starts_with("PATCH") && l.ends_with("/c1/status"))
+        .count();
+    assert_eq!(patches, 2);
+    for about in ["Pod", "PersistentVolumeClaim"] {
+        let e = told.recv().await.unwrap();
+        assert_eq!(e.involved_object.kind.as_deref(), Some(about));
+        assert_eq!(e.reason.as_deref(), Some(FILE_SYSTEM_RESIZE_SUCCESSFUL));
+        assert_eq!(
+            e.message.as_deref(),
+            Some(r#"MountVolume.NodeExpandVolume succeeded for volume "pv-h1" n1"#)
+        );
+    }
 }
