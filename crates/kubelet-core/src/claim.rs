@@ -4,6 +4,7 @@
 //! rkubelet has a plugin for it.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 
@@ -17,6 +18,30 @@ pub const LOCAL_VOLUME: &str = "kubernetes.io~local-volume";
 pub const VOLUME_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 /// The finalizer that keeps a claim in use from going.
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
+
+/// How a claim's volume is measured for the pod's volume stats (upstream's
+/// volume plugins' metrics): a local PV by statfs of its mount, a CSI
+/// volume by its driver's NodeGetVolumeStats; a hostPath PV is not (as
+/// upstream's MetricsNil).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Measure {
+    Statfs(PathBuf),
+    Csi {
+        driver: String,
+        handle: String,
+        target: PathBuf,
+    },
+}
+
+/// A pod's claim volume, for stats: the pod's volume name, its claim, how
+/// it is measured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaimVolume {
+    pub name: String,
+    pub namespace: String,
+    pub claim: String,
+    pub measure: Measure,
+}
 
 /// The resize statuses of a claim's `allocatedResourceStatuses.storage`
 /// that ask the node to expand the file system.

@@ -101,10 +101,20 @@ pub struct VolumeStats {
     #[serde(flatten)]
     pub fs: FsStats,
     pub name: String,
+    /// The claim of a persistentVolumeClaim or ephemeral volume.
+    #[serde(rename = "pvcRef", skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
     /// Whether it counts as the pod's local ephemeral storage
     /// (IsLocalEphemeralVolume: an emptyDir on disk, a configMap).
     #[serde(skip)]
     pub local_ephemeral: bool,
+}
+
+/// `PVCReference`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct PvcReference {
+    pub name: String,
+    pub namespace: String,
 }
 
 /// `PodReference`.
@@ -1035,9 +1045,104 @@ pub fn resource_metrics_text(summary: Option<&Summary>) -> String {
     ])
 }
 
+/// The `kubelet_volume_stats_*` gauges of /metrics (upstream's volume
+/// stats collector): each claim's volume once, from the pods' volume stats.
+pub fn volume_stats_text(volumes: &[VolumeStats]) -> String {
+    type Field = fn(&FsStats) -> Option<u64>;
+    let gauges: [(&'static str, &'static str, Field); 6] = [
+        (
+            "kubelet_volume_stats_capacity_bytes",
+            "Capacity in bytes of the volume",
+            |f| f.capacity_bytes,
+        ),
+        (
+            "kubelet_volume_stats_available_bytes",
+            "Number of available bytes in the volume",
+            |f| f.available_bytes,
+        ),
+        (
+            "kubelet_volume_stats_used_bytes",
+            "Number of used bytes in the volume",
+            |f| f.used_bytes,
+        ),
+        (
+            "kubelet_volume_stats_inodes",
+            "Maximum number of inodes in the volume",
+            |f| f.inodes,
+        ),
+        (
+            "kubelet_volume_stats_inodes_free",
+            "Number of free inodes in the volume",
+            |f| f.inodes_free,
+        ),
+        (
+            "kubelet_volume_stats_inodes_used",
+            "Number of used inodes in the volume",
+            |f| f.inodes_used,
+        ),
+    ];
+    let mut seen = std::collections::HashSet::new();
+    let claims: Vec<(&PvcReference, &FsStats)> = volumes
+        .iter()
+        .filter_map(|v| Some((v.pvc_ref.as_ref()?, &v.fs)))
+        .filter(|(claim, _)| seen.insert(*claim))
+        .collect();
+    let families = gauges
+        .into_iter()
+        .map(|(name, help, field)| {
+            let mut family = Family::stable(name, "ALPHA", "gauge", help);
+            for (claim, fs) in &claims {
+                if let Some(v) = field(fs) {
+                    family.push(
+                        vec![
+                            ("namespace", claim.namespace.clone()),
+                            ("persistentvolumeclaim", claim.name.clone()),
+                        ],
+                        v as f64,
+                        None,
+                    );
+                }
+            }
+            family
+        })
+        .collect();
+    render(families)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each claim once (two pods sharing one), only claims, six gauges.
+    #[test]
+    fn volume_stats_gauges_count_each_claim_once() {
+        let fs = |used| FsStats {
+            used_bytes: Some(used),
+            ..FsStats::part_of(UNIX_EPOCH, None, None, None)
+        };
+        let volume = |claim: Option<&str>, used| VolumeStats {
+            fs: fs(used),
+            name: "v".into(),
+            pvc_ref: claim.map(|c| PvcReference {
+                name: c.into(),
+                namespace: "ns".into(),
+            }),
+            local_ephemeral: false,
+        };
+        let text = volume_stats_text(&[
+            volume(Some("shared"), 5),
+            volume(Some("shared"), 6),
+            volume(None, 7),
+            volume(Some("other"), 8),
+        ]);
+        assert_eq!(
+            text,
+            "# HELP kubelet_volume_stats_used_bytes [ALPHA] Number of used bytes in the volume\n\
+             # TYPE kubelet_volume_stats_used_bytes gauge\n\
+             kubelet_volume_stats_used_bytes{namespace=\"ns\",persistentvolumeclaim=\"other\"} 8\n\
+             kubelet_volume_stats_used_bytes{namespace=\"ns\",persistentvolumeclaim=\"shared\"} 5\n"
+        );
+    }
 
     #[test]
     fn proc_stat() {
@@ -1406,6 +1511,7 @@ vethab12: 1 1 0 0 0 0 0 0 1 1 0 0 0 0 0 0\n\
         let volume = |name: &str, used, local_ephemeral| VolumeStats {
             fs: part(50, used, 1),
             name: name.into(),
+            pvc_ref: None,
             local_ephemeral,
         };
         let got = ephemeral_storage(

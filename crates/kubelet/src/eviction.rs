@@ -584,6 +584,7 @@ mod tests {
                         volume_stats: vec![VolumeStats {
                             fs: FsStats::part_of(time, None, Some(*self.scratch.lock()), None),
                             name: "scratch".into(),
+                            pvc_ref: None,
                             local_ephemeral: true,
                         }],
                         ..Default::default()

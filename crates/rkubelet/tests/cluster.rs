@@ -4563,8 +4563,9 @@ fn csinode_driver(api: &Api, driver: &str) -> Option<Value> {
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
     let mut k = Kubelet::new("csi");
-    // A pod's volumes are looked at again every 3 s (a claim to expand).
-    k.rk.add_config("syncFrequency: 3s\n");
+    // A pod's volumes are looked at again every 3 s (a claim to expand),
+    // and measured every second.
+    k.rk.add_config("syncFrequency: 3s\nvolumeStatsAggPeriod: 1s\n");
     k.start_ready().await;
     let registry = k.rk.root().join("plugins_registry");
     let mock = CsiMock::start(&k.api, &registry, k.rk.dir.path());
@@ -4706,6 +4707,42 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
             "MountVolume.NodeExpandVolume succeeded for volume {pv:?} {}",
             k.api.node
         )
+    );
+    // Its stats from the driver's NodeGetVolumeStats (the mock gives the
+    // volume's capacity), with its claim, in the summary and in /metrics.
+    let node = k.api.node.clone();
+    let volume = eventually("the volume's stats at its new size", START, async || {
+        let raw = k.api.run(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
+        ]);
+        let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
+        let pod = v["pods"]
+            .as_array()?
+            .iter()
+            .find(|p| p["podRef"]["name"] == "cl-csi")?;
+        let volume = pod["volume"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == "data")?;
+        (volume["capacityBytes"] == 2 << 20).then(|| volume.clone())
+    })
+    .await;
+    assert_eq!(
+        volume["pvcRef"],
+        json!({"name": "cl-csi-claim", "namespace": "default"})
+    );
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{node}/proxy/metrics"),
+    ]);
+    assert!(
+        metrics.contains(
+            r#"kubelet_volume_stats_capacity_bytes{namespace="default",persistentvolumeclaim="cl-csi-claim"} 2.097152e+06"#
+        ),
+        "{metrics}"
     );
     // kill -9 and a restart: the pod runs on with its volume.
     k.rk.kill9();

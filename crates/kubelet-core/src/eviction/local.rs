@@ -168,6 +168,7 @@ mod tests {
             volume_stats: vec![VolumeStats {
                 fs: fs(scratch).unwrap(),
                 name: "scratch".into(),
+                pvc_ref: None,
                 local_ephemeral: true,
             }],
             ephemeral_storage: fs(total),

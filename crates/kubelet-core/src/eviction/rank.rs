@@ -460,12 +460,14 @@ mod tests {
         c.volume_stats = vec![crate::stats::VolumeStats {
             fs: fs(2000, 9).unwrap(),
             name: "scratch".into(),
+            pvc_ref: None,
             local_ephemeral: true,
         }];
         let mut d = stats("tmpfs-heavy", 0);
         d.volume_stats = vec![crate::stats::VolumeStats {
             fs: fs(5000, 9).unwrap(),
             name: "mem".into(),
+            pvc_ref: None,
             local_ephemeral: false,
         }];
         let mut s = s;

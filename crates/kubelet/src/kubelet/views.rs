@@ -206,7 +206,9 @@ impl NodeView for Kubelet {
         self.opts.config.to_v1beta1_json()
     }
     fn metrics_text(&self) -> String {
-        self.opts.metrics.render() + &crate::stats::process::render_process_metrics()
+        self.opts.metrics.render()
+            + &crate::stats::process::render_process_metrics()
+            + &self.stats.volume_metrics_text()
     }
     fn probe_metrics_text(&self) -> String {
         self.syncer.prober.probe_metrics_text()
@@ -231,6 +233,27 @@ impl NodeView for Kubelet {
 impl StatsView for Kubelet {
     fn node_name(&self) -> String {
         self.opts.node_name.clone()
+    }
+    fn claim_volumes(&self, uid: &str) -> Vec<kubelet_core::claim::ClaimVolume> {
+        self.syncer.volumes.claim_volumes(&PodUid::from(uid))
+    }
+    fn csi_volume_stats<'a>(
+        &'a self,
+        driver: &'a str,
+        handle: &'a str,
+        target: &'a std::path::Path,
+        at: std::time::SystemTime,
+    ) -> BoxFuture<'a, Option<kubelet_core::stats::FsStats>> {
+        Box::pin(async move {
+            let csi = self.syncer.volumes.csi_volumes()?;
+            match csi.volume_stats(driver, handle, target, at).await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    tracing::debug!(driver, handle, error = %e, "NodeGetVolumeStats failed");
+                    None
+                }
+            }
+        })
     }
     fn pods(&self) -> Vec<Pod> {
         self.pods_with_status()

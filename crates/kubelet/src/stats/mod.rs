@@ -20,19 +20,22 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::future::BoxFuture;
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{CgroupLayout, CgroupName, PodCgroups};
 use kubelet_core::stats::{
     CgroupUsage, ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryReading, MemoryStats,
-    NetworkStats, NodeStats, ParseError, PodReference, PodStats, RlimitStats, RuntimeStats,
-    SYSTEM_CONTAINER_PODS, Summary, SwapStats, VolumeStats, count_procs, default_route_interface,
-    ephemeral_storage, nanos_since_epoch, node_available_memory, parse_cpu_stat_usage,
-    parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_memory_limit, parse_net_dev,
-    parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap,
-    ticks_to_nanos, time_from_nanos, usage_nano_cores,
+    NetworkStats, NodeStats, ParseError, PodReference, PodStats, PvcReference, RlimitStats,
+    RuntimeStats, SYSTEM_CONTAINER_PODS, Summary, SwapStats, VolumeStats, count_procs,
+    default_route_interface, ephemeral_storage, nanos_since_epoch, node_available_memory,
+    parse_cpu_stat_usage, parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_memory_limit,
+    parse_net_dev, parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory,
+    sum_swap, ticks_to_nanos, time_from_nanos, usage_nano_cores,
 };
 use kubelet_core::volume;
+
+use kubelet_core::claim::{ClaimVolume, Measure};
 use kubelet_cri::client::{CriClient, CriError};
 
 pub mod cadvisor;
@@ -62,7 +65,26 @@ pub trait StatsView: Send + Sync {
     fn system_cgroups(&self) -> Option<(CgroupLayout, Vec<(&'static str, CgroupName)>)> {
         None
     }
+    /// The claim volumes the pod `uid` has set up; none by default.
+    fn claim_volumes(&self, _uid: &str) -> Vec<ClaimVolume> {
+        Vec::new()
+    }
+    /// A CSI volume's usage from its driver, at `at`; None when it gives
+    /// none.
+    fn csi_volume_stats<'a>(
+        &'a self,
+        _driver: &'a str,
+        _handle: &'a str,
+        _target: &'a Path,
+        _at: SystemTime,
+    ) -> BoxFuture<'a, Option<FsStats>> {
+        Box::pin(async { None })
+    }
 }
+
+/// How long a driver's NodeGetVolumeStats may take before a summary goes
+/// on without it (the summary feeds the eviction manager).
+const CSI_STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a container's CPU sample is kept without a newer one (upstream's defaultCachePeriod).
 const CPU_CACHE_PERIOD: Duration = Duration::from_secs(10 * 60);
@@ -206,6 +228,12 @@ pub struct StatsProvider {
     cpu: Mutex<CpuCache>,
     /// Each volume directory's last measure, and when it was taken.
     volumes: Mutex<HashMap<PathBuf, (SystemTime, VolumeUsage)>>,
+    /// Each claim volume's last measure (None: it gives none), by where
+    /// it is.
+    claims: Mutex<HashMap<Measure, (SystemTime, Option<FsStats>)>>,
+    /// The claim volumes' stats of the last summary, for
+    /// `kubelet_volume_stats_*`.
+    claim_stats: Mutex<Vec<VolumeStats>>,
     /// How long a volume's measure is used again (volumeStatsAggPeriod).
     volume_period: Duration,
     /// The runtime's last container stats, and when they were asked, for
@@ -250,6 +278,8 @@ impl StatsProvider {
             ticks_per_second,
             cpu: Mutex::new(CpuCache::default()),
             volumes: Mutex::default(),
+            claims: Mutex::default(),
+            claim_stats: Mutex::default(),
             volume_period: VOLUME_STATS_PERIOD,
             runtime: Mutex::default(),
             cgroups: Mutex::default(),
@@ -625,7 +655,7 @@ impl StatsProvider {
         // containers) are dropped.
         self.cgroups.lock().retain(|_, (.., seen)| *seen == now);
         if root_fs_stats.is_some() {
-            self.volume_stats(&view.root_dir(), &by_uid, &mut pods, now)
+            self.volume_stats(view, &view.root_dir(), &by_uid, &mut pods, now)
                 .await;
         }
         if let Some(root) = &root_fs_stats {
@@ -883,6 +913,7 @@ impl StatsProvider {
     /// the blocking pool.
     async fn volume_stats(
         &self,
+        view: &dyn StatsView,
         root_dir: &Path,
         by_uid: &HashMap<&str, &Pod>,
         pods: &mut [PodStats],
@@ -932,22 +963,112 @@ impl StatsProvider {
         })
         .await
         .unwrap_or_default();
-        let mut cache = self.volumes.lock();
-        for (dir, usage) in measured {
-            cache.insert(dir, (now, usage));
+        {
+            let mut cache = self.volumes.lock();
+            for (dir, usage) in measured {
+                cache.insert(dir, (now, usage));
+            }
+            // Volumes of pods gone are forgotten.
+            cache.retain(|dir, _| wanted.iter().any(|(.., d)| d == dir));
+            for (i, name, local_ephemeral, dir) in wanted {
+                let Some((at, u)) = cache.get(&dir) else {
+                    continue;
+                };
+                pods[i].volume_stats.push(VolumeStats {
+                    fs: FsStats::part_of(*at, u.fs.as_ref(), Some(u.bytes), Some(u.inodes)),
+                    name,
+                    pvc_ref: None,
+                    local_ephemeral,
+                });
+            }
         }
-        // Volumes of pods gone are forgotten.
-        cache.retain(|dir, _| wanted.iter().any(|(.., d)| d == dir));
-        for (i, name, local_ephemeral, dir) in wanted {
-            let Some((at, u)) = cache.get(&dir) else {
+        self.claim_volume_stats(view, pods, now).await;
+    }
+
+    /// The pods' claim volumes (local PVs by statfs, CSI volumes by their
+    /// drivers, each at most once per volumeStatsAggPeriod), with their
+    /// `pvcRef`; kept for `kubelet_volume_stats_*`.
+    async fn claim_volume_stats(
+        &self,
+        view: &dyn StatsView,
+        pods: &mut [PodStats],
+        now: SystemTime,
+    ) {
+        let wanted: Vec<(usize, ClaimVolume)> = pods
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                view.claim_volumes(&p.pod_ref.uid)
+                    .into_iter()
+                    .map(move |c| (i, c))
+            })
+            .collect();
+        let stale: Vec<Measure> = {
+            let cache = self.claims.lock();
+            wanted
+                .iter()
+                .map(|(_, c)| &c.measure)
+                .filter(|m| {
+                    cache.get(*m).is_none_or(|(at, _)| {
+                        now.duration_since(*at).unwrap_or_default() >= self.volume_period
+                    })
+                })
+                .cloned()
+                .collect()
+        };
+        let measured = futures::future::join_all(stale.into_iter().map(|m| async move {
+            let fs = match &m {
+                Measure::Statfs(dir) => {
+                    let dir = dir.clone();
+                    kubelet_tasks::off_thread(move || statvfs(&dir).ok())
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|u| FsStats::from_usage(now, &u))
+                }
+                Measure::Csi {
+                    driver,
+                    handle,
+                    target,
+                } => tokio::time::timeout(
+                    CSI_STATS_TIMEOUT,
+                    view.csi_volume_stats(driver, handle, target, now),
+                )
+                .await
+                .ok()
+                .flatten(),
+            };
+            (m, fs)
+        }))
+        .await;
+        let mut cache = self.claims.lock();
+        for (m, fs) in measured {
+            cache.insert(m, (now, fs));
+        }
+        cache.retain(|m, _| wanted.iter().any(|(_, c)| &c.measure == m));
+        let mut kept = Vec::new();
+        for (i, c) in wanted {
+            let Some((_, Some(fs))) = cache.get(&c.measure) else {
                 continue;
             };
-            pods[i].volume_stats.push(VolumeStats {
-                fs: FsStats::part_of(*at, u.fs.as_ref(), Some(u.bytes), Some(u.inodes)),
-                name,
-                local_ephemeral,
-            });
+            let stats = VolumeStats {
+                fs: fs.clone(),
+                name: c.name,
+                pvc_ref: Some(PvcReference {
+                    name: c.claim,
+                    namespace: c.namespace,
+                }),
+                local_ephemeral: false,
+            };
+            kept.push(stats.clone());
+            pods[i].volume_stats.push(stats);
         }
+        *self.claim_stats.lock() = kept;
+    }
+
+    /// `kubelet_volume_stats_*`, from the last summary's claim volumes.
+    pub fn volume_metrics_text(&self) -> String {
+        kubelet_core::stats::volume_stats_text(&self.claim_stats.lock())
     }
 
     /// A container's CPU stats; the rate is the runtime's if it gives one,

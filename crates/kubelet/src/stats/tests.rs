@@ -22,6 +22,9 @@ struct TestView {
     logs_root: PathBuf,
     root_dir: PathBuf,
     cgroups: Option<PodCgroups>,
+    /// Claim volumes by pod UID; CSI ones report `csi_stats`.
+    claims: HashMap<String, Vec<ClaimVolume>>,
+    csi_stats: Option<FsStats>,
 }
 
 impl StatsView for TestView {
@@ -42,6 +45,18 @@ impl StatsView for TestView {
     }
     fn pod_cgroups(&self) -> Option<PodCgroups> {
         self.cgroups.clone()
+    }
+    fn claim_volumes(&self, uid: &str) -> Vec<ClaimVolume> {
+        self.claims.get(uid).cloned().unwrap_or_default()
+    }
+    fn csi_volume_stats<'a>(
+        &'a self,
+        _driver: &'a str,
+        _handle: &'a str,
+        _target: &'a Path,
+        _at: SystemTime,
+    ) -> BoxFuture<'a, Option<FsStats>> {
+        Box::pin(async { self.csi_stats.clone() })
     }
 }
 
@@ -197,6 +212,8 @@ async fn fixture() -> Fixture {
         logs_root,
         root_dir: dir.path().to_path_buf(),
         cgroups: None,
+        claims: HashMap::new(),
+        csi_stats: None,
     };
     let (clock, now) = clock(UNIX_EPOCH + Duration::from_millis(1_700_000_100_500));
     let provider = StatsProvider::with_host(fake_host(dir.path(), true), clock, 100);
@@ -785,6 +802,103 @@ async fn volumes_are_measured_at_most_once_a_period() {
         used(&soon, "scratch") >= now + 8192,
         "walked again after 5 s"
     );
+}
+
+/// A pod's claim volumes: a local PV measured by statfs, a CSI volume by
+/// its driver, each with its `pvcRef`, and each claim once in
+/// `kubelet_volume_stats_*`; a driver that gives no stats leaves its
+/// volume out, as upstream's.
+#[tokio::test]
+async fn claim_volumes_are_reported_with_their_claims_and_in_metrics() {
+    let mut f = fixture().await;
+    f.view.pods.push(
+        PodBuilder::new("web")
+            .namespace("default")
+            .uid("uid-web")
+            .build(),
+    );
+    let local = f
+        .dir
+        .path()
+        .join("pods/uid-web/volumes/kubernetes.io~local-volume/pv-a");
+    std::fs::create_dir_all(&local).unwrap();
+    let claim = |name: &str, pvc: &str, measure: Measure| ClaimVolume {
+        name: name.into(),
+        namespace: "default".into(),
+        claim: pvc.into(),
+        measure,
+    };
+    let csi = |handle: &str| Measure::Csi {
+        driver: "d".into(),
+        handle: handle.into(),
+        target: PathBuf::from(format!("/t/{handle}")),
+    };
+    f.view.claims.insert(
+        "uid-web".into(),
+        vec![
+            claim("data", "data-db", Measure::Statfs(local.clone())),
+            claim("logs", "logs-db", csi("h1")),
+        ],
+    );
+    f.view.csi_stats = Some(FsStats {
+        time: UNIX_EPOCH,
+        available_bytes: Some(300),
+        capacity_bytes: Some(1000),
+        used_bytes: Some(700),
+        inodes_free: Some(9),
+        inodes: Some(10),
+        inodes_used: Some(1),
+    });
+    let summary = f.provider.get(&f.view).await.unwrap();
+    let db = summary
+        .pods
+        .iter()
+        .find(|p| p.pod_ref.uid == "uid-web")
+        .unwrap();
+    let json = serde_json::to_value(db).unwrap();
+    let volumes = json["volume"].as_array().unwrap();
+    assert_eq!(volumes.len(), 2, "{volumes:?}");
+    assert_eq!(volumes[0]["name"], "data");
+    assert_eq!(
+        volumes[0]["pvcRef"],
+        json!({"name": "data-db", "namespace": "default"})
+    );
+    let fs = statvfs(&local).unwrap();
+    assert_eq!(volumes[0]["capacityBytes"], fs.capacity_bytes);
+    assert_eq!(volumes[1]["pvcRef"]["name"], "logs-db");
+    assert_eq!(volumes[1]["usedBytes"], 700);
+    assert_eq!(volumes[1]["inodesUsed"], 1);
+    // Claim volumes are not the pod's ephemeral storage.
+    assert!(db.volume_stats.iter().all(|v| !v.local_ephemeral));
+    let text = f.provider.volume_metrics_text();
+    assert!(text.contains(
+        "# HELP kubelet_volume_stats_used_bytes [ALPHA] Number of used bytes in the volume\n# TYPE kubelet_volume_stats_used_bytes gauge\n"
+    ), "{text}");
+    assert!(
+        text.contains(r#"kubelet_volume_stats_used_bytes{namespace="default",persistentvolumeclaim="logs-db"} 700"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"kubelet_volume_stats_inodes_free{namespace="default",persistentvolumeclaim="logs-db"} 9"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"persistentvolumeclaim="data-db""#),
+        "{text}"
+    );
+    // A driver without stats: its volume is left out.
+    f.view.csi_stats = None;
+    f.view
+        .claims
+        .insert("uid-web".into(), vec![claim("logs", "logs-db", csi("h2"))]);
+    let summary = f.provider.get(&f.view).await.unwrap();
+    let db = summary
+        .pods
+        .iter()
+        .find(|p| p.pod_ref.uid == "uid-web")
+        .unwrap();
+    assert!(db.volume_stats.is_empty());
+    assert_eq!(f.provider.volume_metrics_text(), "");
 }
 
 /// The volume walk counts what is in the tree and nothing a symlink

@@ -32,11 +32,14 @@ pub mod trust;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
     ClusterTrustBundleProjection, ConfigMap, Pod, PodCertificateProjection, Secret, Volume,
 };
-use kubelet_core::claim::{LOCAL_VOLUME, PvSource, check_local_path, ephemeral_claim_name};
+use kubelet_core::claim::{
+    ClaimVolume, LOCAL_VOLUME, Measure, PvSource, check_local_path, ephemeral_claim_name,
+};
 use kubelet_core::failure::Cause;
 use kubelet_core::manifest::is_dns1123_label;
 use kubelet_core::podcert::payload as podcert_payload;
@@ -47,6 +50,7 @@ use kubelet_core::volume::{
     self as vol, EMPTY_DIR, KeyedSource, Kind, Payload, PayloadError, aggregate,
     config_map_payload, downward_payload, memory_volume_size, secret_payload, volume_dir,
 };
+use parking_lot::Mutex;
 
 use crate::events::{Involved, Recorder, WARNING};
 use crate::nodestatus::NodeAllocatable;
@@ -260,6 +264,8 @@ pub struct VolumeManager {
     allocatable: NodeAllocatable,
     api: Option<ApiObjects>,
     events: Recorder,
+    /// The claim volumes each pod has set up, for its volume stats.
+    claim_volumes: Arc<Mutex<HashMap<PodUid, Vec<ClaimVolume>>>>,
 }
 
 impl VolumeManager {
@@ -274,7 +280,31 @@ impl VolumeManager {
             allocatable,
             api,
             events,
+            claim_volumes: Arc::default(),
         }
+    }
+
+    /// CSI volumes (cluster mode).
+    pub fn csi_volumes(&self) -> Option<&csi::CsiVolumes> {
+        self.api.as_ref().map(|a| &a.csi)
+    }
+
+    /// The claim volumes the pod `uid` has set up.
+    pub fn claim_volumes(&self, uid: &PodUid) -> Vec<ClaimVolume> {
+        self.claim_volumes
+            .lock()
+            .get(uid)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Note a claim volume set up for `pod` (replacing what was noted for
+    /// that volume).
+    fn note_claim(&self, pod: &Pod, volume: ClaimVolume) {
+        let mut map = self.claim_volumes.lock();
+        let noted = map.entry(PodUid::of(pod)).or_default();
+        noted.retain(|c| c.name != volume.name);
+        noted.push(volume);
     }
 
     /// The attachable volumes pods use, for node status.
@@ -585,6 +615,15 @@ impl VolumeManager {
                     Ok(())
                 })
                 .await?;
+                self.note_claim(
+                    pod,
+                    ClaimVolume {
+                        name: v.name.clone(),
+                        namespace: resolved.namespace.clone(),
+                        claim: resolved.name.clone(),
+                        measure: Measure::Statfs(dir.clone()),
+                    },
+                );
                 Ok(MountedVolume {
                     host_path: dir,
                     read_only: bound.read_only,
@@ -593,6 +632,19 @@ impl VolumeManager {
             }
             PvSource::Csi(volume) => {
                 let mounted = self.csi(pod, pod_dir, &volume, bound.gid).await?;
+                self.note_claim(
+                    pod,
+                    ClaimVolume {
+                        name: v.name.clone(),
+                        namespace: resolved.namespace.clone(),
+                        claim: resolved.name.clone(),
+                        measure: Measure::Csi {
+                            driver: volume.driver.clone(),
+                            handle: volume.handle.clone(),
+                            target: mounted.host_path.clone(),
+                        },
+                    },
+                );
                 if let Some(expansion) = &resolved.expansion {
                     api.csi
                         .expand(pod, &volume, &resolved, expansion, &self.events)
@@ -833,6 +885,7 @@ impl VolumeManager {
     /// its directory first, then the volume directories; its objects and
     /// tokens are released.
     pub async fn unmount_pod(&self, uid: &PodUid) -> io::Result<()> {
+        self.claim_volumes.lock().remove(uid);
         if let Some(api) = &self.api {
             api.config_maps.unregister(uid);
             api.secrets.unregister(uid);

@@ -43,8 +43,9 @@ use kubelet_plugin_api::csi::node_client::NodeClient;
 use kubelet_plugin_api::csi::node_service_capability::{self, rpc};
 use kubelet_plugin_api::csi::volume_capability::{AccessMode, AccessType, MountVolume};
 use kubelet_plugin_api::csi::{
-    CapacityRange, NodeExpandVolumeRequest, NodeGetCapabilitiesRequest, NodePublishVolumeRequest,
-    NodeStageVolumeRequest, NodeUnpublishVolumeRequest, NodeUnstageVolumeRequest, VolumeCapability,
+    CapacityRange, NodeExpandVolumeRequest, NodeGetCapabilitiesRequest, NodeGetVolumeStatsRequest,
+    NodePublishVolumeRequest, NodeStageVolumeRequest, NodeUnpublishVolumeRequest,
+    NodeUnstageVolumeRequest, VolumeCapability,
 };
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
@@ -539,6 +540,58 @@ impl CsiVolumes {
         }))
         .await?;
         Ok(())
+    }
+
+    /// A published volume's usage from its driver (NodeGetVolumeStats, its
+    /// BYTES and INODES figures, upstream's csi metrics); None when the
+    /// driver does not report it (no GET_VOLUME_STATS).
+    pub async fn volume_stats(
+        &self,
+        driver: &str,
+        handle: &str,
+        target: &Path,
+        at: std::time::SystemTime,
+    ) -> Result<Option<kubelet_core::stats::FsStats>, CsiError> {
+        use kubelet_plugin_api::csi::volume_usage::Unit;
+        let mut node = self.drivers.node(driver)?;
+        let caps = capabilities(&mut node).await?;
+        if !caps.contains(&(rpc::Type::GetVolumeStats as i32)) {
+            return Ok(None);
+        }
+        let staging_target_path = if caps.contains(&(rpc::Type::StageUnstageVolume as i32)) {
+            staging_path(&self.root_dir, driver, handle)
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            String::new()
+        };
+        let reply = node
+            .node_get_volume_stats(deadline(NodeGetVolumeStatsRequest {
+                volume_id: handle.to_owned(),
+                volume_path: target.to_string_lossy().into_owned(),
+                staging_target_path,
+            }))
+            .await
+            .map_err(CsiError::Rpc)?
+            .into_inner();
+        let mut fs = kubelet_core::stats::FsStats::part_of(at, None, None, None);
+        let count = |v: i64| u64::try_from(v).ok();
+        for usage in reply.usage {
+            match Unit::try_from(usage.unit) {
+                Ok(Unit::Bytes) => {
+                    fs.available_bytes = count(usage.available);
+                    fs.capacity_bytes = count(usage.total);
+                    fs.used_bytes = count(usage.used);
+                }
+                Ok(Unit::Inodes) => {
+                    fs.inodes_free = count(usage.available);
+                    fs.inodes = count(usage.total);
+                    fs.inodes_used = count(usage.used);
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(fs))
     }
 
     /// Where `volume` of `pod` is published.

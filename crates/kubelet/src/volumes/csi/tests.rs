@@ -25,6 +25,7 @@ pub(crate) struct FakeDriver {
     calls: Arc<Mutex<Vec<String>>>,
     stages: bool,
     expands: bool,
+    reports: bool,
     hangs: bool,
     /// The last publish request's volume context.
     context: Arc<Mutex<HashMap<String, String>>>,
@@ -109,9 +110,23 @@ impl NodeService for FakeDriver {
 
     async fn node_get_volume_stats(
         &self,
-        _: Request<NodeGetVolumeStatsRequest>,
+        r: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented("stats"))
+        let r = r.into_inner();
+        self.record(format!("stats {} {}", r.volume_id, r.volume_path))
+            .await?;
+        let usage = |unit: volume_usage::Unit, total, used| VolumeUsage {
+            available: total - used,
+            total,
+            used,
+            unit: unit as i32,
+        };
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage: vec![
+                usage(volume_usage::Unit::Bytes, 1 << 30, 1 << 20),
+                usage(volume_usage::Unit::Inodes, 1000, 10),
+            ],
+        }))
     }
 
     async fn node_expand_volume(
@@ -142,6 +157,7 @@ impl NodeService for FakeDriver {
         let capabilities = [
             (self.stages, rpc::Type::StageUnstageVolume),
             (self.expands, rpc::Type::ExpandVolume),
+            (self.reports, rpc::Type::GetVolumeStats),
         ]
         .into_iter()
         .filter(|(on, _)| *on)
@@ -596,4 +612,41 @@ async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
             Some(r#"MountVolume.NodeExpandVolume succeeded for volume "pv-h1" n1"#)
         );
     }
+}
+
+/// NodeGetVolumeStats's BYTES and INODES as a volume's stats; a driver
+/// without GET_VOLUME_STATS gives none.
+#[tokio::test]
+async fn a_drivers_volume_stats_are_its_bytes_and_inodes() {
+    let s = Setup::new();
+    let reports = FakeDriver {
+        reports: true,
+        ..Default::default()
+    };
+    s.driver("stats.csi", reports.clone());
+    s.driver("quiet.csi", FakeDriver::default());
+    let volumes = s.volumes();
+    let at = std::time::SystemTime::UNIX_EPOCH;
+    let fs = volumes
+        .volume_stats("stats.csi", "h1", Path::new("/t/m"), at)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (fs.capacity_bytes, fs.used_bytes, fs.available_bytes),
+        (Some(1 << 30), Some(1 << 20), Some((1 << 30) - (1 << 20)))
+    );
+    assert_eq!(
+        (fs.inodes, fs.inodes_used, fs.inodes_free),
+        (Some(1000), Some(10), Some(990))
+    );
+    assert_eq!(
+        reports.calls().last().map(String::as_str),
+        Some("stats h1 /t/m")
+    );
+    let none = volumes
+        .volume_stats("quiet.csi", "h1", Path::new("/t/m"), at)
+        .await
+        .unwrap();
+    assert_eq!(none, None);
 }
