@@ -6,10 +6,11 @@
 #
 #   hack/bench-cluster.sh [--serial N] [--bursts 20,100] [--steady SECS]
 #                         [--rest SECS] [--settle SECS] [--timeout SECS]
-#                         [--only rkubelet|upstream]
+#                         [--csi N] [--only rkubelet|upstream]
 #
 #   1. builds release binaries of rkubelet and rkubelet-bench, and (cached)
-#      the control plane and the upstream kubelet (hack/control-plane.sh)
+#      the control plane, the upstream kubelet, the CSI mock driver and
+#      external-provisioner (hack/control-plane.sh) for the CSI phase
 #   2. starts a private containerd (RKUBELET_RUNTIME_DIR=/tmp/rk-bc, bridge
 #      rkbr-bc, 10.93.0.0/16) with the test images
 #   3. starts a private control plane with an audit log of the node's
@@ -46,7 +47,7 @@ NODE=rkb-bench
 BENCH_ARGS=("$@")
 for arg in "${BENCH_ARGS[@]}"; do
   case "$arg" in
-  --rkubelet* | --upstream* | --cluster-dir* | --node* | --endpoint* | --work*)
+  --rkubelet* | --upstream* | --cluster-dir* | --node* | --endpoint* | --work* | --csi-*)
     die "$PROG chooses $arg itself" ;;
   esac
 done
@@ -142,6 +143,8 @@ BENCH=$REPO_ROOT/target/release/rkubelet-bench
 BIN=$(hack/control-plane.sh build)
 UPSTREAM=$BIN/kubelet
 [[ -x $UPSTREAM ]] || die "no upstream kubelet at $UPSTREAM"
+CSI_MOCK=$(hack/control-plane.sh csi-mock-plugin)
+CSI_PROVISIONER=$(hack/control-plane.sh csi-provisioner)
 
 echo "==> containerd (private, $RKUBELET_RUNTIME_DIR, $RKUBELET_CNI_BRIDGE, $RKUBELET_POD_SUBNET)" >&2
 if hack/containerd.sh status "$RKUBELET_RUNTIME_DIR" >/dev/null 2>&1; then
@@ -167,7 +170,8 @@ containerd --version | sed 's/^/    /'
 status=0
 "$BENCH" cluster --rkubelet "$RKUBELET" --upstream "$UPSTREAM" \
   --cluster-dir "$RKUBELET_CLUSTER_DIR" --node "$NODE" \
-  --endpoint "$CONTAINER_RUNTIME_ENDPOINT" --work "$WORK" "${BENCH_ARGS[@]}" &
+  --endpoint "$CONTAINER_RUNTIME_ENDPOINT" --work "$WORK" \
+  --csi-mock "$CSI_MOCK" --csi-provisioner "$CSI_PROVISIONER" "${BENCH_ARGS[@]}" &
 BENCH_PID=$!
 wait "$BENCH_PID" || status=$?
 BENCH_PID=""

@@ -227,7 +227,6 @@ pub struct DriverPolicy {
     /// (audience, expirationSeconds) of each token request.
     pub token_requests: Vec<(String, Option<i64>)>,
     pub token_in_secrets: bool,
-    pub se_linux_mount: bool,
 }
 
 impl DriverPolicy {
@@ -257,7 +256,6 @@ impl DriverPolicy {
             token_in_secrets: spec
                 .and_then(|s| s.service_account_token_in_secrets)
                 .unwrap_or(false),
-            se_linux_mount: spec.and_then(|s| s.se_linux_mount).unwrap_or(false),
         }
     }
 

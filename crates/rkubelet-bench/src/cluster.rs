@@ -9,6 +9,7 @@
 //!                            [--serial N] [--bursts 20,100] [--steady SECS]
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
 //!                            [--probes N] [--log-flood N]
+//!                            [--csi N --csi-mock PATH --csi-provisioner PATH]
 //!                            [--scrape[=false] | --no-scrape]
 //!                            [--view[=false] | --no-view]
 //!                            [--evict[=false] | --no-evict]
@@ -45,22 +46,26 @@
 //!      per failed probe), and the API requests of the whole phase from the
 //!      burst on (the window alone hides the burst's failures, and events
 //!      that the spam filter, having spent a pod's tokens then, drops later);
-//!   7. with `--log-flood N` (10 by default), N pods each writing 1 MB/s
+//!   7. with `--csi N` (10 by default) and the CSI mock driver's and
+//!      external-provisioner's binaries (`--csi-mock`, `--csi-provisioner`),
+//!      N pods one at a time each with a CSI claim provisioned and bound
+//!      before its clock starts (crate::csi): create → Running;
+//!   8. with `--log-flood N` (10 by default), N pods each writing 1 MB/s
 //!      of log lines: a steady window (RSS, CPU, API requests) with both
 //!      kubelets on the default rotation settings (containerLogMaxSize
 //!      10Mi, containerLogMaxFiles 5, every 10 s), the most log bytes one
 //!      container kept meanwhile, then the startup of 5 more pods one at a
 //!      time under the flood (p50, beside the serial p50 without it);
-//!   8. once every burst's and probed pod is gone, a window at rest again:
+//!   9. once every burst's and probed pod is gone, a window at rest again:
 //!      the RSS the kubelet gave back;
-//!   9. with `--evict` (the default), the eviction phase: restart it with
-//!      `kernelMemcgNotification: true` and a memory.available threshold
-//!      400 MiB below what the node has, then run a BestEffort pod that
-//!      fills 800 MiB of a memory-backed emptyDir; the time from the
-//!      threshold crossed (the bench reads the root memory cgroup as the
-//!      kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
-//!      file, whose mtime says when);
-//!   10. delete its pods, stop it, delete the Node and its Lease, and remove
+//!   10. with `--evict` (the default), the eviction phase: restart it with
+//!       `kernelMemcgNotification: true` and a memory.available threshold
+//!       400 MiB below what the node has, then run a BestEffort pod that
+//!       fills 800 MiB of a memory-backed emptyDir; the time from the
+//!       threshold crossed (the bench reads the root memory cgroup as the
+//!       kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
+//!       file, whose mtime says when);
+//!   11. delete its pods, stop it, delete the Node and its Lease, and remove
 //!       from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
@@ -86,6 +91,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubelet_cri::client::CriClient;
 
+use crate::csi;
 use crate::kubelet::Kubelet;
 use crate::podview;
 use crate::procfs::{self, mib};
@@ -124,6 +130,7 @@ const RKUBELET_PORT: u16 = 10250;
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
     [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] [--log-flood N] \
+    [--csi N --csi-mock PATH --csi-provisioner PATH] \
     [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] \
     [--evict[=false] | --no-evict] [--only rkubelet|upstream] \
     [--work DIR]";
@@ -168,6 +175,11 @@ struct Args {
     probes: usize,
     /// Pods of the log flood phase, each writing 1 MB/s (0: none).
     log_flood: usize,
+    /// Pods of the CSI phase, one at a time (0: none), and the binaries
+    /// it runs (without them, no CSI phase).
+    csi: usize,
+    csi_mock: Option<PathBuf>,
+    csi_provisioner: Option<PathBuf>,
     /// Scrape /metrics and /stats/summary every second with the largest
     /// burst's pods running.
     scrape: bool,
@@ -211,6 +223,9 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut timeout = Duration::from_secs(180);
     let mut probes = 100;
     let mut log_flood = 10;
+    let mut csi = 10;
+    let mut csi_mock = None;
+    let mut csi_provisioner = None;
     let mut scrape = true;
     let mut view = true;
     let mut evict = true;
@@ -260,6 +275,11 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             }
             "--probes" => probes = value("--probes")?.parse().context("--probes")?,
             "--log-flood" => log_flood = value("--log-flood")?.parse().context("--log-flood")?,
+            "--csi" => csi = value("--csi")?.parse().context("--csi")?,
+            "--csi-mock" => csi_mock = Some(PathBuf::from(value("--csi-mock")?)),
+            "--csi-provisioner" => {
+                csi_provisioner = Some(PathBuf::from(value("--csi-provisioner")?))
+            }
             "--scrape" => scrape = bool_flag("--scrape", inline.as_deref())?,
             "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
             "--view" => view = bool_flag("--view", inline.as_deref())?,
@@ -299,6 +319,13 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         timeout,
         probes,
         log_flood,
+        csi: if csi_mock.is_some() && csi_provisioner.is_some() {
+            csi
+        } else {
+            0
+        },
+        csi_mock,
+        csi_provisioner,
         scrape,
         view,
         evict,
@@ -375,6 +402,8 @@ struct KResults {
     /// its window, and pod startups under the flood.
     flood_max_log_bytes: Option<u64>,
     flood_startups: Vec<Duration>,
+    /// The CSI phase: each pod's create → Running.
+    csi: Vec<Duration>,
     /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
     view: Option<String>,
     /// From a memory.available threshold crossed to the pod's SIGTERM
@@ -507,6 +536,9 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
     if ctx.args.view {
         ctx.view_objects(true).await?;
     }
+    if ctx.args.csi > 0 {
+        csi::objects(&ctx.client, LABEL, true).await?;
+    }
     ctx.notes.lock().clear();
 
     let order: Vec<Which> = [Which::Rkubelet, Which::Upstream]
@@ -526,6 +558,11 @@ pub async fn main(argv: Vec<String>) -> anyhow::Result<bool> {
         }
     }
     watch_task.abort();
+    if ctx.args.csi > 0
+        && let Err(e) = csi::objects(&ctx.client, LABEL, false).await
+    {
+        eprintln!("rkubelet-bench: deleting the CSI phase's objects: {e:#}");
+    }
     if ctx.args.view
         && let Err(e) = ctx.view_objects(false).await
     {
@@ -617,6 +654,8 @@ async fn wait_until(
 const PROBE_GROUP: &str = "probe";
 /// The group of the log flood phase's pods.
 const LOG_GROUP: &str = "logs";
+/// The group of the CSI phase's pods (each named as its claim).
+const CSI_GROUP: &str = "csi";
 /// Pods started one at a time under the log flood.
 const FLOOD_STARTUPS: usize = 5;
 /// The group of the view pod.
@@ -656,6 +695,13 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
             "trap 'exit 0' TERM; pad=$(printf '%0100d' 0); \
              while :; do yes $pad | head -n 10000; sleep 1; done & wait"
         ]);
+    }
+    if group == CSI_GROUP {
+        // The claim of its name, mounted.
+        v["spec"]["volumes"] =
+            serde_json::json!([{"name": "data", "persistentVolumeClaim": {"claimName": name}}]);
+        v["spec"]["containers"][0]["volumeMounts"] =
+            serde_json::json!([{"name": "data", "mountPath": "/data"}]);
     }
     if group == PROBE_GROUP {
         // An exec liveness probe and an httpGet readiness probe, every second.
@@ -1003,12 +1049,22 @@ impl Ctx {
 
     /// Create one pod, time it to Running, delete it and wait until it is gone.
     async fn one_pod(&self, k: &mut Kubelet, name: &str) -> anyhow::Result<Duration> {
+        self.one_pod_of(k, name, "serial").await
+    }
+
+    /// [`Ctx::one_pod`] for a pod of `group`.
+    async fn one_pod_of(
+        &self,
+        k: &mut Kubelet,
+        name: &str,
+        group: &str,
+    ) -> anyhow::Result<Duration> {
         let start = Instant::now();
-        self.create(name, "serial").await?;
+        self.create(name, group).await?;
         loop {
             if let Some(t) = self.with_seen(|s| s.running.get(name).copied()) {
                 let latency = t.saturating_duration_since(start);
-                self.delete_group("serial", k, self.args.timeout).await?;
+                self.delete_group(group, k, self.args.timeout).await?;
                 return Ok(latency);
             }
             if start.elapsed() > self.args.timeout {
@@ -1020,6 +1076,42 @@ impl Ctx {
             }
             tokio::time::sleep(POLL).await;
         }
+    }
+
+    /// The CSI phase: the mock driver and its provisioner started for this
+    /// kubelet, then `--csi` pods one at a time, each with a claim bound
+    /// before its clock starts.
+    async fn csi_phase(
+        &self,
+        which: Which,
+        k: &mut Kubelet,
+        dir: &Path,
+    ) -> anyhow::Result<Vec<Duration>> {
+        let (Some(plugin), Some(provisioner)) = (&self.args.csi_mock, &self.args.csi_provisioner)
+        else {
+            return Ok(Vec::new());
+        };
+        let mock = csi::Mock::start(
+            plugin,
+            provisioner,
+            &self.args.cluster_dir.join("admin.conf"),
+            &csi::registry(&dir.join("root")),
+            dir,
+        )?;
+        let run = async {
+            csi::registered(&self.client, &self.args.node).await?;
+            let mut out = Vec::new();
+            for i in 0..self.args.csi {
+                let name = format!("{POD_PREFIX}{CSI_GROUP}-{}-{i}", which.short());
+                csi::bound_claim(&self.client, NAMESPACE, &name, LABEL).await?;
+                out.push(self.one_pod_of(k, &name, CSI_GROUP).await?);
+                csi::delete_claim(&self.client, NAMESPACE, &name).await?;
+            }
+            Ok(out)
+        }
+        .await;
+        mock.stop().await;
+        run
     }
 
     /// Delete the bench pods of `group` (all of them when None) with their
@@ -1179,6 +1271,15 @@ impl Ctx {
                 percentile_ms(&r.serial, 0.5).unwrap_or(f64::NAN),
                 percentile_ms(&r.serial, 0.99).unwrap_or(f64::NAN),
                 r.warmup.map_or(0.0, ms)
+            );
+        }
+        if self.args.csi > 0 {
+            r.csi = self.csi_phase(which, k, dir).await?;
+            println!(
+                "    with a CSI volume, serial {}: p50 {:.1} ms, p99 {:.1} ms",
+                r.csi.len(),
+                percentile_ms(&r.csi, 0.5).unwrap_or(f64::NAN),
+                percentile_ms(&r.csi, 0.99).unwrap_or(f64::NAN),
             );
         }
         let scrape_at = self
@@ -1793,6 +1894,22 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         rows.push((
             "  pod startup p50 above the floor (ms)".into(),
             Box::new(move |r| Some(p50(r)? - floor(r)?)),
+            1,
+        ));
+    }
+    if args.csi > 0 {
+        let pct = |p: f64| -> Metric { Box::new(move |r: &KResults| percentile_ms(&r.csi, p)) };
+        rows.push((
+            format!(
+                "pod startup with a CSI volume p50 (ms, serial n={})",
+                args.csi
+            ),
+            pct(0.5),
+            1,
+        ));
+        rows.push((
+            "pod startup with a CSI volume p99 (ms)".into(),
+            pct(0.99),
             1,
         ));
     }

@@ -18,6 +18,7 @@
     reason = "the bench's phases are scripts, read top to bottom"
 )]
 mod cluster;
+mod csi;
 mod kubelet;
 mod podview;
 mod procfs;
