@@ -56,6 +56,9 @@ impl Mock {
                 &[
                     address.clone(),
                     format!("--registration-dir={}", registry.display()),
+                    // The CSIDriver needs no attach: no device in the
+                    // publish context.
+                    "--disable-attach".into(),
                 ],
                 "csi-mock-plugin.log",
             )?,
