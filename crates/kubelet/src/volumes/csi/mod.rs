@@ -237,8 +237,10 @@ pub struct CsiVolumes {
     pub root_dir: PathBuf,
     pub tokens: TokenManager,
     pub in_use: VolumesInUse,
-    /// Publish targets and staging paths done by this process.
-    done: Arc<Mutex<HashSet<PathBuf>>>,
+    /// Publish targets and staging paths done by this process, each with
+    /// whether its driver wants it published again at every sync
+    /// (requiresRepublish).
+    done: Arc<Mutex<HashMap<PathBuf, bool>>>,
 }
 
 /// A set-up CSI volume: where the pod's containers find it.
@@ -281,13 +283,6 @@ impl CsiVolumes {
         fs_group: Option<i64>,
         on_root_mismatch: bool,
     ) -> Result<Published, CsiError> {
-        let mut node = self.drivers.node(&volume.driver)?;
-        let driver: Option<CSIDriver> =
-            get_cluster_object(&self.api, "CSIDriver", &volume.driver).await?;
-        let policy = DriverPolicy::of(driver.as_ref());
-        policy
-            .supports(volume.lifecycle_mode(), &volume.driver)
-            .map_err(CsiError::LifecycleMode)?;
         let dir = pod_dir
             .join("volumes")
             .join(CSI_VOLUME_DIR)
@@ -297,9 +292,17 @@ impl CsiVolumes {
             target: target.clone(),
             read_only: volume.read_only,
         };
-        if !policy.requires_republish && self.done.lock().contains(&target) {
+        // Published already, by this process: nothing to ask anyone.
+        if self.done.lock().get(&target) == Some(&false) {
             return Ok(published);
         }
+        let mut node = self.drivers.node(&volume.driver)?;
+        let driver: Option<CSIDriver> =
+            get_cluster_object(&self.api, "CSIDriver", &volume.driver).await?;
+        let policy = DriverPolicy::of(driver.as_ref());
+        policy
+            .supports(volume.lifecycle_mode(), &volume.driver)
+            .map_err(CsiError::LifecycleMode)?;
         // A persistent volume that needs attaching: attached first (what
         // upstream's attach operations wait for before any mount).
         let persistent = volume.access_modes.is_some();
@@ -346,9 +349,16 @@ impl CsiVolumes {
             secrets,
             volume_context: context.into_iter().collect(),
         };
-        node.node_publish_volume(deadline(request))
-            .await
-            .map_err(CsiError::Rpc)?;
+        if let Err(status) = node.node_publish_volume(deadline(request)).await {
+            // A final answer: nothing was published, so nothing is left
+            // for a tear-down to ask the driver about (upstream's
+            // removeMountDir).
+            if is_final(&status) {
+                let gone = dir.clone();
+                forget(blocking(move || forget_volume_dir(&gone)).await, &dir);
+            }
+            return Err(CsiError::Rpc(status));
+        }
         let apply = !mount_group
             && fs_group.is_some()
             && policy.kubelet_applies_fs_group(
@@ -360,7 +370,7 @@ impl CsiVolumes {
             let owned = target.clone();
             blocking(move || ownership::apply(&owned, gid, false, on_root_mismatch)).await?;
         }
-        self.done.lock().insert(target);
+        self.done.lock().insert(target, policy.requires_republish);
         Ok(published)
     }
 
@@ -375,7 +385,7 @@ impl CsiVolumes {
     ) -> Result<String, CsiError> {
         let path = staging_path(&self.root_dir, &volume.driver, &volume.handle);
         let staging = path.to_string_lossy().into_owned();
-        if self.done.lock().contains(&path) {
+        if self.done.lock().contains_key(&path) {
             return Ok(staging);
         }
         let secrets = self
@@ -400,10 +410,19 @@ impl CsiVolumes {
             secrets,
             volume_context: volume.attributes.clone().into_iter().collect(),
         };
-        node.node_stage_volume(deadline(request))
-            .await
-            .map_err(CsiError::Rpc)?;
-        self.done.lock().insert(path);
+        if let Err(status) = node.node_stage_volume(deadline(request)).await {
+            if is_final(&status) {
+                let gone = path.clone();
+                let cleared = blocking(move || {
+                    mount::unmount_and_rmdir(&gone)?;
+                    forget_volume_dir(gone.parent().unwrap_or(&gone))
+                })
+                .await;
+                forget(cleared, &path);
+            }
+            return Err(CsiError::Rpc(status));
+        }
+        self.done.lock().insert(path, false);
         Ok(staging)
     }
 
@@ -834,6 +853,37 @@ async fn capabilities(node: &mut NodeClient<Channel>) -> Result<Vec<i32>, CsiErr
         .collect())
 }
 
+/// Whether a driver's error is its final answer (upstream's
+/// IsOperationFinishedError): not a deadline, a cancellation, or a
+/// driver busy or away, after which the operation may still be going on.
+fn is_final(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    !matches!(
+        status.code(),
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}
+
+/// Log a failed clean-up of a volume directory (the driver's error is
+/// what the pod is told).
+fn forget(cleared: std::io::Result<()>, dir: &Path) {
+    if let Err(e) = cleared {
+        tracing::warn!(dir = %dir.display(), error = %e, "removing a volume directory the driver refused");
+    }
+}
+
+/// A volume directory a driver did not set up: its `vol_data.json` and
+/// the directory (rmdir only: never through a mount).
+fn forget_volume_dir(dir: &Path) -> std::io::Result<()> {
+    remove_if_present(&dir.join(VOL_DATA_FILE))?;
+    mount::unmount_and_rmdir(&dir.join(PUBLISH_TARGET))?;
+    mount::unmount_and_rmdir(dir)
+}
+
 /// A request with upstream's deadline.
 fn deadline<T>(message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
@@ -854,9 +904,10 @@ fn remove_if_present(file: &Path) -> std::io::Result<()> {
 }
 
 /// The CSI volume directories under `dir` (a pod's
-/// `volumes/kubernetes.io~csi`) with their `vol_data.json`; one without
-/// (never published) is listed with an empty handle only when it can be
-/// removed as it is, which the caller's rmdir does.
+/// `volumes/kubernetes.io~csi`) with their `vol_data.json`. One without it
+/// was never published (the file is written before NodePublishVolume) and
+/// is left to the volume manager's removal of the pod's directory; one
+/// whose file cannot be read is left as it is, and logged.
 fn read_volumes(dir: &Path) -> std::io::Result<Vec<(PathBuf, VolData)>> {
     let entries = match std::fs::read_dir(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -26,6 +26,8 @@ pub(crate) struct FakeDriver {
     stages: bool,
     expands: bool,
     reports: bool,
+    /// NodePublishVolume fails with this code.
+    refuses: Option<tonic::Code>,
     hangs: bool,
     /// The last publish request's volume context.
     context: Arc<Mutex<HashMap<String, String>>>,
@@ -86,6 +88,10 @@ impl NodeService for FakeDriver {
                 .is_some_and(|p| p.join(VOL_DATA_FILE).is_file()),
             "vol_data.json is written before NodePublishVolume"
         );
+        if let Some(code) = self.refuses {
+            self.record(format!("refused {}", r.volume_id)).await?;
+            return Err(Status::new(code, "no such volume"));
+        }
         std::fs::create_dir_all(target).map_err(|e| Status::internal(e.to_string()))?;
         *self.context.lock() = r.volume_context.clone();
         let staged = if r.staging_target_path.is_empty() {
@@ -649,4 +655,45 @@ async fn a_drivers_volume_stats_are_its_bytes_and_inodes() {
         .await
         .unwrap();
     assert_eq!(none, None);
+}
+
+/// A driver's final refusal leaves nothing for a tear-down to ask it about
+/// (upstream's removeMountDir); a deadline or an unavailable driver leaves
+/// `vol_data.json`, since the publish may still go on.
+#[tokio::test]
+async fn a_refused_publish_leaves_no_volume_behind_and_a_timeout_does() {
+    for (code, kept) in [
+        (tonic::Code::NotFound, false),
+        (tonic::Code::Unavailable, true),
+    ] {
+        let s = Setup::new();
+        let driver = FakeDriver {
+            refuses: Some(code),
+            ..Default::default()
+        };
+        s.driver("no.csi", driver.clone());
+        s.api.put(
+            "/apis/storage.k8s.io/v1/csidrivers/no.csi",
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                "metadata": {"name": "no.csi"}, "spec": {"attachRequired": false}}),
+        );
+        let volumes = s.volumes();
+        let err = volumes
+            .set_up(
+                &pod("a"),
+                &s.pod_dir("a"),
+                &persistent("no.csi", "h"),
+                None,
+                false,
+            )
+            .await
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("no such volume"), "{err}");
+        let dir = s.pod_dir("a").join("volumes/kubernetes.io~csi/pv-h");
+        assert_eq!(dir.join(VOL_DATA_FILE).exists(), kept, "{code:?}");
+        volumes.tear_down_pod(&s.pod_dir("a")).await.unwrap();
+        let unpublished = driver.calls().iter().any(|c| c.starts_with("unpublish"));
+        assert_eq!(unpublished, kept, "{code:?}: {:?}", driver.calls());
+    }
 }
