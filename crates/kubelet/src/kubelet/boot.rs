@@ -494,10 +494,16 @@ impl Kubelet {
                     node_name: self.opts.node_name.clone(),
                 },
             };
-            self.tasks
-                .spawn(tracing::info_span!("plugin_manager"), move |token| {
-                    manager.run(token)
-                });
+            let csi = self.syncer.volumes.csi_volumes().cloned();
+            self.tasks.spawn(
+                tracing::info_span!("plugin_manager"),
+                move |token| async move {
+                    if let Some(csi) = csi {
+                        csi.reconstruct_in_use().await;
+                    }
+                    manager.run(token).await
+                },
+            );
         }
         let allocation = self.syncer.allocation.clone();
         self.tasks.spawn(

@@ -271,6 +271,60 @@ impl CsiVolumes {
         }
     }
 
+    /// The attachable volumes pods published before this process started,
+    /// read from their `vol_data.json` (upstream's reconstruction), so
+    /// they are reported in use before their pods sync again or are torn
+    /// down. A driver whose CSIDriver cannot be read counts as attachable
+    /// (reporting a volume in use is the safe side).
+    pub async fn reconstruct_in_use(&self) {
+        let pods = self.root_dir.join("pods");
+        let found = blocking(move || {
+            let mut found = Vec::new();
+            let entries = match std::fs::read_dir(&pods) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+                r => r?,
+            };
+            for entry in entries {
+                let pod_dir = entry?.path();
+                let volumes = read_volumes(&pod_dir.join("volumes").join(CSI_VOLUME_DIR))?;
+                found.extend(
+                    volumes
+                        .into_iter()
+                        .filter(|(_, d)| d.volume_lifecycle_mode != kubelet_core::csi::EPHEMERAL)
+                        .map(|(_, d)| (pod_dir.clone(), d)),
+                );
+            }
+            Ok::<_, std::io::Error>(found)
+        })
+        .await;
+        let found = match found {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the published CSI volumes; none reported in use until their pods sync");
+                return;
+            }
+        };
+        let mut attachable: HashMap<String, bool> = HashMap::new();
+        for (pod_dir, data) in found {
+            let attach = match attachable.get(&data.driver_name) {
+                Some(a) => *a,
+                None => {
+                    let driver: Result<Option<CSIDriver>, _> =
+                        get_cluster_object(&self.api, "CSIDriver", &data.driver_name).await;
+                    let a = driver.map_or(true, |d| DriverPolicy::of(d.as_ref()).attach_required);
+                    attachable.insert(data.driver_name.clone(), a);
+                    a
+                }
+            };
+            if attach {
+                self.in_use.add(
+                    unique_volume_name(&data.driver_name, &data.volume_handle),
+                    &pod_dir,
+                );
+            }
+        }
+    }
+
     /// Stage (when the driver stages) and publish `volume` for `pod`, its
     /// directory `pod_dir`, with the pod's `fs_group`; at
     /// `volumes/kubernetes.io~csi/<spec name>` (the PV's name, or the

@@ -697,3 +697,43 @@ async fn a_refused_publish_leaves_no_volume_behind_and_a_timeout_does() {
         assert_eq!(unpublished, kept, "{code:?}: {:?}", driver.calls());
     }
 }
+
+/// After a restart, the attachable volumes published on disk are in use
+/// before any pod syncs: a persistent volume of a driver that attaches (no
+/// CSIDriver: upstream's default) or of one whose CSIDriver cannot be read,
+/// not an inline volume nor one of a driver that needs no attach.
+#[tokio::test]
+async fn published_attachable_volumes_are_in_use_at_start() {
+    let s = Setup::new();
+    s.api.put(
+        "/apis/storage.k8s.io/v1/csidrivers/plain.csi",
+        serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+            "metadata": {"name": "plain.csi"}, "spec": {"attachRequired": false}}),
+    );
+    let publish = |uid: &str, name: &str, driver: &str, handle: &str, mode: &str| {
+        let dir = s.pod_dir(uid).join("volumes/kubernetes.io~csi").join(name);
+        std::fs::create_dir_all(dir.join("mount")).unwrap();
+        let data = VolData {
+            spec_vol_id: name.into(),
+            volume_handle: handle.into(),
+            driver_name: driver.into(),
+            volume_lifecycle_mode: mode.into(),
+            ..Default::default()
+        };
+        std::fs::write(dir.join(VOL_DATA_FILE), serde_json::to_vec(&data).unwrap()).unwrap();
+    };
+    publish("a", "pv-1", "disk.csi", "h1", "Persistent");
+    publish("b", "pv-1", "disk.csi", "h1", "Persistent");
+    publish("b", "pv-2", "plain.csi", "h2", "Persistent");
+    publish("c", "scratch", "disk.csi", "csi-x", "Ephemeral");
+    let volumes = s.volumes();
+    volumes.reconstruct_in_use().await;
+    assert_eq!(volumes.in_use.names(), ["kubernetes.io/csi/disk.csi^h1"]);
+    // Still in use while pod b has it; gone with the last pod.
+    s.driver("disk.csi", FakeDriver::default());
+    s.driver("plain.csi", FakeDriver::default());
+    volumes.tear_down_pod(&s.pod_dir("a")).await.unwrap();
+    assert_eq!(volumes.in_use.names(), ["kubernetes.io/csi/disk.csi^h1"]);
+    volumes.tear_down_pod(&s.pod_dir("b")).await.unwrap();
+    assert!(volumes.in_use.names().is_empty());
+}
