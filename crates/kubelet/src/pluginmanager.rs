@@ -58,14 +58,22 @@ impl PluginManager {
         if let Err(e) = std::fs::create_dir_all(&self.dir) {
             tracing::error!(dir = %self.dir.display(), error = %e, "cannot make the plugin registration directory");
         }
-        if let Err(e) = self.node_info.initialize().await {
-            tracing::warn!(error = %e, "initializing the CSINode failed; retried at the first driver's registration");
-        }
+        // The CSINode, owned by the Node: tried again at each pass until the
+        // Node is registered and owns it.
+        let mut initialized = false;
         let mut watcher = DirWatcher::new(PLUGINS_REGISTRY);
         let mut actual: BTreeMap<PathBuf, Registered> = BTreeMap::new();
         // Failed sockets: (their timestamp, when to try again, the backoff).
         let mut failed: HashMap<PathBuf, (i128, Instant, Duration)> = HashMap::new();
         loop {
+            if !initialized {
+                match self.node_info.initialize().await {
+                    Ok(owned) => initialized = owned,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "initializing the CSINode failed; tried again")
+                    }
+                }
+            }
             watcher.ensure_watch(&self.dir);
             let desired = scan(&self.dir);
             let registered: BTreeMap<PathBuf, i128> =

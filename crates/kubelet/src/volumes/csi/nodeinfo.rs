@@ -28,9 +28,17 @@ pub struct NodeInfo {
 
 impl NodeInfo {
     /// Make the CSINode when there is none, owned by the Node, with the
-    /// migrated plugins' annotation (InitializeCSINodeWithAnnotation).
-    pub async fn initialize(&self) -> Result<CSINode, ApiError> {
-        self.update(|_| false).await
+    /// migrated plugins' annotation (InitializeCSINodeWithAnnotation);
+    /// true once the Node exists and owns it (until then, called again).
+    pub async fn initialize(&self) -> Result<bool, ApiError> {
+        let csinode = self.update(|_| false).await?;
+        let owned = csinode
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.kind == "Node" && o.name == self.node_name);
+        Ok(owned)
     }
 
     /// `driver` registered: its node ID and topology on the Node, its entry
@@ -116,10 +124,12 @@ impl NodeInfo {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let owner = self.owner().await?;
             let mut csinode =
                 match get_cluster_object::<CSINode>(&self.api, "CSINode", &self.node_name).await? {
                     Some(c) => c,
-                    None => match create_csinode(&self.api, &self.new_csinode().await?).await {
+                    None => match create_csinode(&self.api, &self.new_csinode(owner.clone())).await
+                    {
                         Ok(c) => c,
                         Err(e) if e.is_conflict() && attempt < ATTEMPTS => continue,
                         Err(e) => return Err(e),
@@ -131,8 +141,28 @@ impl NodeInfo {
                 .map(String::as_str)
                 != Some(MIGRATED_PLUGINS);
             annotations.insert(MIGRATED_PLUGINS_ANNOTATION.into(), MIGRATED_PLUGINS.into());
+            // A CSINode made before the Node was registered gets its owner
+            // (upstream's ensureNodeOwnsCSINode).
+            let owned = match owner {
+                Some(owner)
+                    if !csinode
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.uid == owner.uid) =>
+                {
+                    csinode
+                        .metadata
+                        .owner_references
+                        .get_or_insert_default()
+                        .push(owner);
+                    true
+                }
+                _ => false,
+            };
             let edited = edit(&mut csinode);
-            if !annotated && !edited {
+            if !annotated && !edited && !owned {
                 return Ok(csinode);
             }
             match replace_csinode(&self.api, &csinode).await {
@@ -143,17 +173,22 @@ impl NodeInfo {
         }
     }
 
-    /// A CSINode for this node, owned by its Node (so it goes with it).
-    async fn new_csinode(&self) -> Result<CSINode, ApiError> {
+    /// The owner reference of this node's Node, once it is registered.
+    async fn owner(&self) -> Result<Option<OwnerReference>, ApiError> {
         let node: Option<Node> = get_cluster_object(&self.api, "Node", &self.node_name).await?;
-        let owner = node.and_then(|n| n.metadata.uid).map(|uid| OwnerReference {
+        Ok(node.and_then(|n| n.metadata.uid).map(|uid| OwnerReference {
             api_version: "v1".into(),
             kind: "Node".into(),
             name: self.node_name.clone(),
             uid,
             ..Default::default()
-        });
-        Ok(CSINode {
+        }))
+    }
+
+    /// A CSINode for this node, owned by its Node when it is registered (so
+    /// it goes with it).
+    fn new_csinode(&self, owner: Option<OwnerReference>) -> CSINode {
+        CSINode {
             metadata: ObjectMeta {
                 name: Some(self.node_name.clone()),
                 owner_references: owner.map(|o| vec![o]),
@@ -167,6 +202,6 @@ impl NodeInfo {
                 drivers: Vec::new(),
             },
             status: None,
-        })
+        }
     }
 }
