@@ -89,48 +89,53 @@ impl Kubelet {
         let csi_drivers = CsiDrivers::default();
         // Woken for node status to be sent at once (a volume newly in use).
         let node_status_now = Arc::new(Notify::new());
-        let api_objects = api.as_ref().map(|api| ApiObjects {
-            config_maps: ObjectStore::new(
-                api.clone(),
-                tasks.clone(),
-                "configmap",
-                probe_tx.clone(),
-                strategy,
-                node.subscribe(),
-            ),
-            secrets: ObjectStore::new(
-                api.clone(),
-                tasks.clone(),
-                "secret",
-                probe_tx.clone(),
-                strategy,
-                node.subscribe(),
-            ),
-            tokens: TokenManager::new(api.clone(), opts.clock),
-            csi: CsiVolumes::new(
-                csi_drivers.clone(),
-                api.clone(),
-                opts.node_name.clone(),
-                node.subscribe(),
-                opts.root_dir.clone(),
-                TokenManager::new(api.clone(), opts.clock),
-                VolumesInUse::new(node_status_now.clone()),
-            ),
-            trust: TrustBundles::new(api.clone(), tasks.clone(), probe_tx.clone()),
-            pod_certificates: PodCertificates::new(
-                api.clone(),
-                tasks.clone(),
-                opts.clock,
-                opts.metrics.clone(),
-                opts.node_name.clone(),
-                node_uid.clone(),
-                probe_tx.clone(),
-            ),
-            claims: crate::volumes::claims::Claims {
-                api: api.clone(),
-                node_name: opts.node_name.clone(),
-                node: node.subscribe(),
-            },
+        let api_objects = api.as_ref().map(|api| {
+            // One token cache: projected volumes and CSI drivers ask the
+            // same, and unmount_pod forgets a pod's tokens there.
+            let tokens = TokenManager::new(api.clone(), opts.clock);
+            ApiObjects {
+                config_maps: ObjectStore::new(
+                    api.clone(),
+                    tasks.clone(),
+                    "configmap",
+                    probe_tx.clone(),
+                    strategy,
+                    node.subscribe(),
+                ),
+                secrets: ObjectStore::new(
+                    api.clone(),
+                    tasks.clone(),
+                    "secret",
+                    probe_tx.clone(),
+                    strategy,
+                    node.subscribe(),
+                ),
+                tokens: tokens.clone(),
+                csi: CsiVolumes::new(
+                    csi_drivers.clone(),
+                    api.clone(),
+                    opts.node_name.clone(),
+                    node.subscribe(),
+                    opts.root_dir.clone(),
+                    tokens,
+                    VolumesInUse::new(node_status_now.clone()),
+                ),
+                trust: TrustBundles::new(api.clone(), tasks.clone(), probe_tx.clone()),
+                pod_certificates: PodCertificates::new(
+                    api.clone(),
+                    tasks.clone(),
+                    opts.clock,
+                    opts.metrics.clone(),
+                    opts.node_name.clone(),
+                    node_uid.clone(),
+                    probe_tx.clone(),
+                ),
+                claims: crate::volumes::claims::Claims {
+                    api: api.clone(),
+                    node_name: opts.node_name.clone(),
+                    node: node.subscribe(),
+                },
+            }
         });
         let (reserved, eviction_hard, local_allocatable) = node_allocatable(&opts);
         let amount = |k: &str| local_allocatable.get(k).copied().unwrap_or(0);

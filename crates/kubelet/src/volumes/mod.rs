@@ -298,13 +298,18 @@ impl VolumeManager {
             .unwrap_or_default()
     }
 
-    /// Note a claim volume set up for `pod` (replacing what was noted for
-    /// that volume).
-    fn note_claim(&self, pod: &Pod, volume: ClaimVolume) {
+    /// Note the claim volume `name` of `pod`, set up for `claim`, measured
+    /// by `measure` (replacing what was noted for that volume).
+    fn note_claim(&self, pod: &Pod, name: &str, claim: &claims::Resolved, measure: Measure) {
         let mut map = self.claim_volumes.lock();
         let noted = map.entry(PodUid::of(pod)).or_default();
-        noted.retain(|c| c.name != volume.name);
-        noted.push(volume);
+        noted.retain(|c| c.name != name);
+        noted.push(ClaimVolume {
+            name: name.to_owned(),
+            namespace: claim.namespace.clone(),
+            claim: claim.name.clone(),
+            measure,
+        });
     }
 
     /// The attachable volumes pods use, for node status.
@@ -615,15 +620,7 @@ impl VolumeManager {
                     Ok(())
                 })
                 .await?;
-                self.note_claim(
-                    pod,
-                    ClaimVolume {
-                        name: v.name.clone(),
-                        namespace: resolved.namespace.clone(),
-                        claim: resolved.name.clone(),
-                        measure: Measure::Statfs(dir.clone()),
-                    },
-                );
+                self.note_claim(pod, &v.name, &resolved, Measure::Statfs(dir.clone()));
                 Ok(MountedVolume {
                     host_path: dir,
                     read_only: bound.read_only,
@@ -632,19 +629,12 @@ impl VolumeManager {
             }
             PvSource::Csi(volume) => {
                 let mounted = self.csi(pod, pod_dir, &volume, bound.gid).await?;
-                self.note_claim(
-                    pod,
-                    ClaimVolume {
-                        name: v.name.clone(),
-                        namespace: resolved.namespace.clone(),
-                        claim: resolved.name.clone(),
-                        measure: Measure::Csi {
-                            driver: volume.driver.clone(),
-                            handle: volume.handle.clone(),
-                            target: mounted.host_path.clone(),
-                        },
-                    },
-                );
+                let measure = Measure::Csi {
+                    driver: volume.driver.clone(),
+                    handle: volume.handle.clone(),
+                    target: mounted.host_path.clone(),
+                };
+                self.note_claim(pod, &v.name, &resolved, measure);
                 if let Some(expansion) = &resolved.expansion {
                     api.csi
                         .expand(pod, &volume, &resolved, expansion, &self.events)

@@ -198,29 +198,28 @@ impl VolumesInUse {
     }
 
     fn add(&self, name: String, pod_dir: &Path) {
-        let new = !self.volumes.lock().contains_key(&name);
-        self.volumes
-            .lock()
-            .entry(name)
-            .or_default()
-            .insert(pod_dir.to_owned());
+        let new = {
+            let mut map = self.volumes.lock();
+            let new = !map.contains_key(&name);
+            map.entry(name).or_default().insert(pod_dir.to_owned());
+            new
+        };
         if new {
             self.changed.notify_one();
         }
     }
 
-    /// `pod_dir` no longer uses `name`; true when no pod does.
-    fn remove(&self, name: &str, pod_dir: &Path) -> bool {
-        let mut map = self.volumes.lock();
-        let Some(pods) = map.get_mut(name) else {
-            return true;
+    /// `pod_dir` no longer uses `name`: the volume goes when no pod does.
+    fn release(&self, name: &str, pod_dir: &Path) {
+        let gone = {
+            let mut map = self.volumes.lock();
+            let last = map.get_mut(name).is_some_and(|pods| {
+                pods.remove(pod_dir);
+                pods.is_empty()
+            });
+            last && map.remove(name).is_some()
         };
-        pods.remove(pod_dir);
-        pods.is_empty()
-    }
-
-    fn forget(&self, name: &str) {
-        if self.volumes.lock().remove(name).is_some() {
+        if gone {
             self.changed.notify_one();
         }
     }
@@ -802,11 +801,8 @@ impl CsiVolumes {
             .await?;
             if data.volume_lifecycle_mode != kubelet_core::csi::EPHEMERAL {
                 let unique = unique_volume_name(&data.driver_name, &data.volume_handle);
-                self.in_use.remove(&unique, pod_dir);
                 self.unstage_unless_used(&mut node, &data, pod_dir).await?;
-                if self.in_use.remove(&unique, pod_dir) {
-                    self.in_use.forget(&unique);
-                }
+                self.in_use.release(&unique, pod_dir);
             }
         }
         Ok(())
