@@ -6,7 +6,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{
+    PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimCondition, Pod,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::admission::node_selector_matches;
 
@@ -47,8 +50,97 @@ pub struct ClaimVolume {
 /// that ask the node to expand the file system.
 pub const NODE_RESIZE_PENDING: &str = "NodeResizePending";
 pub const NODE_RESIZE_IN_PROGRESS: &str = "NodeResizeInProgress";
-/// The claim conditions the node clears once it has expanded the volume.
-pub const RESIZE_CONDITIONS: &[&str] = &["Resizing", "FileSystemResizePending"];
+pub const NODE_RESIZE_INFEASIBLE: &str = "NodeResizeInfeasible";
+/// The condition a failed node expansion leaves on the claim.
+pub const NODE_RESIZE_ERROR: &str = "NodeResizeError";
+/// The resize conditions (upstream's knownResizeConditions): the node clears
+/// them all once it has expanded the volume.
+pub const RESIZE_CONDITIONS: &[&str] = &[
+    "Resizing",
+    "FileSystemResizePending",
+    "ControllerResizeError",
+    NODE_RESIZE_ERROR,
+];
+
+/// What a failed NodeExpandVolume does to the claim (upstream's
+/// NodeExpander with its csi expander), by the driver's gRPC code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpansionFailure {
+    /// FailedPrecondition: the driver cannot expand the volume as it is
+    /// used now; the claim is left alone and the expansion tried again.
+    InUse,
+    /// InvalidArgument, OutOfRange or NotFound, or any failure of a size
+    /// other than the claim asks after an earlier final failure (a user
+    /// recovering): the claim's resize status becomes NodeResizeInfeasible
+    /// with a NodeResizeError condition, and the node waits for the resize
+    /// to change.
+    Infeasible,
+    /// Anything else: a NodeResizeError condition; tried again.
+    Failed,
+}
+
+impl ExpansionFailure {
+    /// The failure for gRPC `code` (tonic's numbering: 9 FailedPrecondition,
+    /// 3 InvalidArgument, 11 OutOfRange, 5 NotFound); `recovering` when the
+    /// volume failed finally before and the claim now asks another size.
+    pub fn of(code: i32, recovering: bool) -> ExpansionFailure {
+        match code {
+            9 => ExpansionFailure::InUse,
+            3 | 5 | 11 => ExpansionFailure::Infeasible,
+            _ if recovering => ExpansionFailure::Infeasible,
+            _ => ExpansionFailure::Failed,
+        }
+    }
+
+    /// The text of the error, as upstream's expander wraps the driver's.
+    pub fn error(self, rpc_error: &str) -> String {
+        match self {
+            ExpansionFailure::Infeasible => {
+                format!("Expander.NodeExpand failed to expand the volume {rpc_error}")
+            }
+            _ => format!("Expander.NodeExpand failed to expand the volume : {rpc_error}"),
+        }
+    }
+
+    /// The claim's status patch, given its conditions now (upstream's
+    /// MarkNodeExpansionInfeasible and MarkNodeExpansionFailedCondition:
+    /// the NodeResizeError condition merged in, an unchanged one kept as it
+    /// was); None for InUse.
+    pub fn claim_status(
+        self,
+        conditions: &[PersistentVolumeClaimCondition],
+        error: &str,
+        now: Time,
+    ) -> Option<serde_json::Value> {
+        if self == ExpansionFailure::InUse {
+            return None;
+        }
+        let mut merged = conditions.to_vec();
+        match merged.iter_mut().find(|c| c.type_ == NODE_RESIZE_ERROR) {
+            Some(c) if c.status == "True" => {}
+            Some(c) => {
+                *c = node_resize_error(error, now);
+            }
+            None => merged.push(node_resize_error(error, now)),
+        }
+        let mut patch = serde_json::json!({ "conditions": merged });
+        if self == ExpansionFailure::Infeasible {
+            patch["allocatedResourceStatuses"] =
+                serde_json::json!({ "storage": NODE_RESIZE_INFEASIBLE });
+        }
+        Some(patch)
+    }
+}
+
+fn node_resize_error(error: &str, now: Time) -> PersistentVolumeClaimCondition {
+    PersistentVolumeClaimCondition {
+        type_: NODE_RESIZE_ERROR.into(),
+        status: "True".into(),
+        last_transition_time: Some(now),
+        message: Some(format!("failed to expand pvc with {error}")),
+        ..Default::default()
+    }
+}
 
 /// A volume the node must expand: its PV grew past the claim's reported
 /// capacity and the resizer handed the claim to the node (upstream's
@@ -58,6 +150,9 @@ pub struct NodeExpansion {
     /// The PV's capacity, as written (the claim's new `status.capacity`).
     pub new_size: String,
     pub new_bytes: i64,
+    /// The claim asks another size than the PV's (a user lowering a failed
+    /// resize to recover).
+    pub request_differs: bool,
 }
 
 /// Whether `pvc`, bound to `pv`, waits for the node to expand its file
@@ -76,11 +171,19 @@ pub fn node_expansion(pvc: &PersistentVolumeClaim, pv: &PersistentVolume) -> Opt
         .allocated_resource_statuses
         .as_ref()
         .and_then(|s| s.get("storage"))?;
+    let requested = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .and_then(|q| parse_bytes(q).ok());
     [NODE_RESIZE_PENDING, NODE_RESIZE_IN_PROGRESS]
         .contains(&resize.as_str())
         .then(|| NodeExpansion {
             new_size: pv_size.0.clone(),
             new_bytes,
+            request_differs: requested != Some(new_bytes),
         })
 }
 

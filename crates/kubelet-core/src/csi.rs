@@ -47,9 +47,11 @@ pub struct CsiVolume {
     /// The PV's access modes; None for an inline (Ephemeral) volume.
     pub access_modes: Option<Vec<String>>,
     pub mount_options: Vec<String>,
-    /// (namespace, name) of nodeStageSecretRef and nodePublishSecretRef.
+    /// (namespace, name) of nodeStageSecretRef, nodePublishSecretRef and
+    /// nodeExpandSecretRef.
     pub stage_secret: Option<(String, String)>,
     pub publish_secret: Option<(String, String)>,
+    pub expand_secret: Option<(String, String)>,
 }
 
 impl CsiVolume {
@@ -76,6 +78,7 @@ impl CsiVolume {
                 .node_publish_secret_ref
                 .as_ref()
                 .map(|r| (namespace, r.name.clone())),
+            expand_secret: None,
         })
     }
 
@@ -98,6 +101,7 @@ impl CsiVolume {
             mount_options: spec.mount_options.clone().unwrap_or_default(),
             stage_secret: secret(c.node_stage_secret_ref.as_ref()),
             publish_secret: secret(c.node_publish_secret_ref.as_ref()),
+            expand_secret: secret(c.node_expand_secret_ref.as_ref()),
         })
     }
 

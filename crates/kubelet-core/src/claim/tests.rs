@@ -2,7 +2,7 @@ use super::*;
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, LocalVolumeSource, NodeSelector, NodeSelectorRequirement,
     NodeSelectorTerm, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
-    PersistentVolumeSpec, VolumeNodeAffinity,
+    PersistentVolumeSpec, VolumeNodeAffinity, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -196,11 +196,29 @@ fn a_volume_is_expanded_on_the_node_when_the_resizer_says_so() {
         )]));
         status.allocated_resource_statuses =
             resize.map(|r| BTreeMap::from([("storage".to_string(), r.to_string())]));
+        c.spec.get_or_insert_default().resources = Some(VolumeResourceRequirements {
+            requests: Some(BTreeMap::from([(
+                "storage".to_string(),
+                Quantity("2Gi".into()),
+            )])),
+            ..Default::default()
+        });
         c
     };
-    let grown = Some(NodeExpansion {
+    let expansion = NodeExpansion {
         new_size: "2Gi".into(),
         new_bytes: 2 << 30,
+        request_differs: false,
+    };
+    let grown = Some(expansion.clone());
+    // A user lowering the request after the node failed to reach 2Gi.
+    let mut lowered = pvc("1Gi", Some(NODE_RESIZE_PENDING));
+    lowered.spec.as_mut().unwrap().resources = Some(VolumeResourceRequirements {
+        requests: Some(BTreeMap::from([(
+            "storage".to_string(),
+            Quantity("1536Mi".into()),
+        )])),
+        ..Default::default()
     });
     let cases = [
         (
@@ -208,7 +226,19 @@ fn a_volume_is_expanded_on_the_node_when_the_resizer_says_so() {
             pv("2Gi"),
             grown.clone(),
         ),
-        (pvc("1Gi", Some(NODE_RESIZE_IN_PROGRESS)), pv("2Gi"), grown),
+        (
+            pvc("1Gi", Some(NODE_RESIZE_IN_PROGRESS)),
+            pv("2Gi"),
+            grown.clone(),
+        ),
+        (
+            lowered,
+            pv("2Gi"),
+            Some(NodeExpansion {
+                request_differs: true,
+                ..expansion
+            }),
+        ),
         // The controller has not handed it to the node (or expands it all).
         (pvc("1Gi", None), pv("2Gi"), None),
         (
@@ -224,6 +254,71 @@ fn a_volume_is_expanded_on_the_node_when_the_resizer_says_so() {
     for (i, (c, v, want)) in cases.into_iter().enumerate() {
         assert_eq!(node_expansion(&c, &v), want, "case {i}");
     }
+}
+
+#[test]
+fn a_failed_node_expansion_marks_the_claim_as_upstream() {
+    use ExpansionFailure::{Failed, InUse, Infeasible};
+    // gRPC codes: 9 FailedPrecondition, 3 InvalidArgument, 5 NotFound,
+    // 11 OutOfRange, 13 Internal, 4 DeadlineExceeded.
+    let cases = [
+        (9, false, InUse),
+        (9, true, InUse),
+        (3, false, Infeasible),
+        (5, false, Infeasible),
+        (11, false, Infeasible),
+        (13, false, Failed),
+        (4, false, Failed),
+        (13, true, Infeasible),
+    ];
+    for (code, recovering, want) in cases {
+        assert_eq!(ExpansionFailure::of(code, recovering), want, "code {code}");
+    }
+    let rpc = "rpc error: code = OutOfRange desc = too big";
+    assert_eq!(
+        Infeasible.error(rpc),
+        "Expander.NodeExpand failed to expand the volume rpc error: code = OutOfRange desc = too big"
+    );
+    assert_eq!(
+        Failed.error(rpc),
+        "Expander.NodeExpand failed to expand the volume : rpc error: code = OutOfRange desc = too big"
+    );
+
+    let now = Time("2023-11-14T22:13:20Z".parse().unwrap());
+    let earlier = Time("2020-09-13T12:26:40Z".parse().unwrap());
+    let condition = |type_: &str, status: &str, message: &str| PersistentVolumeClaimCondition {
+        type_: type_.into(),
+        status: status.into(),
+        message: Some(message.into()),
+        last_transition_time: Some(earlier.clone()),
+        ..Default::default()
+    };
+    assert_eq!(InUse.claim_status(&[], "e", now.clone()), None);
+    // Infeasible: the status and a new condition; others kept.
+    let patch = Infeasible
+        .claim_status(&[condition("Resizing", "True", "r")], "boom", now.clone())
+        .unwrap();
+    assert_eq!(
+        patch["allocatedResourceStatuses"]["storage"],
+        "NodeResizeInfeasible"
+    );
+    let conditions = patch["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 2);
+    assert_eq!(conditions[0]["type"], "Resizing");
+    assert_eq!(conditions[1]["type"], "NodeResizeError");
+    assert_eq!(conditions[1]["status"], "True");
+    assert_eq!(conditions[1]["message"], "failed to expand pvc with boom");
+    assert_eq!(conditions[1]["lastTransitionTime"], "2023-11-14T22:13:20Z");
+    // Failed: no status; a NodeResizeError already True is kept as it was.
+    let patch = Failed
+        .claim_status(&[condition("NodeResizeError", "True", "old")], "new", now)
+        .unwrap();
+    assert!(patch.get("allocatedResourceStatuses").is_none());
+    assert_eq!(patch["conditions"][0]["message"], "old");
+    assert_eq!(
+        patch["conditions"][0]["lastTransitionTime"],
+        "2020-09-13T12:26:40Z"
+    );
 }
 
 #[test]

@@ -118,6 +118,11 @@ impl TokenManager {
         Ok((token, expires))
     }
 
+    /// The clock its tokens' lifetimes are read on.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
     /// Forget the tokens of a pod that is gone.
     pub fn forget_pod(&self, uid: &PodUid) {
         self.cache.lock().retain(|k, _| &k.pod_uid != uid);

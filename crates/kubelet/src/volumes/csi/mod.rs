@@ -33,6 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_api::objects::{get_cluster_object, get_object};
 use kubelet_api::storage::patch_claim_status;
 use kubelet_api::{ApiClient, ApiError};
+use kubelet_core::claim::ExpansionFailure;
 use kubelet_core::csi::{
     CSI_VOLUME_DIR, CsiVolume, DriverPolicy, PUBLISH_TARGET, TOKENS_ATTRIBUTE, VOL_DATA_FILE,
     VolData, access_mode, attachment_name, pod_info_attributes, staging_path, unique_volume_name,
@@ -240,6 +241,9 @@ pub struct CsiVolumes {
     /// whether its driver wants it published again at every sync
     /// (requiresRepublish).
     done: Arc<Mutex<HashMap<PathBuf, bool>>>,
+    /// Volumes (driver, handle) whose last NodeExpandVolume failed finally
+    /// (upstream's volumes in failed expansion with final errors).
+    expansion_failed: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 /// A set-up CSI volume: where the pod's containers find it.
@@ -266,6 +270,7 @@ impl CsiVolumes {
             root_dir,
             tokens,
             in_use,
+            expansion_failed: Arc::default(),
             done: Arc::default(),
         }
     }
@@ -509,12 +514,14 @@ impl CsiVolumes {
 
     /// Expand the file system of a published volume whose claim waits for
     /// the node (upstream's NodeExpander): the claim marked
-    /// NodeResizeInProgress, NodeExpandVolume (a driver without
-    /// EXPAND_VOLUME has nothing to do on the node), FileSystemResizeSuccessful
-    /// events on the pod and the claim, then the claim's capacity set and
-    /// its resize status and conditions cleared. A failure is a
-    /// FileSystemResizeFailed event, tried again at the next sync; it never
-    /// holds the pod's start.
+    /// NodeResizeInProgress, NodeExpandVolume with the PV's
+    /// nodeExpandSecretRef (a driver without EXPAND_VOLUME has nothing to
+    /// do on the node), FileSystemResizeSuccessful events on the pod and
+    /// the claim, then the claim's capacity set and its resize status and
+    /// conditions cleared. A failure is a FileSystemResizeFailed event;
+    /// the driver's refusal also marks the claim as upstream's does
+    /// ([`ExpansionFailure`]). It never holds the pod's start; what is not
+    /// infeasible is tried again at the next sync.
     pub async fn expand(
         &self,
         pod: &Pod,
@@ -525,8 +532,10 @@ impl CsiVolumes {
     ) {
         let pod_ref = Involved::pod(pod, None);
         let what = format!("for volume {:?}", volume.spec_name);
-        match self.expand_volume(pod, volume, claim, expansion).await {
+        let key = (volume.driver.clone(), volume.handle.clone());
+        let error = match self.expand_volume(pod, volume, claim, expansion).await {
             Ok(()) => {
+                self.expansion_failed.lock().remove(&key);
                 let message = format!(
                     "MountVolume.NodeExpandVolume succeeded {what} {}",
                     self.node_name
@@ -539,14 +548,57 @@ impl CsiVolumes {
                     message.clone(),
                 );
                 events.event(&claim_ref, NORMAL, FILE_SYSTEM_RESIZE_SUCCESSFUL, message);
+                return;
             }
-            Err(e) => events.event(
-                &pod_ref,
-                WARNING,
-                FILE_SYSTEM_RESIZE_FAILED,
-                format!("MountVolume.NodeExpandVolume failed {what} : {e}"),
-            ),
+            Err(CsiError::Rpc(status)) => {
+                let recovering =
+                    expansion.request_differs && self.expansion_failed.lock().contains(&key);
+                let failure = ExpansionFailure::of(status.code() as i32, recovering);
+                let error = failure.error(&CsiError::Rpc(status).to_string());
+                if failure == ExpansionFailure::InUse {
+                    tracing::warn!(volume = %volume.spec_name, "MountVolume.NodeExpandVolume failed with {error}");
+                    return;
+                }
+                self.expansion_failed.lock().insert(key);
+                if let Err(e) = self.mark_expansion_failed(claim, failure, &error).await {
+                    tracing::warn!(claim = %claim.name, "MountVolume.NodeExpandVolume failed to mark node expansion as failed: {e}");
+                }
+                error
+            }
+            Err(e) => e.to_string(),
+        };
+        events.event(
+            &pod_ref,
+            WARNING,
+            FILE_SYSTEM_RESIZE_FAILED,
+            format!("MountVolume.NodeExpandVolume failed {what} : {error}"),
+        );
+    }
+
+    /// The claim's status after a refused expansion (upstream's
+    /// MarkNodeExpansionInfeasible and MarkNodeExpansionFailedCondition).
+    async fn mark_expansion_failed(
+        &self,
+        claim: &super::claims::Resolved,
+        failure: ExpansionFailure,
+        error: &str,
+    ) -> Result<(), CsiError> {
+        let current: Option<PersistentVolumeClaim> = get_object(
+            &self.api,
+            "PersistentVolumeClaim",
+            &claim.namespace,
+            &claim.name,
+        )
+        .await?;
+        let conditions = current
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default();
+        let now = self.tokens.clock().now_time();
+        if let Some(status) = failure.claim_status(&conditions, error, now) {
+            patch_claim_status(&self.api, &claim.namespace, &claim.name, status).await?;
         }
+        Ok(())
     }
 
     async fn expand_volume(
@@ -567,6 +619,9 @@ impl CsiVolumes {
         .await?;
         let caps = capabilities(&mut node).await?;
         if caps.contains(&(rpc::Type::ExpandVolume as i32)) {
+            let secrets = self
+                .secrets("NodeExpandSecretRef", volume.expand_secret.as_ref())
+                .await?;
             let target = self.publish_target(pod, volume);
             let staging = if caps.contains(&(rpc::Type::StageUnstageVolume as i32)) {
                 staging_path(&self.root_dir, &volume.driver, &volume.handle)
@@ -584,7 +639,7 @@ impl CsiVolumes {
                 }),
                 staging_target_path: staging,
                 volume_capability: Some(capability(volume, None, &caps)),
-                secrets: HashMap::new(),
+                secrets,
             }))
             .await
             .map_err(CsiError::Rpc)?;

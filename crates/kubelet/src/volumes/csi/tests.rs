@@ -28,6 +28,8 @@ pub(crate) struct FakeDriver {
     reports: bool,
     /// NodePublishVolume fails with this code.
     refuses: Option<tonic::Code>,
+    /// NodeExpandVolume fails with this code.
+    refuses_expansion: Option<tonic::Code>,
     hangs: bool,
     /// The last publish request's volume context.
     context: Arc<Mutex<HashMap<String, String>>>,
@@ -145,8 +147,12 @@ impl NodeService for FakeDriver {
             Path::new(&r.volume_path).is_dir(),
             "expanded where published"
         );
-        self.record(format!("expand {} {bytes}", r.volume_id))
+        let secrets: BTreeMap<_, _> = r.secrets.into_iter().collect();
+        self.record(format!("expand {} {bytes} {secrets:?}", r.volume_id))
             .await?;
+        if let Some(code) = self.refuses_expansion {
+            return Err(Status::new(code, "too big"));
+        }
         Ok(Response::new(NodeExpandVolumeResponse {
             capacity_bytes: bytes,
         }))
@@ -269,6 +275,7 @@ fn persistent(driver: &str, handle: &str) -> CsiVolume {
         mount_options: Vec::new(),
         stage_secret: None,
         publish_secret: None,
+        expand_secret: None,
     }
 }
 
@@ -585,13 +592,14 @@ async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
     let grown = NodeExpansion {
         new_size: "2Gi".into(),
         new_bytes: 2 << 30,
+        request_differs: false,
     };
     volumes
         .expand(&a, &volume, &resolved, &grown, &events)
         .await;
     assert_eq!(
         driver.calls().last().map(String::as_str),
-        Some("expand h1 2147483648")
+        Some("expand h1 2147483648 {}")
     );
     let claim = s.api.get(claim_path).unwrap();
     assert_eq!(claim["status"]["capacity"]["storage"], "2Gi");
@@ -617,6 +625,118 @@ async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
             e.message.as_deref(),
             Some(r#"MountVolume.NodeExpandVolume succeeded for volume "pv-h1" n1"#)
         );
+    }
+}
+
+/// A driver's refusal of NodeExpandVolume marks the claim as upstream's
+/// NodeExpander does: OutOfRange makes it NodeResizeInfeasible with a
+/// NodeResizeError condition and a FileSystemResizeFailed event;
+/// FailedPrecondition (in use) leaves it alone. The PV's nodeExpandSecretRef
+/// is sent.
+#[tokio::test]
+async fn a_refused_node_expansion_marks_the_claim_as_upstream() {
+    use crate::events::Recorder;
+    use kubelet_core::claim::{BoundVolume, NodeExpansion, PvSource};
+    let mut volume = persistent("grow.csi", "h1");
+    volume.expand_secret = Some(("ns".into(), "expand".into()));
+    let grown = NodeExpansion {
+        new_size: "2Gi".into(),
+        new_bytes: 2 << 30,
+        request_differs: false,
+    };
+    for (code, status, conditions) in [
+        (
+            tonic::Code::OutOfRange,
+            serde_json::json!({"storage": "NodeResizeInfeasible"}),
+            vec!["FileSystemResizePending", "NodeResizeError"],
+        ),
+        (
+            tonic::Code::FailedPrecondition,
+            serde_json::json!({"storage": "NodeResizeInProgress"}),
+            vec!["FileSystemResizePending"],
+        ),
+    ] {
+        let s = Setup::new();
+        s.api.put(
+            "/apis/storage.k8s.io/v1/csidrivers/grow.csi",
+            serde_json::json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+                "metadata": {"name": "grow.csi"}, "spec": {"attachRequired": false}}),
+        );
+        let claim_path = "/api/v1/namespaces/ns/persistentvolumeclaims/c1";
+        let claim = serde_json::json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "c1", "namespace": "ns", "uid": "claim-uid"},
+            "spec": {"volumeName": "pv-h1"},
+            "status": {"phase": "Bound", "capacity": {"storage": "1Gi"},
+                "allocatedResourceStatuses": {"storage": "NodeResizePending"},
+                "conditions": [{"type": "FileSystemResizePending", "status": "True"}]}});
+        s.api.put(claim_path, claim);
+        s.api.put(
+            "/api/v1/namespaces/ns/secrets/expand",
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "expand", "namespace": "ns"}, "data": {"key": "dmFs"}}),
+        );
+        let driver = FakeDriver {
+            expands: true,
+            refuses_expansion: Some(code),
+            ..Default::default()
+        };
+        s.driver("grow.csi", driver.clone());
+        let volumes = s.volumes();
+        let a = pod("a");
+        volumes
+            .set_up(&a, &s.pod_dir("a"), &volume, None, false)
+            .await
+            .unwrap();
+        let resolved = super::super::claims::Resolved {
+            volume: BoundVolume {
+                pv_name: "pv-h1".into(),
+                source: PvSource::Csi(Box::new(volume.clone())),
+                read_only: false,
+                block: false,
+                gid: None,
+            },
+            namespace: "ns".into(),
+            name: "c1".into(),
+            uid: "claim-uid".into(),
+            expansion: None,
+        };
+        let (events, mut told) = Recorder::with_queue("n1".into(), Clock::following_tokio());
+        volumes
+            .expand(&a, &volume, &resolved, &grown, &events)
+            .await;
+        assert_eq!(
+            driver.calls().last().map(String::as_str),
+            Some(r#"expand h1 2147483648 {"key": "val"}"#),
+            "{code:?}"
+        );
+        let now = s.api.get(claim_path).unwrap();
+        assert_eq!(
+            now["status"]["allocatedResourceStatuses"], status,
+            "{code:?}"
+        );
+        let types: Vec<_> = now["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(types, conditions, "{code:?}");
+        if code == tonic::Code::OutOfRange {
+            assert_eq!(
+                now["status"]["conditions"][1]["message"],
+                "failed to expand pvc with Expander.NodeExpand failed to expand the volume rpc error: code = OutOfRange desc = too big"
+            );
+            let e = told.recv().await.unwrap();
+            assert_eq!(e.reason.as_deref(), Some(FILE_SYSTEM_RESIZE_FAILED));
+            assert_eq!(
+                e.message.as_deref(),
+                Some(
+                    r#"MountVolume.NodeExpandVolume failed for volume "pv-h1" : Expander.NodeExpand failed to expand the volume rpc error: code = OutOfRange desc = too big"#
+                )
+            );
+        } else {
+            assert!(told.try_recv().is_err(), "no event while in use");
+        }
     }
 }
 
