@@ -14,7 +14,14 @@
 #                 certification runs do
 #   --kubelet     which kubelet the nodes run (default rkubelet); mixed: the
 #                 first node rkubelet, the next upstream, and so on
-#   --nodes       how many nodes (default 2)
+#   --nodes       how many nodes (default 2); on one, the suite is told its
+#                 kubelet's root directory (--kubelet-root-dir), which the
+#                 CSI specs' drivers mount: run them so, in a short
+#                 RKUBELET_CONFORMANCE_DIR (a driver's registration socket,
+#                 <root>/plugins_registry/csi-mock-<namespace>-reg.sock, must
+#                 fit a socket address's 107 bytes), e.g.
+#                 RKUBELET_CONFORMANCE_DIR=/tmp/rkc hack/conformance.sh
+#                 --nodes 1 --focus '\[sig-storage\] CSI Mock'
 #   --focus       ginkgo focus (default the suite's)
 #   --skip        ginkgo skip (default the suite's)
 #   --subset FILE run exactly the specs named in FILE (one full spec name a
@@ -58,7 +65,7 @@ DOWN_ONLY=""
 die() { echo "$PROG: error: $*" >&2; exit 1; }
 # shellcheck source=lib/mounts.sh
 . "$REPO_ROOT/hack/lib/mounts.sh"
-usage() { sed -n '5,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,37p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 while (($#)); do
   case $1 in
@@ -163,6 +170,13 @@ done
 stage "control plane on :$RKUBELET_APISERVER_PORT, ${#KINDS[@]} nodes (${KINDS[*]}), kube-proxy and CoreDNS"
 hack/nodes.sh up "${KINDS[@]}"
 ADMIN=$RKUBELET_CLUSTER_DIR/admin.conf
+# The suite's CSI specs deploy drivers whose hostPath volumes name the
+# kubelet's root directory (--kubelet-root-dir), which must then be the same
+# on every node: on one node it is that node's.
+ROOT_DIR_FLAG=()
+if ((NODES == 1)); then
+  ROOT_DIR_FLAG=(--kubelet-root-dir="$(cd "$RKUBELET_CLUSTER_DIR"/nodes/*/root && pwd -P)")
+fi
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -176,7 +190,7 @@ stage "e2e.test: $PROCS processes (log: $OUT/e2e.log)"
 set +e
 ginkgo --procs="$PROCS" --timeout="$TIMEOUT" --no-color --focus="$FOCUS" --skip="$SKIP" \
   "$BIN/e2e.test" -- --provider=skeleton --kubeconfig="$ADMIN" --minStartupPods=-1 \
-  --allowed-not-ready-nodes=-1 --report-dir="$OUT" >"$OUT/e2e.log" 2>&1
+  --allowed-not-ready-nodes=-1 --report-dir="$OUT" "${ROOT_DIR_FLAG[@]}" >"$OUT/e2e.log" 2>&1
 rc=$?
 set -e
 for nd in "$RKUBELET_CLUSTER_DIR"/nodes/*/; do

@@ -23,10 +23,13 @@
 #                                  the same for the CSI sidecars external-provisioner,
 #                                  external-attacher and external-resizer (hack/csi-provisioner,
 #                                  hack/csi-attacher, hack/csi-resizer)
-#   hack/control-plane.sh csi-mock-plugin
-#                                  the CSI mock driver of upstream's e2e suite with its
-#                                  registrar (hack/k8s/cmd/csi-mock-plugin), built in the
-#                                  control plane's module
+#   hack/control-plane.sh csi-mock-plugin | csi-node-driver-registrar
+#                                  the CSI mock driver of upstream's e2e suite with
+#                                  hostpathplugin's flags and a registrar of its own
+#                                  (hack/k8s/cmd/csi-mock-plugin); a registrar with
+#                                  node-driver-registrar's flags (hack/k8s/cmd/
+#                                  csi-node-driver-registrar); built in the control
+#                                  plane's module
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #   hack/control-plane.sh sample-apiserver
@@ -107,18 +110,21 @@ MS_VERSION=v0.8.0
 KSM_VERSION=v2.20.0
 COREDNS_VERSION=v1.14.6
 LPP_VERSION=v0.0.30
-CSI_PROVISIONER_VERSION=v6.4.0
-CSI_ATTACHER_VERSION=v4.13.0
-CSI_RESIZER_VERSION=v2.3.0
+CSI_PROVISIONER_VERSION=v6.3.0
+CSI_ATTACHER_VERSION=v4.12.0
+CSI_RESIZER_VERSION=v2.2.0
 
-# tool NAME VERSION PACKAGE [LDFLAGS] [MAIN]: build the module hack/NAME's
-# PACKAGE once (MAIN: a main.go of the module's own, keyed with it); print
-# the binary's path.
+# tool NAME VERSION PACKAGE [LDFLAGS] [SOURCES]: build the module
+# hack/NAME's PACKAGE once (SOURCES: the Go files of the module's own that
+# go in, keyed with it; hack/NAME/main.go by default); print the binary's
+# path. The commands under hack/k8s/cmd are built in the control plane's
+# module.
 tool() {
-  local name=$1 version=$2 pkg=$3 ldflags=${4:-} src=$REPO_ROOT/hack/$1 key path main
-  main=${5:-$src/main.go}
-  [[ $name == csi-mock-plugin ]] && src=$MOD_DIR
-  key=$(cat "$src/go.mod" "$src/go.sum" $([[ -f $main ]] && echo "$main") | sha256sum | cut -c1-12)
+  local name=$1 version=$2 pkg=$3 ldflags=${4:-} src=$REPO_ROOT/hack/$1 key path sources
+  sources=${5:-$src/main.go}
+  [[ $pkg == ./cmd/* ]] && src=$MOD_DIR
+  # shellcheck disable=SC2086 # SOURCES is a list of paths without spaces
+  key=$(cat "$src/go.mod" "$src/go.sum" $(ls $sources 2>/dev/null) | sha256sum | cut -c1-12)
   path=$CACHE_ROOT/$name/$version-$key/$name
   if [[ ! -x $path ]]; then
     command -v go >/dev/null || die "go is not installed"
@@ -174,7 +180,7 @@ case ${1:-} in
   csi-resizer) tool csi-resizer "$CSI_RESIZER_VERSION" \
     github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
     " -X main.version=$CSI_RESIZER_VERSION" ;;
-  csi-mock-plugin) tool csi-mock-plugin "$K8S_VERSION" ./cmd/csi-mock-plugin "" \
-    "$MOD_DIR/cmd/csi-mock-plugin/main.go" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin" ;;
+  csi-mock-plugin | csi-node-driver-registrar) tool "$1" "$K8S_VERSION" "./cmd/$1" "" \
+    "$MOD_DIR/cmd/$1/main.go $MOD_DIR/internal/csiplugin/*.go" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar" ;;
 esac

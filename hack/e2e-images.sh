@@ -47,6 +47,20 @@
 #                                                    at the control plane's version,
 #                                                    hack/control-plane.sh sample-apiserver)
 #   registry.k8s.io/etcd:3.7.0-0                     /usr/local/bin/etcd, the control plane's
+#   registry.k8s.io/sig-storage/csi-provisioner:v6.3.0
+#   registry.k8s.io/sig-storage/csi-attacher:v4.12.0
+#   registry.k8s.io/sig-storage/csi-resizer:v2.2.0   the CSI sidecars at the versions the
+#                                                    suite's manifests pin, from the Go
+#                                                    module proxy (hack/control-plane.sh)
+#   registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0
+#                                                    not on the proxy: rkubelet's registrar
+#                                                    with its flags (hack/k8s/cmd/
+#                                                    csi-node-driver-registrar)
+#   registry.k8s.io/sig-storage/hostpathplugin:v1.17.1
+#                                                    not on the proxy: the suite's CSI mock
+#                                                    driver with hostpathplugin's flags and
+#                                                    proxy mode (hack/k8s/cmd/csi-mock-plugin),
+#                                                    for the "CSI Mock" specs
 #
 # Busybox is 1.37.0 with upstream's default configuration, as the suite's
 # image: Debian's builds (1.35 in bookworm, 1.37 in trixie) run applets from
@@ -54,8 +68,9 @@
 # those that are not shell names (`data-1`): the ConfigMap/Secrets
 # "consumable via the environment" specs read them from `sh -c env`.
 #
-# Images the suite lists but no [NodeConformance] or [Conformance] spec runs
-# (perl, volume servers, CSI sidecars...) are not made.
+# Other images the suite lists (perl, volume servers, the csi-hostpath
+# driver...) are not made: no [NodeConformance] or [Conformance] spec, nor
+# the storage specs of hack/conformance.sh --csi-mock, runs them.
 #
 # Cached like hack/images.sh under ${RKUBELET_CACHE:-~/.cache/rkubelet}/images/,
 # keyed by this recipe, the k8s.io/kubernetes module graph and the Debian
@@ -68,7 +83,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=5
+RECIPE_VERSION=6
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils iproute2 socat util-linux libc-bin hostname
   libc6-dev gcc make bzip2)
@@ -90,6 +105,16 @@ KITTEN_IMAGE=$E2E/kitten:1.8
 NAUTILUS_IMAGE=$E2E/nautilus:1.8
 SAMPLE_APISERVER_IMAGE=$E2E/sample-apiserver:1.29.2
 ETCD_IMAGE=registry.k8s.io/etcd:3.7.0-0
+SIG_STORAGE=registry.k8s.io/sig-storage
+# The CSI programs: NAME=IMAGE (the image runs /NAME, built by
+# hack/control-plane.sh NAME).
+CSI_IMAGES=(
+  "csi-provisioner=$SIG_STORAGE/csi-provisioner:v6.3.0"
+  "csi-attacher=$SIG_STORAGE/csi-attacher:v4.12.0"
+  "csi-resizer=$SIG_STORAGE/csi-resizer:v2.2.0"
+  "csi-node-driver-registrar=$SIG_STORAGE/csi-node-driver-registrar:v2.17.0"
+  "csi-mock-plugin=$SIG_STORAGE/hostpathplugin:v1.17.1"
+)
 
 TEMP_DIRS=()
 cleanup() { ((${#TEMP_DIRS[@]} == 0)) || rm -rf "${TEMP_DIRS[@]}"; }
@@ -293,6 +318,17 @@ build_cache() {
   layer=$(oci_layer "$work" "$work/etcd")
   oci_image "$work" "$ETCD_IMAGE" "$(config_json null '["/usr/local/bin/etcd"]')" "$layer"
 
+  echo "$PROG: CSI sidecars and mock driver" >&2
+  local entry program image
+  for entry in "${CSI_IMAGES[@]}"; do
+    program=${entry%%=*} image=${entry#*=}
+    mkdir -p "$work/$program/tmp"
+    chmod 1777 "$work/$program/tmp"
+    install -m 0755 "$("$REPO_ROOT/hack/control-plane.sh" "$program")" "$work/$program/$program"
+    layer=$(oci_layer "$work" "$work/$program")
+    oci_image "$work" "$image" "$(config_json "[\"/$program\"]" null)" "$layer"
+  done
+
   oci_finish "$work" "$out"
 }
 
@@ -318,8 +354,13 @@ main() {
   # on the host): the version apt would install now.
   nginx_version=$(apt-cache policy nginx 2>/dev/null | awk '$1 == "Candidate:" { print $2 }')
   [[ -n $nginx_version && $nginx_version != "(none)" ]] || die "apt knows no nginx (run apt-get update)"
+  # The CSI programs' paths name their versions and sources' keys.
+  local entry csi_bins=()
+  for entry in "${CSI_IMAGES[@]}"; do
+    csi_bins+=("$("$REPO_ROOT/hack/control-plane.sh" "${entry%%=*}")") || die "building ${entry%%=*} failed"
+  done
   key=$(cat "$MOD_DIR/go.mod" "$MOD_DIR/go.sum" "$REPO_ROOT/hack/sample-apiserver/go.sum" \
-    <(echo "$versions" "$BUSYBOX_SRC_SHA256" "nginx=$nginx_version") | sha256sum | cut -c1-12)
+    <(echo "$versions" "$BUSYBOX_SRC_SHA256" "nginx=$nginx_version" "${csi_bins[@]}") | sha256sum | cut -c1-12)
   cache=${RKUBELET_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rkubelet}
   dir="$cache/images/e2e-r${RECIPE_VERSION}-$K8S_VERSION-$key-$(oci_arch)"
   if [[ ! -f "$dir/images.tar" || ! -f "$dir/refs" ]]; then

@@ -54,11 +54,10 @@ impl Mock {
             spawn(
                 plugin,
                 &[
-                    address.clone(),
+                    format!("--endpoint={}", dir.join("csi.sock").display()),
                     format!("--registration-dir={}", registry.display()),
-                    // The CSIDriver needs no attach: no device in the
-                    // publish context.
-                    "--disable-attach".into(),
+                    // No --enable-attach: the CSIDriver needs no attach, so
+                    // no device in the publish context.
                 ],
                 "csi-mock-plugin.log",
             )?,

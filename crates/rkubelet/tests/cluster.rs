@@ -4488,6 +4488,7 @@ impl CsiMock {
     fn start(api: &Api, registry: &Path, dir: &Path) -> CsiMock {
         let socket = dir.join("csi-mock.sock");
         let address = format!("--csi-address={}", socket.display());
+        let endpoint = format!("--endpoint={}", socket.display());
         let kubeconfig = format!("--kubeconfig={}", api.dir.join("admin.conf").display());
         let spawn = |binary: &str, args: &[&str]| {
             let log = File::create(dir.join(format!("{binary}.log"))).unwrap();
@@ -4505,9 +4506,10 @@ impl CsiMock {
         let plugin = spawn(
             "csi-mock-plugin",
             &[
-                &address,
+                &endpoint,
                 &format!("--registration-dir={}", registry.display()),
-                "--node-expansion-required",
+                "--enable-attach",
+                "--node-expand-required",
             ],
         );
         let provisioner = spawn("csi-provisioner", &[&address, &kubeconfig, "--v=5"]);

@@ -2,81 +2,65 @@
 // the mock driver upstream's e2e suite embeds
 // (k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service, with
 // its OS-backed directory I/O) served on a unix socket (Identity,
-// Controller and Node, so external-provisioner and external-attacher use
-// the same socket), and a registrar that serves the kubelet plugin
-// registration API v1 in the kubelet's plugins_registry directory, as
-// node-driver-registrar does (that sidecar is not on the Go module proxy).
+// Controller and Node, so the external sidecars use the same socket).
+//
+// Its flags are those of csi-driver-host-path's hostpathplugin, whose
+// image upstream's CSI mock specs deploy (that driver is not on the Go
+// module proxy; hack/e2e-images.sh builds this program under its name):
+// every call is logged as "gRPCCall: {json}", which those specs read, and
+// with --proxy-endpoint it only forwards each connection to its socket
+// to one accepted on that TCP address, where the e2e suite serves its
+// embedded mock driver. --registration-dir, rkubelet's own, also serves
+// the kubelet plugin registration API there, as node-driver-registrar
+// does (the cluster tests and the benchmark run it without that sidecar).
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
-	"fmt"
+	"io"
 	"log"
 	"net"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"syscall"
+	"strings"
+	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/kubernetes/test/e2e/storage/drivers/csi-test/mock/service"
+
+	"rkubelet.local/k8s/internal/csiplugin"
 )
 
-type registrar struct {
-	registerapi.UnimplementedRegistrationServer
-	name, endpoint string
-}
-
-func (r *registrar) GetInfo(context.Context, *registerapi.InfoRequest) (*registerapi.PluginInfo, error) {
-	return &registerapi.PluginInfo{
-		Type:              registerapi.CSIPlugin,
-		Name:              r.name,
-		Endpoint:          r.endpoint,
-		SupportedVersions: []string{"1.0.0"},
-	}, nil
-}
-
-func (r *registrar) NotifyRegistrationStatus(_ context.Context, s *registerapi.RegistrationStatus) (*registerapi.RegistrationStatusResponse, error) {
-	if s.PluginRegistered {
-		log.Printf("registered with the kubelet as %s", r.name)
-	} else {
-		log.Printf("registration refused by the kubelet: %s", s.Error)
-	}
-	return &registerapi.RegistrationStatusResponse{}, nil
-}
-
-// listen makes a fresh unix socket at path (its directory too).
-func listen(path string) net.Listener {
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		log.Fatal(err)
-	}
-	_ = os.Remove(path)
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		log.Fatal(err)
-	}
-	return l
-}
-
 func main() {
-	name := flag.String("driver-name", service.Name, "the CSI driver's name")
-	csiAddress := flag.String("csi-address", "", "the unix socket of the CSI service")
-	registrationDir := flag.String("registration-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory; empty: do not register")
-	disableAttach := flag.Bool("disable-attach", false, "no ControllerPublishVolume (a CSIDriver with attachRequired false)")
+	name := flag.String("drivername", service.Name, "the CSI driver's name")
+	endpoint := flag.String("endpoint", "", "the unix socket of the CSI service (unix:// optional)")
+	proxyEndpoint := flag.String("proxy-endpoint", "", "tcp://[HOST]:PORT: serve nothing, forward each connection to --endpoint to one accepted here")
+	enableAttach := flag.Bool("enable-attach", false, "ControllerPublishVolume is offered (a CSIDriver with attachRequired true)")
 	attachLimit := flag.Int64("attach-limit", 0, "NodeGetInfo's max_volumes_per_node")
-	nodeExpansion := flag.Bool("node-expansion-required", false, "NodeExpandVolume is needed after ControllerExpandVolume")
-	volumeMountGroup := flag.Bool("volume-mount-group", false, "advertise the VOLUME_MOUNT_GROUP node capability")
+	nodeExpansion := flag.Bool("node-expand-required", false, "NodeExpandVolume is needed after ControllerExpandVolume")
 	topology := flag.Bool("enable-topology", false, "report a topology segment")
+	volumeMountGroup := flag.Bool("volume-mount-group", false, "advertise the VOLUME_MOUNT_GROUP node capability")
+	registrationDir := flag.String("registration-dir", "", "the kubelet's plugin registration directory to register in (default: do not register)")
+	// Accepted as hostpathplugin accepts them: the mock keeps its volumes in
+	// memory under its own node ID and logs every call whatever the level.
+	flag.String("nodeid", "", "accepted; the mock driver reports its own node ID")
+	flag.String("statedir", "", "accepted; the mock driver keeps its state in memory")
+	flag.Int("v", 0, "accepted; every call is logged")
 	flag.Parse()
-	if *csiAddress == "" {
-		log.Fatal("--csi-address is required")
+	if *endpoint == "" {
+		log.Fatal("--endpoint is required")
+	}
+	if *proxyEndpoint != "" {
+		proxy(*endpoint, *proxyEndpoint)
+		return
 	}
 	driver := service.New(service.Config{
 		DriverName:               *name,
-		DisableAttach:            *disableAttach,
+		DisableAttach:            !*enableAttach,
 		AttachLimit:              *attachLimit,
 		NodeExpansionRequired:    *nodeExpansion,
 		VolumeMountGroupRequired: *volumeMountGroup,
@@ -84,30 +68,100 @@ func main() {
 		PermissiveTargetPath:     true,
 		IO:                       service.OSDirIO{},
 	})
-	server := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		resp, err := handler(ctx, req)
-		log.Printf("%s: %v", info.FullMethod, err)
-		return resp, err
-	}))
+	server := grpc.NewServer(grpc.UnaryInterceptor(csiplugin.LogCalls))
 	csi.RegisterIdentityServer(server, driver)
 	csi.RegisterControllerServer(server, driver)
-	csi.RegisterNodeServer(server, driver)
-	go func() { log.Fatal(server.Serve(listen(*csiAddress))) }()
+	csi.RegisterNodeServer(server, &node{NodeServer: driver, ephemeral: map[string]bool{}})
+	go func() { log.Fatal(server.Serve(csiplugin.Listen(*endpoint))) }()
 
-	var reg *grpc.Server
+	stopRegistrar := func() {}
 	if *registrationDir != "" {
-		reg = grpc.NewServer()
-		registerapi.RegisterRegistrationServer(reg, &registrar{name: *name, endpoint: *csiAddress})
-		socket := filepath.Join(*registrationDir, fmt.Sprintf("%s-reg.sock", *name))
-		go func() { log.Fatal(reg.Serve(listen(socket))) }()
-		defer os.Remove(socket)
+		_, stopRegistrar = csiplugin.ServeRegistrar(*registrationDir, &csiplugin.Registrar{Name: *name, Endpoint: csiplugin.SocketPath(*endpoint)})
 	}
-	log.Printf("serving %s on %s", *name, *csiAddress)
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
-	<-stop
-	if reg != nil {
-		reg.Stop()
-	}
+	log.Printf("serving %s on %s", *name, *endpoint)
+	csiplugin.WaitForSignal()
+	stopRegistrar()
 	server.Stop()
+}
+
+// node serves the NodePublishVolume and NodeUnpublishVolume of CSI inline
+// (ephemeral) volumes itself, as hostpathplugin does: the mock service
+// reads the volume it looked up even when an inline volume has none (a nil
+// pointer, which ends the process). Every other call is the mock's.
+type node struct {
+	csi.NodeServer
+	mu        sync.Mutex
+	ephemeral map[string]bool
+}
+
+func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeContext()["csi.storage.k8s.io/ephemeral"] != "true" {
+		return n.NodeServer.NodePublishVolume(ctx, req)
+	}
+	if req.GetVolumeId() == "" || req.GetTargetPath() == "" {
+		return nil, status.Error(codes.InvalidArgument, "Volume ID and Target Path cannot be empty")
+	}
+	if err := os.Mkdir(req.GetTargetPath(), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, status.Errorf(codes.Internal, "NodePublishVolume: could not create target dir %q: %v", req.GetTargetPath(), err)
+	}
+	n.mu.Lock()
+	n.ephemeral[req.GetVolumeId()] = true
+	n.mu.Unlock()
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+func (n *node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	n.mu.Lock()
+	ephemeral := n.ephemeral[req.GetVolumeId()]
+	delete(n.ephemeral, req.GetVolumeId())
+	n.mu.Unlock()
+	if !ephemeral {
+		return n.NodeServer.NodeUnpublishVolume(ctx, req)
+	}
+	if err := os.RemoveAll(req.GetTargetPath()); err != nil {
+		return nil, status.Errorf(codes.Internal, "Unable to delete previously created target directory: %v", err)
+	}
+	return &csi.NodeUnpublishVolumeResponse{}, nil
+}
+
+// proxy pairs each connection to the unix socket endpoint with the next
+// one accepted on the TCP address, and copies bytes both ways until either
+// side closes, as hostpathplugin's proxy mode (and socat with fork) does.
+func proxy(endpoint, tcp string) {
+	remote, err := net.Listen("tcp", strings.TrimPrefix(tcp, "tcp://"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	accepted := make(chan net.Conn)
+	go func() {
+		for {
+			c, err := remote.Accept()
+			if err != nil {
+				log.Fatal(err)
+			}
+			accepted <- c
+		}
+	}()
+	local := csiplugin.Listen(endpoint)
+	log.Printf("forwarding %s to connections on %s", endpoint, tcp)
+	for {
+		l, err := local.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		go pipe(l, <-accepted)
+	}
+}
+
+func pipe(a, b net.Conn) {
+	done := make(chan struct{}, 2)
+	copyTo := func(dst, src net.Conn) {
+		_, _ = io.Copy(dst, src)
+		done <- struct{}{}
+	}
+	go copyTo(a, b)
+	go copyTo(b, a)
+	<-done
+	_ = a.Close()
+	_ = b.Close()
 }
