@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Build the images the upstream e2e [NodeConformance] specs run, under their
-# canonical names, and import them into containerd's CRI namespace (k8s.io).
-# There is no registry: each image is made here from the k8s.io/kubernetes
-# module (hack/k8s) and Debian's packages, and is the real program the specs
-# expect, not a stub.
+# Build the images the upstream e2e specs this project runs use (the
+# [NodeConformance] and [Conformance] ones, and the CSI Mock storage specs),
+# under their canonical names, and import them into containerd's CRI
+# namespace (k8s.io). There is no registry: each image is made here from the
+# Go module proxy (the k8s.io/kubernetes module in hack/k8s, the CSI
+# sidecars) and Debian's packages, and is the real program the specs
+# expect, except the two CSI images named below whose programs are not on
+# the proxy.
 #
 #   hack/e2e-images.sh [SOCKET]
 #   hack/e2e-images.sh --print-dir   build the cache if needed and print its
