@@ -679,12 +679,7 @@ async fn b_deployment_rolls_out_scales_and_is_deleted() {
     // Events of one pod: the kubelet's Pulled, Created, Started.
     let first = name(&pods[0]).to_owned();
     let reasons = eventually("Pulled, Created, Started events", START, async || {
-        let sel = format!("involvedObject.name={first}");
-        let list = k
-            .api
-            .get(&["events", "-n", "default", "--field-selector", &sel])?;
-        let reasons: HashSet<String> = list["items"]
-            .as_array()?
+        let reasons: HashSet<String> = pod_events(&k.api, &first, None)?
             .iter()
             .filter_map(|e| e["reason"].as_str().map(str::to_owned))
             .collect();
@@ -1119,11 +1114,7 @@ async fn g_readiness_and_liveness_probes() {
     })
     .await;
     let reasons = eventually("Unhealthy and Killing events", START, async || {
-        let sel = "involvedObject.name=cl-probe";
-        let list = k
-            .api
-            .get(&["events", "-n", "default", "--field-selector", sel])?;
-        let items = list["items"].as_array()?.clone();
+        let items = pod_events(&k.api, "cl-probe", None)?;
         let unhealthy = items.iter().any(|e| {
             e["reason"] == "Unhealthy"
                 && e["message"]
@@ -1824,12 +1815,7 @@ async fn m_os_admission_readiness_gates_termination_message_container_policy() {
         "the PodOSNotSupported event, without the status' prefix",
         START,
         async || {
-            let sel = "involvedObject.name=cl-windows,reason=PodOSNotSupported";
-            let list = k
-                .api
-                .get(&["events", "-n", "default", "--field-selector", sel])?;
-            list["items"]
-                .as_array()?
+            pod_events(&k.api, "cl-windows", Some("PodOSNotSupported"))?
                 .iter()
                 .any(|e| {
                     e["message"] == "Failed to admit pod as the OS field doesn't match node OS"
@@ -2052,9 +2038,7 @@ async fn n_volumes_configmaps_secrets_tokens_and_safe_sub_paths() {
 
     // The pod whose ConfigMap is missing waits, told why; then runs.
     eventually("FailedMount for the missing ConfigMap", START, async || {
-        let sel = "involvedObject.name=cl-wait,reason=FailedMount";
-        let list = k.api.get(&["events", "-n", "default", "--field-selector", sel])?;
-        list["items"].as_array()?.iter().any(|e| {
+        pod_events(&k.api, "cl-wait", Some("FailedMount"))?.iter().any(|e| {
             e["message"]
                 == r#"MountVolume.SetUp failed for volume "later" : configmaps "cl-later" not found"#
         })
@@ -2366,12 +2350,23 @@ async fn p_security_context_capabilities_seccomp_and_sysctls() {
     k.finish(&uids).await;
 }
 
+/// The events about pod `pod` in namespace default, of `reason` when given.
+fn pod_events(api: &Api, pod: &str, reason: Option<&str>) -> Option<Vec<Value>> {
+    let mut sel = format!("involvedObject.name={pod}");
+    if let Some(reason) = reason {
+        sel.push_str(&format!(",reason={reason}"));
+    }
+    let mut list = api.get(&["events", "-n", "default", "--field-selector", &sel])?;
+    match list["items"].take() {
+        Value::Array(items) => Some(items),
+        _ => None,
+    }
+}
+
 /// The first event of `reason` about pod `pod`, its message.
 fn pod_event(api: &Api, pod: &str, reason: &str) -> Option<String> {
-    let sel = format!("involvedObject.name={pod},reason={reason}");
-    let list = api.get(&["events", "-n", "default", "--field-selector", &sel])?;
-    let first = list["items"].as_array()?.first()?;
-    first["message"].as_str().map(str::to_owned)
+    let events = pod_events(api, pod, Some(reason))?;
+    events.first()?["message"].as_str().map(str::to_owned)
 }
 
 #[tokio::test]
@@ -4707,12 +4702,7 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
         "the pod's FileSystemResizeSuccessful event",
         START,
         async || {
-            let sel = "involvedObject.name=cl-csi,reason=FileSystemResizeSuccessful";
-            let list = k
-                .api
-                .get(&["events", "-n", "default", "--field-selector", sel])?;
-            list["items"]
-                .as_array()?
+            pod_events(&k.api, "cl-csi", Some("FileSystemResizeSuccessful"))?
                 .iter()
                 .any(|e| {
                     e["involvedObject"]["uid"] == pod_uid.as_str()

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::TokenRequestStatus;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolumeClaim, PersistentVolumeClaimCondition, Pod, Secret,
+};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubelet_api::objects::{get_cluster_object, get_object};
@@ -583,17 +585,7 @@ impl CsiVolumes {
         failure: ExpansionFailure,
         error: &str,
     ) -> Result<(), CsiError> {
-        let current: Option<PersistentVolumeClaim> = get_object(
-            &self.api,
-            "PersistentVolumeClaim",
-            &claim.namespace,
-            &claim.name,
-        )
-        .await?;
-        let conditions = current
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .unwrap_or_default();
+        let conditions = self.claim_conditions(claim).await?;
         let now = self.tokens.clock().now_time();
         if let Some(status) = failure.claim_status(&conditions, error, now) {
             patch_claim_status(&self.api, &claim.namespace, &claim.name, status).await?;
@@ -646,17 +638,9 @@ impl CsiVolumes {
         }
         // The claim as the node leaves it: its new capacity, no resize
         // status, no resize condition.
-        let current: Option<PersistentVolumeClaim> = get_object(
-            &self.api,
-            "PersistentVolumeClaim",
-            &claim.namespace,
-            &claim.name,
-        )
-        .await?;
-        let conditions: Vec<_> = current
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
+        let conditions: Vec<_> = self
+            .claim_conditions(claim)
+            .await?
             .into_iter()
             .filter(|c| !RESIZE_CONDITIONS.contains(&c.type_.as_str()))
             .collect();
@@ -667,6 +651,24 @@ impl CsiVolumes {
         }))
         .await?;
         Ok(())
+    }
+
+    /// The claim's conditions as the API server has them now.
+    async fn claim_conditions(
+        &self,
+        claim: &super::claims::Resolved,
+    ) -> Result<Vec<PersistentVolumeClaimCondition>, CsiError> {
+        let current: Option<PersistentVolumeClaim> = get_object(
+            &self.api,
+            "PersistentVolumeClaim",
+            &claim.namespace,
+            &claim.name,
+        )
+        .await?;
+        Ok(current
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .unwrap_or_default())
     }
 
     /// A published volume's usage from its driver (NodeGetVolumeStats, its
@@ -855,6 +857,11 @@ impl CsiVolumes {
             })
             .await?;
             if data.volume_lifecycle_mode != kubelet_core::csi::EPHEMERAL {
+                // Its expansion failures go with its publish, so the set
+                // holds only volumes published here.
+                self.expansion_failed
+                    .lock()
+                    .remove(&(data.driver_name.clone(), data.volume_handle.clone()));
                 let unique = unique_volume_name(&data.driver_name, &data.volume_handle);
                 self.unstage_unless_used(&mut node, &data, pod_dir).await?;
                 self.in_use.release(&unique, pod_dir);

@@ -263,6 +263,24 @@ fn pod(uid: &str) -> Pod {
     pod
 }
 
+/// Claim ns/c1 bound to PV pv-h1, the CSI `volume`.
+fn claim_c1(volume: &CsiVolume) -> super::super::claims::Resolved {
+    use kubelet_core::claim::{BoundVolume, PvSource};
+    super::super::claims::Resolved {
+        volume: BoundVolume {
+            pv_name: "pv-h1".into(),
+            source: PvSource::Csi(Box::new(volume.clone())),
+            read_only: false,
+            block: false,
+            gid: None,
+        },
+        namespace: "ns".into(),
+        name: "c1".into(),
+        uid: "claim-uid".into(),
+        expansion: None,
+    }
+}
+
 fn persistent(driver: &str, handle: &str) -> CsiVolume {
     CsiVolume {
         spec_name: format!("pv-{handle}"),
@@ -545,7 +563,7 @@ async fn an_unregistered_driver_is_named() {
 #[tokio::test]
 async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
     use crate::events::Recorder;
-    use kubelet_core::claim::{BoundVolume, NodeExpansion, PvSource};
+    use kubelet_core::claim::NodeExpansion;
     let s = Setup::new();
     let driver = FakeDriver {
         expands: true,
@@ -575,19 +593,7 @@ async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
         .set_up(&a, &s.pod_dir("a"), &volume, None, false)
         .await
         .unwrap();
-    let resolved = super::super::claims::Resolved {
-        volume: BoundVolume {
-            pv_name: "pv-h1".into(),
-            source: PvSource::Csi(Box::new(volume.clone())),
-            read_only: false,
-            block: false,
-            gid: None,
-        },
-        namespace: "ns".into(),
-        name: "c1".into(),
-        uid: "claim-uid".into(),
-        expansion: None,
-    };
+    let resolved = claim_c1(&volume);
     let (events, mut told) = Recorder::with_queue("n1".into(), Clock::following_tokio());
     let grown = NodeExpansion {
         new_size: "2Gi".into(),
@@ -636,7 +642,7 @@ async fn a_grown_claim_is_expanded_on_the_node_and_its_status_finished() {
 #[tokio::test]
 async fn a_refused_node_expansion_marks_the_claim_as_upstream() {
     use crate::events::Recorder;
-    use kubelet_core::claim::{BoundVolume, NodeExpansion, PvSource};
+    use kubelet_core::claim::NodeExpansion;
     let mut volume = persistent("grow.csi", "h1");
     volume.expand_secret = Some(("ns".into(), "expand".into()));
     let grown = NodeExpansion {
@@ -687,19 +693,7 @@ async fn a_refused_node_expansion_marks_the_claim_as_upstream() {
             .set_up(&a, &s.pod_dir("a"), &volume, None, false)
             .await
             .unwrap();
-        let resolved = super::super::claims::Resolved {
-            volume: BoundVolume {
-                pv_name: "pv-h1".into(),
-                source: PvSource::Csi(Box::new(volume.clone())),
-                read_only: false,
-                block: false,
-                gid: None,
-            },
-            namespace: "ns".into(),
-            name: "c1".into(),
-            uid: "claim-uid".into(),
-            expansion: None,
-        };
+        let resolved = claim_c1(&volume);
         let (events, mut told) = Recorder::with_queue("n1".into(), Clock::following_tokio());
         volumes
             .expand(&a, &volume, &resolved, &grown, &events)
