@@ -23,12 +23,14 @@ pub const VOLUME_GID_ANNOTATION: &str = "pv.beta.kubernetes.io/gid";
 pub const PVC_PROTECTION_FINALIZER: &str = "kubernetes.io/pvc-protection";
 
 /// How a claim's volume is measured for the pod's volume stats (upstream's
-/// volume plugins' metrics): a local PV by statfs of its mount, a CSI
+/// volume plugins' metrics): a local PV by statfs of its mount, a local raw
+/// block volume by its device's size (MetricsBlock: capacity only), a CSI
 /// volume by its driver's NodeGetVolumeStats; a hostPath PV is not (as
 /// upstream's MetricsNil).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Measure {
     Statfs(PathBuf),
+    Device(PathBuf),
     Csi {
         driver: String,
         handle: String,

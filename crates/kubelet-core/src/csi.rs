@@ -52,6 +52,8 @@ pub struct CsiVolume {
     pub stage_secret: Option<(String, String)>,
     pub publish_secret: Option<(String, String)>,
     pub expand_secret: Option<(String, String)>,
+    /// A PV of `volumeMode: Block`: staged and published as a raw device.
+    pub block: bool,
 }
 
 impl CsiVolume {
@@ -79,6 +81,7 @@ impl CsiVolume {
                 .as_ref()
                 .map(|r| (namespace, r.name.clone())),
             expand_secret: None,
+            block: false,
         })
     }
 
@@ -102,6 +105,7 @@ impl CsiVolume {
             stage_secret: secret(c.node_stage_secret_ref.as_ref()),
             publish_secret: secret(c.node_publish_secret_ref.as_ref()),
             expand_secret: secret(c.node_expand_secret_ref.as_ref()),
+            block: spec.volume_mode.as_deref() == Some("Block"),
         })
     }
 
@@ -172,6 +176,30 @@ pub fn staging_path(root: &Path, driver: &str, handle: &str) -> PathBuf {
     driver_dir(root, driver)
         .join(hex::encode(Sha256::digest(handle)))
         .join("globalmount")
+}
+
+/// Where the csi plugin keeps raw block volumes (upstream's csiBlockMapper):
+/// `<root>/plugins/kubernetes.io/csi/volumeDevices`.
+pub fn block_dir(root: &Path) -> PathBuf {
+    root.join("plugins").join(CSI_PLUGIN).join("volumeDevices")
+}
+
+/// A block volume's staging path: `<block dir>/staging/<spec name>`.
+pub fn block_staging_path(root: &Path, spec_name: &str) -> PathBuf {
+    block_dir(root).join("staging").join(spec_name)
+}
+
+/// Where a block volume is published for the pod `uid`:
+/// `<block dir>/publish/<spec name>/<uid>`.
+pub fn block_publish_path(root: &Path, spec_name: &str, uid: &str) -> PathBuf {
+    block_dir(root).join("publish").join(spec_name).join(uid)
+}
+
+/// A block volume's own directory, `<block dir>/<escaped spec name>`: its
+/// global map path `dev` (each pod's bind of the device, by UID) and
+/// `data/vol_data.json`.
+pub fn block_volume_dir(root: &Path, spec_name: &str) -> PathBuf {
+    block_dir(root).join(spec_name.replace('/', "~"))
 }
 
 /// The attributes `podInfoOnMount` adds (getPodInfoAttrs).

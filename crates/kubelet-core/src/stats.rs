@@ -236,6 +236,20 @@ pub struct FsStats {
 }
 
 impl FsStats {
+    /// A raw block device's: its size as capacity, nothing else (upstream's
+    /// MetricsBlock).
+    pub fn of_device(time: SystemTime, size: u64) -> FsStats {
+        FsStats {
+            time,
+            available_bytes: None,
+            capacity_bytes: Some(size),
+            used_bytes: None,
+            inodes_free: None,
+            inodes: None,
+            inodes_used: None,
+        }
+    }
+
     /// A file system's own numbers (statvfs): used is capacity minus free blocks.
     pub fn from_usage(time: SystemTime, usage: &FsUsage) -> FsStats {
         FsStats {

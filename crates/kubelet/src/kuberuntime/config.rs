@@ -503,6 +503,8 @@ pub struct ContainerInputs<'a> {
     pub termination_log: Option<&'a Path>,
     /// Its volumes' mounts, /etc/hosts included.
     pub mounts: Vec<cri::Mount>,
+    /// Its raw block volumes (`volumeDevices`).
+    pub devices: Vec<cri::Device>,
     /// Its environment, resolved ([`crate::podenv::PodEnv`]).
     pub env: Vec<(String, String)>,
     /// The groups its pod's volumes ask for (PVs' gid annotation).
@@ -525,6 +527,7 @@ pub fn container_config(
         image_ref,
         termination_log,
         mut mounts,
+        devices,
         env,
         volume_groups,
     } = inputs;
@@ -581,6 +584,7 @@ pub fn container_config(
         labels,
         annotations,
         log_path: format!("{}/{}.log", c.name, restart_count),
+        devices,
         mounts: {
             mounts.extend(termination_log.map(|host| {
                 cri::Mount {
@@ -920,6 +924,7 @@ mod tests {
                 image_ref: "sha256:abc",
                 termination_log: Some(Path::new("/pods/u/containers/a/1")),
                 mounts: Vec::new(),
+                devices: Vec::new(),
                 env: vec![("A".into(), "1".into())],
                 volume_groups: Vec::new(),
             },
@@ -971,6 +976,7 @@ mod tests {
             image_ref: "sha256:abc",
             termination_log: None,
             mounts: Vec::new(),
+            devices: Vec::new(),
             env: Vec::new(),
             volume_groups: Vec::new(),
         };
@@ -1063,6 +1069,7 @@ mod tests {
             image_ref: "x",
             termination_log: None,
             mounts: Vec::new(),
+            devices: Vec::new(),
             env,
             volume_groups: Vec::new(),
         }

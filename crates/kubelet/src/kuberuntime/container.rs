@@ -21,7 +21,7 @@ use kubelet_cri::client::CriError;
 
 use super::config::{ContainerInputs, container_config, host_network, pod_log_dir};
 use super::hooks::{Hook, run_hook};
-use super::mounts::{ETC_HOSTS, container_mounts, mounts_etc_hosts};
+use super::mounts::{ETC_HOSTS, container_devices, container_mounts, mounts_etc_hosts};
 use super::status::pod_ip;
 use super::{MIN_GRACE_PERIOD, RuntimeManager, Sandbox, SyncResult, ok_if_not_found};
 use crate::error::{ConfigError, ContainerResizeError, ResizeError, StartError};
@@ -169,12 +169,14 @@ impl RuntimeManager {
         let mounts = container_mounts(pod, c, sandbox.volumes, &pod_dir, &env, hosts.as_deref())
             .await
             .map_err(StartError::Config)?;
+        let devices = container_devices(c, sandbox.volumes).map_err(StartError::Config)?;
         let inputs = ContainerInputs {
             restart_count: start.restart_count,
             target_id,
             image_ref: &image_ref,
             termination_log: termination_log.as_deref(),
             mounts,
+            devices,
             env,
             volume_groups: {
                 let mut groups: Vec<i64> = sandbox.volumes.values().filter_map(|v| v.gid).collect();

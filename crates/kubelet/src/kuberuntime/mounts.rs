@@ -186,10 +186,51 @@ pub async fn container_mounts(
     Ok(out)
 }
 
+/// Container `c`'s raw block devices (upstream's makeBlockVolumes): each
+/// `volumeDevices` entry given the pod's link to its volume's device, `mrw`
+/// or, for a read-only volume, `r`.
+pub fn container_devices(
+    c: &Container,
+    volumes: &PodVolumes,
+) -> Result<Vec<cri::Device>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, d) in c.volume_devices.iter().flatten().enumerate() {
+        let err = |field: &str, message: String| ConfigError {
+            container: c.name.clone(),
+            field: format!("volumeDevices[{i}].{field}"),
+            message,
+        };
+        if !d.device_path.starts_with('/') {
+            return Err(err(
+                "devicePath",
+                format!(
+                    "error DevicePath `{}` must be an absolute path",
+                    d.device_path
+                ),
+            ));
+        }
+        let Some(vol) = volumes.get(&d.name).filter(|v| v.block) else {
+            return Err(err(
+                "name",
+                format!(
+                    "cannot find volume {:?} to pass into container {:?}",
+                    d.name, c.name
+                ),
+            ));
+        };
+        out.push(cri::Device {
+            container_path: d.device_path.clone(),
+            host_path: vol.host_path.display().to_string(),
+            permissions: if vol.read_only { "r" } else { "mrw" }.to_owned(),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{EnvVar, Volume};
+    use k8s_openapi::api::core::v1::{EnvVar, Volume, VolumeDevice};
     use kubelet_core::testing::{PodBuilder, container};
 
     use crate::volumes::MountedVolume;
@@ -217,6 +258,7 @@ mod tests {
                     host_path: "/pods/u/volumes/kubernetes.io~empty-dir/data".into(),
                     read_only: false,
                     gid: None,
+                    block: false,
                 },
             ),
             (
@@ -225,6 +267,7 @@ mod tests {
                     host_path: "/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
                     read_only: true,
                     gid: None,
+                    block: false,
                 },
             ),
         ]);
@@ -379,5 +422,87 @@ mod tests {
             got[0].host_path,
             "/pods/u/volumes/kubernetes.io~empty-dir/data"
         );
+    }
+
+    #[test]
+    fn block_volumes_are_given_as_devices_with_upstreams_permissions() {
+        let block = |path: &str, read_only| MountedVolume {
+            host_path: path.into(),
+            read_only,
+            gid: None,
+            block: true,
+        };
+        let (_, mut volumes) = pod(vec![]);
+        volumes.insert(
+            "disk".into(),
+            block(
+                "/pods/u/volumeDevices/kubernetes.io~local-volume/pv1",
+                false,
+            ),
+        );
+        volumes.insert(
+            "ro".into(),
+            block("/pods/u/volumeDevices/kubernetes.io~csi/pv2", true),
+        );
+        let device = |name: &str, path: &str| VolumeDevice {
+            name: name.into(),
+            device_path: path.into(),
+        };
+        let with = |devices: Vec<VolumeDevice>| Container {
+            volume_devices: Some(devices),
+            ..container("app")
+        };
+        let got = container_devices(
+            &with(vec![device("disk", "/dev/xvda"), device("ro", "/dev/ro")]),
+            &volumes,
+        )
+        .unwrap();
+        let summary: Vec<(&str, &str, &str)> = got
+            .iter()
+            .map(|d| {
+                (
+                    d.container_path.as_str(),
+                    d.host_path.as_str(),
+                    d.permissions.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "/dev/xvda",
+                    "/pods/u/volumeDevices/kubernetes.io~local-volume/pv1",
+                    "mrw"
+                ),
+                (
+                    "/dev/ro",
+                    "/pods/u/volumeDevices/kubernetes.io~csi/pv2",
+                    "r"
+                ),
+            ]
+        );
+        // Refused: a relative path, a volume that is not a block volume, one
+        // that is not there.
+        for (d, field, message) in [
+            (
+                device("disk", "dev/xvda"),
+                "volumeDevices[0].devicePath",
+                "error DevicePath `dev/xvda` must be an absolute path",
+            ),
+            (
+                device("data", "/dev/x"),
+                "volumeDevices[0].name",
+                "cannot find volume \"data\" to pass into container \"app\"",
+            ),
+            (
+                device("gone", "/dev/x"),
+                "volumeDevices[0].name",
+                "cannot find volume \"gone\" to pass into container \"app\"",
+            ),
+        ] {
+            let err = container_devices(&with(vec![d]), &volumes).unwrap_err();
+            assert_eq!((err.field.as_str(), err.message.as_str()), (field, message));
+        }
     }
 }

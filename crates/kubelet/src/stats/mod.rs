@@ -1026,6 +1026,16 @@ impl StatsProvider {
                         .flatten()
                         .map(|u| FsStats::from_usage(now, &u))
                 }
+                Measure::Device(path) => {
+                    let path = path.clone();
+                    kubelet_tasks::off_thread(move || {
+                        crate::volumes::block::device_size(&path).ok()
+                    })
+                    .await
+                    .ok()
+                    .flatten()
+                    .map(|size| FsStats::of_device(now, size))
+                }
                 Measure::Csi {
                     driver,
                     handle,

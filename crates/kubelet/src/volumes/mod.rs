@@ -19,6 +19,7 @@
 //! Blocking file-system work runs on the blocking pool.
 
 pub mod atomic_writer;
+pub mod block;
 pub mod claims;
 pub mod csi;
 pub mod mount;
@@ -71,6 +72,10 @@ pub struct MountedVolume {
     /// A group the pod's containers are given for it (a PV's
     /// `pv.beta.kubernetes.io/gid`).
     pub gid: Option<i64>,
+    /// A raw block volume (`volumeMode: Block`): `host_path` is the pod's
+    /// link to the device, given to containers as their `volumeDevices`
+    /// ask.
+    pub block: bool,
 }
 
 /// A pod's volumes, set up, by volume name.
@@ -151,10 +156,14 @@ pub enum SetUpError {
     Claim(#[from] claims::ClaimError),
     #[error(transparent)]
     Csi(#[from] csi::CsiError),
-    /// A claim's PV of volumeMode Block (rkubelet gives containers no
-    /// volumeDevices yet).
-    #[error("volume {0} has volumeMode Block, but is specified in volumeMounts")]
-    BlockMounted(String),
+    /// A claim's PV whose volumeMode is not what the containers use it as
+    /// (upstream's words).
+    #[error("volume {volume} has volumeMode {mode}, but is specified in {field}")]
+    ModeMismatch {
+        volume: String,
+        mode: &'static str,
+        field: &'static str,
+    },
     #[error("invalid local PV {pv}: {message}")]
     LocalPath { pv: String, message: String },
     /// The node's file system.
@@ -176,7 +185,7 @@ impl SetUpError {
             | SetUpError::NoPlugin
             | SetUpError::TrustBundleSelector
             | SetUpError::NoApiServer { .. }
-            | SetUpError::BlockMounted(_)
+            | SetUpError::ModeMismatch { .. }
             | SetUpError::LocalPath { .. } => Cause::Unsupported,
             SetUpError::Claim(e) => e.cause(),
             SetUpError::Csi(e) => e.cause(),
@@ -518,6 +527,7 @@ impl VolumeManager {
             host_path: dir,
             read_only,
             gid: None,
+            block: false,
         })
     }
 
@@ -532,6 +542,7 @@ impl VolumeManager {
             host_path: path,
             read_only: false,
             gid: None,
+            block: false,
         })
     }
 
@@ -564,19 +575,25 @@ impl VolumeManager {
             .resolve(pod, &claim, read_only, ephemeral)
             .await?;
         let bound = resolved.volume.clone();
+        let containers = init_containers(pod);
+        let containers = || containers.iter().chain(regular_containers(pod));
+        let mismatch = |mode, field| SetUpError::ModeMismatch {
+            volume: v.name.clone(),
+            mode,
+            field,
+        };
+        if bound.block
+            && containers().any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name))
+        {
+            return Err(mismatch("Block", "volumeMounts"));
+        }
+        if !bound.block
+            && containers().any(|c| c.volume_devices.iter().flatten().any(|d| d.name == v.name))
+        {
+            return Err(mismatch("Filesystem", "volumeDevices"));
+        }
         if bound.block {
-            let mounted = init_containers(pod)
-                .iter()
-                .chain(regular_containers(pod))
-                .any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name));
-            return Err(if mounted {
-                SetUpError::BlockMounted(v.name.clone())
-            } else {
-                SetUpError::UnsupportedType(format!(
-                    "volumeMode Block (PersistentVolume {})",
-                    bound.pv_name
-                ))
-            });
+            return self.block_claim(pod, pod_dir, v, &resolved).await;
         }
         match bound.source {
             PvSource::HostPath { path, type_ } => {
@@ -586,6 +603,7 @@ impl VolumeManager {
                     host_path: PathBuf::from(path),
                     read_only: bound.read_only,
                     gid: bound.gid,
+                    block: false,
                 })
             }
             PvSource::Local { path } => {
@@ -625,6 +643,7 @@ impl VolumeManager {
                     host_path: dir,
                     read_only: bound.read_only,
                     gid: bound.gid,
+                    block: false,
                 })
             }
             PvSource::Csi(volume) => {
@@ -647,6 +666,86 @@ impl VolumeManager {
                 bound.pv_name
             ))),
         }
+    }
+
+    /// A claim whose PV is a raw block volume: a local PV's device mapped
+    /// for the pod (upstream's local plugin: `volumeDevices` under the
+    /// plugin's directory and the pod's, [`block::map`]), or a CSI
+    /// volume's, staged and published by its driver first.
+    async fn block_claim(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        v: &Volume,
+        resolved: &claims::Resolved,
+    ) -> Result<MountedVolume, SetUpError> {
+        let bound = &resolved.volume;
+        match &bound.source {
+            PvSource::Local { path } => {
+                check_local_path(path).map_err(|message| SetUpError::LocalPath {
+                    pv: bound.pv_name.clone(),
+                    message,
+                })?;
+                let global = self
+                    .plugins_dir()
+                    .join(LOCAL_VOLUME)
+                    .join(block::VOLUME_DEVICES)
+                    .join(&bound.pv_name);
+                let link = block::pod_link(pod_dir, LOCAL_VOLUME, &bound.pv_name);
+                let uid = PodUid::of(pod).to_string();
+                let (device, bound_at, linked) =
+                    (PathBuf::from(path), global.join(&uid), link.clone());
+                blocking(move || block::map(&device, &global, &uid, &linked))
+                    .await
+                    .map_err(|e| match e.kind() {
+                        io::ErrorKind::InvalidInput | io::ErrorKind::NotFound => {
+                            SetUpError::LocalPath {
+                                pv: bound.pv_name.clone(),
+                                message: e.to_string(),
+                            }
+                        }
+                        _ => SetUpError::Io(e),
+                    })?;
+                self.note_claim(pod, &v.name, resolved, Measure::Device(bound_at));
+                Ok(MountedVolume {
+                    host_path: link,
+                    read_only: bound.read_only,
+                    gid: bound.gid,
+                    block: true,
+                })
+            }
+            PvSource::Csi(volume) => {
+                let mounted = self.csi(pod, pod_dir, volume, bound.gid).await?;
+                let uid = PodUid::of(pod).to_string();
+                let measure = Measure::Csi {
+                    driver: volume.driver.clone(),
+                    handle: volume.handle.clone(),
+                    target: kubelet_core::csi::block_volume_dir(self.root_dir(), &volume.spec_name)
+                        .join("dev")
+                        .join(uid),
+                };
+                self.note_claim(pod, &v.name, resolved, measure);
+                Ok(mounted)
+            }
+            PvSource::HostPath { .. } => Err(SetUpError::UnsupportedType(format!(
+                "volumeMode Block of hostPath (PersistentVolume {})",
+                bound.pv_name
+            ))),
+            PvSource::Unsupported(kind) => Err(SetUpError::UnsupportedType(format!(
+                "{kind} (PersistentVolume {})",
+                bound.pv_name
+            ))),
+        }
+    }
+
+    /// The kubelet's root directory (the parent of its pods directory).
+    fn root_dir(&self) -> &Path {
+        self.pods_dir.parent().unwrap_or(Path::new("/"))
+    }
+
+    /// `<root-dir>/plugins`, where volume plugins keep what is not a pod's.
+    fn plugins_dir(&self) -> PathBuf {
+        self.root_dir().join("plugins")
     }
 
     /// A CSI volume (inline, or a PV's), staged and published by its driver.
@@ -674,6 +773,7 @@ impl VolumeManager {
             host_path: published.target,
             read_only: published.read_only,
             gid,
+            block: volume.block,
         })
     }
 
@@ -893,8 +993,23 @@ impl VolumeManager {
                 .await
                 .map_err(io::Error::other)?;
         }
+        let local_devices = self
+            .plugins_dir()
+            .join(LOCAL_VOLUME)
+            .join(block::VOLUME_DEVICES);
         blocking(move || {
-            // Local PVs first, each unmounted then removed with rmdir only:
+            // Local raw block volumes: each unmapped (its link, bind and
+            // loop device), as upstream's UnmapBlockVolume.
+            let links = pod_dir.join(block::VOLUME_DEVICES).join(LOCAL_VOLUME);
+            if let Ok(entries) = std::fs::read_dir(&links) {
+                let uid = pod_dir.file_name().unwrap_or_default().to_string_lossy();
+                for e in entries {
+                    let link = e?.path();
+                    let global = local_devices.join(link.file_name().unwrap_or_default());
+                    block::unmap(&global, &uid, &link)?;
+                }
+            }
+            // Local PVs, each unmounted then removed with rmdir only:
             // a bind of the host's data is never deleted through.
             let local = pod_dir.join("volumes").join(LOCAL_VOLUME);
             if let Ok(entries) = std::fs::read_dir(&local) {
@@ -902,7 +1017,12 @@ impl VolumeManager {
                     mount::unmount_and_rmdir(&e?.path())?;
                 }
             }
-            for sub in ["volume-subpaths", "volumes", "plugins"] {
+            for sub in [
+                "volume-subpaths",
+                "volumes",
+                block::VOLUME_DEVICES,
+                "plugins",
+            ] {
                 mount::remove_tree(&pod_dir.join(sub))?;
             }
             Ok(())

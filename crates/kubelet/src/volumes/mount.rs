@@ -212,6 +212,14 @@ pub fn remove_tree(dir: &Path) -> io::Result<()> {
     }
 }
 
+/// Remove the file (or link) `path`; one missing is done.
+pub fn remove_file_if_present(path: &Path) -> io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
 /// Create `dir` (and its parents) with `mode` on the last component.
 pub fn ensure_dir(dir: &Path, mode: u32) -> io::Result<()> {
     std::fs::create_dir_all(dir)?;

@@ -38,13 +38,16 @@ use kubelet_api::{ApiClient, ApiError};
 use kubelet_core::claim::ExpansionFailure;
 use kubelet_core::csi::{
     CSI_VOLUME_DIR, CsiVolume, DriverPolicy, PUBLISH_TARGET, TOKENS_ATTRIBUTE, VOL_DATA_FILE,
-    VolData, access_mode, attachment_name, pod_info_attributes, staging_path, unique_volume_name,
+    VolData, access_mode, attachment_name, block_publish_path, block_staging_path,
+    block_volume_dir, pod_info_attributes, staging_path, unique_volume_name,
 };
 use kubelet_core::failure::Cause;
 use kubelet_core::types::PodUid;
 use kubelet_plugin_api::csi::node_client::NodeClient;
 use kubelet_plugin_api::csi::node_service_capability::{self, rpc};
-use kubelet_plugin_api::csi::volume_capability::{AccessMode, AccessType, MountVolume};
+use kubelet_plugin_api::csi::volume_capability::{
+    AccessMode, AccessType, BlockVolume, MountVolume,
+};
 use kubelet_plugin_api::csi::{
     CapacityRange, NodeExpandVolumeRequest, NodeGetCapabilitiesRequest, NodeGetVolumeStatsRequest,
     NodePublishVolumeRequest, NodeStageVolumeRequest, NodeUnpublishVolumeRequest,
@@ -54,6 +57,7 @@ use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 
+use super::block;
 use super::mount;
 use super::ownership;
 use super::token::{TokenManager, TokenSpec};
@@ -248,6 +252,14 @@ pub struct CsiVolumes {
     expansion_failed: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
+/// What publishing a volume needs (`CsiVolumes::prepare`).
+struct Prepared {
+    node: NodeClient<Channel>,
+    policy: DriverPolicy,
+    publish_context: HashMap<String, String>,
+    caps: Vec<i32>,
+}
+
 /// A set-up CSI volume: where the pod's containers find it.
 pub struct Published {
     pub target: PathBuf,
@@ -283,7 +295,8 @@ impl CsiVolumes {
     /// down. A driver whose CSIDriver cannot be read counts as attachable
     /// (reporting a volume in use is the safe side).
     pub async fn reconstruct_in_use(&self) {
-        let pods = self.root_dir.join("pods");
+        let root = self.root_dir.clone();
+        let pods = root.join("pods");
         let found = blocking(move || {
             let mut found = Vec::new();
             let entries = match std::fs::read_dir(&pods) {
@@ -298,6 +311,12 @@ impl CsiVolumes {
                         .into_iter()
                         .filter(|(_, d)| d.volume_lifecycle_mode != kubelet_core::csi::EPHEMERAL)
                         .map(|(_, d)| (pod_dir.clone(), d)),
+                );
+                let block = read_block_volumes(&root, &pod_dir)?;
+                found.extend(
+                    block
+                        .into_iter()
+                        .filter_map(|(_, _, d)| Some((pod_dir.clone(), d?))),
                 );
             }
             Ok::<_, std::io::Error>(found)
@@ -343,6 +362,9 @@ impl CsiVolumes {
         fs_group: Option<i64>,
         on_root_mismatch: bool,
     ) -> Result<Published, CsiError> {
+        if volume.block {
+            return self.set_up_block(pod, pod_dir, volume).await;
+        }
         let dir = pod_dir
             .join("volumes")
             .join(CSI_VOLUME_DIR)
@@ -356,24 +378,13 @@ impl CsiVolumes {
         if self.done.lock().get(&target) == Some(&false) {
             return Ok(published);
         }
-        let mut node = self.drivers.node(&volume.driver)?;
-        let driver: Option<CSIDriver> =
-            get_cluster_object(&self.api, "CSIDriver", &volume.driver).await?;
-        let policy = DriverPolicy::of(driver.as_ref());
-        policy
-            .supports(volume.lifecycle_mode(), &volume.driver)
-            .map_err(CsiError::LifecycleMode)?;
-        // A persistent volume that needs attaching: attached first (what
-        // upstream's attach operations wait for before any mount).
+        let Prepared {
+            mut node,
+            policy,
+            publish_context,
+            caps,
+        } = self.prepare(pod_dir, volume).await?;
         let persistent = volume.access_modes.is_some();
-        let publish_context = if persistent && policy.attach_required {
-            self.in_use
-                .add(unique_volume_name(&volume.driver, &volume.handle), pod_dir);
-            self.attached(volume).await?
-        } else {
-            HashMap::new()
-        };
-        let caps = capabilities(&mut node).await?;
         let has = |t: rpc::Type| caps.contains(&(t as i32));
         let mount_group = has(rpc::Type::VolumeMountGroup);
         let capability = capability(volume, fs_group, &caps);
@@ -385,14 +396,7 @@ impl CsiVolumes {
             String::new()
         };
         let (context, secrets) = self.publish_inputs(pod, volume, &policy).await?;
-        let data = VolData {
-            spec_vol_id: volume.spec_name.clone(),
-            volume_handle: volume.handle.clone(),
-            driver_name: volume.driver.clone(),
-            node_name: self.node_name.clone(),
-            attachment_id: attachment_name(&volume.handle, &volume.driver, &self.node_name),
-            volume_lifecycle_mode: volume.lifecycle_mode().to_owned(),
-        };
+        let data = self.vol_data(volume);
         let parent = dir.clone();
         blocking(move || {
             mount::ensure_dir(&parent, 0o750)?;
@@ -432,6 +436,140 @@ impl CsiVolumes {
         }
         self.done.lock().insert(target, policy.requires_republish);
         Ok(published)
+    }
+
+    /// What publishing `volume` needs from the driver and the API server:
+    /// the driver's client, its CSIDriver's policy (the volume's lifecycle
+    /// mode checked against it), the publish context of an attachable
+    /// volume (attached first, as upstream's attach operations wait before
+    /// any mount; reported in use from then on) and the Node service's
+    /// capabilities.
+    async fn prepare(&self, pod_dir: &Path, volume: &CsiVolume) -> Result<Prepared, CsiError> {
+        let mut node = self.drivers.node(&volume.driver)?;
+        let driver: Option<CSIDriver> =
+            get_cluster_object(&self.api, "CSIDriver", &volume.driver).await?;
+        let policy = DriverPolicy::of(driver.as_ref());
+        policy
+            .supports(volume.lifecycle_mode(), &volume.driver)
+            .map_err(CsiError::LifecycleMode)?;
+        let persistent = volume.access_modes.is_some();
+        let publish_context = if persistent && policy.attach_required {
+            self.in_use
+                .add(unique_volume_name(&volume.driver, &volume.handle), pod_dir);
+            self.attached(volume).await?
+        } else {
+            HashMap::new()
+        };
+        let caps = capabilities(&mut node).await?;
+        Ok(Prepared {
+            node,
+            policy,
+            publish_context,
+            caps,
+        })
+    }
+
+    /// Stage and publish the raw block volume `volume` (a PV of
+    /// `volumeMode: Block`) for `pod`, as upstream's csiBlockMapper: its
+    /// `vol_data.json` under `volumeDevices/<pv>/data`, NodeStageVolume at
+    /// `volumeDevices/staging/<pv>` (when the driver stages),
+    /// NodePublishVolume at `volumeDevices/publish/<pv>/<uid>`, then the
+    /// device the driver made there mapped for the pod ([`block::map`]);
+    /// the pod's link is what its containers are given.
+    async fn set_up_block(
+        &self,
+        pod: &Pod,
+        pod_dir: &Path,
+        volume: &CsiVolume,
+    ) -> Result<Published, CsiError> {
+        let uid = PodUid::of(pod).to_string();
+        let link = block::pod_link(pod_dir, CSI_VOLUME_DIR, &volume.spec_name);
+        let published = Published {
+            target: link.clone(),
+            read_only: volume.read_only,
+        };
+        let target = block_publish_path(&self.root_dir, &volume.spec_name, &uid);
+        if self.done.lock().get(&target) == Some(&false) {
+            return Ok(published);
+        }
+        let Prepared {
+            mut node,
+            policy,
+            publish_context,
+            caps,
+        } = self.prepare(pod_dir, volume).await?;
+        let capability = capability(volume, None, &caps);
+        let dir = block_volume_dir(&self.root_dir, &volume.spec_name);
+        let data = self.vol_data(volume);
+        let data_dir = dir.join("data");
+        blocking(move || {
+            mount::ensure_dir(&data_dir, 0o750)?;
+            write_vol_data(&data_dir, &data)
+        })
+        .await?;
+        let staging = block_staging_path(&self.root_dir, &volume.spec_name);
+        if caps.contains(&(rpc::Type::StageUnstageVolume as i32))
+            && !self.done.lock().contains_key(&staging)
+        {
+            let secrets = self
+                .secrets("NodeStageSecretRef", volume.stage_secret.as_ref())
+                .await?;
+            let made = staging.clone();
+            blocking(move || mount::ensure_dir(&made, 0o750)).await?;
+            let request = NodeStageVolumeRequest {
+                volume_id: volume.handle.clone(),
+                publish_context: publish_context.clone(),
+                staging_target_path: staging.to_string_lossy().into_owned(),
+                volume_capability: Some(capability.clone()),
+                secrets,
+                volume_context: volume.attributes.clone().into_iter().collect(),
+            };
+            node.node_stage_volume(deadline(request))
+                .await
+                .map_err(CsiError::Rpc)?;
+            self.done.lock().insert(staging.clone(), false);
+        }
+        let (context, secrets) = self.publish_inputs(pod, volume, &policy).await?;
+        // The pod's link first (to where the device will be): a tear-down
+        // finds the volume by it, whatever this set-up got to.
+        let (published_at, linked) = (target.clone(), link.clone());
+        blocking(move || {
+            if let Some(parent) = published_at.parent() {
+                mount::ensure_dir(parent, 0o750)?;
+            }
+            block::relink(&published_at, &linked)
+        })
+        .await?;
+        let request = NodePublishVolumeRequest {
+            volume_id: volume.handle.clone(),
+            publish_context,
+            // Upstream gives the staging path whether the driver stages or not.
+            staging_target_path: staging.to_string_lossy().into_owned(),
+            target_path: target.to_string_lossy().into_owned(),
+            volume_capability: Some(capability),
+            readonly: volume.read_only,
+            secrets,
+            volume_context: context.into_iter().collect(),
+        };
+        node.node_publish_volume(deadline(request))
+            .await
+            .map_err(CsiError::Rpc)?;
+        let (device, global) = (target.clone(), dir.join("dev"));
+        blocking(move || block::map(&device, &global, &uid, &link)).await?;
+        self.done.lock().insert(target, policy.requires_republish);
+        Ok(published)
+    }
+
+    /// A publish target's `vol_data.json` (upstream's volDataKey).
+    fn vol_data(&self, volume: &CsiVolume) -> VolData {
+        VolData {
+            spec_vol_id: volume.spec_name.clone(),
+            volume_handle: volume.handle.clone(),
+            driver_name: volume.driver.clone(),
+            node_name: self.node_name.clone(),
+            attachment_id: attachment_name(&volume.handle, &volume.driver, &self.node_name),
+            volume_lifecycle_mode: volume.lifecycle_mode().to_owned(),
+        }
     }
 
     /// NodeStageVolume at the volume's global mount (once per process),
@@ -835,6 +973,7 @@ impl CsiVolumes {
     /// Tear down every CSI volume of the pod at `pod_dir`, from what is on
     /// disk: unpublish, then unstage what no other pod uses.
     pub async fn tear_down_pod(&self, pod_dir: &Path) -> Result<(), CsiError> {
+        self.tear_down_block(pod_dir).await?;
         let dir = pod_dir.join("volumes").join(CSI_VOLUME_DIR);
         let volumes = blocking(move || read_volumes(&dir)).await?;
         for (dir, data) in volumes {
@@ -852,7 +991,7 @@ impl CsiVolumes {
             let gone = dir.clone();
             blocking(move || {
                 mount::unmount_and_rmdir(&gone.join(PUBLISH_TARGET))?;
-                remove_if_present(&gone.join(VOL_DATA_FILE))?;
+                mount::remove_file_if_present(&gone.join(VOL_DATA_FILE))?;
                 mount::unmount_and_rmdir(&gone)
             })
             .await?;
@@ -866,6 +1005,80 @@ impl CsiVolumes {
                 self.unstage_unless_used(&mut node, &data, pod_dir).await?;
                 self.in_use.release(&unique, pod_dir);
             }
+        }
+        Ok(())
+    }
+
+    /// Tear down the pod's raw block volumes, found by its links under
+    /// `volumeDevices/kubernetes.io~csi` (upstream's UnmapVolume then
+    /// UnmapDevice): the device unmapped for the pod, NodeUnpublishVolume,
+    /// then, once no pod's bind is left in the volume's global map path,
+    /// NodeUnstageVolume and the volume's directories removed.
+    async fn tear_down_block(&self, pod_dir: &Path) -> Result<(), CsiError> {
+        let uid = pod_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (root, dir) = (self.root_dir.clone(), pod_dir.to_owned());
+        let volumes = blocking(move || read_block_volumes(&root, &dir)).await?;
+        for (link, spec, data) in volumes {
+            let dir = block_volume_dir(&self.root_dir, &spec);
+            let (global, me, linked) = (dir.join("dev"), uid.clone(), link.clone());
+            let others = blocking(move || {
+                block::unmap(&global, &me, &linked)?;
+                Ok(std::fs::read_dir(&global).map_or(0, Iterator::count))
+            })
+            .await?;
+            // A link without the volume's data was never published.
+            let Some(data) = data else { continue };
+            let mut node = self.drivers.node(&data.driver_name)?;
+            let target = block_publish_path(&self.root_dir, &spec, &uid);
+            node.node_unpublish_volume(deadline(NodeUnpublishVolumeRequest {
+                volume_id: data.volume_handle.clone(),
+                target_path: target.to_string_lossy().into_owned(),
+            }))
+            .await
+            .map_err(CsiError::Rpc)?;
+            self.done.lock().remove(&target);
+            if others > 0 {
+                continue;
+            }
+            let staging = block_staging_path(&self.root_dir, &spec);
+            let staged = blocking({
+                let staging = staging.clone();
+                move || Ok(staging.exists())
+            })
+            .await?;
+            if staged
+                && capabilities(&mut node)
+                    .await?
+                    .contains(&(rpc::Type::StageUnstageVolume as i32))
+            {
+                node.node_unstage_volume(deadline(NodeUnstageVolumeRequest {
+                    volume_id: data.volume_handle.clone(),
+                    staging_target_path: staging.to_string_lossy().into_owned(),
+                }))
+                .await
+                .map_err(CsiError::Rpc)?;
+            }
+            self.done.lock().remove(&staging);
+            // What the driver left (rmdir only: never through a mount), then
+            // the volume's data.
+            let publish_dir = target.parent().map(Path::to_owned).unwrap_or_default();
+            blocking(move || {
+                mount::unmount_and_rmdir(&staging)?;
+                mount::unmount_and_rmdir(&publish_dir)?;
+                mount::remove_file_if_present(&dir.join("data").join(VOL_DATA_FILE))?;
+                mount::unmount_and_rmdir(&dir.join("data"))?;
+                mount::unmount_and_rmdir(&dir.join("dev"))?;
+                mount::unmount_and_rmdir(&dir)
+            })
+            .await?;
+            self.expansion_failed
+                .lock()
+                .remove(&(data.driver_name.clone(), data.volume_handle.clone()));
+            let unique = unique_volume_name(&data.driver_name, &data.volume_handle);
+            self.in_use.release(&unique, pod_dir);
         }
         Ok(())
     }
@@ -916,7 +1129,7 @@ impl CsiVolumes {
             let Some(parent) = path.parent() else {
                 return Ok(());
             };
-            remove_if_present(&parent.join(VOL_DATA_FILE))?;
+            mount::remove_file_if_present(&parent.join(VOL_DATA_FILE))?;
             mount::unmount_and_rmdir(parent)
         })
         .await?;
@@ -925,20 +1138,25 @@ impl CsiVolumes {
 }
 
 /// The volume capability NodeStage, NodePublish and NodeExpand are
-/// given: a mount of the volume's fsType and mount options, the pod's
+/// given: a raw block volume, or a mount of the volume's fsType and mount options, the pod's
 /// fsGroup when the driver applies it (VOLUME_MOUNT_GROUP), and the access
 /// mode from the PV's.
 fn capability(volume: &CsiVolume, fs_group: Option<i64>, caps: &[i32]) -> VolumeCapability {
     let has = |t: rpc::Type| caps.contains(&(t as i32));
-    VolumeCapability {
-        access_type: Some(AccessType::Mount(MountVolume {
+    let access_type = if volume.block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
             fs_type: volume.fs_type.clone(),
             mount_flags: volume.mount_options.clone(),
             volume_mount_group: fs_group
                 .filter(|_| has(rpc::Type::VolumeMountGroup))
                 .map(|g| g.to_string())
                 .unwrap_or_default(),
-        })),
+        })
+    };
+    VolumeCapability {
+        access_type: Some(access_type),
         access_mode: Some(AccessMode {
             mode: access_mode(
                 volume.access_modes.as_deref().unwrap_or(&[]),
@@ -991,7 +1209,7 @@ fn forget(cleared: std::io::Result<()>, dir: &Path) {
 /// A volume directory a driver did not set up: its `vol_data.json` and
 /// the directory (rmdir only: never through a mount).
 fn forget_volume_dir(dir: &Path) -> std::io::Result<()> {
-    remove_if_present(&dir.join(VOL_DATA_FILE))?;
+    mount::remove_file_if_present(&dir.join(VOL_DATA_FILE))?;
     mount::unmount_and_rmdir(&dir.join(PUBLISH_TARGET))?;
     mount::unmount_and_rmdir(dir)
 }
@@ -1006,13 +1224,6 @@ fn deadline<T>(message: T) -> tonic::Request<T> {
 fn write_vol_data(dir: &Path, data: &VolData) -> std::io::Result<()> {
     let json = serde_json::to_vec(data).map_err(std::io::Error::other)?;
     std::fs::write(dir.join(VOL_DATA_FILE), json)
-}
-
-fn remove_if_present(file: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(file) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
 }
 
 /// The CSI volume directories under `dir` (a pod's
@@ -1039,6 +1250,43 @@ fn read_volumes(dir: &Path) -> std::io::Result<Vec<(PathBuf, VolData)>> {
         }
     }
     Ok(out)
+}
+
+/// The pod's raw block CSI volumes: each link under
+/// `<pod dir>/volumeDevices/kubernetes.io~csi`, its spec name, and the
+/// volume's `vol_data.json` when it has one.
+fn read_block_volumes(
+    root: &Path,
+    pod_dir: &Path,
+) -> std::io::Result<Vec<(PathBuf, String, Option<VolData>)>> {
+    let links = pod_dir.join(block::VOLUME_DEVICES).join(CSI_VOLUME_DIR);
+    {
+        let entries = match std::fs::read_dir(&links) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            r => r?,
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let link = entry?.path();
+            let spec = link
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let file = block_volume_dir(root, &spec)
+                .join("data")
+                .join(VOL_DATA_FILE);
+            let data = match std::fs::read(&file) {
+                Ok(json) => serde_json::from_slice::<VolData>(&json)
+                    .inspect_err(|e| {
+                        tracing::warn!(path = %file.display(), error = %e, "unreadable vol_data.json: volume unmapped, not unpublished");
+                    })
+                    .ok(),
+                Err(_) => None,
+            };
+            out.push((link, spec, data));
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -294,6 +294,7 @@ fn persistent(driver: &str, handle: &str) -> CsiVolume {
         stage_secret: None,
         publish_secret: None,
         expand_secret: None,
+        block: false,
     }
 }
 
