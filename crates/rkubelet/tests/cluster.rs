@@ -4301,8 +4301,8 @@ fn loops_backed_by(path: &Path) -> usize {
         .count()
 }
 
-/// A pod given the claim `bl-claim` as the device `/dev/xvda`.
-fn block_pod(api: &Api, name: &str, read_only: bool, script: &str) -> Value {
+/// A pod given the claim `claim` as the device `/dev/xvda`.
+fn block_pod(api: &Api, name: &str, claim: &str, read_only: bool, script: &str) -> Value {
     let mut c = sh_container("c", script);
     c["volumeDevices"] = json!([{"name": "disk", "devicePath": "/dev/xvda"}]);
     test_pod(
@@ -4311,7 +4311,7 @@ fn block_pod(api: &Api, name: &str, read_only: bool, script: &str) -> Value {
         json!({
             "terminationGracePeriodSeconds": 2,
             "containers": [c],
-            "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "bl-claim", "readOnly": read_only}}],
+            "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": claim, "readOnly": read_only}}],
         }),
     )
 }
@@ -4336,6 +4336,7 @@ async fn w_m_b_a_raw_block_local_volume_is_a_device_in_the_container() {
     k.api.create(&block_pod(
         &k.api,
         "bl-writer",
+        "bl-claim",
         false,
         &format!("echo written-raw > /tmp/m; dd if=/tmp/m of=/dev/xvda bs=512 count=1 conv=sync; {SLEEPER}"),
     ));
@@ -4451,7 +4452,8 @@ async fn w_m_b_a_raw_block_local_volume_is_a_device_in_the_container() {
         gone.then_some(())
     })
     .await;
-    k.api.create(&block_pod(&k.api, "bl-reader", true, SLEEPER));
+    k.api
+        .create(&block_pod(&k.api, "bl-reader", "bl-claim", true, SLEEPER));
     let reader = eventually("the read-only pod runs", START, async || {
         k.api.pod("bl-reader").filter(running_with_ip)
     })
@@ -4829,7 +4831,7 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
         k.api.pod("cl-csi").filter(running_with_ip)
     })
     .await;
-    let uids: HashSet<String> = [uid(&pod).to_owned()].into();
+    let mut uids: HashSet<String> = [uid(&pod).to_owned()].into();
     assert_eq!(
         exec_out(&k.api, "cl-csi", "cat /data/f").as_deref(),
         Some("csi\n")
@@ -5020,6 +5022,119 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
         &calls[calls.len() - 2..],
         ["NodeUnpublishVolume", "NodeUnstageVolume"],
         "{calls:?}"
+    );
+    // A raw block claim: staged and published as a block volume (the
+    // driver makes a device at the publish path), mapped for the pod in
+    // upstream's layout, a device in the container; all of it gone with
+    // the pod.
+    k.api.create(&json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "cl-csi-block", "namespace": "default", "labels": {TEST_LABEL: "1"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "cl-csi-mock",
+                 "volumeMode": "Block", "resources": {"requests": {"storage": "1Mi"}}},
+    }));
+    let block_pv = eventually(
+        "the block claim is provisioned and bound",
+        START,
+        async || {
+            let pvc = k.api.get(&["pvc", "cl-csi-block", "-n", "default"])?;
+            (pvc["status"]["phase"] == "Bound")
+                .then(|| pvc["spec"]["volumeName"].as_str().map(str::to_owned))
+                .flatten()
+        },
+    )
+    .await;
+    k.api.create(&block_pod(
+        &k.api,
+        "cl-csi-raw",
+        "cl-csi-block",
+        false,
+        &format!(
+            "echo raw-csi > /tmp/m; dd if=/tmp/m of=/dev/xvda bs=512 count=1 conv=sync; {SLEEPER}"
+        ),
+    ));
+    let raw = eventually("the pod with a CSI block volume runs", START, async || {
+        k.api.pod("cl-csi-raw").filter(running_with_ip)
+    })
+    .await;
+    let raw_uid = uid(&raw).to_owned();
+    uids.insert(raw_uid.clone());
+    eventually(
+        "the container reads back what it wrote",
+        START,
+        async || {
+            (exec_out(&k.api, "cl-csi-raw", "head -c 8 /dev/xvda")? == "raw-csi\n").then_some(())
+        },
+    )
+    .await;
+    let devices = k.rk.root().join("plugins/kubernetes.io/csi/volumeDevices");
+    let publish = devices.join(format!("publish/{block_pv}/{raw_uid}"));
+    let link = k.rk.root().join(format!(
+        "pods/{raw_uid}/volumeDevices/kubernetes.io~csi/{block_pv}"
+    ));
+    assert_eq!(std::fs::read_link(&link).unwrap(), publish);
+    use std::os::unix::fs::FileTypeExt;
+    let bound = devices.join(format!("{block_pv}/dev/{raw_uid}"));
+    assert!(
+        std::fs::metadata(&bound)
+            .unwrap()
+            .file_type()
+            .is_block_device()
+    );
+    let data: Value = serde_json::from_slice(
+        &std::fs::read(devices.join(format!("{block_pv}/data/vol_data.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(data["specVolID"], block_pv.as_str());
+    assert_eq!(data["driverName"], CSI_MOCK);
+    assert!(devices.join(format!("staging/{block_pv}")).is_dir());
+    k.api.ok(&[
+        "delete",
+        "pod",
+        "cl-csi-raw",
+        "-n",
+        "default",
+        "--wait=false",
+    ]);
+    eventually(
+        "the block volume unmapped, unpublished and unstaged",
+        CLEANUP,
+        async || {
+            let left = std::fs::symlink_metadata(&link).is_ok()
+                || devices.join(&block_pv).exists()
+                || devices.join(format!("staging/{block_pv}")).exists()
+                || devices.join(format!("publish/{block_pv}")).exists();
+            (!left).then_some(())
+        },
+    )
+    .await;
+    let log = std::fs::read_to_string(k.rk.dir.path().join("csi-mock-plugin.log")).unwrap();
+    let block_calls: Vec<String> = log
+        .lines()
+        .filter_map(|l| l.split_once("gRPCCall: "))
+        .filter_map(|(_, json)| serde_json::from_str::<serde_json::Value>(json).ok())
+        .filter(|call| {
+            call.to_string()
+                .contains(&format!("volumeDevices/staging/{block_pv}"))
+                || call.to_string().contains(&publish.display().to_string())
+        })
+        .filter_map(|call| {
+            Some(format!(
+                "{} {}",
+                call["Method"].as_str()?.strip_prefix("/csi.v1.Node/")?,
+                call["Error"].as_str()?
+            ))
+        })
+        .collect();
+    assert_eq!(
+        block_calls,
+        [
+            "NodeStageVolume ",
+            "NodePublishVolume ",
+            "NodeUnpublishVolume ",
+            "NodeUnstageVolume ",
+        ],
+        "{log}"
     );
     // The claim deleted, the provisioner deletes its volume.
     k.api.ok(&[

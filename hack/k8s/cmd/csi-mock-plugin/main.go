@@ -19,14 +19,19 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"log"
 	"net"
+	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,7 +53,7 @@ func main() {
 	// Accepted as hostpathplugin accepts them: the mock keeps its volumes in
 	// memory under its own node ID and logs every call whatever the level.
 	flag.String("nodeid", "", "accepted; the mock driver reports its own node ID")
-	flag.String("statedir", "", "accepted; the mock driver keeps its state in memory")
+	stateDir := flag.String("statedir", filepath.Join(os.TempDir(), "csi-mock-plugin"), "where raw block volumes keep their data (the mock keeps the rest in memory)")
 	flag.Int("v", 0, "accepted; every call is logged")
 	flag.Parse()
 	if *endpoint == "" {
@@ -71,7 +76,7 @@ func main() {
 	server := grpc.NewServer(grpc.UnaryInterceptor(csiplugin.LogCalls))
 	csi.RegisterIdentityServer(server, driver)
 	csi.RegisterControllerServer(server, driver)
-	csi.RegisterNodeServer(server, &node{NodeServer: driver, ephemeral: map[string]bool{}})
+	csi.RegisterNodeServer(server, &node{NodeServer: driver, ephemeral: map[string]bool{}, stateDir: *stateDir})
 	go func() { log.Fatal(server.Serve(csiplugin.Listen(*endpoint))) }()
 
 	stopRegistrar := func() {}
@@ -87,14 +92,23 @@ func main() {
 // node serves the NodePublishVolume and NodeUnpublishVolume of CSI inline
 // (ephemeral) volumes itself, as hostpathplugin does: the mock service
 // reads the volume it looked up even when an inline volume has none (a nil
-// pointer, which ends the process). Every other call is the mock's.
+// pointer, which ends the process). It gives raw block volumes a device,
+// as hostpathplugin does: the mock publishes a directory. Every other call
+// is the mock's.
 type node struct {
 	csi.NodeServer
 	mu        sync.Mutex
 	ephemeral map[string]bool
+	stateDir  string
 }
 
+// blockSize is the size of a raw block volume's backing file.
+const blockSize = 8 << 20
+
 func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	if req.GetVolumeCapability().GetBlock() != nil {
+		return n.publishBlock(ctx, req)
+	}
 	if req.GetVolumeContext()["csi.storage.k8s.io/ephemeral"] != "true" {
 		return n.NodeServer.NodePublishVolume(ctx, req)
 	}
@@ -110,7 +124,70 @@ func (n *node) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolume
 	return &csi.NodePublishVolumeResponse{}, nil
 }
 
+// publishBlock publishes a raw block volume: the mock's bookkeeping first,
+// then, in place of its directory, a loop device over the volume's backing
+// file (made once, under --statedir) bind-mounted on the target file. Each
+// target has its own loop device, detached when it is unpublished.
+func (n *node) publishBlock(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
+	target := req.GetTargetPath()
+	if isDevice(target) {
+		return &csi.NodePublishVolumeResponse{}, nil
+	}
+	if _, err := n.NodeServer.NodePublishVolume(ctx, req); err != nil {
+		return nil, err
+	}
+	fail := func(what string, err error) (*csi.NodePublishVolumeResponse, error) {
+		return nil, status.Errorf(codes.Internal, "NodePublishVolume: %s for block volume %q at %q: %v", what, req.GetVolumeId(), target, err)
+	}
+	if err := os.MkdirAll(n.stateDir, 0o700); err != nil {
+		return fail("making the state directory", err)
+	}
+	backing := filepath.Join(n.stateDir, url.PathEscape(req.GetVolumeId())+".img")
+	file, err := os.OpenFile(backing, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return fail("making the backing file", err)
+	}
+	err = file.Truncate(blockSize)
+	_ = file.Close()
+	if err != nil {
+		return fail("sizing the backing file", err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", backing).CombinedOutput()
+	if err != nil {
+		return fail("losetup", fmt.Errorf("%v: %s", err, out))
+	}
+	device := strings.TrimSpace(string(out))
+	// The mock made the target a directory: a device is bound on a file.
+	if err := os.RemoveAll(target); err != nil {
+		return fail("removing the mock's directory", err)
+	}
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		return fail("making the target file", err)
+	}
+	if err := unix.Mount(device, target, "", unix.MS_BIND, ""); err != nil {
+		_ = exec.Command("losetup", "-d", device).Run()
+		return fail("bind-mounting "+device, err)
+	}
+	return &csi.NodePublishVolumeResponse{}, nil
+}
+
+// isDevice tells whether path is a block device (a published raw block
+// volume's target).
+func isDevice(path string) bool {
+	info, err := os.Stat(path)
+	return err == nil && info.Mode()&os.ModeDevice != 0
+}
+
 func (n *node) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
+	if target := req.GetTargetPath(); isDevice(target) {
+		var st unix.Stat_t
+		if err := unix.Stat(target, &st); err == nil && unix.Major(st.Rdev) == 7 {
+			if err := unix.Unmount(target, 0); err != nil {
+				return nil, status.Errorf(codes.Internal, "NodeUnpublishVolume: unmounting %q: %v", target, err)
+			}
+			_ = exec.Command("losetup", "-d", fmt.Sprintf("/dev/loop%d", unix.Minor(st.Rdev))).Run()
+		}
+	}
 	n.mu.Lock()
 	ephemeral := n.ephemeral[req.GetVolumeId()]
 	delete(n.ephemeral, req.GetVolumeId())
