@@ -4706,6 +4706,7 @@ impl CsiMock {
                 &format!("--registration-dir={}", registry.display()),
                 "--enable-attach",
                 "--node-expand-required",
+                &format!("--statedir={}", dir.join("csi-mock-state").display()),
             ],
         );
         let provisioner = spawn("csi-provisioner", &[&address, &kubeconfig, "--v=5"]);
