@@ -26,6 +26,13 @@ pub(super) fn statvfs(path: &Path) -> Result<FsUsage, StatsError> {
     })
 }
 
+/// The size in bytes of the block device at `path` (upstream's
+/// MetricsBlock: a raw block volume's capacity).
+pub(super) fn device_size(path: &Path) -> io::Result<u64> {
+    use std::io::Seek;
+    std::fs::File::open(path)?.seek(io::SeekFrom::End(0))
+}
+
 /// Disk usage of a container's log directory,
 /// `<logs root>/<namespace>_<name>_<uid>/<container>/` (upstream's
 /// getPodContainerLogStats): bytes allocated and inodes, the directory

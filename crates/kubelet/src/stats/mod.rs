@@ -42,7 +42,7 @@ pub mod cadvisor;
 mod fs;
 pub mod process;
 
-use self::fs::{container_log_stats, statvfs, tree_usage};
+use self::fs::{container_log_stats, device_size, statvfs, tree_usage};
 
 /// What the stats are gathered for: the node, its pods and where their
 /// files and cgroups are (the kubelet; a fixture in tests).
@@ -1028,13 +1028,11 @@ impl StatsProvider {
                 }
                 Measure::Device(path) => {
                     let path = path.clone();
-                    kubelet_tasks::off_thread(move || {
-                        crate::volumes::block::device_size(&path).ok()
-                    })
-                    .await
-                    .ok()
-                    .flatten()
-                    .map(|size| FsStats::of_device(now, size))
+                    kubelet_tasks::off_thread(move || device_size(&path).ok())
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|size| FsStats::of_device(now, size))
                 }
                 Measure::Csi {
                     driver,

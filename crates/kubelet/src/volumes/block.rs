@@ -85,13 +85,6 @@ pub fn unmap(global: &Path, uid: &str, link: &Path) -> io::Result<()> {
     }
 }
 
-/// The size in bytes of the block device at `path` (upstream's
-/// MetricsBlock: a block volume's capacity).
-pub fn device_size(path: &Path) -> io::Result<u64> {
-    use std::io::Seek;
-    std::fs::File::open(path)?.seek(io::SeekFrom::End(0))
-}
-
 /// Bind-mount the device on the file `bound` (made empty first) unless a
 /// device is there already.
 fn bind_device(device: &Path, bound: &Path) -> io::Result<()> {
