@@ -30,6 +30,13 @@
 # With RKUBELET_IMAGE_FS_SIZE=SIZE (tmpfs's size=, e.g. 64m), root/ (images
 # and snapshots) is a tmpfs of that size, a small image file system for image
 # GC's tests; `stop` unmounts it.
+#
+# The runtime is RKUBELET_RUNTIME: containerd2 (the default: containerd
+# v2.4 and runc v1.5, built from the Go module proxy and cached by
+# `hack/control-plane.sh runtime2`; a version 4 config) or containerd1
+# (Debian's containerd 1.6 and runc 1.1 from PATH; a version 2 config).
+# `start` writes the binaries' directory to DIR/runtime, which `stop` and
+# `status` read, so they act on the runtime that was started.
 set -euo pipefail
 
 PROG=${0##*/}
@@ -60,6 +67,11 @@ POD_SUBNET=${RKUBELET_POD_SUBNET:-10.88.0.0/16}
 IPMASQ=${RKUBELET_CNI_IPMASQ:-true}
 [[ "$IPMASQ" == true || "$IPMASQ" == false ]] || {
   echo "${0##*/}: error: RKUBELET_CNI_IPMASQ '$IPMASQ' must be true or false" >&2
+  exit 1
+}
+RUNTIME=${RKUBELET_RUNTIME:-containerd2}
+[[ "$RUNTIME" == containerd1 || "$RUNTIME" == containerd2 ]] || {
+  echo "${0##*/}: error: RKUBELET_RUNTIME '$RUNTIME' must be containerd1 or containerd2" >&2
   exit 1
 }
 NETWORK="rkubelet-${BRIDGE}"
@@ -117,6 +129,31 @@ set_paths() {
   CONFIG="$DIR/config.toml"
   PIDFILE="$DIR/containerd.pid"
   LOG="$DIR/containerd.log"
+  # the binaries of the runtime started here, else PATH's
+  BIN=""
+  if [[ -r "$DIR/runtime" ]]; then
+    read -r BIN <"$DIR/runtime" || true
+  fi
+  set_bins
+}
+
+# set_bins: containerd, ctr and runc of BIN (a directory; empty: PATH's).
+set_bins() {
+  CONTAINERD=${BIN:+$BIN/}containerd
+  CTR=${BIN:+$BIN/}ctr
+  RUNC=${BIN:+$BIN/}runc
+}
+
+# select_runtime: BIN for RKUBELET_RUNTIME (containerd2: built or taken from
+# the cache), recorded in DIR/runtime.
+select_runtime() {
+  BIN=""
+  if [[ "$RUNTIME" == containerd2 ]]; then
+    BIN=$("$(dirname "${BASH_SOURCE[0]}")/control-plane.sh" runtime2) ||
+      die "building containerd 2 and runc failed"
+  fi
+  set_bins
+  printf '%s\n' "$BIN" >"$DIR/runtime"
 }
 
 # ---------------------------------------------------------------------------
@@ -171,7 +208,7 @@ find_pid() {
 
 answers() {
   [[ -S "$SOCK" ]] || return 1
-  timeout 5 ctr --connect-timeout 2s -a "$SOCK" version >/dev/null 2>&1
+  timeout 5 "$CTR" --connect-timeout 2s -a "$SOCK" version >/dev/null 2>&1
 }
 
 # wait_gone PID SECONDS: wait until PID is gone; fails on timeout.
@@ -251,14 +288,99 @@ edit_toml() {
   '
 }
 
+# write_config: DIR's config.toml for the runtime (a version 2 config for
+# containerd 1.6, version 4 for containerd 2), made from the binary's own
+# default with the settings edited in, then parsed by containerd itself and
+# checked.
 write_config() {
+  if [[ -n "$BIN" ]]; then
+    settings_v4
+  else
+    settings_v2
+  fi
+  local tmp="$CONFIG.tmp"
+  TEMP_FILES+=("$tmp" "$tmp.default")
+  "$CONTAINERD" config default >"$tmp.default" 2>/dev/null ||
+    { rm -f "$tmp.default"; die "'containerd config default' failed"; }
+  edit_toml "$CONFIG.settings" <"$tmp.default" >"$tmp"
+  rm -f "$tmp.default"
+
+  # let containerd itself parse the result and check the settings took
+  local dump
+  dump=$("$CONTAINERD" --config "$tmp" config dump 2>&1) ||
+    die "containerd rejects the generated config: $dump"
+  local want
+  for want in "address = [\"']$SOCK[\"']" "restrict_oom_score_adj = true" \
+    "(sandbox_image|sandbox) = [\"']$SANDBOX_IMAGE[\"']" "conf_dir = [\"']$DIR/cni[\"']" \
+    "root = [\"']$DIR/root[\"']" "SystemdCgroup = false"; do
+    grep -qE -- "$want" <<<"$dump" || die "generated config lacks '$want'"
+  done
+  mv -f "$tmp" "$CONFIG"
+  rm -f "$CONFIG.settings"
+}
+
+# settings_v4: containerd 2's settings (its CRI split into the runtime,
+# images and server plugins; registry hosts in DIR/certs.d; NRI off, as
+# containerd 1.6 had it).
+settings_v4() {
+  local rt="plugins.'io.containerd.cri.v1.runtime'" images="plugins.'io.containerd.cri.v1.images'"
+  local runc="$rt.containerd.runtimes.runc" handler="$rt.containerd.runtimes.test-handler"
+  TEMP_FILES+=("$CONFIG.settings")
+  {
+    printf '%s\t%s\t%s\n' \
+      "" root "'$DIR/root'" \
+      "" state "'$DIR/state'" \
+      "" imports "[]" \
+      "plugins.'io.containerd.server.v1.grpc'" address "'$SOCK'" \
+      "plugins.'io.containerd.server.v1.grpc-tcp'" address "''" \
+      "plugins.'io.containerd.server.v1.ttrpc'" address "'$SOCK.ttrpc'" \
+      "plugins.'io.containerd.server.v1.debug'" address "''" \
+      "plugins.'io.containerd.server.v1.metrics'" address "''" \
+      "plugins.'io.containerd.internal.v1.opt'" path "'$DIR/opt'" \
+      "plugins.'io.containerd.nri.v1.nri'" disable true \
+      "$rt" restrict_oom_score_adj true \
+      "$rt" netns_mounts_under_state_dir true \
+      "$rt" enable_selinux false \
+      "$rt" cdi_spec_dirs "['$DIR/cdi']" \
+      "$rt.cni" bin_dirs "['$CNI_BIN_DIR']" \
+      "$rt.cni" conf_dir "'$DIR/cni'" \
+      "$rt.cni" max_conf_num 1 \
+      "$rt.containerd" default_runtime_name "'runc'" \
+      "$runc" runtime_type "'io.containerd.runc.v2'" \
+      "$runc.options" BinaryName "'$RUNC'" \
+      "$runc.options" SystemdCgroup false \
+      "$runc.options" Root "'$DIR/runc'" \
+      "$handler" runtime_type "'io.containerd.runc.v2'" \
+      "$handler.options" BinaryName "'$RUNC'" \
+      "$handler.options" SystemdCgroup false \
+      "$handler.options" Root "'$DIR/runc'" \
+      "$images" snapshotter "'overlayfs'" \
+      "$images.pinned_images" sandbox "'$SANDBOX_IMAGE'" \
+      "$images.registry" config_path "'$DIR/certs.d'" \
+      "plugins.'io.containerd.transfer.v1.local'" config_path "'$DIR/certs.d'" \
+      "plugins.'io.containerd.grpc.v1.cri'" disable_tcp_service true \
+      "plugins.'io.containerd.grpc.v1.cri'" stream_server_address "'127.0.0.1'" \
+      "plugins.'io.containerd.grpc.v1.cri'" stream_server_port "'0'"
+  } >"$CONFIG.settings"
+  # a mirror is a hosts.toml of the mirrored registry
+  rm -rf "$DIR/certs.d"
+  mkdir -p "$DIR/certs.d" "$DIR/cdi"
+  if [[ -n "$REGISTRY_MIRROR" ]]; then
+    mkdir -p "$DIR/certs.d/$MIRRORED"
+    printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' \
+      "$REGISTRY_MIRROR" "$REGISTRY_MIRROR" >"$DIR/certs.d/$MIRRORED/hosts.toml"
+  fi
+}
+
+# settings_v2: containerd 1.6's settings.
+settings_v2() {
   local cri='plugins."io.containerd.grpc.v1.cri"'
   local runc="$cri.containerd.runtimes.runc"
   # a second runtime handler, runc under the name upstream's e2e suite
   # gives its preconfigured RuntimeClass handler: RuntimeClasses resolve to it
   local handler="$cri.containerd.runtimes.test-handler"
-  local settings="$CONFIG.settings" tmp="$CONFIG.tmp"
-  TEMP_FILES+=("$settings" "$tmp" "$tmp.default")
+  local settings="$CONFIG.settings"
+  TEMP_FILES+=("$settings")
   {
     printf '%s\t%s\t%s\n' \
       "" root "\"$DIR/root\"" \
@@ -293,24 +415,6 @@ write_config() {
         "[\"http://$REGISTRY_MIRROR\"]"
     fi
   } >"$settings"
-
-  containerd config default >"$tmp.default" 2>/dev/null ||
-    { rm -f "$tmp.default"; die "'containerd config default' failed"; }
-  edit_toml "$settings" <"$tmp.default" >"$tmp"
-  rm -f "$tmp.default"
-
-  # let containerd itself parse the result and check the settings took
-  local dump
-  dump=$(containerd --config "$tmp" config dump 2>&1) ||
-    die "containerd rejects the generated config: $dump"
-  local want
-  for want in "address = \"$SOCK\"" "restrict_oom_score_adj = true" \
-    "sandbox_image = \"$SANDBOX_IMAGE\"" "conf_dir = \"$DIR/cni\"" \
-    "root = \"$DIR/root\"" "SystemdCgroup = false"; do
-    grep -qF -- "$want" <<<"$dump" || die "generated config lacks '$want'"
-  done
-  mv -f "$tmp" "$CONFIG"
-  rm -f "$settings"
 }
 
 write_cni() {
@@ -355,14 +459,16 @@ print_hints() {
 
 cmd_start() {
   local tool pid
-  for tool in containerd ctr runc timeout setsid; do
+  pid=$(find_pid)
+  # a running containerd keeps its runtime; a new one takes the asked one
+  [[ -n "$pid" ]] || select_runtime
+  for tool in "$CONTAINERD" "$CTR" "$RUNC" timeout setsid; do
     command -v "$tool" >/dev/null 2>&1 || die "'$tool' not found (run hack/install-deps.sh)"
   done
   [[ -x "$CNI_BIN_DIR/bridge" && -x "$CNI_BIN_DIR/host-local" && -x "$CNI_BIN_DIR/portmap" ]] ||
     die "CNI plugins missing in $CNI_BIN_DIR (run hack/install-deps.sh)"
   [[ $(id -u) -eq 0 ]] || die "containerd needs root"
 
-  pid=$(find_pid)
   if [[ -n "$pid" ]]; then
     wait_answering "$pid"
     echo "$pid" >"$PIDFILE"
@@ -380,7 +486,8 @@ cmd_start() {
   [[ ! -f "$LOG" ]] || mv -f "$LOG" "$LOG.1"
 
   # own session: the daemon outlives this script and the caller's terminal
-  setsid containerd --config "$CONFIG" </dev/null >"$LOG" 2>&1 &
+  # (PATH: containerd 2 finds its shim beside it)
+  PATH=${BIN:+$BIN:}$PATH setsid "$CONTAINERD" --config "$CONFIG" </dev/null >"$LOG" 2>&1 &
   pid=$!
   echo "$pid" >"$PIDFILE"
   wait_answering "$pid"
@@ -413,15 +520,15 @@ wait_answering() {
 # DIR/runc/<namespace>): `runc delete --force` kills and removes each one.
 cleanup_runc() {
   local root id
-  command -v runc >/dev/null 2>&1 || return 0
+  command -v "$RUNC" >/dev/null 2>&1 || return 0
   for root in "$DIR"/runc/*/; do
     [[ -d "$root" ]] || continue
     root=${root%/}
     while read -r id; do
       [[ -n "$id" ]] || continue
-      runc --root "$root" delete --force "$id" >/dev/null 2>&1 ||
+      "$RUNC" --root "$root" delete --force "$id" >/dev/null 2>&1 ||
         warn "runc delete --force $id failed"
-    done < <(runc --root "$root" list -q 2>/dev/null || true)
+    done < <("$RUNC" --root "$root" list -q 2>/dev/null || true)
   done
 }
 
@@ -460,7 +567,7 @@ socket_paths() {
 # removes its cgroups), but only a container that one of our shims serves.
 delete_shim_container() {
   local args=() i ns="" id="" root
-  command -v runc >/dev/null 2>&1 || return 0
+  command -v "$RUNC" >/dev/null 2>&1 || return 0
   mapfile -d '' -t args <"/proc/$1/cmdline" 2>/dev/null || return 0
   for ((i = 0; i + 1 < ${#args[@]}; i++)); do
     case "${args[i]}" in
@@ -472,7 +579,7 @@ delete_shim_container() {
   [[ "$ns" != .* && "$id" != .* ]] || return 0
   root="/run/containerd/runc/$ns"
   [[ -e "$root/$id/state.json" ]] || return 0
-  runc --root "$root" delete --force "$id" >/dev/null 2>&1 || warn "runc delete --force $id failed"
+  "$RUNC" --root "$root" delete --force "$id" >/dev/null 2>&1 || warn "runc delete --force $id failed"
 }
 
 # Shims serving this containerd mention its socket on their command line.

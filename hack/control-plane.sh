@@ -35,6 +35,10 @@
 #   hack/control-plane.sh sample-apiserver
 #                                  the same for k8s.io/sample-apiserver at the
 #                                  control plane's version (hack/e2e-images.sh's image)
+#   hack/control-plane.sh runtime2 containerd v2 (containerd, containerd-shim-runc-v2,
+#                                  ctr; hack/containerd2) and runc v1.5 (hack/runc) into
+#                                  one directory of the cache; prints it
+#                                  (RKUBELET_RUNTIME=containerd2, hack/containerd.sh)
 #
 # The build is idempotent: a cache hit returns at once; a fresh machine builds
 # again (about 20-40 minutes on 2 cores, most of it kube-apiserver).
@@ -113,6 +117,8 @@ LPP_VERSION=v0.0.30
 CSI_PROVISIONER_VERSION=v6.3.0
 CSI_ATTACHER_VERSION=v4.12.0
 CSI_RESIZER_VERSION=v2.2.0
+CONTAINERD2_VERSION=v2.4.2
+RUNC_VERSION=v1.5.3
 
 # tool NAME VERSION PACKAGE [LDFLAGS] [SOURCES]: build the module
 # hack/NAME's PACKAGE once (SOURCES: the Go files of the module's own that
@@ -134,6 +140,37 @@ tool() {
     mv "$path.tmp" "$path"
   fi
   echo "$path"
+}
+
+# runtime2: containerd v2 (the daemon, its runc shim and ctr, without cgo:
+# no btrfs or devmapper snapshotters, as containerd's static release) and
+# runc (with cgo and Debian's libseccomp, runc's default build tags but
+# libpathrs, a Rust library Debian does not package: runc then resolves
+# paths with filepath-securejoin, its fallback), the runtime of
+# RKUBELET_RUNTIME=containerd2 nodes, built once into one directory keyed
+# by both modules; print the directory.
+runtime2() {
+  local c2=$REPO_ROOT/hack/containerd2 runc=$REPO_ROOT/hack/runc key dir b
+  key=$(cat "$c2/go.mod" "$c2/go.sum" "$runc/go.mod" "$runc/go.sum" | sha256sum | cut -c1-12)
+  dir=$CACHE_ROOT/runtime/containerd-$CONTAINERD2_VERSION-runc-$RUNC_VERSION-$key
+  command -v go >/dev/null || die "go is not installed"
+  mkdir -p "$dir"
+  for b in containerd containerd-shim-runc-v2 ctr; do
+    [[ -x $dir/$b ]] && continue
+    echo "building $b $CONTAINERD2_VERSION into $dir" >&2
+    (cd "$c2" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath \
+      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD2_VERSION" \
+      -o "$dir/$b.tmp" "github.com/containerd/containerd/v2/cmd/$b") || die "go build of $b failed"
+    mv "$dir/$b.tmp" "$dir/$b"
+  done
+  if [[ ! -x $dir/runc ]]; then
+    echo "building runc $RUNC_VERSION into $dir" >&2
+    (cd "$runc" && CGO_ENABLED=1 GOFLAGS=-mod=mod go build -trimpath -tags "seccomp urfave_cli_no_docs" \
+      -ldflags "-s -w" -o "$dir/runc.tmp" github.com/opencontainers/runc) ||
+      die "go build of runc failed (it needs gcc, pkg-config and libseccomp-dev: hack/install-deps.sh)"
+    mv "$dir/runc.tmp" "$dir/runc"
+  fi
+  echo "$dir"
 }
 
 # The e2e suite and ginkgo, built with the control plane's flags so its Go
@@ -180,7 +217,8 @@ case ${1:-} in
   csi-resizer) tool csi-resizer "$CSI_RESIZER_VERSION" \
     github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
     " -X main.version=$CSI_RESIZER_VERSION" ;;
+  runtime2) runtime2 ;;
   csi-mock-plugin | csi-node-driver-registrar) tool "$1" "$K8S_VERSION" "./cmd/$1" "" \
     "$MOD_DIR/cmd/$1/main.go $MOD_DIR/internal/csiplugin/*.go" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar|runtime2" ;;
 esac

@@ -7,7 +7,9 @@
 # and busybox, dash, bash, curl, netcat-openbsd, glibc's hostname/getent,
 # BIND's dig and nslookup, socat), and what hack/nodes.sh runs nodes with
 # (util-linux's unshare and nsenter), and the private system bus the
-# graceful node shutdown tests run logind's stand-in on (dbus-daemon).
+# graceful node shutdown tests run logind's stand-in on (dbus-daemon), and
+# what runc is built with for containerd 2 nodes (libseccomp's headers,
+# pkg-config).
 #
 # Idempotent: when every package is already installed it returns at once,
 # without touching apt's lists. Quiet on success.
@@ -41,6 +43,8 @@ PACKAGES=(
   apache2-utils
   prometheus
   dbus-daemon
+  libseccomp-dev
+  pkg-config
 )
 
 die() { echo "install-deps: $*" >&2; exit 1; }

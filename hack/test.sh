@@ -10,7 +10,10 @@
 #      the end-to-end tests against it (cargo test -p rkubelet --test e2e
 #      -- --ignored), which read RKUBELET_E2E_ENDPOINT and
 #      RKUBELET_E2E_RUNTIME_DIR; and a second containerd whose image file
-#      system is a 64 MiB tmpfs, for image GC (RKUBELET_E2E_SMALL_FS_DIR)
+#      system is a 64 MiB tmpfs, for image GC (RKUBELET_E2E_SMALL_FS_DIR).
+#      Both are containerd 2 (hack/containerd.sh's default); then the same
+#      end-to-end tests against two of Debian's containerd 1.6
+#      (RKUBELET_RUNTIME=containerd1), stopped after them
 #   5. a real control plane (hack/cluster.sh, on ports 16443/12379 so a
 #      developer's cluster on 6443/2379 is untouched) and the cluster tests
 #      against it and the same containerd (cargo test -p rkubelet --test
@@ -63,6 +66,8 @@ die() { echo "test.sh: error: $*" >&2; exit 1; }
 TMP_DIR=""
 RUNTIME_DIR=""
 SMALL_FS_DIR=""
+RUNTIME1_DIR=""
+SMALL_FS1_DIR=""
 CLUSTER_DIR=""
 CLUSTER_APISERVER_PORT=16443
 CLUSTER_ETCD_PORT=12379
@@ -92,6 +97,11 @@ cleanup() {
       "$REPO_ROOT/hack/cluster.sh" down ||
       echo "test.sh: warning: stopping the control plane in $CLUSTER_DIR failed" >&2
   fi
+  local d
+  for d in "$RUNTIME1_DIR" "$SMALL_FS1_DIR"; do
+    [[ -z "$d" ]] || "$REPO_ROOT/hack/containerd.sh" stop "$d" ||
+      echo "test.sh: warning: stopping containerd in $d failed" >&2
+  done
   if [[ -n "$SMALL_FS_DIR" ]]; then
     "$REPO_ROOT/hack/containerd.sh" stop "$SMALL_FS_DIR" ||
       echo "test.sh: warning: stopping containerd in $SMALL_FS_DIR failed" >&2
@@ -148,11 +158,31 @@ stage "import test images"
 hack/images.sh "$RUNTIME_DIR/containerd.sock"
 hack/images.sh "$SMALL_FS_DIR/containerd.sock"
 
-stage "end-to-end tests"
-RKUBELET_E2E_ENDPOINT="unix://$RUNTIME_DIR/containerd.sock" \
-  RKUBELET_E2E_RUNTIME_DIR="$RUNTIME_DIR" \
-  RKUBELET_E2E_SMALL_FS_DIR="$SMALL_FS_DIR" \
-  cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
+# e2e_tests DIR SMALL_FS_DIR: the end-to-end tests against those two.
+e2e_tests() {
+  RKUBELET_E2E_ENDPOINT="unix://$1/containerd.sock" \
+    RKUBELET_E2E_RUNTIME_DIR="$1" \
+    RKUBELET_E2E_SMALL_FS_DIR="$2" \
+    cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
+}
+
+stage "end-to-end tests (containerd 2)"
+e2e_tests "$RUNTIME_DIR" "$SMALL_FS_DIR"
+
+stage "end-to-end tests (Debian's containerd 1.6)"
+RUNTIME1_DIR="$TMP_DIR/runtime1"
+SMALL_FS1_DIR="$TMP_DIR/small-fs1"
+RKUBELET_RUNTIME=containerd1 RKUBELET_CNI_BRIDGE=rkbr-e2e1 RKUBELET_POD_SUBNET=10.95.0.0/16 \
+  hack/containerd.sh start "$RUNTIME1_DIR" >/dev/null
+RKUBELET_RUNTIME=containerd1 RKUBELET_IMAGE_FS_SIZE=64m RKUBELET_CNI_BRIDGE=rkbr-e2e1-gc \
+  RKUBELET_POD_SUBNET=10.96.0.0/16 hack/containerd.sh start "$SMALL_FS1_DIR" >/dev/null
+hack/images.sh "$RUNTIME1_DIR/containerd.sock"
+hack/images.sh "$SMALL_FS1_DIR/containerd.sock"
+e2e_tests "$RUNTIME1_DIR" "$SMALL_FS1_DIR"
+hack/containerd.sh stop "$RUNTIME1_DIR"
+hack/containerd.sh stop "$SMALL_FS1_DIR"
+RUNTIME1_DIR=""
+SMALL_FS1_DIR=""
 
 stage "start a control plane"
 K8S_BIN=$(hack/control-plane.sh build)

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints,
-    NodeSpec, NodeStatus, NodeSwapStatus, NodeSystemInfo, Taint,
+    NodeFeatures, NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeSpec, NodeStatus,
+    NodeSwapStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -48,6 +49,9 @@ pub struct NodeFacts {
     /// The hard eviction thresholds (their memory and nodefs amounts are
     /// kept back too).
     pub eviction_hard: Vec<Threshold>,
+    /// The runtime's handlers and features, as its CRI Status lists them.
+    pub runtime_handlers: Vec<crate::runtime::RuntimeHandler>,
+    pub runtime_features: Option<crate::runtime::RuntimeFeatures>,
 }
 
 /// Why the node is not ready, if it is not (runtime, network, PLEG).
@@ -237,6 +241,23 @@ pub fn node_status(
         images: Some(images),
         volumes_in_use: Some(facts.volumes_in_use.clone()),
         declared_features: Some(DECLARED_FEATURES.iter().map(|f| f.to_string()).collect()),
+        // Upstream's RuntimeHandlers and NodeFeatures setters.
+        runtime_handlers: (!facts.runtime_handlers.is_empty()).then(|| {
+            facts
+                .runtime_handlers
+                .iter()
+                .map(|h| NodeRuntimeHandler {
+                    name: Some(h.name.clone()),
+                    features: Some(NodeRuntimeHandlerFeatures {
+                        recursive_read_only_mounts: Some(h.recursive_read_only_mounts),
+                        user_namespaces: Some(h.user_namespaces),
+                    }),
+                })
+                .collect()
+        }),
+        features: facts.runtime_features.map(|f| NodeFeatures {
+            supplemental_groups_policy: Some(f.supplemental_groups_policy),
+        }),
         node_info: Some(NodeSystemInfo {
             architecture: facts.architecture.clone(),
             boot_id: facts.boot_id.clone(),
@@ -725,5 +746,42 @@ mod tests {
         ] {
             assert_eq!(runtime_version(raw), want, "{raw:?}");
         }
+    }
+
+    #[test]
+    fn the_runtimes_handlers_and_features_are_reported_as_upstream() {
+        let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        let status = |facts: &NodeFacts| node_status(facts, &Readiness::default(), &[], None, &now);
+        // containerd 1.6 lists neither: neither is reported.
+        let old = status(&facts());
+        assert_eq!((old.runtime_handlers, old.features), (None, None));
+        let mut f = facts();
+        f.runtime_handlers = vec![
+            crate::runtime::RuntimeHandler {
+                name: String::new(),
+                recursive_read_only_mounts: true,
+                user_namespaces: true,
+            },
+            crate::runtime::RuntimeHandler {
+                name: "test-handler".into(),
+                recursive_read_only_mounts: false,
+                user_namespaces: false,
+            },
+        ];
+        f.runtime_features = Some(crate::runtime::RuntimeFeatures {
+            supplemental_groups_policy: true,
+        });
+        let new = serde_json::to_value(status(&f)).unwrap();
+        assert_eq!(
+            new["runtimeHandlers"],
+            serde_json::json!([
+                {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "test-handler", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": false}},
+            ])
+        );
+        assert_eq!(
+            new["features"],
+            serde_json::json!({"supplementalGroupsPolicy": true})
+        );
     }
 }

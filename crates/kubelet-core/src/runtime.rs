@@ -6,6 +6,35 @@ use std::collections::BTreeMap;
 
 use crate::types::PodUid;
 
+/// A runtime handler and what it supports, as the runtime's CRI Status
+/// reports it (upstream's kubecontainer.RuntimeHandler); the node reports
+/// them in `status.runtimeHandlers`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeHandler {
+    /// The handler's name; the default handler's is empty.
+    pub name: String,
+    pub recursive_read_only_mounts: bool,
+    pub user_namespaces: bool,
+}
+
+/// What the runtime supports whatever the handler (upstream's
+/// kubecontainer.RuntimeFeatures); the node reports it in
+/// `status.features`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RuntimeFeatures {
+    pub supplemental_groups_policy: bool,
+}
+
+/// Whether the handler `name` supports recursive read-only mounts
+/// (upstream's runtimeHandlerSupportsRecursiveReadOnlyMounts): a runtime
+/// that lists no handler, or does not list this one, does not.
+pub fn supports_recursive_read_only(handlers: &[RuntimeHandler], name: &str) -> bool {
+    handlers
+        .iter()
+        .find(|h| h.name == name)
+        .is_some_and(|h| h.recursive_read_only_mounts)
+}
+
 /// State of a sandbox as CRI reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SandboxState {
@@ -155,3 +184,35 @@ impl RuntimePod {
 
 /// One PLEG relist: every pod the runtime holds, by UID.
 pub type RuntimePods = BTreeMap<PodUid, RuntimePod>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recursive_read_only_support_is_the_named_handlers() {
+        let handler = |name: &str, rro| RuntimeHandler {
+            name: name.into(),
+            recursive_read_only_mounts: rro,
+            user_namespaces: false,
+        };
+        let listed = [
+            handler("", true),
+            handler("runc", true),
+            handler("kata", false),
+        ];
+        for (handlers, name, want) in [
+            (&listed[..], "", true),
+            (&listed[..], "runc", true),
+            (&listed[..], "kata", false),
+            (&listed[..], "gvisor", false),
+            (&[][..], "", false),
+        ] {
+            assert_eq!(
+                supports_recursive_read_only(handlers, name),
+                want,
+                "{name:?}"
+            );
+        }
+    }
+}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_client::ImageServiceClient;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use kubelet_core::runtime::{RuntimeFeatures, RuntimeHandler};
 use tonic::transport::Channel;
 use tracing::Instrument;
 
@@ -70,6 +71,11 @@ pub struct RuntimeConditions {
     pub network_ready: bool,
     /// `reason: message` of each condition that is not true.
     pub problems: Vec<String>,
+    /// The handlers it lists (none from a runtime older than CRI v1.30's
+    /// field, such as containerd 1.6).
+    pub handlers: Vec<RuntimeHandler>,
+    /// Its features, when it says.
+    pub features: Option<RuntimeFeatures>,
 }
 
 /// The runtime's name and version, from `Version()`.
@@ -262,6 +268,21 @@ impl CriClient {
             runtime_ready: false,
             network_ready: false,
             problems: Vec::new(),
+            handlers: resp
+                .runtime_handlers
+                .into_iter()
+                .map(|h| {
+                    let f = h.features.unwrap_or_default();
+                    RuntimeHandler {
+                        name: h.name,
+                        recursive_read_only_mounts: f.recursive_read_only_mounts,
+                        user_namespaces: f.user_namespaces,
+                    }
+                })
+                .collect(),
+            features: resp.features.map(|f| RuntimeFeatures {
+                supplemental_groups_policy: f.supplemental_groups_policy,
+            }),
         };
         for cond in &conditions {
             match cond.r#type.as_str() {

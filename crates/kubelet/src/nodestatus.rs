@@ -225,6 +225,8 @@ impl NodeStatusController {
             volumes_in_use: (self.volumes_in_use)(),
             reserved: self.reserved.clone(),
             eviction_hard: self.eviction_hard.clone(),
+            runtime_handlers: self.runtime_state.handlers(),
+            runtime_features: self.runtime_state.features(),
         }
     }
 

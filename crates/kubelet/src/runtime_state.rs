@@ -7,6 +7,7 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubelet_core::runtime::{RuntimeFeatures, RuntimeHandler};
 use tokio::time::Instant;
 
 /// A named health check; returns an error message while unhealthy.
@@ -18,11 +19,23 @@ struct Inner {
     runtime_error: Option<String>,
     network_error: Option<String>,
     checks: Vec<(&'static str, HealthCheck)>,
+    handlers: Vec<RuntimeHandler>,
+    features: Option<RuntimeFeatures>,
 }
 
 #[derive(Clone, Default)]
 pub struct RuntimeState {
     inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for RuntimeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = self.inner.lock();
+        f.debug_struct("RuntimeState")
+            .field("handlers", &s.handlers)
+            .field("features", &s.features)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The runtime counts as down when its status has not been read this long.
@@ -35,6 +48,23 @@ impl RuntimeState {
         s.last_sync = Some(Instant::now());
         s.runtime_error = runtime_error;
         s.network_error = network_error;
+    }
+
+    /// Record the handlers and features the runtime's Status listed.
+    pub fn set_handlers(&self, handlers: Vec<RuntimeHandler>, features: Option<RuntimeFeatures>) {
+        let mut s = self.inner.lock();
+        s.handlers = handlers;
+        s.features = features;
+    }
+
+    /// The runtime's handlers, as its last Status listed them.
+    pub fn handlers(&self) -> Vec<RuntimeHandler> {
+        self.inner.lock().handlers.clone()
+    }
+
+    /// The runtime's features, when its last Status said.
+    pub fn features(&self) -> Option<RuntimeFeatures> {
+        self.inner.lock().features
     }
 
     /// Record that the runtime could not be reached.

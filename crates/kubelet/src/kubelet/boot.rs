@@ -444,6 +444,7 @@ impl Kubelet {
                         .set(&[], f64::from(u8::from(network_err.is_none())));
                     self.runtime_state
                         .set_status(runtime_err.clone(), network_err);
+                    self.runtime_state.set_handlers(s.handlers, s.features);
                     if runtime_err.is_none() {
                         if let Some(tx) = pleg_tx.take() {
                             self.initialize_runtime_dependent_modules(tx);

@@ -196,9 +196,10 @@ impl Kubelet {
                         tokens: objects.tokens.clone(),
                     }),
             });
+        let runtime_state = RuntimeState::default();
         let runtime = RuntimeManager::new(
             cri,
-            runtime_host(&opts, host_ips, cm.clone(), classes),
+            runtime_host(&opts, host_ips, cm.clone(), classes, runtime_state.clone()),
             env,
             pulls.clone(),
             events.clone(),
@@ -242,7 +243,7 @@ impl Kubelet {
         );
         let syncer = Syncer {
             runtime: runtime.clone(),
-            runtime_state: RuntimeState::default(),
+            runtime_state,
             status,
             reasons: Arc::default(),
             runtime_name: Arc::new(RwLock::new("containerd".into())),
@@ -362,6 +363,7 @@ fn runtime_host(
     node_ips: Vec<String>,
     cgroups: ContainerManager,
     runtime_classes: RuntimeClasses,
+    runtime_state: RuntimeState,
 ) -> Host {
     let cfg = &opts.config;
     Host {
@@ -402,6 +404,7 @@ fn runtime_host(
         }),
         cgroups,
         runtime_classes,
+        runtime_state,
     }
 }
 

@@ -29,6 +29,26 @@ use crate::events::{Involved, NORMAL, WARNING};
 use crate::volumes::pod_dir;
 
 impl RuntimeManager {
+    /// Whether the pod's runtime handler (its RuntimeClass's) supports
+    /// recursive read-only mounts, as the runtime's Status lists it
+    /// (upstream's runtimeClassSupportsRecursiveReadOnlyMounts: a class that
+    /// cannot be looked up does not).
+    fn recursive_read_only_supported(&self, pod: &Pod) -> bool {
+        let class = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref());
+        self.host
+            .runtime_classes
+            .handler(class)
+            .is_ok_and(|handler| {
+                kubelet_core::runtime::supports_recursive_read_only(
+                    &self.host.runtime_state.handlers(),
+                    &handler,
+                )
+            })
+    }
+
     /// SyncPod's resize step (doPodResizeAction, after the pod cgroup took
     /// the allocation): each running container to update is given the
     /// Linux resources of its allocation, shrinking ones first. The first
@@ -166,9 +186,18 @@ impl RuntimeManager {
             })
         })?;
         let pod_dir = pod_dir(&self.host.pods_dir, &PodUid::of(pod)).unwrap_or_default();
-        let mounts = container_mounts(pod, c, sandbox.volumes, &pod_dir, &env, hosts.as_deref())
-            .await
-            .map_err(StartError::Config)?;
+        let rro = self.recursive_read_only_supported(pod);
+        let mounts = container_mounts(
+            pod,
+            c,
+            sandbox.volumes,
+            &pod_dir,
+            &env,
+            hosts.as_deref(),
+            rro,
+        )
+        .await
+        .map_err(StartError::Config)?;
         let devices = container_devices(c, sandbox.volumes).map_err(StartError::Config)?;
         let inputs = ContainerInputs {
             restart_count: start.restart_count,

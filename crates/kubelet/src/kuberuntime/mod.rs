@@ -110,6 +110,10 @@ pub struct Host {
     pub security: SecurityDefaults,
     /// The RuntimeClasses pods' sandboxes are run with.
     pub runtime_classes: RuntimeClasses,
+    /// The runtime's handlers and features as its Status lists them
+    /// (recursive read-only mounts are given where the pod's handler
+    /// supports them).
+    pub runtime_state: crate::runtime_state::RuntimeState,
     /// How many image pulls may run at once (serializeImagePulls: one;
     /// maxParallelImagePulls); None: no limit.
     pub image_pull_limit: Option<usize>,

@@ -46,10 +46,11 @@ fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, MountError> {
     }
 }
 
-/// Upstream's resolveRecursiveReadOnly; the runtimes here (containerd 1.6)
-/// do not say they support recursive read-only mounts, so `Enabled` is
-/// refused and `IfPossible` is a plain read-only mount.
-fn recursive_read_only(m: &VolumeMount) -> Result<bool, MountError> {
+/// Upstream's resolveRecursiveReadOnly: `Enabled` where the pod's runtime
+/// handler supports recursive read-only mounts (`supported`), refused where
+/// it does not (containerd 1.6 lists no handler); `IfPossible` where it
+/// does, else a plain read-only mount.
+fn recursive_read_only(m: &VolumeMount, supported: bool) -> Result<bool, MountError> {
     let mode = m.recursive_read_only.as_deref();
     if matches!(mode, None | Some("Disabled")) {
         return Ok(false);
@@ -61,7 +62,8 @@ fn recursive_read_only(m: &VolumeMount) -> Result<bool, MountError> {
         return Err(MountError::WithPropagation(m.name.clone(), p.to_owned()));
     }
     match mode {
-        Some("IfPossible") => Ok(false),
+        Some("IfPossible") => Ok(supported),
+        Some("Enabled") if supported => Ok(true),
         Some("Enabled") => Err(MountError::RecursiveReadOnly(m.name.clone())),
         Some(other) => Err(MountError::RecursiveReadOnlyMode(other.to_owned())),
         None => Ok(false),
@@ -107,7 +109,9 @@ pub fn mounts_etc_hosts(c: &Container) -> bool {
 /// Container `c`'s CRI mounts. `pod_dir` is `<root>/pods/<uid>`, where
 /// subPath mounts are made; `env` is the container's environment
 /// (subPathExpr); `hosts`, the pod's managed hosts file, is mounted at
-/// /etc/hosts unless the container mounts something there itself.
+/// /etc/hosts unless the container mounts something there itself;
+/// `recursive_read_only_supported`: the pod's runtime handler supports
+/// recursive read-only mounts.
 pub async fn container_mounts(
     pod: &Pod,
     c: &Container,
@@ -115,6 +119,7 @@ pub async fn container_mounts(
     pod_dir: &Path,
     env: &[(String, String)],
     hosts: Option<&Path>,
+    recursive_read_only_supported: bool,
 ) -> Result<Vec<cri::Mount>, ConfigError> {
     let env: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let err = |field: String, message: String| ConfigError {
@@ -160,7 +165,7 @@ pub async fn container_mounts(
         };
         let propagation =
             propagation(m).map_err(|e| err(field("mountPropagation"), e.to_string()))?;
-        let rro = recursive_read_only(m).map_err(|e| {
+        let rro = recursive_read_only(m, recursive_read_only_supported).map_err(|e| {
             err(
                 field("recursiveReadOnly"),
                 format!("failed to resolve recursive read-only mode: {e}"),
@@ -295,7 +300,7 @@ mod tests {
             prop,
         ]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None)
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, false)
             .await
             .unwrap();
         let summary: Vec<(&str, &str, bool, i32)> = got
@@ -374,7 +379,7 @@ mod tests {
         for (m, field, message) in cases {
             let (p, v) = pod(vec![m]);
             let c = &p.spec.as_ref().unwrap().containers[0];
-            let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None)
+            let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, false)
                 .await
                 .unwrap_err();
             assert_eq!(e.field, field);
@@ -400,7 +405,7 @@ mod tests {
         let hosts = Path::new("/pods/u/etc-hosts");
         let (p, v) = pod(vec![mount("data", "/d")]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts))
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts), false)
             .await
             .unwrap();
         let last = got.last().unwrap();
@@ -414,7 +419,7 @@ mod tests {
         );
         let (p, v) = pod(vec![mount("data", ETC_HOSTS)]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts))
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts), false)
             .await
             .unwrap();
         assert_eq!(got.len(), 1);
@@ -503,6 +508,25 @@ mod tests {
         ] {
             let err = container_devices(&with(vec![d]), &volumes).unwrap_err();
             assert_eq!((err.field.as_str(), err.message.as_str()), (field, message));
+        }
+    }
+
+    #[test]
+    fn recursive_read_only_follows_the_handlers_support() {
+        let with = |mode: &str| VolumeMount {
+            read_only: Some(true),
+            recursive_read_only: Some(mode.into()),
+            ..mount("data", "/r")
+        };
+        for (mode, supported, want) in [
+            ("Disabled", true, Some(false)),
+            ("IfPossible", true, Some(true)),
+            ("IfPossible", false, Some(false)),
+            ("Enabled", true, Some(true)),
+            ("Enabled", false, None),
+        ] {
+            let got = recursive_read_only(&with(mode), supported).ok();
+            assert_eq!(got, want, "{mode} supported={supported}");
         }
     }
 }

@@ -26,6 +26,7 @@ fn test_host(dir: &std::path::Path) -> Host {
         },
         security: SecurityDefaults::default(),
         runtime_classes: RuntimeClasses::default(),
+        runtime_state: crate::runtime_state::RuntimeState::default(),
         image_pull_limit: None,
         max_container_restart_period: kubelet_core::flowcontrol::MAX,
         pull_qps: None,
