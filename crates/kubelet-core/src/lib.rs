@@ -67,5 +67,6 @@ pub mod systemd;
 pub mod testing;
 pub mod timefmt;
 pub mod types;
+pub mod userns;
 pub mod volume;
 pub mod workqueue;

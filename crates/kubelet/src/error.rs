@@ -218,9 +218,9 @@ pub enum SyncError {
 pub enum SandboxConfigError {
     #[error(transparent)]
     RuntimeClass(#[from] RuntimeClassError),
-    /// containerd 1.6 has no user namespaces.
-    #[error("can't set `spec.hostUsers: false`, runtime does not support user namespaces")]
-    UserNamespaces,
+    /// The pod's user namespace (`hostUsers: false`) cannot be had.
+    #[error("{0}")]
+    UserNamespaces(#[source] crate::userns::UsernsSetupError),
     #[error(transparent)]
     Hostname(#[from] HostnameError),
     #[error("open {path}: {source}")]
@@ -239,9 +239,9 @@ impl SandboxConfigError {
     /// (retried with back-off, as upstream retries a sandbox).
     pub fn cause(&self) -> Cause {
         match self {
-            SandboxConfigError::UserNamespaces | SandboxConfigError::Hostname(_) => {
-                Cause::Unsupported
-            }
+            SandboxConfigError::UserNamespaces(crate::userns::UsernsSetupError::Unsupported(_))
+            | SandboxConfigError::Hostname(_) => Cause::Unsupported,
+            SandboxConfigError::UserNamespaces(_) => Cause::Transient,
             SandboxConfigError::RuntimeClass(_)
             | SandboxConfigError::ReadResolvConf { .. }
             | SandboxConfigError::ParseResolvConf(_) => Cause::Transient,
@@ -429,7 +429,9 @@ mod tests {
                 Retry::Backoff,
             ),
             (
-                SyncError::SandboxConfig(SandboxConfigError::UserNamespaces),
+                SyncError::SandboxConfig(SandboxConfigError::UserNamespaces(
+                    crate::userns::UsernsSetupError::Unsupported("no".into()),
+                )),
                 Retry::Resync,
             ),
             (

@@ -41,6 +41,7 @@ pub mod sync;
 pub mod systemd;
 #[cfg(test)]
 mod testutil;
+pub mod userns;
 pub mod volumes;
 
 pub use kubelet::{Kubelet, KubeletError, KubeletOptions};

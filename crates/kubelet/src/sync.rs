@@ -465,11 +465,14 @@ impl Syncer {
             .unmount_pod(&target.pod_ref.uid)
             .await
             .map_err(SyncError::VolumesTeardown)?;
-        // Its processes are gone with its containers: its cgroup goes.
+        // Its processes are gone with its containers: its cgroup goes, and
+        // its user namespace's IDs are free again.
         self.cm
             .destroy_pod(&target.pod_ref.uid)
             .await
             .map_err(SyncError::PodCgroupTeardown)?;
+        let (userns, uid) = (self.runtime.userns().clone(), target.pod_ref.uid.clone());
+        let _ = kubelet_tasks::off_thread(move || userns.release(&uid)).await;
         // An evicted pod's containers, writable layers and logs go too, as
         // upstream removes all of an evicted pod's containers: they are what
         // disk pressure wants back.

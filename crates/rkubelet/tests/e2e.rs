@@ -452,6 +452,82 @@ async fn privileged_container_runs_in_a_privileged_sandbox() {
     node.finish().await;
 }
 
+/// `hostUsers: false`. Where the runtime's default handler supports user
+/// namespaces (containerd 2): the pod's root is a host ID of its own above
+/// the first 65536, kept in the pod's `userns` file (upstream's format)
+/// until the pod goes. Where it lists no handler (containerd 1.6): refused
+/// at the sandbox, in upstream's words.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
+    let mut node = Node::new("userns");
+    node.write(
+        "userns.yaml",
+        &pod(
+            "userns",
+            &[("a", &format!("cat /proc/self/uid_map; {SLEEPER}"))],
+            "  hostUsers: false\n",
+        ),
+    );
+    node.start();
+    let status = node.rk.cri.status().await.unwrap();
+    let supported = status
+        .handlers
+        .iter()
+        .any(|h| h.name.is_empty() && h.user_namespaces);
+    eprintln!("runtime handlers: {:?}", status.handlers);
+    if !supported {
+        let want = "can't set `spec.hostUsers: false`, runtime does not support user namespaces";
+        eventually("the pod is refused at its sandbox", START, async || {
+            let log = std::fs::read_to_string(node.rk.log()).ok()?;
+            log.contains(want).then_some(())
+        })
+        .await;
+        assert!(node.pod_sandboxes("userns").await.unwrap().is_empty());
+        node.finish().await;
+        return;
+    }
+    let a = eventually("the container runs", START, async || {
+        node.running("userns", "a").await
+    })
+    .await;
+    let uid = label(&a.labels, POD_UID).to_owned();
+    let log = node
+        .rk
+        .logs()
+        .join(format!("default_{}_{uid}", node.pod_name("userns")))
+        .join("a")
+        .join("0.log");
+    let map = eventually("the container's uid_map is logged", START, async || {
+        let body = std::fs::read_to_string(&log).ok()?;
+        let (_, _, line) = parse_cri_line(body.lines().next()?)?;
+        Some(
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await;
+    let host: u32 = map[1].parse().unwrap();
+    assert_eq!(
+        (map[0].as_str(), map[2].as_str()),
+        ("0", "65536"),
+        "{map:?}"
+    );
+    assert!(host >= 65536 && host.is_multiple_of(65536), "{map:?}");
+    let file = node.rk.root().join("pods").join(&uid).join("userns");
+    let kept: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let mapping = serde_json::json!([{"hostId": host, "containerId": 0, "length": 65536}]);
+    assert_eq!(kept["uidMappings"], mapping);
+    assert_eq!(kept["gidMappings"], mapping);
+    node.remove("userns.yaml");
+    eventually("the pod's IDs are released with it", CLEANUP, async || {
+        (!file.exists()).then_some(())
+    })
+    .await;
+    node.finish().await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn manifest_removal_kills_within_grace_and_removes_everything() {

@@ -265,7 +265,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "enableDebugFlagsHandler",
         "no effect: rkubelet has no /debug/flags/v",
     ),
-    ("userNamespaces", "not yet: user namespaces (#35)"),
 ];
 
 /// Why rkubelet does not implement upstream field `field`, if it does not.
@@ -527,6 +526,16 @@ config_section! {
         /// `maxContainerRestartPeriod`: the longest a crash-looping
         /// container waits before its restart, 1s to 300s. Default 300s.
         "maxContainerRestartPeriod" max_container_restart_period: Duration = Duration::from_secs(300);
+    }
+}
+
+config_section! {
+    /// `userNamespaces` (UserNamespacesSupport, GA): pods with
+    /// `hostUsers: false`.
+    pub struct UserNamespaces {
+        /// `idsPerPod`: the host user and group IDs each such pod is given,
+        /// a multiple of 65536. Default 65536.
+        "idsPerPod" ids_per_pod: i64 = 65536;
     }
 }
 
@@ -842,6 +851,8 @@ config_section! {
         "registryBurst" registry_burst: i32 = 10, zero_is_unset;
         /// `crashLoopBackOff`.
         "crashLoopBackOff" crash_loop_back_off: CrashLoopBackOffConfig = CrashLoopBackOffConfig::default();
+        /// `userNamespaces`.
+        "userNamespaces" user_namespaces: UserNamespaces = UserNamespaces::default();
         /// `memorySwap`: containers' swap, where the host has a swap
         /// controller.
         "memorySwap" memory_swap: MemorySwapConfiguration = MemorySwapConfiguration::default();

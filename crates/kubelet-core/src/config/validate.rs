@@ -57,6 +57,7 @@ impl KubeletConfiguration {
         self.validate_node_allocatable()?;
         self.validate_runtime_and_server()?;
         self.validate_node()?;
+        self.validate_user_namespaces()?;
         self.validate_names()
     }
     /// `logging` as component-base validates it, in its words (its errors
@@ -419,6 +420,29 @@ impl KubeletConfiguration {
                 m,
             )
         })?;
+        Ok(())
+    }
+
+    /// `userNamespaces`, as upstream's validation_linux.go.
+    fn validate_user_namespaces(&self) -> Result<(), ConfigError> {
+        let ids = self.user_namespaces.ids_per_pod;
+        let unit = i64::from(crate::userns::IDS_UNIT);
+        if ids < unit {
+            return Err(ConfigError::Rejected(format!(
+                "userNamespaces.idsPerPod must not be less than {unit}"
+            )));
+        }
+        if ids % unit != 0 {
+            return Err(ConfigError::Rejected(format!(
+                "userNamespaces.idsPerPod must be a multiple of {unit}"
+            )));
+        }
+        if ids > i64::from(u32::MAX) {
+            return Err(ConfigError::Rejected(format!(
+                "userNamespaces.idsPerPod must not be more than {}",
+                u32::MAX
+            )));
+        }
         Ok(())
     }
 

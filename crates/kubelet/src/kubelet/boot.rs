@@ -52,6 +52,14 @@ impl Kubelet {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(e));
         }
+        let userns = self.syncer.runtime.userns().clone();
+        let started = kubelet_tasks::off_thread(move || userns.start())
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(e) = started {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::UserNamespaces(e));
+        }
         let system = self.system_containers.clone();
         self.tasks
             .spawn(tracing::info_span!("system_containers"), move |token| {

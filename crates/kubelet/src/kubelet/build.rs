@@ -44,6 +44,7 @@ use crate::runtimeclass::RuntimeClasses;
 use crate::stats::StatsProvider;
 use crate::status_manager::StatusManager;
 use crate::sync::Syncer;
+use crate::userns::UsernsManager;
 use crate::volumes::csi::{CsiDrivers, CsiVolumes, VolumesInUse};
 use crate::volumes::objects::{ObjectStore, Strategy};
 use crate::volumes::podcert::PodCertificates;
@@ -405,6 +406,11 @@ fn runtime_host(
         cgroups,
         runtime_classes,
         runtime_state,
+        userns: UsernsManager::new(
+            opts.root_dir.join("pods"),
+            u32::try_from(cfg.user_namespaces.ids_per_pod).unwrap_or(u32::MAX),
+            cfg.max_pods,
+        ),
     }
 }
 

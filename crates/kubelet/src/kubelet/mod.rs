@@ -166,6 +166,10 @@ pub enum KubeletError {
     /// (upstream exits: "Failed to start ContainerManager").
     #[error("Failed to start ContainerManager: {0}")]
     ContainerManager(#[source] CmError),
+    /// The user namespaces' range or a pod's file cannot be used
+    /// (upstream's "create user namespace manager").
+    #[error("create user namespace manager: {0}")]
+    UserNamespaces(String),
     #[error("listening on {addr} ({what}): {source}")]
     Listen {
         what: &'static str,

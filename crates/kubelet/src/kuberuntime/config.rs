@@ -80,7 +80,8 @@ fn protocol(p: Option<&str>) -> i32 {
     }
 }
 
-fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
+/// The pod's namespaces, its user namespace `userns` (the userns manager's).
+fn namespace_options(pod: &Pod, userns: cri::UserNamespace) -> cri::NamespaceOption {
     let s = spec(pod);
     let mode = |host: Option<bool>, otherwise: cri::NamespaceMode| {
         if host.unwrap_or(false) {
@@ -100,6 +101,7 @@ fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
             },
         ),
         ipc: mode(s.host_ipc, cri::NamespaceMode::Pod),
+        userns_options: Some(userns),
         ..Default::default()
     }
 }
@@ -149,18 +151,32 @@ fn has_privileged_container(pod: &Pod) -> bool {
             .any(|c| privileged(c.security_context.as_ref()))
 }
 
+/// What a sandbox's config is made of beyond its pod.
+pub struct SandboxInputs {
+    /// Its resolver.
+    pub dns: ResolvConf,
+    /// Its kernel hostname (empty on the host network).
+    pub hostname: String,
+    pub cgroup_parent: String,
+    /// Its user namespace (the userns manager's).
+    pub userns: cri::UserNamespace,
+}
+
 /// RunPodSandbox's config for `pod` (attempt = how many sandboxes came
-/// before), with its resolver and kernel hostname (empty on the host
-/// network).
+/// before).
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
     logs_root: &Path,
-    dns: ResolvConf,
-    hostname: String,
-    cgroup_parent: String,
+    inputs: SandboxInputs,
     node: NodeResources,
 ) -> cri::PodSandboxConfig {
+    let SandboxInputs {
+        dns,
+        hostname,
+        cgroup_parent,
+        userns,
+    } = inputs;
     let (name, ns, uid) = name_ns_uid(pod);
     let s = spec(pod);
     let port_mappings = s
@@ -207,7 +223,7 @@ pub fn sandbox_config(
             resources: Some(sandbox),
             overhead,
             security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
+                namespace_options: Some(namespace_options(pod, userns)),
                 run_as_user: psc
                     .and_then(|p| p.run_as_user)
                     .map(|value| cri::Int64Value { value }),
@@ -429,6 +445,7 @@ fn container_security(
     target_id: Option<&str>,
     volume_groups: &[i64],
     defaults: &SecurityDefaults,
+    userns: cri::UserNamespace,
 ) -> Result<cri::LinuxContainerSecurityContext, ConfigError> {
     let err = |field: &str, message: String| ConfigError {
         container: c.name.clone(),
@@ -467,7 +484,7 @@ fn container_security(
             ..Default::default()
         }),
         namespace_options: Some({
-            let mut ns = namespace_options(pod);
+            let mut ns = namespace_options(pod, userns);
             if let Some(id) = target_id {
                 ns.pid = cri::NamespaceMode::Target as i32;
                 ns.target_id = id.into();
@@ -505,6 +522,8 @@ pub struct ContainerInputs<'a> {
     pub mounts: Vec<cri::Mount>,
     /// Its raw block volumes (`volumeDevices`).
     pub devices: Vec<cri::Device>,
+    /// Its pod's user namespace.
+    pub userns: cri::UserNamespace,
     /// Its environment, resolved ([`crate::podenv::PodEnv`]).
     pub env: Vec<(String, String)>,
     /// The groups its pod's volumes ask for (PVs' gid annotation).
@@ -528,6 +547,7 @@ pub fn container_config(
         termination_log,
         mut mounts,
         devices,
+        userns,
         env,
         volume_groups,
     } = inputs;
@@ -610,6 +630,7 @@ pub fn container_config(
                 target_id,
                 &volume_groups,
                 security,
+                userns,
             )?),
         }),
         ..Default::default()
@@ -637,9 +658,12 @@ mod tests {
             p,
             0,
             Path::new("/l"),
-            ResolvConf::default(),
-            String::new(),
-            String::new(),
+            SandboxInputs {
+                dns: ResolvConf::default(),
+                hostname: String::new(),
+                cgroup_parent: String::new(),
+                userns: cri::UserNamespace::default(),
+            },
             NODE,
         )
     }
@@ -726,9 +750,12 @@ mod tests {
             &pod(),
             2,
             Path::new("/var/log/pods"),
-            host,
-            "web-node1".into(),
-            "/kubepods/besteffort/podu1".into(),
+            SandboxInputs {
+                dns: host,
+                hostname: "web-node1".into(),
+                cgroup_parent: "/kubepods/besteffort/podu1".into(),
+                userns: cri::UserNamespace::default(),
+            },
             NODE,
         );
         let md = cfg.metadata.as_ref().unwrap();
@@ -925,6 +952,7 @@ mod tests {
                 termination_log: Some(Path::new("/pods/u/containers/a/1")),
                 mounts: Vec::new(),
                 devices: Vec::new(),
+                userns: cri::UserNamespace::default(),
                 env: vec![("A".into(), "1".into())],
                 volume_groups: Vec::new(),
             },
@@ -977,6 +1005,7 @@ mod tests {
             termination_log: None,
             mounts: Vec::new(),
             devices: Vec::new(),
+            userns: cri::UserNamespace::default(),
             env: Vec::new(),
             volume_groups: Vec::new(),
         };
@@ -1070,6 +1099,7 @@ mod tests {
             termination_log: None,
             mounts: Vec::new(),
             devices: Vec::new(),
+            userns: cri::UserNamespace::default(),
             env,
             volume_groups: Vec::new(),
         }

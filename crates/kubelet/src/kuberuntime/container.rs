@@ -49,6 +49,29 @@ impl RuntimeManager {
             })
     }
 
+    /// The user namespace of `pod`'s sandbox and containers (the userns
+    /// manager's, for its RuntimeClass's handler; its file read or
+    /// written off the runtime's threads).
+    pub(super) async fn user_namespace(
+        &self,
+        pod: &Pod,
+    ) -> Result<k8s_cri::v1::UserNamespace, crate::userns::UsernsSetupError> {
+        let class = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref());
+        // A class that cannot be looked up stops the sandbox before this.
+        let handler = self.host.runtime_classes.handler(class).unwrap_or_default();
+        let (userns, handlers, pod) = (
+            self.host.userns.clone(),
+            self.host.runtime_state.handlers(),
+            pod.clone(),
+        );
+        kubelet_tasks::off_thread(move || userns.mappings(&pod, &handler, &handlers))
+            .await
+            .unwrap_or(Err(crate::userns::UsernsSetupError::NotStarted))
+    }
+
     /// SyncPod's resize step (doPodResizeAction, after the pod cgroup took
     /// the allocation): each running container to update is given the
     /// Linux resources of its allocation, shrinking ones first. The first
@@ -199,6 +222,13 @@ impl RuntimeManager {
         .await
         .map_err(StartError::Config)?;
         let devices = container_devices(c, sandbox.volumes).map_err(StartError::Config)?;
+        let userns = self.user_namespace(pod).await.map_err(|e| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "spec.hostUsers".into(),
+                message: e.to_string(),
+            })
+        })?;
         let inputs = ContainerInputs {
             restart_count: start.restart_count,
             target_id,
@@ -206,6 +236,7 @@ impl RuntimeManager {
             termination_log: termination_log.as_deref(),
             mounts,
             devices,
+            userns,
             env,
             volume_groups: {
                 let mut groups: Vec<i64> = sandbox.volumes.values().filter_map(|v| v.gid).collect();

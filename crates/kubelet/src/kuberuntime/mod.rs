@@ -114,6 +114,8 @@ pub struct Host {
     /// (recursive read-only mounts are given where the pod's handler
     /// supports them).
     pub runtime_state: crate::runtime_state::RuntimeState,
+    /// The pods' user namespaces (`hostUsers: false`).
+    pub userns: crate::userns::UsernsManager,
     /// How many image pulls may run at once (serializeImagePulls: one;
     /// maxParallelImagePulls); None: no limit.
     pub image_pull_limit: Option<usize>,
@@ -203,6 +205,11 @@ impl RuntimeManager {
 
     pub fn cri(&self) -> &CriClient {
         &self.cri
+    }
+
+    /// The pods' user namespaces.
+    pub fn userns(&self) -> &crate::userns::UsernsManager {
+        &self.host.userns
     }
 
     /// Where the pod lifecycle's events go.

@@ -10,7 +10,7 @@ use kubelet_core::dns::{
 use kubelet_core::runtime::PodStatus;
 use kubelet_cri::client::CriError;
 
-use super::config::{host_network, sandbox_config};
+use super::config::{SandboxInputs, host_network, sandbox_config};
 use super::status::sandbox_ips;
 use super::{PodName, RuntimeManager, Sandbox};
 use crate::error::{SandboxConfigError, SyncError};
@@ -100,11 +100,10 @@ impl RuntimeManager {
         attempt: u32,
     ) -> Result<(cri::PodSandboxConfig, PodName), SyncError> {
         let fail = |e: HostnameError| SyncError::SandboxConfig(e.into());
-        // containerd 1.6 has no user namespaces: refused as upstream's
-        // userns manager refuses them on such a runtime.
-        if pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-            return Err(SyncError::SandboxConfig(SandboxConfigError::UserNamespaces));
-        }
+        let userns = self
+            .user_namespace(pod)
+            .await
+            .map_err(|e| SyncError::SandboxConfig(SandboxConfigError::UserNamespaces(e)))?;
         let (hostname, domain) =
             hostname_and_domain(pod, &self.host.dns.cluster_domain).map_err(fail)?;
         let kernel_name = if host_network(pod) {
@@ -141,13 +140,17 @@ impl RuntimeManager {
             };
             self.events.event(&about, WARNING, e.reason, e.message);
         }
+        let inputs = SandboxInputs {
+            dns,
+            hostname: kernel_name,
+            cgroup_parent: self.host.cgroups.cgroup_parent(pod),
+            userns,
+        };
         let config = sandbox_config(
             pod,
             attempt,
             &self.host.logs_root,
-            dns,
-            kernel_name,
-            self.host.cgroups.cgroup_parent(pod),
+            inputs,
             self.host.resources,
         );
         Ok((config, PodName { hostname, domain }))

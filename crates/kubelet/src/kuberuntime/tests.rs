@@ -27,6 +27,7 @@ fn test_host(dir: &std::path::Path) -> Host {
         security: SecurityDefaults::default(),
         runtime_classes: RuntimeClasses::default(),
         runtime_state: crate::runtime_state::RuntimeState::default(),
+        userns: crate::userns::UsernsManager::new("/nonexistent".into(), 65536, 110),
         image_pull_limit: None,
         max_container_restart_period: kubelet_core::flowcontrol::MAX,
         pull_qps: None,
@@ -384,7 +385,9 @@ async fn failure_events_say_why() {
         matches!(
             synced,
             Err(SyncError::SandboxConfig(
-                crate::error::SandboxConfigError::UserNamespaces
+                crate::error::SandboxConfigError::UserNamespaces(
+                    crate::userns::UsernsSetupError::Unsupported(_)
+                )
             ))
         ),
         "{:?}",
