@@ -40,6 +40,8 @@ pub enum Kind {
     Projected,
     /// An inline CSI volume (see [`crate::csi`]).
     Csi,
+    /// An `image` volume (KEP-4639): the runtime mounts the image.
+    Image,
     /// A type without a plugin here: the API field's name.
     Unsupported(&'static str),
 }
@@ -62,12 +64,12 @@ impl Kind {
             (v.downward_api.is_some(), Kind::DownwardApi),
             (v.projected.is_some(), Kind::Projected),
             (v.csi.is_some(), Kind::Csi),
+            (v.image.is_some(), Kind::Image),
         ];
         if let Some((_, k)) = plain.into_iter().find(|(set, _)| *set) {
             return k;
         }
         let other = [
-            (v.image.is_some(), "image"),
             (v.nfs.is_some(), "nfs"),
             (v.iscsi.is_some(), "iscsi"),
             (v.fc.is_some(), "fc"),
@@ -104,7 +106,7 @@ impl Kind {
             Kind::Secret => Some(SECRET),
             Kind::DownwardApi => Some(DOWNWARD_API),
             Kind::Projected => Some(PROJECTED),
-            Kind::HostPath | Kind::Claim | Kind::Csi | Kind::Unsupported(_) => None,
+            Kind::HostPath | Kind::Claim | Kind::Csi | Kind::Image | Kind::Unsupported(_) => None,
         }
     }
 

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_cri::v1 as cri;
 use kubelet_core::imagegc::{ImageGc, Listed, Policy};
 use kubelet_cri::client::{CriClient, CriError};
 
@@ -88,12 +89,27 @@ impl ImageGcManager {
                 size: i.size,
             })
             .collect();
-        let in_use: HashSet<String> = self
-            .cri
-            .list_containers(None)
-            .await?
+        let containers = self.cri.list_containers(None).await?;
+        // A running container's image volumes are in use too (upstream's
+        // handleImageVolumes: the images its status's mounts name).
+        let mut volume_images = Vec::new();
+        for c in containers
+            .iter()
+            .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        {
+            if let Ok(status) = self.cri.container_status(&c.id).await {
+                volume_images.extend(
+                    status
+                        .mounts
+                        .into_iter()
+                        .filter_map(|m| m.image.map(|i| i.image)),
+                );
+            }
+        }
+        let in_use: HashSet<String> = containers
             .into_iter()
             .flat_map(|c| [c.image_ref, c.image_id])
+            .chain(volume_images)
             .filter(|id| !id.is_empty())
             .collect();
         // Removing every unused image needs no figures of the file system.

@@ -528,6 +528,62 @@ async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
     node.finish().await;
 }
 
+/// An `image` volume: the image (here the test image itself, present)
+/// mounted read-only where the container asks, on a runtime that mounts
+/// images (containerd 2, which lists its handlers; containerd 1.6 lists
+/// none and has no image mounts, as the upstream kubelet finds too).
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn an_image_volume_is_the_image_mounted_read_only() {
+    let mut node = Node::new("imgvol");
+    if node.rk.cri.status().await.unwrap().handlers.is_empty() {
+        eprintln!("the runtime lists no handlers (containerd 1.6): it cannot mount images");
+        return;
+    }
+    let script = format!(
+        "ls /img/bin/busybox && (touch /img/x 2>/dev/null && echo writable || echo read-only); {SLEEPER}"
+    );
+    let manifest = pod("imgvol", &[("a", &script)], "")
+        + "    volumeMounts:\n    - name: img\n      mountPath: /img\n"
+        + &format!(
+            "  volumes:\n  - name: img\n    image:\n      reference: {IMAGE}\n      pullPolicy: IfNotPresent\n"
+        );
+    node.write("imgvol.yaml", &manifest);
+    node.start();
+    let a = eventually("the container runs", START, async || {
+        node.running("imgvol", "a").await
+    })
+    .await;
+    let uid = label(&a.labels, POD_UID).to_owned();
+    let log = node
+        .rk
+        .logs()
+        .join(format!("default_{}_{uid}", node.pod_name("imgvol")))
+        .join("a")
+        .join("0.log");
+    let lines = eventually("the container's findings are logged", START, async || {
+        let body = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<String> = body
+            .lines()
+            .filter_map(|l| Some(parse_cri_line(l)?.2.to_owned()))
+            .collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .await;
+    assert_eq!(lines, ["/img/bin/busybox", "read-only"]);
+    let status = node.rk.cri.container_status(&a.id).await.unwrap();
+    let mount = status
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/img")
+        .expect("the image mount");
+    assert!(
+        mount.image.as_ref().is_some_and(|i| !i.image.is_empty()),
+        "{mount:?}"
+    );
+    node.finish().await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn manifest_removal_kills_within_grace_and_removes_everything() {

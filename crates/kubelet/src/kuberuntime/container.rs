@@ -21,7 +21,9 @@ use kubelet_cri::client::CriError;
 
 use super::config::{ContainerInputs, container_config, host_network, pod_log_dir};
 use super::hooks::{Hook, run_hook};
-use super::mounts::{ETC_HOSTS, container_devices, container_mounts, mounts_etc_hosts};
+use super::mounts::{
+    ETC_HOSTS, RuntimeMounts, container_devices, container_mounts, mounts_etc_hosts,
+};
 use super::status::pod_ip;
 use super::{MIN_GRACE_PERIOD, RuntimeManager, Sandbox, SyncResult, ok_if_not_found};
 use crate::error::{ConfigError, ContainerResizeError, ResizeError, StartError};
@@ -193,7 +195,21 @@ impl RuntimeManager {
                     })?,
             ),
         };
-        let image_ref = self.ensure_image(pod, c, about, &sandbox.config).await?;
+        let image_ref = self
+            .ensure_image(
+                pod,
+                c.image.as_deref().unwrap_or(""),
+                c.image_pull_policy.as_deref(),
+                about,
+                &sandbox.config,
+            )
+            .await?;
+        // The image volumes it mounts, pulled before it is made (upstream
+        // pulls them before any container starts and fails each container
+        // that mounts one it could not pull).
+        let images = self
+            .image_volumes(pod, c, sandbox.volumes, &sandbox.config)
+            .await?;
         self.verify_non_root(pod, c, &image_ref).await?;
         let termination_log = self.termination_log_file(pod, c).await?;
         let env = self
@@ -209,7 +225,10 @@ impl RuntimeManager {
             })
         })?;
         let pod_dir = pod_dir(&self.host.pods_dir, &PodUid::of(pod)).unwrap_or_default();
-        let rro = self.recursive_read_only_supported(pod);
+        let runtime = RuntimeMounts {
+            recursive_read_only: self.recursive_read_only_supported(pod),
+            images,
+        };
         let mounts = container_mounts(
             pod,
             c,
@@ -217,7 +236,7 @@ impl RuntimeManager {
             &pod_dir,
             &env,
             hosts.as_deref(),
-            rro,
+            &runtime,
         )
         .await
         .map_err(StartError::Config)?;

@@ -1,6 +1,7 @@
 //! Images (upstream's kuberuntime_image.go and the image manager): the pull
 //! policy, who may use a pulled image, pull secrets and the pull back-off.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use k8s_cri::v1 as cri;
@@ -17,18 +18,19 @@ use crate::error::StartError;
 use crate::events::{Involved, NORMAL, WARNING};
 
 impl RuntimeManager {
-    /// SyncPod's image step (upstream's EnsureImageExists): pull as
-    /// imagePullPolicy says, not while the image's last pull for this pod
-    /// is in back-off; Ok is the image reference to create the container
-    /// from.
+    /// SyncPod's image step (upstream's EnsureImageExists) for `image`
+    /// (a container's, or an image volume's reference): pull as its pull
+    /// `policy` says, not while the image's last pull for this pod is in
+    /// back-off; Ok is the image reference to create the container (or
+    /// mount the volume) from.
     pub(super) async fn ensure_image(
         &self,
         pod: &Pod,
-        c: &Container,
+        image: &str,
+        policy: Option<&str>,
         about: &Involved,
         sandbox_config: &cri::PodSandboxConfig,
     ) -> Result<String, StartError> {
-        let image = c.image.as_deref().unwrap_or("");
         let failed = |reason, message, source| StartError::Image {
             reason,
             message,
@@ -41,9 +43,8 @@ impl RuntimeManager {
                 .event(about, WARNING, "InspectFailed", message.clone());
             return Err(failed("InvalidImageName", message, None));
         }
-        let policy = c
-            .image_pull_policy
-            .as_deref()
+        let policy = policy
+            .filter(|p| !p.is_empty())
             .unwrap_or_else(|| pull_policy_default(image));
         let present = match self.cri.image_status(image).await {
             Ok(img) => img.map(|i| i.id),
@@ -90,6 +91,56 @@ impl RuntimeManager {
                 let mut backoff = self.pull_backoff.lock();
                 backoff.failed(uid, image, self.clock.now_nanos(), reason, &message);
             })
+    }
+
+    /// The image volumes container `c` mounts, each pulled for `pod` as its
+    /// `pullPolicy` says (its events on the pod, as upstream's
+    /// getImageVolumes), by volume name: what the runtime mounts.
+    pub(super) async fn image_volumes(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        volumes: &crate::volumes::PodVolumes,
+        sandbox_config: &cri::PodSandboxConfig,
+    ) -> Result<HashMap<String, cri::ImageSpec>, StartError> {
+        let mut out = HashMap::new();
+        let about = Involved::pod(pod, None);
+        let spec_volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        for m in c.volume_mounts.iter().flatten() {
+            let is_image = volumes
+                .get(&m.name)
+                .is_some_and(|v| v.form == crate::volumes::Form::Image);
+            let source = spec_volumes
+                .into_iter()
+                .flatten()
+                .find(|v| v.name == m.name)
+                .and_then(|v| v.image.as_ref());
+            let (true, Some(source)) = (is_image, source) else {
+                continue;
+            };
+            if out.contains_key(&m.name) {
+                continue;
+            }
+            let reference = source.reference.clone().unwrap_or_default();
+            let image_ref = self
+                .ensure_image(
+                    pod,
+                    &reference,
+                    source.pull_policy.as_deref(),
+                    &about,
+                    sandbox_config,
+                )
+                .await?;
+            out.insert(
+                m.name.clone(),
+                cri::ImageSpec {
+                    image: image_ref,
+                    user_specified_image: reference,
+                    ..Default::default()
+                },
+            );
+        }
+        Ok(out)
     }
 
     /// Turn the pulls a previous run left unfinished into records of the

@@ -14,7 +14,7 @@ use kubelet_core::expansion::expand;
 use kubelet_core::volume::{check_mounts, check_sub_path};
 
 use crate::error::ConfigError;
-use crate::volumes::{PodVolumes, subpath};
+use crate::volumes::{Form, PodVolumes, subpath};
 
 /// A volumeMount the runtime cannot be given, in upstream's words.
 #[derive(Debug, thiserror::Error)]
@@ -106,12 +106,19 @@ pub fn mounts_etc_hosts(c: &Container) -> bool {
         .any(|m| m.mount_path == ETC_HOSTS)
 }
 
+/// What the runtime gives a container's mounts beyond its volumes.
+#[derive(Debug, Default)]
+pub struct RuntimeMounts {
+    /// The pod's runtime handler supports recursive read-only mounts.
+    pub recursive_read_only: bool,
+    /// The image volumes the container mounts, pulled, by volume name.
+    pub images: HashMap<String, cri::ImageSpec>,
+}
+
 /// Container `c`'s CRI mounts. `pod_dir` is `<root>/pods/<uid>`, where
 /// subPath mounts are made; `env` is the container's environment
 /// (subPathExpr); `hosts`, the pod's managed hosts file, is mounted at
-/// /etc/hosts unless the container mounts something there itself;
-/// `recursive_read_only_supported`: the pod's runtime handler supports
-/// recursive read-only mounts.
+/// /etc/hosts unless the container mounts something there itself.
 pub async fn container_mounts(
     pod: &Pod,
     c: &Container,
@@ -119,7 +126,7 @@ pub async fn container_mounts(
     pod_dir: &Path,
     env: &[(String, String)],
     hosts: Option<&Path>,
-    recursive_read_only_supported: bool,
+    runtime: &RuntimeMounts,
 ) -> Result<Vec<cri::Mount>, ConfigError> {
     let env: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let err = |field: String, message: String| ConfigError {
@@ -141,6 +148,32 @@ pub async fn container_mounts(
             ));
         };
         let sub = sub_path(&env, m).map_err(|e| err(field("subPathExpr"), e.to_string()))?;
+        if vol.form == Form::Image {
+            let Some(image) = runtime.images.get(&m.name) else {
+                return Err(err(
+                    field("name"),
+                    format!("image volume {:?} was not pulled", m.name),
+                ));
+            };
+            if !sub.is_empty() {
+                // The CRI's image_sub_path (kubernetes 1.33) is not in the
+                // bindings rkubelet builds with (k8s-cri 0.11).
+                return Err(err(
+                    field("subPath"),
+                    format!(
+                        "subPath {sub:?} of image volume {:?}: not supported by rkubelet yet",
+                        m.name
+                    ),
+                ));
+            }
+            out.push(cri::Mount {
+                container_path: m.mount_path.clone(),
+                readonly: true,
+                image: Some(image.clone()),
+                ..Default::default()
+            });
+            continue;
+        }
         let host_path: PathBuf = if sub.is_empty() {
             vol.host_path.clone()
         } else {
@@ -165,7 +198,7 @@ pub async fn container_mounts(
         };
         let propagation =
             propagation(m).map_err(|e| err(field("mountPropagation"), e.to_string()))?;
-        let rro = recursive_read_only(m, recursive_read_only_supported).map_err(|e| {
+        let rro = recursive_read_only(m, runtime.recursive_read_only).map_err(|e| {
             err(
                 field("recursiveReadOnly"),
                 format!("failed to resolve recursive read-only mode: {e}"),
@@ -214,7 +247,7 @@ pub fn container_devices(
                 ),
             ));
         }
-        let Some(vol) = volumes.get(&d.name).filter(|v| v.block) else {
+        let Some(vol) = volumes.get(&d.name).filter(|v| v.form == Form::Device) else {
             return Err(err(
                 "name",
                 format!(
@@ -263,7 +296,7 @@ mod tests {
                     host_path: "/pods/u/volumes/kubernetes.io~empty-dir/data".into(),
                     read_only: false,
                     gid: None,
-                    block: false,
+                    form: Form::Directory,
                 },
             ),
             (
@@ -272,7 +305,7 @@ mod tests {
                     host_path: "/pods/u/volumes/kubernetes.io~configmap/cfg".into(),
                     read_only: true,
                     gid: None,
-                    block: false,
+                    form: Form::Directory,
                 },
             ),
         ]);
@@ -300,9 +333,17 @@ mod tests {
             prop,
         ]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, false)
-            .await
-            .unwrap();
+        let got = container_mounts(
+            &p,
+            c,
+            &v,
+            Path::new("/pods/u"),
+            &[],
+            None,
+            &RuntimeMounts::default(),
+        )
+        .await
+        .unwrap();
         let summary: Vec<(&str, &str, bool, i32)> = got
             .iter()
             .map(|m| {
@@ -379,9 +420,17 @@ mod tests {
         for (m, field, message) in cases {
             let (p, v) = pod(vec![m]);
             let c = &p.spec.as_ref().unwrap().containers[0];
-            let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, false)
-                .await
-                .unwrap_err();
+            let e = container_mounts(
+                &p,
+                c,
+                &v,
+                Path::new("/pods/u"),
+                &[],
+                None,
+                &RuntimeMounts::default(),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(e.field, field);
             assert!(e.message.contains(message), "{}", e.message);
         }
@@ -405,9 +454,17 @@ mod tests {
         let hosts = Path::new("/pods/u/etc-hosts");
         let (p, v) = pod(vec![mount("data", "/d")]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts), false)
-            .await
-            .unwrap();
+        let got = container_mounts(
+            &p,
+            c,
+            &v,
+            Path::new("/pods/u"),
+            &[],
+            Some(hosts),
+            &RuntimeMounts::default(),
+        )
+        .await
+        .unwrap();
         let last = got.last().unwrap();
         assert_eq!(
             (
@@ -419,9 +476,17 @@ mod tests {
         );
         let (p, v) = pod(vec![mount("data", ETC_HOSTS)]);
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], Some(hosts), false)
-            .await
-            .unwrap();
+        let got = container_mounts(
+            &p,
+            c,
+            &v,
+            Path::new("/pods/u"),
+            &[],
+            Some(hosts),
+            &RuntimeMounts::default(),
+        )
+        .await
+        .unwrap();
         assert_eq!(got.len(), 1);
         assert_eq!(
             got[0].host_path,
@@ -435,7 +500,7 @@ mod tests {
             host_path: path.into(),
             read_only,
             gid: None,
-            block: true,
+            form: Form::Device,
         };
         let (_, mut volumes) = pod(vec![]);
         volumes.insert(
@@ -528,5 +593,62 @@ mod tests {
             let got = recursive_read_only(&with(mode), supported).ok();
             assert_eq!(got, want, "{mode} supported={supported}");
         }
+    }
+
+    #[tokio::test]
+    async fn an_image_volume_is_the_pulled_image_mounted_read_only() {
+        let (p, mut v) = pod(vec![mount("data", "/img")]);
+        v.insert(
+            "data".into(),
+            MountedVolume {
+                host_path: PathBuf::new(),
+                read_only: true,
+                gid: None,
+                form: Form::Image,
+            },
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let spec = cri::ImageSpec {
+            image: "sha256:abc".into(),
+            user_specified_image: "busybox:1".into(),
+            ..Default::default()
+        };
+        let runtime = RuntimeMounts {
+            recursive_read_only: false,
+            images: HashMap::from([("data".to_owned(), spec.clone())]),
+        };
+        let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, &runtime)
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                got[0].container_path.as_str(),
+                got[0].host_path.as_str(),
+                got[0].readonly
+            ),
+            ("/img", "", true)
+        );
+        assert_eq!(got[0].image, Some(spec));
+        // Not pulled, or with a subPath: refused, naming the field.
+        let none = container_mounts(
+            &p,
+            c,
+            &v,
+            Path::new("/pods/u"),
+            &[],
+            None,
+            &RuntimeMounts::default(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(none.field, "volumeMounts[0].name");
+        let mut sub = mount("data", "/img");
+        sub.sub_path = Some("bin".into());
+        let (p, _) = pod(vec![sub]);
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, &runtime)
+            .await
+            .unwrap_err();
+        assert_eq!(e.field, "volumeMounts[0].subPath");
     }
 }

@@ -72,10 +72,22 @@ pub struct MountedVolume {
     /// A group the pod's containers are given for it (a PV's
     /// `pv.beta.kubernetes.io/gid`).
     pub gid: Option<i64>,
+    /// What the containers are given.
+    pub form: Form,
+}
+
+/// What a set-up volume is to the containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// A directory (or file) at `host_path`, mounted.
+    Directory,
     /// A raw block volume (`volumeMode: Block`): `host_path` is the pod's
     /// link to the device, given to containers as their `volumeDevices`
     /// ask.
-    pub block: bool,
+    Device,
+    /// An `image` volume: nothing on the node's file system; the runtime
+    /// mounts the image, pulled when the container starts.
+    Image,
 }
 
 /// A pod's volumes, set up, by volume name.
@@ -456,6 +468,15 @@ impl VolumeManager {
             return match kind {
                 Kind::HostPath => self.host_path(v).await,
                 Kind::Claim => self.claim(pod, pod_dir, v).await,
+                // Nothing on the node: the runtime mounts the image, pulled
+                // when a container that mounts it starts (upstream's image
+                // plugin sets nothing up either).
+                Kind::Image => Ok(MountedVolume {
+                    host_path: PathBuf::new(),
+                    read_only: true,
+                    gid: None,
+                    form: Form::Image,
+                }),
                 Kind::Csi => match kubelet_core::csi::CsiVolume::inline(pod, v) {
                     Some(volume) => self.csi(pod, pod_dir, &volume, None).await,
                     None => Err(SetUpError::NoPlugin),
@@ -527,7 +548,7 @@ impl VolumeManager {
             host_path: dir,
             read_only,
             gid: None,
-            block: false,
+            form: Form::Directory,
         })
     }
 
@@ -542,7 +563,7 @@ impl VolumeManager {
             host_path: path,
             read_only: false,
             gid: None,
-            block: false,
+            form: Form::Directory,
         })
     }
 
@@ -603,7 +624,7 @@ impl VolumeManager {
                     host_path: PathBuf::from(path),
                     read_only: bound.read_only,
                     gid: bound.gid,
-                    block: false,
+                    form: Form::Directory,
                 })
             }
             PvSource::Local { path } => {
@@ -643,7 +664,7 @@ impl VolumeManager {
                     host_path: dir,
                     read_only: bound.read_only,
                     gid: bound.gid,
-                    block: false,
+                    form: Form::Directory,
                 })
             }
             PvSource::Csi(volume) => {
@@ -711,7 +732,7 @@ impl VolumeManager {
                     host_path: link,
                     read_only: bound.read_only,
                     gid: bound.gid,
-                    block: true,
+                    form: Form::Device,
                 })
             }
             PvSource::Csi(volume) => {
@@ -773,7 +794,11 @@ impl VolumeManager {
             host_path: published.target,
             read_only: published.read_only,
             gid,
-            block: volume.block,
+            form: if volume.block {
+                Form::Device
+            } else {
+                Form::Directory
+            },
         })
     }
 
