@@ -177,24 +177,7 @@ impl RuntimeManager {
             );
             return Err(StartError::CrashLoopBackOff { left, message });
         }
-        // An ephemeral container joins its target's process namespace
-        // (upstream's getTargetID): the target must be running.
-        let target_id = match target.filter(|t| !t.is_empty()) {
-            None => None,
-            Some(t) => Some(
-                status
-                    .container(t)
-                    .filter(|s| s.state == ContainerState::Running)
-                    .map(|s| s.id.as_str())
-                    .ok_or_else(|| {
-                        StartError::Config(ConfigError {
-                            container: c.name.clone(),
-                            field: "targetContainerName".into(),
-                            message: format!("unable to find target container {t}"),
-                        })
-                    })?,
-            ),
-        };
+        let target_id = target_id(c, target, status)?;
         let image_ref = self
             .ensure_image(
                 pod,
@@ -257,12 +240,7 @@ impl RuntimeManager {
             devices,
             userns,
             env,
-            volume_groups: {
-                let mut groups: Vec<i64> = sandbox.volumes.values().filter_map(|v| v.gid).collect();
-                groups.sort_unstable();
-                groups.dedup();
-                groups
-            },
+            volume_groups: volume_groups(sandbox.volumes),
         };
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;
@@ -698,4 +676,36 @@ pub fn grace_period(pod: Option<&Pod>, status: &PodStatus, explicit: Option<i64>
         .or_else(|| status.recorded_grace_period())
         .unwrap_or(30)
         .max(MIN_GRACE_PERIOD)
+}
+
+/// The running container an ephemeral container joins the process
+/// namespace of (upstream's getTargetID): its `target` must be running.
+fn target_id<'s>(
+    c: &Container,
+    target: Option<&str>,
+    status: &'s PodStatus,
+) -> Result<Option<&'s str>, StartError> {
+    let Some(t) = target.filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    status
+        .container(t)
+        .filter(|s| s.state == ContainerState::Running)
+        .map(|s| Some(s.id.as_str()))
+        .ok_or_else(|| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "targetContainerName".into(),
+                message: format!("unable to find target container {t}"),
+            })
+        })
+}
+
+/// The groups the pod's volumes ask its containers to be in (PVs' gid
+/// annotation), once each.
+fn volume_groups(volumes: &crate::volumes::PodVolumes) -> Vec<i64> {
+    let mut groups: Vec<i64> = volumes.values().filter_map(|v| v.gid).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
 }
