@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
     ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus as ApiPodStatus,
+    PodStatus as ApiPodStatus, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -682,6 +682,60 @@ pub fn sort_pod_ips(ips: &[String], node_ips: &[String]) -> Vec<String> {
         .iter()
         .filter_map(|family| ips.iter().find(|ip| family(ip)).cloned())
         .collect()
+}
+
+/// Each container's `volumeMounts` in its status, as upstream reports
+/// them (RecursiveReadOnlyMounts, GA): name, path, readOnly, and for a
+/// read-only mount whether it is recursively so (`Enabled` where the pod's
+/// runtime handler supports it and the mount asks, else `Disabled`).
+pub fn set_volume_mount_statuses(
+    status: &mut ApiPodStatus,
+    pod: &Pod,
+    recursive_read_only_supported: bool,
+) {
+    let spec = pod.spec.as_ref();
+    let containers = spec
+        .into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .map(|c| (c.name.as_str(), c.volume_mounts.as_deref()))
+        .chain(
+            spec.into_iter()
+                .flat_map(|s| s.ephemeral_containers.iter().flatten())
+                .map(|c| (c.name.as_str(), c.volume_mounts.as_deref())),
+        )
+        .collect::<Vec<_>>();
+    let lists = [
+        status.container_statuses.as_mut(),
+        status.init_container_statuses.as_mut(),
+        status.ephemeral_container_statuses.as_mut(),
+    ];
+    for cs in lists.into_iter().flatten().flatten() {
+        let Some((_, Some(mounts))) = containers.iter().find(|(n, _)| *n == cs.name) else {
+            continue;
+        };
+        cs.volume_mounts = Some(
+            mounts
+                .iter()
+                .map(|m| {
+                    let read_only = m.read_only.unwrap_or(false);
+                    let rro = crate::volume::recursive_read_only(m, recursive_read_only_supported)
+                        .unwrap_or(false);
+                    VolumeMountStatus {
+                        name: m.name.clone(),
+                        mount_path: m.mount_path.clone(),
+                        read_only: read_only.then_some(true),
+                        recursive_read_only: read_only
+                            .then(|| if rro { "Enabled" } else { "Disabled" }.to_owned()),
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+        );
+    }
 }
 
 /// Fill hostIP and hostIPs with the node's addresses, and order the pod's
@@ -1734,5 +1788,68 @@ mod tests {
         };
         keep_api_terminal_phase(&mut st, &Pod::default());
         assert_eq!(st.phase.as_deref(), Some(PHASE_RUNNING));
+    }
+
+    #[test]
+    fn volume_mounts_are_reported_with_their_recursive_read_only_mode() {
+        use k8s_openapi::api::core::v1::VolumeMount;
+        let mount = |name: &str, ro: Option<bool>, rro: Option<&str>| VolumeMount {
+            name: name.into(),
+            mount_path: format!("/{name}"),
+            read_only: ro,
+            recursive_read_only: rro.map(Into::into),
+            ..Default::default()
+        };
+        let pod = crate::testing::PodBuilder::default()
+            .container(Container {
+                volume_mounts: Some(vec![
+                    mount("rw", None, None),
+                    mount("ro", Some(true), None),
+                    mount("rro", Some(true), Some("Enabled")),
+                    mount("maybe", Some(true), Some("IfPossible")),
+                ]),
+                ..crate::testing::container("app")
+            })
+            .build();
+        let report = |supported| {
+            let mut status = ApiPodStatus {
+                container_statuses: Some(vec![ApiContainerStatus {
+                    name: "app".into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            };
+            set_volume_mount_statuses(&mut status, &pod, supported);
+            status.container_statuses.unwrap()[0]
+                .volume_mounts
+                .clone()
+                .unwrap()
+                .into_iter()
+                .map(|m| (m.name, m.read_only, m.recursive_read_only))
+                .collect::<Vec<_>>()
+        };
+        let row = |n: &str, ro: Option<bool>, rro: Option<&str>| {
+            (n.to_owned(), ro, rro.map(str::to_owned))
+        };
+        assert_eq!(
+            report(true),
+            [
+                row("rw", None, None),
+                row("ro", Some(true), Some("Disabled")),
+                row("rro", Some(true), Some("Enabled")),
+                row("maybe", Some(true), Some("Enabled")),
+            ]
+        );
+        // Without the handler's support nothing is recursively read-only
+        // (the container asking Enabled is refused at its creation).
+        assert_eq!(
+            report(false),
+            [
+                row("rw", None, None),
+                row("ro", Some(true), Some("Disabled")),
+                row("rro", Some(true), Some("Disabled")),
+                row("maybe", Some(true), Some("Disabled")),
+            ]
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume, VolumeMount,
 };
 
 use crate::downward;
@@ -23,6 +23,55 @@ pub const CONFIG_MAP: &str = "kubernetes.io~configmap";
 pub const SECRET: &str = "kubernetes.io~secret";
 pub const DOWNWARD_API: &str = "kubernetes.io~downward-api";
 pub const PROJECTED: &str = "kubernetes.io~projected";
+
+/// Why a volumeMount's `recursiveReadOnly` cannot be given, in upstream's
+/// words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecursiveReadOnlyError {
+    #[error("volume {0:?} requested recursive read-only mode, but it is not read-only")]
+    NotReadOnly(String),
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not compatible with propagation {1:?}"
+    )]
+    WithPropagation(String, String),
+    #[error(
+        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
+    )]
+    Unsupported(String),
+    #[error("unknown recursive read-only mode {0:?}")]
+    Mode(String),
+}
+
+/// Upstream's resolveRecursiveReadOnly: whether mount `m` is made
+/// recursively read-only. `Enabled` where the pod's runtime handler
+/// supports it (`supported`), refused where it does not (containerd 1.6
+/// lists no handler); `IfPossible` where it does, else a plain read-only
+/// mount.
+pub fn recursive_read_only(
+    m: &VolumeMount,
+    supported: bool,
+) -> Result<bool, RecursiveReadOnlyError> {
+    let mode = m.recursive_read_only.as_deref();
+    if matches!(mode, None | Some("Disabled")) {
+        return Ok(false);
+    }
+    if !m.read_only.unwrap_or(false) {
+        return Err(RecursiveReadOnlyError::NotReadOnly(m.name.clone()));
+    }
+    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
+        return Err(RecursiveReadOnlyError::WithPropagation(
+            m.name.clone(),
+            p.to_owned(),
+        ));
+    }
+    match mode {
+        Some("IfPossible") => Ok(supported),
+        Some("Enabled") if supported => Ok(true),
+        Some("Enabled") => Err(RecursiveReadOnlyError::Unsupported(m.name.clone())),
+        Some(other) => Err(RecursiveReadOnlyError::Mode(other.to_owned())),
+        None => Ok(false),
+    }
+}
 
 /// A volume's source, as far as rkubelet has a plugin for it.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -20,6 +20,7 @@ use kubelet_core::runtime::PodStatus;
 use kubelet_core::status::{
     KubeletTermination, TerminationKind, WaitingReasons, fail_for_deadline, fail_for_termination,
     generate_api_pod_status, keep_api_terminal_phase, past_active_deadline, set_host_ips,
+    set_volume_mount_statuses,
 };
 use kubelet_core::types::PodUid;
 use tokio::time::Instant;
@@ -101,6 +102,11 @@ impl Syncer {
             terminal,
         );
         set_host_ips(&mut status, pod, &self.host_ips);
+        set_volume_mount_statuses(
+            &mut status,
+            pod,
+            self.runtime.recursive_read_only_supported(pod),
+        );
         if self.past_deadline(pod) {
             fail_for_deadline(&mut status);
         }

@@ -35,7 +35,7 @@ impl RuntimeManager {
     /// recursive read-only mounts, as the runtime's Status lists it
     /// (upstream's runtimeClassSupportsRecursiveReadOnlyMounts: a class that
     /// cannot be looked up does not).
-    fn recursive_read_only_supported(&self, pod: &Pod) -> bool {
+    pub fn recursive_read_only_supported(&self, pod: &Pod) -> bool {
         let class = pod
             .spec
             .as_ref()

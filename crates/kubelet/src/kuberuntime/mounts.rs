@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use kubelet_core::expansion::expand;
-use kubelet_core::volume::{check_mounts, check_sub_path};
+use kubelet_core::volume::{check_mounts, check_sub_path, recursive_read_only};
 
 use crate::error::ConfigError;
 use crate::volumes::{Form, PodVolumes, subpath};
@@ -21,18 +21,6 @@ use crate::volumes::{Form, PodVolumes, subpath};
 enum MountError {
     #[error("invalid MountPropagation mode: {0:?}")]
     Propagation(String),
-    #[error("volume {0:?} requested recursive read-only mode, but it is not read-only")]
-    NotReadOnly(String),
-    #[error(
-        "volume {0:?} requested recursive read-only mode, but it is not compatible with propagation {1:?}"
-    )]
-    WithPropagation(String, String),
-    #[error(
-        "volume {0:?} requested recursive read-only mode, but it is not supported by the runtime"
-    )]
-    RecursiveReadOnly(String),
-    #[error("unknown recursive read-only mode {0:?}")]
-    RecursiveReadOnlyMode(String),
     #[error("missing value for {}", .0.join(", "))]
     MissingVariables(Vec<String>),
 }
@@ -43,30 +31,6 @@ fn propagation(m: &VolumeMount) -> Result<cri::MountPropagation, MountError> {
         Some("HostToContainer") => Ok(cri::MountPropagation::PropagationHostToContainer),
         Some("Bidirectional") => Ok(cri::MountPropagation::PropagationBidirectional),
         Some(other) => Err(MountError::Propagation(other.to_owned())),
-    }
-}
-
-/// Upstream's resolveRecursiveReadOnly: `Enabled` where the pod's runtime
-/// handler supports recursive read-only mounts (`supported`), refused where
-/// it does not (containerd 1.6 lists no handler); `IfPossible` where it
-/// does, else a plain read-only mount.
-fn recursive_read_only(m: &VolumeMount, supported: bool) -> Result<bool, MountError> {
-    let mode = m.recursive_read_only.as_deref();
-    if matches!(mode, None | Some("Disabled")) {
-        return Ok(false);
-    }
-    if !m.read_only.unwrap_or(false) {
-        return Err(MountError::NotReadOnly(m.name.clone()));
-    }
-    if let Some(p) = m.mount_propagation.as_deref().filter(|p| *p != "None") {
-        return Err(MountError::WithPropagation(m.name.clone(), p.to_owned()));
-    }
-    match mode {
-        Some("IfPossible") => Ok(supported),
-        Some("Enabled") if supported => Ok(true),
-        Some("Enabled") => Err(MountError::RecursiveReadOnly(m.name.clone())),
-        Some(other) => Err(MountError::RecursiveReadOnlyMode(other.to_owned())),
-        None => Ok(false),
     }
 }
 
