@@ -275,6 +275,9 @@ cmd_up() {
   done
   [[ $(id -u) -eq 0 ]] || die "nodes need root (network namespaces, containerd)"
   bin=$(hack/control-plane.sh build)
+  # containerd 2 is built here, where the Go module proxy is reachable, not
+  # in a node's network namespace
+  [[ ${RKUBELET_RUNTIME:-containerd2} == containerd1 ]] || hack/control-plane.sh runtime2 >/dev/null
   host_bridge
   [[ -z $E2E_MIRROR ]] || hack/registry.sh mirror "$DIR/registry" "$E2E_MIRROR" >/dev/null
   hack/cluster.sh up "${names[@]}" >/dev/null
