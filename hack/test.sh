@@ -143,6 +143,9 @@ cargo test --workspace
 
 stage "start a private registry and containerd"
 TMP_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rkubelet-test.XXXXXX")
+# Traversable (0711, not mktemp's 0700): a pod with hostUsers: false runs as
+# host IDs of its own, which must reach its rootfs under the runtime's state.
+chmod 0711 "$TMP_DIR"
 REGISTRY_DIR="$TMP_DIR/registry"
 hack/registry.sh start "$REGISTRY_DIR" "$REGISTRY_ADDR"
 RUNTIME_DIR="$TMP_DIR/runtime"

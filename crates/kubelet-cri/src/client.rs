@@ -51,7 +51,10 @@ impl CriError {
         format!("rpc error: code = {code} desc = {}", self.message)
     }
 
-    /// A later attempt may succeed (runtime down, slow or busy).
+    /// A later attempt may succeed (runtime down, slow or busy, or not in
+    /// the state the call needs yet: containerd 2 refuses to remove a
+    /// container whose exit it is still handling with FailedPrecondition,
+    /// `cannot delete running task`).
     pub fn is_retryable(&self) -> bool {
         matches!(
             self.code,
@@ -60,6 +63,7 @@ impl CriError {
                 | tonic::Code::ResourceExhausted
                 | tonic::Code::Aborted
                 | tonic::Code::Unknown
+                | tonic::Code::FailedPrecondition
         )
     }
 }

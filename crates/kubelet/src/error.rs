@@ -356,6 +356,11 @@ mod tests {
                 SyncError::Runtime(cri(tonic::Code::InvalidArgument)),
                 Some(Retry::Resync),
             ),
+            // containerd 2 removing a container whose exit it still handles.
+            (
+                SyncError::Runtime(cri(tonic::Code::FailedPrecondition)),
+                Some(Retry::Backoff),
+            ),
             (
                 SyncError::NetworkNotReady("cni".into()),
                 Some(Retry::Backoff),

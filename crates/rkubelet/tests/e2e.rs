@@ -452,6 +452,10 @@ async fn privileged_container_runs_in_a_privileged_sandbox() {
     node.finish().await;
 }
 
+/// How many mounts /proc/sys has in the container (a read-only path of
+/// the default procMount: one).
+const PROC_MASKED: &str = "grep -c ' /proc/sys ' /proc/self/mountinfo";
+
 /// `hostUsers: false`. Where the runtime's default handler supports user
 /// namespaces (containerd 2): the pod's root is a host ID of its own above
 /// the first 65536, kept in the pod's `userns` file (upstream's format)
@@ -463,11 +467,17 @@ async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
     let mut node = Node::new("userns");
     node.write(
         "userns.yaml",
-        &pod(
+        &(pod(
             "userns",
-            &[("a", &format!("cat /proc/self/uid_map; {SLEEPER}"))],
+            &[
+                (
+                    "a",
+                    &format!("cat /proc/self/uid_map; {PROC_MASKED}; {SLEEPER}"),
+                ),
+                ("b", &format!("{PROC_MASKED}; {SLEEPER}")),
+            ],
             "  hostUsers: false\n",
-        ),
+        ) + "    securityContext:\n      procMount: Unmasked\n"),
     );
     node.start();
     let status = node.rk.cri.status().await.unwrap();
@@ -498,16 +508,31 @@ async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
         .join(format!("default_{}_{uid}", node.pod_name("userns")))
         .join("a")
         .join("0.log");
-    let map = eventually("the container's uid_map is logged", START, async || {
-        let body = std::fs::read_to_string(&log).ok()?;
-        let (_, _, line) = parse_cri_line(body.lines().next()?)?;
-        Some(
-            line.split_whitespace()
-                .map(str::to_owned)
-                .collect::<Vec<_>>(),
-        )
+    let lines = |container: &str, n: usize| {
+        let log = log
+            .parent()
+            .unwrap()
+            .with_file_name(container)
+            .join("0.log");
+        async move {
+            let body = std::fs::read_to_string(&log).ok()?;
+            let lines: Vec<String> = body
+                .lines()
+                .filter_map(|l| Some(parse_cri_line(l)?.2.to_owned()))
+                .collect();
+            (lines.len() >= n).then_some(lines)
+        }
+    };
+    let a_lines = eventually("a's uid_map and /proc are logged", START, async || {
+        lines("a", 2).await
     })
     .await;
+    let map: Vec<String> = a_lines[0].split_whitespace().map(str::to_owned).collect();
+    // /proc/sys read-only by default; with procMount Unmasked (which needs
+    // a user namespace) not.
+    assert_eq!(a_lines[1], "1", "{a_lines:?}");
+    let b_lines = eventually("b's /proc is logged", START, async || lines("b", 1).await).await;
+    assert_eq!(b_lines[0], "0", "{b_lines:?}");
     let host: u32 = map[1].parse().unwrap();
     assert_eq!(
         (map[0].as_str(), map[2].as_str()),
