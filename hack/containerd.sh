@@ -145,8 +145,13 @@ set_bins() {
 }
 
 # select_runtime: BIN for RKUBELET_RUNTIME (containerd2: built or taken from
-# the cache), recorded in DIR/runtime.
+# the cache), recorded in DIR/runtime. Without RKUBELET_RUNTIME, a DIR
+# started before keeps its runtime (a containerd 2's state is not 1.6's).
 select_runtime() {
+  if [[ -z "${RKUBELET_RUNTIME:-}" && -r "$DIR/runtime" ]]; then
+    [[ -n "$BIN" ]] && RUNTIME=containerd2 || RUNTIME=containerd1
+    [[ -z "$BIN" || -x "$BIN/containerd" ]] && return 0
+  fi
   BIN=""
   if [[ "$RUNTIME" == containerd2 ]]; then
     BIN=$("$(dirname "${BASH_SOURCE[0]}")/control-plane.sh" runtime2) ||
