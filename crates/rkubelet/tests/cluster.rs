@@ -4309,6 +4309,26 @@ fn loops_backed_by(path: &Path) -> usize {
         .count()
 }
 
+/// The volume `volume` of the test pod `pod` in the node's
+/// `/stats/summary`, read through the API server's node proxy.
+fn summary_volume(api: &Api, pod: &str, volume: &str) -> Option<Value> {
+    let raw = api.run(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/stats/summary", api.node),
+    ]);
+    let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
+    let pod = v["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == pod)?;
+    pod["volume"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == volume)
+        .cloned()
+}
+
 /// A pod given the claim `claim` as the device `/dev/xvda`.
 fn block_pod(api: &Api, name: &str, claim: &str, read_only: bool, script: &str) -> Value {
     let mut c = sh_container("c", script);
@@ -4407,21 +4427,7 @@ async fn w_m_b_a_raw_block_local_volume_is_a_device_in_the_container() {
     uids.insert(uid(&k.api.pod("bl-mounted").unwrap()).to_owned());
     // Its capacity in the summary (a block volume's only figure).
     let capacity = eventually("the volume's capacity in the summary", START, async || {
-        let raw = k.api.run(&[
-            "get",
-            "--raw",
-            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
-        ]);
-        let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
-        let pod = v["pods"]
-            .as_array()?
-            .iter()
-            .find(|p| p["podRef"]["name"] == "bl-writer")?;
-        let volume = pod["volume"]
-            .as_array()?
-            .iter()
-            .find(|v| v["name"] == "disk")?;
-        volume["capacityBytes"].as_u64()
+        summary_volume(&k.api, "bl-writer", "disk")?["capacityBytes"].as_u64()
     })
     .await;
     assert_eq!(capacity, 8 << 20);
@@ -4926,21 +4932,8 @@ async fn w_p_a_csi_volume_is_attached_staged_published_and_torn_down() {
     // volume's capacity), with its claim, in the summary and in /metrics.
     let node = k.api.node.clone();
     let volume = eventually("the volume's stats at its new size", START, async || {
-        let raw = k.api.run(&[
-            "get",
-            "--raw",
-            &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
-        ]);
-        let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
-        let pod = v["pods"]
-            .as_array()?
-            .iter()
-            .find(|p| p["podRef"]["name"] == "cl-csi")?;
-        let volume = pod["volume"]
-            .as_array()?
-            .iter()
-            .find(|v| v["name"] == "data")?;
-        (volume["capacityBytes"] == 2 << 20).then(|| volume.clone())
+        let volume = summary_volume(&k.api, "cl-csi", "data")?;
+        (volume["capacityBytes"] == 2 << 20).then_some(volume)
     })
     .await;
     assert_eq!(

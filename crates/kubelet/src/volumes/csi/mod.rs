@@ -516,14 +516,7 @@ impl CsiVolumes {
                 .await?;
             let made = staging.clone();
             blocking(move || mount::ensure_dir(&made, 0o750)).await?;
-            let request = NodeStageVolumeRequest {
-                volume_id: volume.handle.clone(),
-                publish_context: publish_context.clone(),
-                staging_target_path: staging.to_string_lossy().into_owned(),
-                volume_capability: Some(capability.clone()),
-                secrets,
-                volume_context: volume.attributes.clone().into_iter().collect(),
-            };
+            let request = stage_request(volume, &staging, &capability, &publish_context, secrets);
             node.node_stage_volume(deadline(request))
                 .await
                 .map_err(CsiError::Rpc)?;
@@ -600,14 +593,7 @@ impl CsiVolumes {
             write_vol_data(made.parent().unwrap_or(&made), &data)
         })
         .await?;
-        let request = NodeStageVolumeRequest {
-            volume_id: volume.handle.clone(),
-            publish_context: publish_context.clone(),
-            staging_target_path: staging.clone(),
-            volume_capability: Some(capability.clone()),
-            secrets,
-            volume_context: volume.attributes.clone().into_iter().collect(),
-        };
+        let request = stage_request(volume, &path, capability, publish_context, secrets);
         if let Err(status) = node.node_stage_volume(deadline(request)).await {
             if is_final(&status) {
                 let gone = path.clone();
@@ -1163,6 +1149,24 @@ fn capability(volume: &CsiVolume, fs_group: Option<i64>, caps: &[i32]) -> Volume
                 has(rpc::Type::SingleNodeMultiWriter),
             ),
         }),
+    }
+}
+
+/// NodeStageVolume's request for `volume` at the staging path `path`.
+fn stage_request(
+    volume: &CsiVolume,
+    path: &Path,
+    capability: &VolumeCapability,
+    publish_context: &HashMap<String, String>,
+    secrets: HashMap<String, String>,
+) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: volume.handle.clone(),
+        publish_context: publish_context.clone(),
+        staging_target_path: path.to_string_lossy().into_owned(),
+        volume_capability: Some(capability.clone()),
+        secrets,
+        volume_context: volume.attributes.clone().into_iter().collect(),
     }
 }
 
