@@ -39,6 +39,18 @@ pub struct PodActions {
     pub containers_to_update: Vec<ContainerUpdate>,
 }
 
+impl PodActions {
+    /// Whether carrying these out changes anything in the runtime.
+    pub fn acts(&self) -> bool {
+        self.kill_pod
+            || self.create_sandbox.is_some()
+            || !self.containers_to_kill.is_empty()
+            || !self.containers_to_start.is_empty()
+            || !self.containers_to_remove.is_empty()
+            || !self.containers_to_update.is_empty()
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KillContainer {
     pub id: String,
@@ -476,6 +488,62 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, probes: &dyn ProbeView
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actions_act_when_they_change_the_runtime() {
+        let kill = KillContainer {
+            id: "c1".into(),
+            name: "a".into(),
+            reason: String::new(),
+            grace: None,
+        };
+        let cases: Vec<(&str, PodActions, bool)> = vec![
+            ("nothing", PodActions::default(), false),
+            (
+                "a ready sandbox alone",
+                PodActions {
+                    sandbox_id: Some("s1".into()),
+                    ..Default::default()
+                },
+                false,
+            ),
+            (
+                "kill the pod",
+                PodActions {
+                    kill_pod: true,
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                "a new sandbox",
+                PodActions {
+                    create_sandbox: Some(0),
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                "a container to kill",
+                PodActions {
+                    containers_to_kill: vec![kill],
+                    ..Default::default()
+                },
+                true,
+            ),
+            (
+                "a created container to remove",
+                PodActions {
+                    containers_to_remove: vec!["c2".into()],
+                    ..Default::default()
+                },
+                true,
+            ),
+        ];
+        for (what, actions, acts) in cases {
+            assert_eq!(actions.acts(), acts, "{what}");
+        }
+    }
     use crate::podspec::ephemeral_containers;
     use crate::runtime::{NoProbes, SandboxStatus};
     use crate::testing::{PodBuilder, container};

@@ -568,6 +568,44 @@ families! {
         "[ALPHA] Timestamp in seconds when PLEG was last seen active.",
         &[],
     ),
+    /// `kubelet_pleg_pod_relist_duration_seconds`: one pod's relist, on
+    /// demand (after a sync that acted, or a container event).
+    pleg_pod_relist_duration: Histogram(
+        "kubelet_pleg_pod_relist_duration_seconds",
+        "[ALPHA] Duration in seconds for relisting a single pod in PLEG.",
+        &[],
+        &DEF_BUCKETS,
+    ),
+    /// `kubelet_evented_pleg_connection_error_count`: CRI event streams
+    /// that failed or ended.
+    evented_pleg_connection_errors: Counter(
+        "kubelet_evented_pleg_connection_error_count",
+        "[ALPHA] The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+        &[],
+    ),
+    /// `kubelet_evented_pleg_connection_success_count`: CRI event streams
+    /// opened.
+    evented_pleg_connections: Counter(
+        "kubelet_evented_pleg_connection_success_count",
+        "[ALPHA] The number of times a streaming client was obtained to receive CRI Events.",
+        &[],
+    ),
+    /// `kubelet_evented_pleg_connection_latency_seconds`: from a CRI
+    /// event's creation to its receipt.
+    evented_pleg_connection_latency: Histogram(
+        "kubelet_evented_pleg_connection_latency_seconds",
+        "[ALPHA] The latency of streaming connection with the CRI runtime, measured in seconds.",
+        &[],
+        &DEF_BUCKETS,
+    ),
+    /// `rkubelet_evented_pleg_drift_total` (rkubelet's own): container
+    /// deaths the relist found that the CRI event stream had still not
+    /// reported by the next relist.
+    evented_pleg_drift: Counter(
+        "rkubelet_evented_pleg_drift_total",
+        "[ALPHA] Container deaths the PLEG relist found that the CRI event stream had not reported a relist period later (evented PLEG's drift).",
+        &[],
+    ),
     /// `kubelet_podcertificate_states{signer_name,state}`: podCertificate
     /// projections by signer and credential state.
     podcertificate_states: Gauge(

@@ -667,6 +667,22 @@ impl CriClient {
         Ok(resp.stats)
     }
 
+    /// `GetContainerEvents()`: the runtime's stream of container events
+    /// (created, started, stopped, deleted). Open until the runtime ends it:
+    /// no deadline, as a watch has none; gRPC sends the stream's headers
+    /// with its first event, so this returns once one comes.
+    pub async fn container_events(
+        &self,
+    ) -> Result<tonic::Streaming<cri::ContainerEventResponse>, CriError> {
+        let mut c = self.runtime.clone();
+        self.call(
+            "GetContainerEvents",
+            Duration::MAX,
+            c.get_container_events(cri::GetEventsRequest {}),
+        )
+        .await
+    }
+
     /// Usage of the image file system(s).
     pub async fn image_fs_info(&self) -> Result<cri::ImageFsInfoResponse, CriError> {
         let mut c = self.images.clone();

@@ -21,9 +21,9 @@ use k8s_cri::v1 as cri;
 use k8s_cri::v1::image_service_server::{ImageService, ImageServiceServer};
 use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use tokio::net::UnixListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
 use tonic::{Code, Request, Response, Status};
 
 const RUNTIME_NAME: &str = "fake";
@@ -38,10 +38,14 @@ const EXIT_CODE_TERMINATED: i32 = 143;
 /// Size reported for every image.
 const IMAGE_SIZE: u64 = 4 << 20;
 const IMAGE_FS_MOUNTPOINT: &str = "/var/lib/fake-cri/images";
+/// Events a GetContainerEvents stream holds for a slow reader before the
+/// fake drops it (containerd's subscriber buffer is 1000 too).
+const EVENT_BUFFER: usize = 1000;
 /// How long [`FakeRuntime::shutdown`] waits for connections to drain.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 type RpcResult<T> = Result<Response<T>, Status>;
+type EventSender = mpsc::Sender<Result<cri::ContainerEventResponse, Status>>;
 
 /// Usage numbers the fake reports for one container (see
 /// [`FakeRuntime::set_container_stats`]); CPU, memory and the writable layer
@@ -221,10 +225,26 @@ impl FakeRuntime {
     pub fn exit_container(&self, container_id: &str, exit_code: i32) -> bool {
         self.backend.update(|s| {
             let now = (s.clock)();
-            s.containers
+            let exited = s
+                .containers
                 .get_mut(container_id)
-                .is_some_and(|c| c.exit(exit_code, now))
+                .is_some_and(|c| c.exit(exit_code, now));
+            if exited {
+                s.emit(container_id, cri::ContainerEventType::ContainerStoppedEvent);
+            }
+            exited
         })
+    }
+
+    /// While true, container events are lost instead of sent on the
+    /// GetContainerEvents streams (a runtime whose event stream drops some).
+    pub fn pause_container_events(&self, paused: bool) {
+        self.backend.update(|s| s.events_paused = paused);
+    }
+
+    /// End every open GetContainerEvents stream, as a runtime restart does.
+    pub fn end_container_event_streams(&self) {
+        self.backend.update(|s| s.event_streams.clear());
     }
 
     /// What ListContainerStats reports for this container
@@ -525,6 +545,9 @@ struct State {
     id_keys: RandomState,
     /// Host number of the next pod IP in 10.88.0.0/16.
     next_ip: u32,
+    /// The open GetContainerEvents streams.
+    event_streams: Vec<EventSender>,
+    events_paused: bool,
     clock: FakeClock,
 }
 
@@ -552,7 +575,34 @@ impl State {
             id_keys: RandomState::new(),
             // .1 is the bridge gateway, as with containerd's default CNI config.
             next_ip: 2,
+            event_streams: Vec::new(),
+            events_paused: false,
         }
+    }
+
+    /// Send a container event on every open stream (containerd's CRI
+    /// event: the container's and its sandbox's status), dropping the
+    /// streams that are closed or full.
+    fn emit(&mut self, container_id: &str, kind: cri::ContainerEventType) {
+        if self.event_streams.is_empty() || self.events_paused {
+            return;
+        }
+        let Some(c) = self.containers.get(container_id) else {
+            return;
+        };
+        let event = cri::ContainerEventResponse {
+            container_id: container_id.to_owned(),
+            container_event_type: kind as i32,
+            created_at: (self.clock)(),
+            pod_sandbox_status: self.sandboxes.get(&c.sandbox_id).map(SandboxRecord::status),
+            containers_statuses: if kind == cri::ContainerEventType::ContainerDeletedEvent {
+                Vec::new()
+            } else {
+                vec![c.status()]
+            },
+        };
+        self.event_streams
+            .retain(|tx| tx.try_send(Ok(event.clone())).is_ok());
     }
 
     fn take_injected_error(&mut self, method: &str) -> Option<Status> {
@@ -653,16 +703,30 @@ impl State {
             .ok_or_else(|| not_found("sandbox", id))?;
         sandbox.state = cri::PodSandboxState::SandboxNotready;
         let now = (self.clock)();
-        for container in self.containers.values_mut().filter(|c| c.sandbox_id == id) {
-            container.exit(EXIT_CODE_KILLED, now);
+        let exited: Vec<String> = self
+            .containers
+            .values_mut()
+            .filter(|c| c.sandbox_id == id)
+            .filter_map(|c| c.exit(EXIT_CODE_KILLED, now).then(|| c.id.clone()))
+            .collect();
+        for container in exited {
+            self.emit(&container, cri::ContainerEventType::ContainerStoppedEvent);
         }
         Ok(cri::StopPodSandboxResponse {})
     }
 
     fn remove_pod_sandbox(&mut self, id: &str) -> cri::RemovePodSandboxResponse {
-        if self.sandboxes.remove(id).is_some() {
-            self.containers.retain(|_, c| c.sandbox_id != id);
+        let removed: Vec<String> = self
+            .containers
+            .values()
+            .filter(|c| c.sandbox_id == id)
+            .map(|c| c.id.clone())
+            .collect();
+        for container in &removed {
+            self.emit(container, cri::ContainerEventType::ContainerDeletedEvent);
+            self.containers.remove(container);
         }
+        self.sandboxes.remove(id);
         cri::RemovePodSandboxResponse {}
     }
 
@@ -727,6 +791,7 @@ impl State {
                 .into_owned()
         };
         let (seq, id) = self.next_id();
+        let created = id.clone();
         self.containers.insert(
             id.clone(),
             ContainerRecord {
@@ -744,6 +809,7 @@ impl State {
                 exit_code: 0,
             },
         );
+        self.emit(&created, cri::ContainerEventType::ContainerCreatedEvent);
         Ok(cri::CreateContainerResponse { container_id: id })
     }
 
@@ -771,12 +837,15 @@ impl State {
         }
         container.state = cri::ContainerState::ContainerRunning;
         container.started_at = now;
+        self.emit(id, cri::ContainerEventType::ContainerStartedEvent);
         Ok(cri::StartContainerResponse {})
     }
 
     fn stop_container(&mut self, id: &str) -> Result<cri::StopContainerResponse, Status> {
         let now = (self.clock)();
-        self.container_mut(id)?.exit(EXIT_CODE_TERMINATED, now);
+        if self.container_mut(id)?.exit(EXIT_CODE_TERMINATED, now) {
+            self.emit(id, cri::ContainerEventType::ContainerStoppedEvent);
+        }
         Ok(cri::StopContainerResponse {})
     }
 
@@ -1291,6 +1360,7 @@ impl RuntimeService for Backend {
     ) -> RpcResult<cri::RemoveContainerResponse> {
         let id = request.into_inner().container_id;
         self.call("RemoveContainer", |s| {
+            s.emit(&id, cri::ContainerEventType::ContainerDeletedEvent);
             s.containers.remove(&id);
             Ok(cri::RemoveContainerResponse {})
         })
@@ -1472,14 +1542,18 @@ impl RuntimeService for Backend {
         self.unimplemented("CheckpointContainer").await
     }
 
-    type GetContainerEventsStream =
-        tokio_stream::Empty<Result<cri::ContainerEventResponse, Status>>;
+    type GetContainerEventsStream = ReceiverStream<Result<cri::ContainerEventResponse, Status>>;
 
     async fn get_container_events(
         &self,
         _: Request<cri::GetEventsRequest>,
     ) -> RpcResult<Self::GetContainerEventsStream> {
-        self.unimplemented("GetContainerEvents").await
+        self.call("GetContainerEvents", |s| {
+            let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+            s.event_streams.push(tx);
+            Ok(ReceiverStream::new(rx))
+        })
+        .await
     }
 
     async fn list_metric_descriptors(

@@ -33,6 +33,7 @@ use crate::error::{ResizeError, SyncError, waiting_reasons};
 use crate::events::{Involved, WARNING};
 use crate::kuberuntime::config::host_network;
 use crate::kuberuntime::{RuntimeManager, grace_period};
+use crate::pleg::RelistRequests;
 use crate::pod_workers::{PodSyncer, PodTarget};
 use crate::podmanager::PodManager;
 use crate::prober::ProbeManager;
@@ -77,6 +78,8 @@ pub struct Syncer {
     pub terminations: Arc<Mutex<HashMap<PodUid, KubeletTermination>>>,
     /// The pods' allocated and actuated resources (in-place resize).
     pub allocation: AllocationManager,
+    /// PLEG's on-demand relists: a sync that acted asks for its pod's.
+    pub relist: RelistRequests,
 }
 
 impl Syncer {
@@ -420,6 +423,10 @@ impl Syncer {
         if let Some(e) = result.resize_error {
             Err(SyncError::Resize(e))
         } else if result.failures.is_empty() {
+            if result.acted {
+                // PLEG learns what this sync did now (upstream's postSync).
+                self.relist.request(&target.pod_ref.uid);
+            }
             Ok(false)
         } else {
             Err(SyncError::StartFailed(result.failures))

@@ -1864,3 +1864,126 @@ async fn a_restart_keeps_a_ready_static_pod_ready() {
     );
     k.stop().await;
 }
+
+/// The exit code the pod's status reports for this container, once it
+/// reports it terminated.
+fn terminated_exit_code(k: &Running, pod: &str, container: &str) -> Option<i32> {
+    k.kubelet
+        .pods_with_status()
+        .into_iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pod))?
+        .status?
+        .container_statuses?
+        .into_iter()
+        .find(|c| c.name == container)?
+        .state?
+        .terminated
+        .map(|t| t.exit_code)
+}
+
+/// On paused time, with the EventedPLEG gate: a container's death comes
+/// through the runtime's event stream, and its pod is relisted and synced
+/// at once, before the periodic relist (every second) could find it. A
+/// death the stream never reports is found by the relist, and counted as
+/// drift at the next one.
+#[tokio::test(start_paused = true)]
+async fn with_evented_pleg_a_death_is_seen_at_once_and_a_missed_one_is_counted() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    node.write(
+        "job.yaml",
+        &pod(
+            "job",
+            &[("a", "sleep 1000"), ("b", "sleep 1000")],
+            "  restartPolicy: Never\n",
+        ),
+    );
+    let k = node.start_with(|c| {
+        c.feature_gates.insert("EventedPLEG".into(), true);
+    });
+    let m = k.kubelet.opts.metrics.clone();
+    node.fake
+        .wait_for("a and b run", WAIT, |_| {
+            node.running("a").len() == 1 && node.running("b").len() == 1
+        })
+        .await;
+    eventually("the event stream is open", || {
+        m.evented_pleg_connections.get(&[]) == 1.0
+    })
+    .await;
+    // Just after a periodic relist, the next is a second away.
+    let relists = m.pleg_relist_duration.count(&[]);
+    eventually("a periodic relist", || {
+        m.pleg_relist_duration.count(&[]) > relists
+    })
+    .await;
+    let pod_relists = m.pleg_pod_relist_duration.count(&[]);
+    let died = tokio::time::Instant::now();
+    assert!(node.fake.exit_container(&node.running("a")[0].id, 3));
+    eventually("a is terminated in the pod's status", || {
+        terminated_exit_code(&k, "job-node1", "a") == Some(3)
+    })
+    .await;
+    let seen = died.elapsed();
+    assert!(
+        seen < kubelet::pleg::RELIST_PERIOD / 2,
+        "the death was seen {seen:?} after it: by the periodic relist, not the event"
+    );
+    assert!(
+        m.pleg_pod_relist_duration.count(&[]) > pod_relists,
+        "the pod was relisted on its own"
+    );
+    assert!(m.evented_pleg_connection_latency.count(&[]) > 0);
+    assert_eq!(m.evented_pleg_drift.get(&[]), 0.0);
+
+    // A death the stream loses: the relist finds it, and the next one
+    // counts it.
+    node.fake.pause_container_events(true);
+    assert!(node.fake.exit_container(&node.running("b")[0].id, 4));
+    eventually("b is terminated in the pod's status", || {
+        terminated_exit_code(&k, "job-node1", "b") == Some(4)
+    })
+    .await;
+    eventually("the drift is counted", || {
+        m.evented_pleg_drift.get(&[]) == 1.0
+    })
+    .await;
+    assert_eq!(m.evented_pleg_connection_errors.get(&[]), 0.0);
+    k.stop().await;
+}
+
+/// A runtime whose event stream keeps failing: evented PLEG opens it
+/// again, gives up after five ends (upstream's eventedPlegMaxStreamRetries)
+/// and the periodic relist alone goes on finding deaths.
+#[tokio::test(start_paused = true)]
+async fn evented_pleg_gives_up_a_stream_that_keeps_failing() {
+    let node = Node::with_clock(Clock::following_tokio()).await;
+    node.fake
+        .inject_error("GetContainerEvents", tonic::Code::Unimplemented, 100);
+    node.write(
+        "job.yaml",
+        &pod("job", &[("a", "sleep 1000")], "  restartPolicy: Never\n"),
+    );
+    let k = node.start_with(|c| {
+        c.feature_gates.insert("EventedPLEG".into(), true);
+    });
+    let m = k.kubelet.opts.metrics.clone();
+    eventually("five failed streams", || {
+        m.evented_pleg_connection_errors.get(&[]) == 5.0
+    })
+    .await;
+    node.fake
+        .wait_for("a runs", WAIT, |_| node.running("a").len() == 1)
+        .await;
+    assert!(node.fake.exit_container(&node.running("a")[0].id, 3));
+    eventually("a is terminated in the pod's status", || {
+        terminated_exit_code(&k, "job-node1", "a") == Some(3)
+    })
+    .await;
+    assert_eq!(
+        node.fake.calls("GetContainerEvents"),
+        5,
+        "given up after five"
+    );
+    assert_eq!(m.evented_pleg_connections.get(&[]), 0.0);
+    k.stop().await;
+}

@@ -609,6 +609,63 @@ async fn an_image_volume_is_the_image_mounted_read_only() {
     node.finish().await;
 }
 
+/// With the EventedPLEG gate: on a runtime with a container event stream
+/// (containerd 2), a container's death is read from the stream and its pod
+/// relisted at once (the log names the container); on containerd 1.6,
+/// which has none, the stream is given up after five tries with upstream's
+/// log line. Either way the pod ends (restartPolicy Never: its sandbox is
+/// stopped); the time from the container's end to that is printed.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn with_evented_pleg_a_container_death_is_read_from_the_event_stream() {
+    let mut node = Node::new("evented");
+    let streams = !node.rk.cri.status().await.unwrap().handlers.is_empty();
+    node.rk
+        .add_config("featureGates:\n  EventedPLEG: true\nlogging:\n  verbosity: 4\n");
+    node.write(
+        "job.yaml",
+        &pod(
+            "job",
+            &[("a", "sleep 3; exit 3")],
+            "  restartPolicy: Never\n",
+        ),
+    );
+    node.start();
+    let a = eventually("a runs", START, async || node.running("job", "a").await).await;
+    let sandbox = a.pod_sandbox_id.clone();
+    let stopped = eventually("the pod's sandbox is stopped", START, async || {
+        let sbs = node.pod_sandboxes("job").await?;
+        sbs.iter()
+            .any(|s| s.id == sandbox && !is_ready(s))
+            .then(SystemTime::now)
+    })
+    .await;
+    let status = node.rk.cri.container_status(&a.id).await.unwrap();
+    assert_eq!(status.exit_code, 3);
+    let finished = UNIX_EPOCH + Duration::from_nanos(u64::try_from(status.finished_at).unwrap());
+    eprintln!(
+        "container end to sandbox stopped: {:?} (polled every 200 ms)",
+        stopped.duration_since(finished).unwrap_or_default()
+    );
+    let log = std::fs::read_to_string(node.rk.log()).unwrap();
+    if streams {
+        assert!(
+            log.lines().any(|l| l
+                .contains("Evented PLEG: requested pod relist after container termination")
+                && l.contains(&a.id)),
+            "the stream reported a's end"
+        );
+    } else {
+        assert!(
+            log.contains(
+                "Evented PLEG: disabling container-termination fast path after exhausting event stream retries"
+            ),
+            "containerd 1.6 has no event stream"
+        );
+    }
+    node.finish().await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn manifest_removal_kills_within_grace_and_removes_everything() {

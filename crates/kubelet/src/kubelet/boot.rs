@@ -477,10 +477,9 @@ impl Kubelet {
         }
     }
 
-    fn initialize_runtime_dependent_modules(
-        self: &Arc<Self>,
-        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
-    ) {
+    /// PLEG's periodic relist, its health check, and with the EventedPLEG
+    /// gate the reader of the runtime's event stream.
+    fn start_pleg(&self, pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>) {
         tracing::info!("runtime is healthy: starting PLEG");
         let pleg = self.pleg.clone();
         let started = self.started;
@@ -490,6 +489,25 @@ impl Kubelet {
         self.tasks.spawn(tracing::info_span!("pleg"), move |token| {
             pleg.run(pleg_tx, token)
         });
+        if self.opts.config.feature_enabled("EventedPLEG") {
+            let evented = crate::pleg::EventedPleg {
+                cri: self.syncer.runtime.cri().clone(),
+                pleg: self.pleg.clone(),
+                metrics: self.opts.metrics.clone(),
+                clock: self.opts.clock,
+            };
+            self.tasks
+                .spawn(tracing::info_span!("evented_pleg"), move |token| {
+                    evented.run(token)
+                });
+        }
+    }
+
+    fn initialize_runtime_dependent_modules(
+        self: &Arc<Self>,
+        pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
+    ) {
+        self.start_pleg(pleg_tx);
         // The plugin manager (in cluster mode: CSI drivers need the API).
         if let Some(api) = &self.api {
             let manager = crate::pluginmanager::PluginManager {

@@ -242,7 +242,9 @@ impl Kubelet {
             api_objects,
             events.clone(),
         );
+        let pleg = Pleg::new(runtime.clone(), opts.metrics.clone(), opts.clock);
         let syncer = Syncer {
+            relist: pleg.requests(),
             runtime: runtime.clone(),
             runtime_state,
             status,
@@ -277,7 +279,7 @@ impl Kubelet {
             pod_manager: syncer.pods.clone(),
             status: syncer.status.clone(),
             runtime_state: syncer.runtime_state.clone(),
-            pleg: Pleg::new(runtime, opts.metrics.clone(), opts.clock),
+            pleg,
             workers,
             syncer,
             tasks,

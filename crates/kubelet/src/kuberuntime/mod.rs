@@ -70,6 +70,9 @@ pub struct SyncResult {
     pub resized: Vec<String>,
     /// Why the resize could not be carried out.
     pub resize_error: Option<ResizeError>,
+    /// The sync changed something in the runtime (stopped, created,
+    /// started or updated).
+    pub acted: bool,
 }
 
 /// The sandbox a pod's containers start in: its config, the pod's IPs and
@@ -237,7 +240,10 @@ impl RuntimeManager {
         }
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
-        let mut result = SyncResult::default();
+        let mut result = SyncResult {
+            acted: actions.acts(),
+            ..SyncResult::default()
+        };
         self.resize_step(pod, &actions, &mut result).await;
         let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
             return Ok(result);

@@ -54,8 +54,9 @@ impl RuntimeManager {
                 host_network,
             });
         }
+        // Newest first; the attempt breaks a tie of a coarse clock.
         out.sandboxes
-            .sort_by_key(|s| std::cmp::Reverse(s.created_at));
+            .sort_by_key(|s| std::cmp::Reverse((s.created_at, s.attempt)));
 
         let containers = self
             .cri
@@ -103,7 +104,7 @@ impl RuntimeManager {
             });
         }
         out.containers
-            .sort_by_key(|c| std::cmp::Reverse(c.created_at));
+            .sort_by_key(|c| std::cmp::Reverse((c.created_at, c.restart_count)));
         Ok(out)
     }
 
@@ -148,8 +149,30 @@ impl RuntimeManager {
 
     /// One relist for PLEG: every kubelet-managed sandbox and container.
     pub async fn relist(&self) -> Result<RuntimePods, CriError> {
-        let sandboxes = self.cri.list_pod_sandbox(None).await?;
-        let containers = self.cri.list_containers(None).await?;
+        self.list_runtime_pods(None).await
+    }
+
+    /// One pod's relist for PLEG (upstream's GetPod): its sandboxes and
+    /// containers, none when the runtime holds nothing of it.
+    pub async fn relist_pod(&self, uid: &PodUid) -> Result<RuntimePods, CriError> {
+        self.list_runtime_pods(Some(uid)).await
+    }
+
+    async fn list_runtime_pods(&self, only: Option<&PodUid>) -> Result<RuntimePods, CriError> {
+        let sandboxes = self
+            .cri
+            .list_pod_sandbox(only.map(|uid| cri::PodSandboxFilter {
+                label_selector: uid_filter(uid),
+                ..Default::default()
+            }))
+            .await?;
+        let containers = self
+            .cri
+            .list_containers(only.map(|uid| cri::ContainerFilter {
+                label_selector: uid_filter(uid),
+                ..Default::default()
+            }))
+            .await?;
         let mut pods = RuntimePods::new();
         for sb in sandboxes {
             if let Some(pod) = runtime_pod(&mut pods, &sb.labels) {
