@@ -6,7 +6,7 @@
 #
 #   hack/bench-cluster.sh [--serial N] [--bursts 20,100] [--steady SECS]
 #                         [--rest SECS] [--settle SECS] [--timeout SECS]
-#                         [--csi N] [--only rkubelet|upstream]
+#                         [--csi N] [--deaths N] [--evented] [--only rkubelet|upstream]
 #
 #   1. builds release binaries of rkubelet and rkubelet-bench, and (cached)
 #      the control plane, the upstream kubelet, the CSI mock driver and

@@ -10,6 +10,7 @@
 //!                            [--rest SECS] [--settle SECS] [--timeout SECS]
 //!                            [--probes N] [--log-flood N]
 //!                            [--csi N --csi-mock PATH --csi-provisioner PATH]
+//!                            [--deaths N] [--evented[=false]]
 //!                            [--scrape[=false] | --no-scrape]
 //!                            [--view[=false] | --no-view]
 //!                            [--evict[=false] | --no-evict]
@@ -50,22 +51,27 @@
 //!      external-provisioner's binaries (`--csi-mock`, `--csi-provisioner`),
 //!      N pods one at a time each with a CSI claim provisioned and bound
 //!      before its clock starts (crate::csi): create → Running;
-//!   8. with `--log-flood N` (10 by default), N pods each writing 1 MB/s
+//!   8. with `--deaths N`, N pods one at a time whose container ends 2 s
+//!      after it starts (restartPolicy Never): from its end (the CRI's
+//!      finishedAt) to the watch seeing it terminated. `--evented` runs
+//!      both kubelets with the EventedPLEG gate, so that the figure is the
+//!      event stream's rather than the periodic relist's;
+//!   9. with `--log-flood N` (10 by default), N pods each writing 1 MB/s
 //!      of log lines: a steady window (RSS, CPU, API requests) with both
 //!      kubelets on the default rotation settings (containerLogMaxSize
 //!      10Mi, containerLogMaxFiles 5, every 10 s), the most log bytes one
 //!      container kept meanwhile, then the startup of 5 more pods one at a
 //!      time under the flood (p50, beside the serial p50 without it);
-//!   9. once every burst's and probed pod is gone, a window at rest again:
-//!      the RSS the kubelet gave back;
-//!   10. with `--evict` (the default), the eviction phase: restart it with
+//!   10. once every burst's and probed pod is gone, a window at rest again:
+//!       the RSS the kubelet gave back;
+//!   11. with `--evict` (the default), the eviction phase: restart it with
 //!       `kernelMemcgNotification: true` and a memory.available threshold
 //!       400 MiB below what the node has, then run a BestEffort pod that
 //!       fills 800 MiB of a memory-backed emptyDir; the time from the
 //!       threshold crossed (the bench reads the root memory cgroup as the
 //!       kubelets do, every 10 ms) to the pod's SIGTERM (its trap writes a
 //!       file, whose mtime says when);
-//!   11. delete its pods, stop it, delete the Node and its Lease, and remove
+//!   12. delete its pods, stop it, delete the Node and its Lease, and remove
 //!       from the runtime whatever of the bench's pods it left.
 //!
 //! Every window's API requests are listed by verb and resource after the
@@ -78,7 +84,7 @@ use std::ffi::OsString;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
@@ -130,7 +136,7 @@ const RKUBELET_PORT: u16 = 10250;
 const USAGE: &str = "usage: rkubelet-bench cluster --rkubelet PATH --upstream PATH \
     --cluster-dir DIR --node NAME --endpoint unix://SOCK [--serial N] [--bursts 20,100] \
     [--steady SECS] [--rest SECS] [--settle SECS] [--timeout SECS] [--probes N] [--log-flood N] \
-    [--csi N --csi-mock PATH --csi-provisioner PATH] \
+    [--csi N --csi-mock PATH --csi-provisioner PATH] [--deaths N] [--evented[=false]] \
     [--scrape[=false] | --no-scrape] [--view[=false] | --no-view] \
     [--evict[=false] | --no-evict] [--only rkubelet|upstream] \
     [--work DIR]";
@@ -180,6 +186,10 @@ struct Args {
     csi: usize,
     csi_mock: Option<PathBuf>,
     csi_provisioner: Option<PathBuf>,
+    /// Pods of the death phase, one at a time (0: none).
+    deaths: usize,
+    /// Both kubelets run with the EventedPLEG gate.
+    evented: bool,
     /// Scrape /metrics and /stats/summary every second with the largest
     /// burst's pods running.
     scrape: bool,
@@ -226,6 +236,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
     let mut csi = 10;
     let mut csi_mock = None;
     let mut csi_provisioner = None;
+    let mut deaths = 0;
+    let mut evented = false;
     let mut scrape = true;
     let mut view = true;
     let mut evict = true;
@@ -280,6 +292,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
             "--csi-provisioner" => {
                 csi_provisioner = Some(PathBuf::from(value("--csi-provisioner")?))
             }
+            "--deaths" => deaths = value("--deaths")?.parse().context("--deaths")?,
+            "--evented" => evented = bool_flag("--evented", inline.as_deref())?,
             "--scrape" => scrape = bool_flag("--scrape", inline.as_deref())?,
             "--no-scrape" => scrape = !bool_flag("--no-scrape", inline.as_deref())?,
             "--view" => view = bool_flag("--view", inline.as_deref())?,
@@ -326,6 +340,8 @@ fn parse_args(argv: Vec<String>) -> anyhow::Result<Args> {
         },
         csi_mock,
         csi_provisioner,
+        deaths,
+        evented,
         scrape,
         view,
         evict,
@@ -404,6 +420,8 @@ struct KResults {
     flood_startups: Vec<Duration>,
     /// The CSI phase: each pod's create → Running.
     csi: Vec<Duration>,
+    /// The death phase: each container's end → the watch sees it.
+    deaths: Vec<Duration>,
     /// The view pod's log, its IP put as `<pod-ip>` (with `--view`).
     view: Option<String>,
     /// From a memory.available threshold crossed to the pod's SIGTERM
@@ -428,6 +446,8 @@ impl KResults {
 #[derive(Default)]
 struct Seen {
     running: HashMap<String, Instant>,
+    /// When the watch first saw the pod's container terminated, and its id.
+    ended: HashMap<String, (SystemTime, String)>,
     present: HashSet<String>,
     synced: bool,
 }
@@ -599,6 +619,7 @@ async fn watch_pods(client: kube::Client, seen: Arc<Mutex<Seen>>) {
     let mut listing: Option<Vec<Pod>> = None;
     while let Some(event) = stream.next().await {
         let now = Instant::now();
+        let wall = SystemTime::now();
         let apply = |s: &mut Seen, p: &Pod| {
             let name = p.metadata.name.clone().unwrap_or_default();
             let running = p
@@ -608,6 +629,15 @@ async fn watch_pods(client: kube::Client, seen: Arc<Mutex<Seen>>) {
                 .is_some_and(|ph| ph == "Running");
             if running {
                 s.running.entry(name.clone()).or_insert(now);
+            }
+            let ended = p
+                .status
+                .as_ref()
+                .and_then(|st| st.container_statuses.as_ref()?.first())
+                .filter(|c| c.state.as_ref().is_some_and(|st| st.terminated.is_some()))
+                .and_then(|c| c.container_id.clone());
+            if let Some(id) = ended {
+                s.ended.entry(name.clone()).or_insert((wall, id));
             }
             s.present.insert(name);
         };
@@ -627,6 +657,7 @@ async fn watch_pods(client: kube::Client, seen: Arc<Mutex<Seen>>) {
                 let name = p.metadata.name.unwrap_or_default();
                 s.present.remove(&name);
                 s.running.remove(&name);
+                s.ended.remove(&name);
             }
             Err(e) => eprintln!("rkubelet-bench: pod watch: {e}"),
         }
@@ -656,6 +687,8 @@ const PROBE_GROUP: &str = "probe";
 const LOG_GROUP: &str = "logs";
 /// The group of the CSI phase's pods (each named as its claim).
 const CSI_GROUP: &str = "csi";
+/// The group of the death phase's pods.
+const DEATH_GROUP: &str = "death";
 /// Pods started one at a time under the log flood.
 const FLOOD_STARTUPS: usize = 5;
 /// The group of the view pod.
@@ -695,6 +728,10 @@ fn pod(name: &str, node: &str, group: &str) -> anyhow::Result<Pod> {
             "trap 'exit 0' TERM; pad=$(printf '%0100d' 0); \
              while :; do yes $pad | head -n 10000; sleep 1; done & wait"
         ]);
+    }
+    if group == DEATH_GROUP {
+        v["spec"]["restartPolicy"] = serde_json::json!("Never");
+        v["spec"]["containers"][0]["command"] = serde_json::json!(["sh", "-c", "sleep 2; exit 3"]);
     }
     if group == CSI_GROUP {
         // The claim of its name, mounted.
@@ -1114,6 +1151,32 @@ impl Ctx {
         run
     }
 
+    /// The death phase: `--deaths` pods one at a time, each container's end
+    /// (the CRI's finishedAt) to the watch seeing it terminated.
+    async fn death_phase(&self, which: Which, k: &mut Kubelet) -> anyhow::Result<Vec<Duration>> {
+        let mut out = Vec::new();
+        for i in 0..self.args.deaths {
+            let name = format!("{POD_PREFIX}{DEATH_GROUP}-{}-{i}", which.short());
+            self.create(&name, DEATH_GROUP).await?;
+            let timeout = self.args.timeout;
+            wait_until(&format!("{name}'s container to end"), timeout, || {
+                self.with_seen(|s| s.ended.contains_key(&name))
+            })
+            .await
+            .inspect_err(|_| drop(k.check_alive()))?;
+            let (seen, id) = self
+                .with_seen(|s| s.ended.get(&name).cloned())
+                .context("the death seen")?;
+            let id = id.rsplit("://").next().unwrap_or_default();
+            let status = self.cri.container_status(id).await?;
+            let finished =
+                UNIX_EPOCH + Duration::from_nanos(u64::try_from(status.finished_at).unwrap_or(0));
+            out.push(seen.duration_since(finished).unwrap_or_default());
+            self.delete_group(DEATH_GROUP, k, timeout).await?;
+        }
+        Ok(out)
+    }
+
     /// Delete the bench pods of `group` (all of them when None) with their
     /// grace period and wait until the API has none left (the kubelet
     /// confirmed them stopped). Returns how long that took.
@@ -1280,6 +1343,15 @@ impl Ctx {
                 r.csi.len(),
                 percentile_ms(&r.csi, 0.5).unwrap_or(f64::NAN),
                 percentile_ms(&r.csi, 0.99).unwrap_or(f64::NAN),
+            );
+        }
+        if self.args.deaths > 0 {
+            r.deaths = self.death_phase(which, k).await?;
+            println!(
+                "    container end → watch, serial {}: p50 {:.1} ms, p99 {:.1} ms",
+                r.deaths.len(),
+                percentile_ms(&r.deaths, 0.5).unwrap_or(f64::NAN),
+                percentile_ms(&r.deaths, 0.99).unwrap_or(f64::NAN),
             );
         }
         let scrape_at = self
@@ -1586,6 +1658,11 @@ impl Ctx {
                     upstream_config(&self.args.endpoint, &ca, &logs, port, evict_below_mib);
                 (config, port)
             }
+        };
+        let text = if self.args.evented {
+            text + "featureGates:\n  EventedPLEG: true\n"
+        } else {
+            text
         };
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
         let log = dir.join("kubelet.log");
@@ -1894,6 +1971,27 @@ fn print_table(args: &Args, all: &[(Which, KResults)]) {
         rows.push((
             "  pod startup p50 above the floor (ms)".into(),
             Box::new(move |r| Some(p50(r)? - floor(r)?)),
+            1,
+        ));
+    }
+    if args.deaths > 0 {
+        let pct = |p: f64| -> Metric { Box::new(move |r: &KResults| percentile_ms(&r.deaths, p)) };
+        let pleg = if args.evented {
+            "EventedPLEG"
+        } else {
+            "relisting"
+        };
+        rows.push((
+            format!(
+                "container end → watch sees it p50 (ms, n={}, {pleg})",
+                args.deaths
+            ),
+            pct(0.5),
+            1,
+        ));
+        rows.push((
+            "container end → watch sees it p99 (ms)".into(),
+            pct(0.99),
             1,
         ));
     }
@@ -2284,6 +2382,18 @@ prober_probe_duration_seconds_count{probe_type="Liveness"} 9
             text.contains("\nkernelMemcgNotification: false\n"),
             "{text}"
         );
+    }
+
+    /// The death phase's pods end on their own, 2 s in, and stay ended.
+    #[test]
+    fn the_death_phase_pods_exit_and_are_not_restarted() {
+        let args = parse(&["--deaths", "5", "--evented"]).unwrap();
+        assert_eq!((args.deaths, args.evented), (5, true));
+        let defaults = parse(&[]).unwrap();
+        assert_eq!((defaults.deaths, defaults.evented), (0, false));
+        let p = serde_json::to_value(pod("rkb-death-r-0", "n", DEATH_GROUP).unwrap()).unwrap();
+        assert_eq!(p["spec"]["restartPolicy"], "Never");
+        assert_eq!(p["spec"]["containers"][0]["command"][2], "sleep 2; exit 3");
     }
 
     /// The eviction phase restarts both kubelets with the same threshold
