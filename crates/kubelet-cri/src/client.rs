@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1 as cri;
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
+use crate::v1 as cri;
+use crate::v1::image_service_client::ImageServiceClient;
+use crate::v1::runtime_service_client::RuntimeServiceClient;
 use kubelet_core::runtime::{RuntimeFeatures, RuntimeHandler};
 use tonic::transport::Channel;
 use tracing::Instrument;

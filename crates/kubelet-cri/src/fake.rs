@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use k8s_cri::v1 as cri;
-use k8s_cri::v1::image_service_server::{ImageService, ImageServiceServer};
-use k8s_cri::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
+use crate::v1 as cri;
+use crate::v1::image_service_server::{ImageService, ImageServiceServer};
+use crate::v1::runtime_service_server::{RuntimeService, RuntimeServiceServer};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -1556,6 +1556,77 @@ impl RuntimeService for Backend {
         .await
     }
 
+    type StreamPodSandboxesStream =
+        tokio_stream::Empty<Result<cri::StreamPodSandboxesResponse, Status>>;
+
+    async fn stream_pod_sandboxes(
+        &self,
+        _: Request<cri::StreamPodSandboxesRequest>,
+    ) -> RpcResult<Self::StreamPodSandboxesStream> {
+        self.unimplemented("StreamPodSandboxes").await
+    }
+
+    type StreamContainersStream =
+        tokio_stream::Empty<Result<cri::StreamContainersResponse, Status>>;
+
+    async fn stream_containers(
+        &self,
+        _: Request<cri::StreamContainersRequest>,
+    ) -> RpcResult<Self::StreamContainersStream> {
+        self.unimplemented("StreamContainers").await
+    }
+
+    type StreamContainerStatsStream =
+        tokio_stream::Empty<Result<cri::StreamContainerStatsResponse, Status>>;
+
+    async fn stream_container_stats(
+        &self,
+        _: Request<cri::StreamContainerStatsRequest>,
+    ) -> RpcResult<Self::StreamContainerStatsStream> {
+        self.unimplemented("StreamContainerStats").await
+    }
+
+    type StreamPodSandboxStatsStream =
+        tokio_stream::Empty<Result<cri::StreamPodSandboxStatsResponse, Status>>;
+
+    async fn stream_pod_sandbox_stats(
+        &self,
+        _: Request<cri::StreamPodSandboxStatsRequest>,
+    ) -> RpcResult<Self::StreamPodSandboxStatsStream> {
+        self.unimplemented("StreamPodSandboxStats").await
+    }
+
+    type StreamPodSandboxMetricsStream =
+        tokio_stream::Empty<Result<cri::StreamPodSandboxMetricsResponse, Status>>;
+
+    async fn stream_pod_sandbox_metrics(
+        &self,
+        _: Request<cri::StreamPodSandboxMetricsRequest>,
+    ) -> RpcResult<Self::StreamPodSandboxMetricsStream> {
+        self.unimplemented("StreamPodSandboxMetrics").await
+    }
+
+    async fn checkpoint_pod(
+        &self,
+        _: Request<cri::CheckpointPodRequest>,
+    ) -> RpcResult<cri::CheckpointPodResponse> {
+        self.unimplemented("CheckpointPod").await
+    }
+
+    async fn restore_pod(
+        &self,
+        _: Request<cri::RestorePodRequest>,
+    ) -> RpcResult<cri::RestorePodResponse> {
+        self.unimplemented("RestorePod").await
+    }
+
+    async fn update_pod_sandbox_resources(
+        &self,
+        _: Request<cri::UpdatePodSandboxResourcesRequest>,
+    ) -> RpcResult<cri::UpdatePodSandboxResourcesResponse> {
+        self.unimplemented("UpdatePodSandboxResources").await
+    }
+
     async fn list_metric_descriptors(
         &self,
         _: Request<cri::ListMetricDescriptorsRequest>,
@@ -1614,6 +1685,15 @@ impl ImageService for Backend {
         let req = request.into_inner();
         self.call("RemoveImage", |s| Ok(s.remove_image(req.image.as_ref())))
             .await
+    }
+
+    type StreamImagesStream = tokio_stream::Empty<Result<cri::StreamImagesResponse, Status>>;
+
+    async fn stream_images(
+        &self,
+        _: Request<cri::StreamImagesRequest>,
+    ) -> RpcResult<Self::StreamImagesStream> {
+        self.unimplemented("StreamImages").await
     }
 
     async fn image_fs_info(

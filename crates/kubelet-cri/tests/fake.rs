@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
-use k8s_cri::v1 as cri;
-use k8s_cri::v1::image_service_client::ImageServiceClient;
-use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use kubelet_cri::fake::{FakeRuntime, image_id, normalize_image};
+use kubelet_cri::v1 as cri;
+use kubelet_cri::v1::image_service_client::ImageServiceClient;
+use kubelet_cri::v1::runtime_service_client::RuntimeServiceClient;
 use tokio::net::UnixStream;
 use tokio::time::Instant;
 use tonic::Code;

@@ -28,11 +28,11 @@ use http_body_util::BodyExt;
 use hyper::body::Frame;
 use hyper::{Response, StatusCode};
 use inotify::{EventStream, Inotify, WatchMask};
-use k8s_cri::v1::ContainerState;
 use kubelet_core::crilog::{
     self, Assembler, LineWriter, LogLine, LogOptions, OptionsError, SelectError,
 };
 use kubelet_cri::client::{CriClient, CriError};
+use kubelet_cri::v1::ContainerState;
 use rustix::fs::{Mode, OFlags};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
@@ -592,13 +592,13 @@ mod tests {
     use parking_lot::Mutex;
     use std::io::Write as _;
 
-    use k8s_cri::v1 as cri;
     use k8s_openapi::api::core::v1::{
         ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
         ContainerStatus, Pod, PodStatus,
     };
     use kubelet_core::testing::{PodBuilder, container};
     use kubelet_cri::fake::FakeRuntime;
+    use kubelet_cri::v1 as cri;
 
     use super::*;
 

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubelet_core::config::KubeletConfiguration;
+use kubelet_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
 use crate::response::text_response;

@@ -17,8 +17,8 @@ use http_body_util::BodyExt;
 use hyper::header::{self, HeaderValue};
 use hyper::{Request, Response, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
+use kubelet_cri::v1 as cri;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 

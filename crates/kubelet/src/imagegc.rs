@@ -13,9 +13,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use kubelet_core::imagegc::{ImageGc, Listed, Policy};
 use kubelet_cri::client::{CriClient, CriError};
+use kubelet_cri::v1 as cri;
 
 use crate::clock::Clock;
 use crate::events::{Involved, Recorder, WARNING};
@@ -181,8 +181,8 @@ impl ImageGcManager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_cri::v1 as cri;
     use kubelet_cri::fake::FakeRuntime;
+    use kubelet_cri::v1 as cri;
 
     /// On paused time, against the fake runtime: an image no container
     /// uses goes once imageMaximumGCAge has passed; the one a container

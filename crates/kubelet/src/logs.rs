@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_cri::v1 as cri;
 use kubelet_core::logrotation::{self, COMPRESS_SUFFIX, TMP_SUFFIX};
 use kubelet_core::timefmt::compact_timestamp;
 use kubelet_core::types::keys;
 use kubelet_cri::client::{CriClient, CriError};
+use kubelet_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;

@@ -20,8 +20,8 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1 as cri;
 use kubelet_core::credentials::Credential;
+use kubelet_cri::v1 as cri;
 
 use crate::files::{TMP_SUFFIX, write_file};
 use kubelet_core::metrics::KubeletMetrics;

@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::PodActions;
 use kubelet_core::cgroups::pod_resource_config;
@@ -23,6 +22,7 @@ use kubelet_core::status::{
     set_volume_mount_statuses,
 };
 use kubelet_core::types::PodUid;
+use kubelet_cri::v1 as cri;
 use tokio::time::Instant;
 use tracing::Instrument;
 

@@ -15,13 +15,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::runtime::RuntimeHandler;
 use kubelet_core::types::PodUid;
 use kubelet_core::userns::{
     Allocator, KUBELET_USER, MAPPINGS_FILE, UserNamespace, UsernsError, kubelet_range,
 };
+use kubelet_cri::v1 as cri;
 use parking_lot::Mutex;
 
 /// Why a pod's user namespace cannot be had.

@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1 as cri;
 use kubelet::{Kubelet, KubeletOptions};
 use kubelet_core::config::KubeletConfiguration;
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::FakeRuntime;
+use kubelet_cri::v1 as cri;
 use kubelet_server::listener::connection_cap;
 use rustix::process::{Resource, getrlimit, setrlimit};
 use rustls::pki_types::pem::PemObject;

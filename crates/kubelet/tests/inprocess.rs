@@ -10,7 +10,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use kubelet::clock::Clock;
 use kubelet::cm::HostCgroups;
 use kubelet::nodeshutdown::LogindAccess;
@@ -20,6 +19,7 @@ use kubelet_core::config::KubeletConfiguration;
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::FakeRuntime;
+use kubelet_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
 const IMAGE: &str = "rkubelet.test/busybox:1";
@@ -1483,7 +1483,7 @@ async fn a_container_is_given_its_env_hosts_file_and_resolver() {
     let env: Vec<(&str, &str)> = cfg
         .envs
         .iter()
-        .map(|kv| (kv.key.as_str(), kv.value.as_str()))
+        .map(|kv| (kv.key.as_str(), std::str::from_utf8(&kv.value).unwrap()))
         .collect();
     let pod_ip = env.iter().find(|(k, _)| *k == "POD_IP").unwrap().1;
     let status_ip = || {

@@ -88,7 +88,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -96,6 +95,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
 
 use crate::csi;
 use crate::kubelet::Kubelet;

@@ -30,9 +30,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
-use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::FakeRuntime;
+use kubelet_cri::v1 as cri;
 
 use crate::kubelet::Kubelet;
 use crate::procfs::{Memory, mib};

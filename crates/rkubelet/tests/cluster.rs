@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_cri::v1 as cri;
+use kubelet_cri::v1 as cri;
 use serde_json::{Value, json};
 
 mod common;

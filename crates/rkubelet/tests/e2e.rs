@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
 
 mod common;
 use common::process::{KUBELET_PORT, Rkubelet};

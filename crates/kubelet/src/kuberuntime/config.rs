@@ -6,7 +6,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, SELinuxOptions, SecurityContext};
 use kubelet_core::actions::container_hash;
 use kubelet_core::cgroups;
@@ -18,6 +17,7 @@ use kubelet_core::resources;
 use kubelet_core::security::{self, Profile};
 use kubelet_core::swap::{SwapPolicy, SwapSetting};
 use kubelet_core::types::keys;
+use kubelet_cri::v1 as cri;
 
 use crate::error::ConfigError;
 
@@ -555,7 +555,10 @@ pub fn container_config(
     let (command, args) = expand_command_and_args(c, &env);
     let envs = env
         .into_iter()
-        .map(|(key, value)| cri::KeyValue { key, value })
+        .map(|(key, value)| cri::KeyValue {
+            key,
+            value: value.into_bytes(),
+        })
         .collect();
     let labels = HashMap::from([
         (keys::POD_NAME.to_owned(), name.to_owned()),

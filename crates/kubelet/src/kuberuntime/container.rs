@@ -57,7 +57,7 @@ impl RuntimeManager {
     pub(super) async fn user_namespace(
         &self,
         pod: &Pod,
-    ) -> Result<k8s_cri::v1::UserNamespace, crate::userns::UsernsSetupError> {
+    ) -> Result<kubelet_cri::v1::UserNamespace, crate::userns::UsernsSetupError> {
         let class = pod
             .spec
             .as_ref()

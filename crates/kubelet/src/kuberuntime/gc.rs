@@ -4,11 +4,11 @@
 
 use std::collections::HashSet;
 
-use k8s_cri::v1 as cri;
 use kubelet_core::gc::{GcCandidate, SandboxCandidate, evictable, evictable_sandboxes};
 use kubelet_core::runtime::{PodStatus, SandboxState};
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::CriError;
+use kubelet_cri::v1 as cri;
 
 use super::config::pod_log_dir;
 use super::status::container_state;

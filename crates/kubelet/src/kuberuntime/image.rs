@@ -4,13 +4,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_core::credentials::{Credential, Keyring};
 use kubelet_core::duration::format_go_duration;
 use kubelet_core::pullrecords::{Check, ImagePullSecret, ImagePullServiceAccount};
 use kubelet_core::reference::parse_normalized;
 use kubelet_cri::client::CriError;
+use kubelet_cri::v1 as cri;
 use kubelet_tasks::blocking;
 
 use super::RuntimeManager;

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::{PodActions, compute_pod_actions};
 use kubelet_core::dns::DnsSettings;
@@ -33,6 +32,7 @@ use kubelet_core::resize::Allocation;
 use kubelet_core::runtime::{PodStatus, ProbeView};
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::{CriClient, CriError};
+use kubelet_cri::v1 as cri;
 use parking_lot::Mutex;
 
 use self::config::{NodeResources, SecurityDefaults};

@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod, VolumeMount};
 use kubelet_core::expansion::expand;
 use kubelet_core::volume::{check_mounts, check_sub_path, recursive_read_only};
+use kubelet_cri::v1 as cri;
 
 use crate::error::ConfigError;
 use crate::volumes::{Form, PodVolumes, subpath};

@@ -1,7 +1,6 @@
 //! The pod sandbox (upstream's kuberuntime_sandbox.go): its config with the
 //! resolver and hostname, made when missing or changed.
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::actions::PodActions;
 use kubelet_core::dns::{
@@ -9,6 +8,7 @@ use kubelet_core::dns::{
 };
 use kubelet_core::runtime::PodStatus;
 use kubelet_cri::client::CriError;
+use kubelet_cri::v1 as cri;
 
 use super::config::{SandboxInputs, host_network, sandbox_config};
 use super::status::sandbox_ips;

@@ -5,13 +5,13 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use k8s_cri::v1 as cri;
 use kubelet_core::runtime::{
     ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
     SandboxStatus,
 };
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::CriError;
+use kubelet_cri::v1 as cri;
 
 use super::{PodRef, RuntimeManager, uid_filter};
 use crate::files::is_under;

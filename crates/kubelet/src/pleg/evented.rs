@@ -13,10 +13,10 @@
 
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::types::PodUid;
 use kubelet_cri::client::{CriClient, CriError};
+use kubelet_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
 use super::Pleg;

@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStatus, Event, ExecAction, Pod,
     PodSpec, PodStatus, Probe,
@@ -14,6 +13,7 @@ use kubelet_core::testing::PodBuilder;
 use kubelet_core::types::PodUid;
 use kubelet_cri::client::CriClient;
 use kubelet_cri::fake::FakeRuntime;
+use kubelet_cri::v1 as cri;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
-use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{CgroupLayout, CgroupName, PodCgroups};
 use kubelet_core::stats::{
@@ -34,6 +33,7 @@ use kubelet_core::stats::{
     sum_swap, ticks_to_nanos, time_from_nanos, usage_nano_cores,
 };
 use kubelet_core::volume;
+use kubelet_cri::v1 as cri;
 
 use kubelet_core::claim::{ClaimVolume, Measure};
 use kubelet_cri::client::{CriClient, CriError};

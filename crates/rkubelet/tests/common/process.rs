@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
 
 use super::runtime::{CRI_TIMEOUT, Labels};
 use super::{CgroupRoot, eventually};

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_cri::v1 as cri;
 use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
 
 /// A sandbox's or container's labels.
 pub type Labels = HashMap<String, String>;
