@@ -554,7 +554,8 @@ async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
 }
 
 /// An `image` volume: the image (here the test image itself, present)
-/// mounted read-only where the container asks, on a runtime that mounts
+/// mounted read-only where the container asks, and its `bin` directory
+/// through a subPath, on a runtime that mounts
 /// images (containerd 2, which lists its handlers; containerd 1.6 lists
 /// none and has no image mounts, as the upstream kubelet finds too).
 #[tokio::test]
@@ -566,10 +567,11 @@ async fn an_image_volume_is_the_image_mounted_read_only() {
         return;
     }
     let script = format!(
-        "ls /img/bin/busybox && (touch /img/x 2>/dev/null && echo writable || echo read-only); {SLEEPER}"
+        "ls /img/bin/busybox && (touch /img/x 2>/dev/null && echo writable || echo read-only) && ls /imgbin/busybox; {SLEEPER}"
     );
     let manifest = pod("imgvol", &[("a", &script)], "")
         + "    volumeMounts:\n    - name: img\n      mountPath: /img\n"
+        + "    - name: img\n      mountPath: /imgbin\n      subPath: bin\n"
         + &format!(
             "  volumes:\n  - name: img\n    image:\n      reference: {IMAGE}\n      pullPolicy: IfNotPresent\n"
         );
@@ -592,10 +594,10 @@ async fn an_image_volume_is_the_image_mounted_read_only() {
             .lines()
             .filter_map(|l| Some(parse_cri_line(l)?.2.to_owned()))
             .collect();
-        (lines.len() >= 2).then_some(lines)
+        (lines.len() >= 3).then_some(lines)
     })
     .await;
-    assert_eq!(lines, ["/img/bin/busybox", "read-only"]);
+    assert_eq!(lines, ["/img/bin/busybox", "read-only", "/imgbin/busybox"]);
     let status = node.rk.cri.container_status(&a.id).await.unwrap();
     let mount = status
         .mounts
@@ -606,6 +608,12 @@ async fn an_image_volume_is_the_image_mounted_read_only() {
         mount.image.as_ref().is_some_and(|i| !i.image.is_empty()),
         "{mount:?}"
     );
+    let sub = status
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/imgbin")
+        .expect("the image subPath mount");
+    assert_eq!(sub.image_sub_path, "bin", "{sub:?}");
     node.finish().await;
 }
 

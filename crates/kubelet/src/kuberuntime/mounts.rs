@@ -112,6 +112,9 @@ pub async fn container_mounts(
             ));
         };
         let sub = sub_path(&env, m).map_err(|e| err(field("subPathExpr"), e.to_string()))?;
+        if !sub.is_empty() {
+            check_sub_path(&sub).map_err(|e| err(field("subPath"), e.to_string()))?;
+        }
         if vol.form == Form::Image {
             let Some(image) = runtime.images.get(&m.name) else {
                 return Err(err(
@@ -119,21 +122,13 @@ pub async fn container_mounts(
                     format!("image volume {:?} was not pulled", m.name),
                 ));
             };
-            if !sub.is_empty() {
-                // The CRI's image_sub_path (kubernetes 1.33) is not in the
-                // bindings rkubelet builds with (k8s-cri 0.11).
-                return Err(err(
-                    field("subPath"),
-                    format!(
-                        "subPath {sub:?} of image volume {:?}: not supported by rkubelet yet",
-                        m.name
-                    ),
-                ));
-            }
+            // A subPath is the runtime's to mount (upstream's ImageSubPath):
+            // it refuses one the image lacks.
             out.push(cri::Mount {
                 container_path: m.mount_path.clone(),
                 readonly: true,
                 image: Some(image.clone()),
+                image_sub_path: sub,
                 ..Default::default()
             });
             continue;
@@ -141,7 +136,6 @@ pub async fn container_mounts(
         let host_path: PathBuf = if sub.is_empty() {
             vol.host_path.clone()
         } else {
-            check_sub_path(&sub).map_err(|e| err(field("subPath"), e.to_string()))?;
             let target = pod_dir
                 .join("volume-subpaths")
                 .join(&m.name)
@@ -593,7 +587,7 @@ mod tests {
             ("/img", "", true)
         );
         assert_eq!(got[0].image, Some(spec));
-        // Not pulled, or with a subPath: refused, naming the field.
+        // Not pulled: refused, naming the field.
         let none = container_mounts(
             &p,
             c,
@@ -606,13 +600,19 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(none.field, "volumeMounts[0].name");
-        let mut sub = mount("data", "/img");
-        sub.sub_path = Some("bin".into());
-        let (p, _) = pod(vec![sub]);
-        let c = &p.spec.as_ref().unwrap().containers[0];
-        let e = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, &runtime)
-            .await
-            .unwrap_err();
-        assert_eq!(e.field, "volumeMounts[0].subPath");
+        // A subPath is the runtime's to mount; one that leaves the image is
+        // refused here, naming the field.
+        for (sub_path, ok) in [("bin", true), ("../etc", false), ("/bin", false)] {
+            let mut sub = mount("data", "/img");
+            sub.sub_path = Some(sub_path.into());
+            let (p, _) = pod(vec![sub]);
+            let c = &p.spec.as_ref().unwrap().containers[0];
+            let got = container_mounts(&p, c, &v, Path::new("/pods/u"), &[], None, &runtime).await;
+            match got {
+                Ok(m) if ok => assert_eq!(m[0].image_sub_path, sub_path),
+                Err(e) if !ok => assert_eq!(e.field, "volumeMounts[0].subPath", "{sub_path}"),
+                other => panic!("{sub_path}: {other:?}"),
+            }
+        }
     }
 }
