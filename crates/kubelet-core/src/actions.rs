@@ -598,6 +598,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             grace_period: Some(30),
+            stop_signal: None,
         }
     }
 

@@ -86,6 +86,9 @@ pub struct ContainerStatus {
     /// The pod's termination grace period recorded on the container, so a pod
     /// no source knows any more can still be stopped gently.
     pub grace_period: Option<i64>,
+    /// The signal the runtime stops it with, as the API names it
+    /// (`SIGUSR1`), when the runtime says (ContainerStopSignals).
+    pub stop_signal: Option<String>,
 }
 
 /// Everything the runtime knows about one pod, newest sandbox first and

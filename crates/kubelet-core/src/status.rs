@@ -273,6 +273,7 @@ fn container_status(spec: &Container, init: bool, cx: &StatusContext<'_>) -> Api
             ..Default::default()
         }),
         state: Some(state),
+        stop_signal: newest.and_then(|c| c.stop_signal.clone()),
         ..Default::default()
     }
 }
@@ -853,6 +854,7 @@ mod tests {
             exit_code: exit,
             reason: String::new(),
             message: String::new(),
+            stop_signal: None,
             grace_period: None,
         }
     }
@@ -1315,6 +1317,24 @@ mod tests {
             &NoProbes,
             false,
         )
+    }
+
+    /// The stop signal the runtime reports is the container's status'
+    /// stopSignal (none when it reports none).
+    #[test]
+    fn a_stop_signal_the_runtime_reports_is_in_the_status() {
+        use ContainerState::*;
+        let p = pod("Always", &["a", "b"]);
+        let mut a = ctr("a", Running, 0, 0);
+        a.stop_signal = Some("SIGUSR1".into());
+        let s = api_status(&p, vec![a, ctr("b", Running, 0, 0)]);
+        let signals: Vec<Option<&str>> = s
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| c.stop_signal.as_deref())
+            .collect();
+        assert_eq!(signals, [Some("SIGUSR1"), None]);
     }
 
     #[test]

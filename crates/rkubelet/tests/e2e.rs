@@ -674,6 +674,46 @@ async fn with_evented_pleg_a_container_death_is_read_from_the_event_stream() {
     node.finish().await;
 }
 
+/// With the ContainerStopSignals gate, a container's `lifecycle.stopSignal`
+/// is the signal it is stopped with: past its pod's active deadline, the
+/// container traps SIGUSR1 (exit 10), not SIGTERM (exit 15), and the
+/// runtime's status names the signal. Containerd 1.6 predates the field
+/// and stops it with SIGTERM, as it would under the upstream kubelet.
+#[tokio::test]
+#[ignore = "needs a real containerd: run through hack/test.sh"]
+async fn a_container_is_stopped_with_its_stop_signal() {
+    let mut node = Node::new("stopsig");
+    let signals = !node.rk.cri.status().await.unwrap().handlers.is_empty();
+    node.rk
+        .add_config("featureGates:\n  ContainerStopSignals: true\n");
+    let script = "trap 'exit 10' USR1; trap 'exit 15' TERM; sleep 1000 & wait";
+    node.write(
+        "stopsig.yaml",
+        &(pod(
+            "stopsig",
+            &[("a", script)],
+            "  restartPolicy: Never\n  activeDeadlineSeconds: 3\n",
+        ) + "    lifecycle:\n      stopSignal: SIGUSR1\n"),
+    );
+    node.start();
+    let a = eventually("a runs", START, async || node.running("stopsig", "a").await).await;
+    let status = eventually("a is stopped past the deadline", START, async || {
+        let st = node.rk.cri.container_status(&a.id).await.ok()?;
+        (st.state == cri::ContainerState::ContainerExited as i32).then_some(st)
+    })
+    .await;
+    if signals {
+        assert_eq!(status.exit_code, 10, "stopped with SIGUSR1: {status:?}");
+        assert_eq!(status.stop_signal, cri::Signal::Sigusr1 as i32);
+    } else {
+        assert_eq!(
+            status.exit_code, 15,
+            "containerd 1.6 sends SIGTERM: {status:?}"
+        );
+    }
+    node.finish().await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn manifest_removal_kills_within_grace_and_removes_everything() {

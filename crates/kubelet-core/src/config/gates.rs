@@ -57,6 +57,7 @@ pub struct Gate {
 
 /// Kubelet gates rkubelet honours either way.
 pub const HONOURED: &[&str] = &[
+    "ContainerStopSignals",
     "EventedPLEG",
     "GracefulNodeShutdown",
     "GracefulNodeShutdownBasedOnPodPriority",

@@ -408,6 +408,7 @@ fn runtime_host(
         cgroups,
         runtime_classes,
         runtime_state,
+        stop_signals: cfg.feature_enabled("ContainerStopSignals"),
         userns: UsernsManager::new(
             opts.root_dir.join("pods"),
             u32::try_from(cfg.user_namespaces.ids_per_pod).unwrap_or(u32::MAX),

@@ -528,6 +528,41 @@ pub struct ContainerInputs<'a> {
     pub env: Vec<(String, String)>,
     /// The groups its pod's volumes ask for (PVs' gid annotation).
     pub volume_groups: Vec<i64>,
+    /// The ContainerStopSignals gate: its `lifecycle.stopSignal` is given.
+    pub stop_signals: bool,
+}
+
+/// The CRI's name of a stop signal the API names (upstream's
+/// signalNameToRuntimeEnum): `SIGUSR1` is `SIGNAL_SIGUSR1`, `SIGRTMIN+1`
+/// `SIGNAL_SIGRTMINPLUS1`, `SIGRTMAX-1` `SIGNAL_SIGRTMAXMINUS1`.
+pub fn cri_signal(name: &str) -> Option<cri::Signal> {
+    let cri_name = format!("SIGNAL_{}", name.replace('+', "PLUS").replace('-', "MINUS"));
+    cri::Signal::from_str_name(&cri_name).filter(|s| *s != cri::Signal::RuntimeDefault)
+}
+
+/// The API's name of a CRI stop signal; None for the runtime's default.
+pub fn api_signal(signal: cri::Signal) -> Option<String> {
+    let name = signal.as_str_name().strip_prefix("SIGNAL_")?;
+    (signal != cri::Signal::RuntimeDefault).then(|| name.replace("PLUS", "+").replace("MINUS", "-"))
+}
+
+/// The signal `c` asks to be stopped with, with the ContainerStopSignals
+/// gate (without it, upstream ignores the field, as the API server drops
+/// it); the runtime's default when it names none.
+fn stop_signal(c: &Container, gate: bool) -> Result<cri::Signal, ConfigError> {
+    let Some(name) = c
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.stop_signal.as_deref())
+        .filter(|_| gate)
+    else {
+        return Ok(cri::Signal::RuntimeDefault);
+    };
+    cri_signal(name).ok_or_else(|| ConfigError {
+        container: c.name.clone(),
+        field: "lifecycle.stopSignal".into(),
+        message: format!("Unsupported value: {name:?}"),
+    })
 }
 
 /// CreateContainer's config for `c`: its environment, command and args
@@ -550,7 +585,9 @@ pub fn container_config(
         userns,
         env,
         volume_groups,
+        stop_signals,
     } = inputs;
+    let stop_signal = stop_signal(c, stop_signals)?;
     let (name, ns, uid) = name_ns_uid(pod);
     let (command, args) = expand_command_and_args(c, &env);
     let envs = env
@@ -636,6 +673,7 @@ pub fn container_config(
                 userns,
             )?),
         }),
+        stop_signal: stop_signal as i32,
         ..Default::default()
     })
 }
@@ -958,6 +996,7 @@ mod tests {
                 userns: cri::UserNamespace::default(),
                 env: vec![("A".into(), "1".into())],
                 volume_groups: Vec::new(),
+                stop_signals: false,
             },
             &SecurityDefaults::default(),
             NODE,
@@ -1011,6 +1050,7 @@ mod tests {
             userns: cri::UserNamespace::default(),
             env: Vec::new(),
             volume_groups: Vec::new(),
+            stop_signals: false,
         };
         let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
         let r = cfg.linux.unwrap().resources.unwrap();
@@ -1105,7 +1145,58 @@ mod tests {
             userns: cri::UserNamespace::default(),
             env,
             volume_groups: Vec::new(),
+            stop_signals: false,
         }
+    }
+
+    /// lifecycle.stopSignal reaches the runtime with the
+    /// ContainerStopSignals gate, under the CRI's names, and is ignored
+    /// without it (as upstream); a name the CRI lacks is refused, naming
+    /// the field.
+    #[test]
+    fn a_stop_signal_is_given_with_its_gate() {
+        for (name, cri_name) in [
+            ("SIGUSR1", "SIGNAL_SIGUSR1"),
+            ("SIGKILL", "SIGNAL_SIGKILL"),
+            ("SIGRTMIN+1", "SIGNAL_SIGRTMINPLUS1"),
+            ("SIGRTMAX-14", "SIGNAL_SIGRTMAXMINUS14"),
+            ("SIGRTMAX", "SIGNAL_SIGRTMAX"),
+        ] {
+            let signal = cri_signal(name).unwrap();
+            assert_eq!(signal.as_str_name(), cri_name);
+            assert_eq!(api_signal(signal).as_deref(), Some(name));
+        }
+        assert_eq!(cri_signal("RUNTIME_DEFAULT"), None);
+        assert_eq!(cri_signal("SIGFOO"), None);
+        assert_eq!(api_signal(cri::Signal::RuntimeDefault), None);
+
+        let mut p = pod();
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.lifecycle = Some(k8s_openapi::api::core::v1::Lifecycle {
+            stop_signal: Some("SIGUSR1".into()),
+            ..Default::default()
+        });
+        let c = c.clone();
+        let config = |gate: bool| {
+            let mut inputs = inputs(Vec::new());
+            inputs.stop_signals = gate;
+            container_config(&p, &c, inputs, &SecurityDefaults::default(), NODE)
+        };
+        assert_eq!(
+            config(true).unwrap().stop_signal,
+            cri::Signal::Sigusr1 as i32
+        );
+        assert_eq!(
+            config(false).unwrap().stop_signal,
+            cri::Signal::RuntimeDefault as i32
+        );
+        let mut bad = c.clone();
+        bad.lifecycle.as_mut().unwrap().stop_signal = Some("SIGFOO".into());
+        let mut inputs = inputs(Vec::new());
+        inputs.stop_signals = true;
+        let e = container_config(&p, &bad, inputs, &SecurityDefaults::default(), NODE).unwrap_err();
+        assert_eq!(e.field, "lifecycle.stopSignal");
+        assert_eq!(e.message, r#"Unsupported value: "SIGFOO""#);
     }
 
     /// A PV's gid annotation: its group joins the pod's, once.

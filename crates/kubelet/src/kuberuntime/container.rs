@@ -241,6 +241,7 @@ impl RuntimeManager {
             userns,
             env,
             volume_groups: volume_groups(sandbox.volumes),
+            stop_signals: self.host.stop_signals,
         };
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;

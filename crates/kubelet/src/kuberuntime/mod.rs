@@ -129,6 +129,9 @@ pub struct Host {
     pub max_container_restart_period: std::time::Duration,
     /// The pods' cgroups: each sandbox's cgroup parent.
     pub cgroups: ContainerManager,
+    /// The ContainerStopSignals gate: a container's `lifecycle.stopSignal`
+    /// goes to the runtime, and its status shows the runtime's.
+    pub stop_signals: bool,
 }
 
 #[derive(Clone)]

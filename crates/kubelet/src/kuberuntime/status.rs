@@ -101,6 +101,10 @@ impl RuntimeManager {
                 reason: st.reason.clone(),
                 message,
                 grace_period: ann(keys::POD_TERMINATION_GRACE_PERIOD).parse().ok(),
+                stop_signal: cri::Signal::try_from(st.stop_signal)
+                    .ok()
+                    .filter(|_| self.host.stop_signals)
+                    .and_then(super::config::api_signal),
             });
         }
         out.containers

@@ -32,6 +32,7 @@ fn test_host(dir: &std::path::Path) -> Host {
         max_container_restart_period: kubelet_core::flowcontrol::MAX,
         pull_qps: None,
         cgroups: ContainerManager::default(),
+        stop_signals: true,
     }
 }
 
