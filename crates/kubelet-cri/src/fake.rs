@@ -580,26 +580,31 @@ impl State {
         }
     }
 
-    /// Send a container event on every open stream (containerd's CRI
-    /// event: the container's and its sandbox's status), dropping the
-    /// streams that are closed or full.
-    fn emit(&mut self, container_id: &str, kind: cri::ContainerEventType) {
+    /// Send a container event on every open stream, as containerd's CRI
+    /// sends one: about a container or a sandbox (whose id it then
+    /// carries), with the sandbox's status and its containers' (the one
+    /// deleted left out), dropping the streams that are closed or full.
+    fn emit(&mut self, id: &str, kind: cri::ContainerEventType) {
         if self.event_streams.is_empty() || self.events_paused {
             return;
         }
-        let Some(c) = self.containers.get(container_id) else {
-            return;
+        let sandbox_id = match self.containers.get(id) {
+            Some(c) => c.sandbox_id.clone(),
+            None if self.sandboxes.contains_key(id) => id.to_owned(),
+            None => return,
         };
+        let deleted = kind == cri::ContainerEventType::ContainerDeletedEvent;
         let event = cri::ContainerEventResponse {
-            container_id: container_id.to_owned(),
+            container_id: id.to_owned(),
             container_event_type: kind as i32,
             created_at: (self.clock)(),
-            pod_sandbox_status: self.sandboxes.get(&c.sandbox_id).map(SandboxRecord::status),
-            containers_statuses: if kind == cri::ContainerEventType::ContainerDeletedEvent {
-                Vec::new()
-            } else {
-                vec![c.status()]
-            },
+            pod_sandbox_status: self.sandboxes.get(&sandbox_id).map(SandboxRecord::status),
+            containers_statuses: self
+                .containers
+                .values()
+                .filter(|c| c.sandbox_id == sandbox_id && !(deleted && c.id == id))
+                .map(ContainerRecord::status)
+                .collect(),
         };
         self.event_streams
             .retain(|tx| tx.try_send(Ok(event.clone())).is_ok());
@@ -701,6 +706,7 @@ impl State {
             .sandboxes
             .get_mut(id)
             .ok_or_else(|| not_found("sandbox", id))?;
+        let was_ready = sandbox.state == cri::PodSandboxState::SandboxReady;
         sandbox.state = cri::PodSandboxState::SandboxNotready;
         let now = (self.clock)();
         let exited: Vec<String> = self
@@ -711,6 +717,9 @@ impl State {
             .collect();
         for container in exited {
             self.emit(&container, cri::ContainerEventType::ContainerStoppedEvent);
+        }
+        if was_ready {
+            self.emit(id, cri::ContainerEventType::ContainerStoppedEvent);
         }
         Ok(cri::StopPodSandboxResponse {})
     }
@@ -726,6 +735,7 @@ impl State {
             self.emit(container, cri::ContainerEventType::ContainerDeletedEvent);
             self.containers.remove(container);
         }
+        self.emit(id, cri::ContainerEventType::ContainerDeletedEvent);
         self.sandboxes.remove(id);
         cri::RemovePodSandboxResponse {}
     }

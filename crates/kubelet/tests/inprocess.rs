@@ -1885,7 +1885,8 @@ fn terminated_exit_code(k: &Running, pod: &str, container: &str) -> Option<i32> 
 /// through the runtime's event stream, and its pod is relisted and synced
 /// at once, before the periodic relist (every second) could find it. A
 /// death the stream never reports is found by the relist, and counted as
-/// drift at the next one.
+/// drift at the next one; the pod's end, with the stream's events back,
+/// adds none.
 #[tokio::test(start_paused = true)]
 async fn with_evented_pleg_a_death_is_seen_at_once_and_a_missed_one_is_counted() {
     let node = Node::with_clock(Clock::following_tokio()).await;
@@ -1893,7 +1894,11 @@ async fn with_evented_pleg_a_death_is_seen_at_once_and_a_missed_one_is_counted()
         "job.yaml",
         &pod(
             "job",
-            &[("a", "sleep 1000"), ("b", "sleep 1000")],
+            &[
+                ("a", "sleep 1000"),
+                ("b", "sleep 1000"),
+                ("c", "sleep 1000"),
+            ],
             "  restartPolicy: Never\n",
         ),
     );
@@ -1902,8 +1907,8 @@ async fn with_evented_pleg_a_death_is_seen_at_once_and_a_missed_one_is_counted()
     });
     let m = k.kubelet.opts.metrics.clone();
     node.fake
-        .wait_for("a and b run", WAIT, |_| {
-            node.running("a").len() == 1 && node.running("b").len() == 1
+        .wait_for("a, b and c run", WAIT, |_| {
+            ["a", "b", "c"].iter().all(|c| node.running(c).len() == 1)
         })
         .await;
     eventually("the event stream is open", || {
@@ -1947,6 +1952,22 @@ async fn with_evented_pleg_a_death_is_seen_at_once_and_a_missed_one_is_counted()
         m.evented_pleg_drift.get(&[]) == 1.0
     })
     .await;
+
+    // The pod ends with the stream's events back: no more drift, two
+    // relists on.
+    node.fake.pause_container_events(false);
+    node.remove("job.yaml");
+    node.fake
+        .wait_for("the sandbox is stopped", WAIT, |_| {
+            node.ready_sandboxes() == 0
+        })
+        .await;
+    let relists = m.pleg_relist_duration.count(&[]);
+    eventually("two more relists", || {
+        m.pleg_relist_duration.count(&[]) >= relists + 2
+    })
+    .await;
+    assert_eq!(m.evented_pleg_drift.get(&[]), 1.0);
     assert_eq!(m.evented_pleg_connection_errors.get(&[]), 0.0);
     k.stop().await;
 }
