@@ -1455,11 +1455,15 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
             &format!("/api/v1/nodes/{node}/proxy/stats/summary"),
         ]);
         let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
-        let ours = v["pods"].as_array()?.iter().any(|p| {
+        let ours = v["pods"].as_array()?.iter().find(|p| {
             p["podRef"]["name"] == "cl-api"
                 && p["containers"].as_array().is_some_and(|c| c.len() == 2)
-        });
-        ours.then_some(v)
+        })?;
+        // Each cgroup's reading is kept up to 15 s (SUMMARY_MAX_AGE, as
+        // cAdvisor's housekeeping keeps its own): the pods' cgroup may have
+        // been read before this pod grew, so its figure is awaited too.
+        let ws = |c: &Value| c["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
+        (ws(&v["node"]["systemContainers"][0]) >= ws(ours)).then_some(v.clone())
     })
     .await;
     assert_eq!(summary["node"]["nodeName"], node.as_str());
@@ -1484,7 +1488,8 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
             > 0
     );
     // The pods' cgroup as the `pods` system container, with the pod's
-    // working set in its own and room left under its limit.
+    // working set in its own (once both readings are as new: awaited
+    // above) and room left under its limit.
     let system = &summary["node"]["systemContainers"][0];
     assert_eq!(system["name"], "pods", "{system}");
     let pods_ws = system["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
