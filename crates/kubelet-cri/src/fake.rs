@@ -242,11 +242,6 @@ impl FakeRuntime {
         self.backend.update(|s| s.events_paused = paused);
     }
 
-    /// End every open GetContainerEvents stream, as a runtime restart does.
-    pub fn end_container_event_streams(&self) {
-        self.backend.update(|s| s.event_streams.clear());
-    }
-
     /// What ListContainerStats reports for this container
     /// from now on (a container without any reports zeros sampled at the call).
     pub fn set_container_stats(&self, container_id: &str, stats: FakeContainerStats) {

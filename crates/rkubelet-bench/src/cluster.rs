@@ -1159,11 +1159,15 @@ impl Ctx {
             let name = format!("{POD_PREFIX}{DEATH_GROUP}-{}-{i}", which.short());
             self.create(&name, DEATH_GROUP).await?;
             let timeout = self.args.timeout;
-            wait_until(&format!("{name}'s container to end"), timeout, || {
+            let ended = wait_until(&format!("{name}'s container to end"), timeout, || {
                 self.with_seen(|s| s.ended.contains_key(&name))
             })
-            .await
-            .inspect_err(|_| drop(k.check_alive()))?;
+            .await;
+            if let Err(e) = ended {
+                // A kubelet that died says so rather than the timeout.
+                k.check_alive()?;
+                return Err(e);
+            }
             let (seen, id) = self
                 .with_seen(|s| s.ended.get(&name).cloned())
                 .context("the death seen")?;

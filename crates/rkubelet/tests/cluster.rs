@@ -1463,7 +1463,8 @@ async fn j_kubectl_logs_exec_attach_port_forward_and_stats() {
         // cAdvisor's housekeeping keeps its own): the pods' cgroup may have
         // been read before this pod grew, so its figure is awaited too.
         let ws = |c: &Value| c["memory"]["workingSetBytes"].as_u64().unwrap_or(0);
-        (ws(&v["node"]["systemContainers"][0]) >= ws(ours)).then_some(v.clone())
+        let agree = ws(&v["node"]["systemContainers"][0]) >= ws(ours);
+        agree.then_some(v)
     })
     .await;
     assert_eq!(summary["node"]["nodeName"], node.as_str());

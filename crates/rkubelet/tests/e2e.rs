@@ -102,6 +102,13 @@ impl Node {
         }
     }
 
+    /// Whether the runtime lists its handlers in Status: containerd 2,
+    /// which has what the tests of newer features need (image mounts,
+    /// stop signals, the event stream); containerd 1.6 lists none.
+    async fn runtime_lists_handlers(&self) -> bool {
+        !self.rk.cri.status().await.unwrap().handlers.is_empty()
+    }
+
     /// The static pod's name on this node.
     fn pod_name(&self, name: &str) -> String {
         format!("{name}-{}", self.name)
@@ -562,7 +569,7 @@ async fn a_pod_without_host_users_runs_in_a_user_namespace_of_its_own() {
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn an_image_volume_is_the_image_mounted_read_only() {
     let mut node = Node::new("imgvol");
-    if node.rk.cri.status().await.unwrap().handlers.is_empty() {
+    if !node.runtime_lists_handlers().await {
         eprintln!("the runtime lists no handlers (containerd 1.6): it cannot mount images");
         return;
     }
@@ -628,7 +635,7 @@ async fn an_image_volume_is_the_image_mounted_read_only() {
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn with_evented_pleg_a_container_death_is_read_from_the_event_stream() {
     let mut node = Node::new("evented");
-    let streams = !node.rk.cri.status().await.unwrap().handlers.is_empty();
+    let streams = node.runtime_lists_handlers().await;
     node.rk
         .add_config("featureGates:\n  EventedPLEG: true\nlogging:\n  verbosity: 4\n");
     node.write(
@@ -694,7 +701,7 @@ async fn with_evented_pleg_a_container_death_is_read_from_the_event_stream() {
 #[ignore = "needs a real containerd: run through hack/test.sh"]
 async fn a_container_is_stopped_with_its_stop_signal() {
     let mut node = Node::new("stopsig");
-    let signals = !node.rk.cri.status().await.unwrap().handlers.is_empty();
+    let signals = node.runtime_lists_handlers().await;
     node.rk
         .add_config("featureGates:\n  ContainerStopSignals: true\n");
     let script = "trap 'exit 10' USR1; trap 'exit 15' TERM; sleep 1000 & wait";
