@@ -225,8 +225,12 @@ impl EvictionManager {
             }
         }
         let (threshold, resource) = pass.reclaim()?;
+        let observed = observations.get(&threshold.signal);
         tracing::info!(
             resource = resource.as_str(),
+            signal = threshold.signal.as_str(),
+            available = observed.map(|o| o.available),
+            capacity = observed.map(|o| o.capacity),
             "Eviction manager: attempting to reclaim"
         );
         host.node_event(

@@ -66,13 +66,14 @@ impl Rkubelet {
             child: None,
             cgroups,
         };
-        // No image GC: the test images are imported, not pullable. Eviction
-        // thresholds as upstream's kubelet gets them in hack/conformance.sh
-        // (1 %): these disks may look nearly full.
+        // No image GC: the test images are imported, not pullable. No disk
+        // eviction thresholds (0 % turns one off, as upstream): a CI machine's
+        // disk can be all but full (a run saw under 1 % free), and the
+        // reclaim would remove the exited containers the tests look at.
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              failCgroupV1: false\nimageGCHighThresholdPercent: 100\ncgroupRoot: {}\n\
-             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 1%\n  imagefs.available: 1%\n  nodefs.inodesFree: 1%\n\
+             evictionHard:\n  memory.available: 1Mi\n  nodefs.available: 0%\n  imagefs.available: 0%\n  nodefs.inodesFree: 0%\n\
              podLogsDir: {}\nport: {KUBELET_PORT}\nhealthzPort: 0\nfileCheckFrequency: 2s\n{extra_config}",
             rk.cgroups.name,
             rk.logs().display()
