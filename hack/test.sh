@@ -49,6 +49,8 @@ REPO_ROOT=$PWD
 
 if [[ "${CI:-}" == true ]]; then
   export CARGO_TERM_COLOR=never
+  # A fresh machine builds once: incremental state would only take disk.
+  export CARGO_INCREMENTAL=0
 fi
 
 # A pod network of its own, so a developer's containerd from
