@@ -31,10 +31,10 @@
 # and snapshots) is a tmpfs of that size, a small image file system for image
 # GC's tests; `stop` unmounts it.
 #
-# The runtime is RKUBELET_RUNTIME: containerd1 (the default: Debian's
-# containerd 1.6 and runc 1.1 from PATH; a version 2 config) or containerd2
-# (containerd v2.4 and runc v1.5, built from the Go module proxy and cached
-# by `hack/control-plane.sh runtime2`; a version 4 config).
+# The runtime is RKUBELET_RUNTIME: containerd2 (the default: containerd v2.4
+# and runc v1.5, built from the Go module proxy and cached by
+# `hack/control-plane.sh runtime2`; a version 4 config) or containerd1
+# (Debian's containerd 1.6 and runc 1.1 from PATH; a version 2 config).
 # `start` writes the binaries' directory to DIR/runtime, which `stop` and
 # `status` read, so they act on the runtime that was started.
 set -euo pipefail
@@ -69,7 +69,7 @@ IPMASQ=${RKUBELET_CNI_IPMASQ:-true}
   echo "${0##*/}: error: RKUBELET_CNI_IPMASQ '$IPMASQ' must be true or false" >&2
   exit 1
 }
-RUNTIME=${RKUBELET_RUNTIME:-containerd1}
+RUNTIME=${RKUBELET_RUNTIME:-containerd2}
 [[ "$RUNTIME" == containerd1 || "$RUNTIME" == containerd2 ]] || {
   echo "${0##*/}: error: RKUBELET_RUNTIME '$RUNTIME' must be containerd1 or containerd2" >&2
   exit 1

@@ -278,7 +278,7 @@ cmd_up() {
   bin=$(hack/control-plane.sh build)
   # containerd 2 is built here, where the Go module proxy is reachable, not
   # in a node's network namespace
-  [[ ${RKUBELET_RUNTIME:-containerd1} == containerd1 ]] || hack/control-plane.sh runtime2 >/dev/null
+  [[ ${RKUBELET_RUNTIME:-containerd2} == containerd1 ]] || hack/control-plane.sh runtime2 >/dev/null
   host_bridge
   [[ -z $E2E_MIRROR ]] || hack/registry.sh mirror "$DIR/registry" "$E2E_MIRROR" >/dev/null
   hack/cluster.sh up "${names[@]}" >/dev/null

@@ -11,9 +11,9 @@
 #      -- --ignored), which read RKUBELET_E2E_ENDPOINT and
 #      RKUBELET_E2E_RUNTIME_DIR; and a second containerd whose image file
 #      system is a 64 MiB tmpfs, for image GC (RKUBELET_E2E_SMALL_FS_DIR).
-#      Both are Debian's containerd 1.6 (hack/containerd.sh's default); then
-#      the same end-to-end tests against two containerd 2
-#      (RKUBELET_RUNTIME=containerd2, built and cached), stopped after them
+#      Both are containerd 2 (hack/containerd.sh's default, built and
+#      cached); then the same end-to-end tests against two of Debian's
+#      containerd 1.6 (RKUBELET_RUNTIME=containerd1), stopped after them
 #   5. a real control plane (hack/cluster.sh, on ports 16443/12379 so a
 #      developer's cluster on 6443/2379 is untouched) and the cluster tests
 #      against it and the same containerd (cargo test -p rkubelet --test
@@ -68,8 +68,8 @@ die() { echo "test.sh: error: $*" >&2; exit 1; }
 TMP_DIR=""
 RUNTIME_DIR=""
 SMALL_FS_DIR=""
-RUNTIME2_DIR=""
-SMALL_FS2_DIR=""
+RUNTIME1_DIR=""
+SMALL_FS1_DIR=""
 CLUSTER_DIR=""
 CLUSTER_APISERVER_PORT=16443
 CLUSTER_ETCD_PORT=12379
@@ -100,7 +100,7 @@ cleanup() {
       echo "test.sh: warning: stopping the control plane in $CLUSTER_DIR failed" >&2
   fi
   local d
-  for d in "$RUNTIME2_DIR" "$SMALL_FS2_DIR"; do
+  for d in "$RUNTIME1_DIR" "$SMALL_FS1_DIR"; do
     [[ -z "$d" ]] || "$REPO_ROOT/hack/containerd.sh" stop "$d" ||
       echo "test.sh: warning: stopping containerd in $d failed" >&2
   done
@@ -171,23 +171,23 @@ e2e_tests() {
     cargo test -p rkubelet --test e2e -- --ignored --test-threads=1
 }
 
-stage "end-to-end tests (Debian's containerd 1.6)"
+stage "end-to-end tests (containerd 2)"
 e2e_tests "$RUNTIME_DIR" "$SMALL_FS_DIR"
 
-stage "end-to-end tests (containerd 2)"
-RUNTIME2_DIR="$TMP_DIR/runtime2"
-SMALL_FS2_DIR="$TMP_DIR/small-fs2"
-RKUBELET_RUNTIME=containerd2 RKUBELET_CNI_BRIDGE=rkbr-e2e2 RKUBELET_POD_SUBNET=10.95.0.0/16 \
-  hack/containerd.sh start "$RUNTIME2_DIR" >/dev/null
-RKUBELET_RUNTIME=containerd2 RKUBELET_IMAGE_FS_SIZE=64m RKUBELET_CNI_BRIDGE=rkbr-e2e2-gc \
-  RKUBELET_POD_SUBNET=10.96.0.0/16 hack/containerd.sh start "$SMALL_FS2_DIR" >/dev/null
-hack/images.sh "$RUNTIME2_DIR/containerd.sock"
-hack/images.sh "$SMALL_FS2_DIR/containerd.sock"
-e2e_tests "$RUNTIME2_DIR" "$SMALL_FS2_DIR"
-hack/containerd.sh stop "$RUNTIME2_DIR"
-hack/containerd.sh stop "$SMALL_FS2_DIR"
-RUNTIME2_DIR=""
-SMALL_FS2_DIR=""
+stage "end-to-end tests (Debian's containerd 1.6)"
+RUNTIME1_DIR="$TMP_DIR/runtime1"
+SMALL_FS1_DIR="$TMP_DIR/small-fs1"
+RKUBELET_RUNTIME=containerd1 RKUBELET_CNI_BRIDGE=rkbr-e2e1 RKUBELET_POD_SUBNET=10.95.0.0/16 \
+  hack/containerd.sh start "$RUNTIME1_DIR" >/dev/null
+RKUBELET_RUNTIME=containerd1 RKUBELET_IMAGE_FS_SIZE=64m RKUBELET_CNI_BRIDGE=rkbr-e2e1-gc \
+  RKUBELET_POD_SUBNET=10.96.0.0/16 hack/containerd.sh start "$SMALL_FS1_DIR" >/dev/null
+hack/images.sh "$RUNTIME1_DIR/containerd.sock"
+hack/images.sh "$SMALL_FS1_DIR/containerd.sock"
+e2e_tests "$RUNTIME1_DIR" "$SMALL_FS1_DIR"
+hack/containerd.sh stop "$RUNTIME1_DIR"
+hack/containerd.sh stop "$SMALL_FS1_DIR"
+RUNTIME1_DIR=""
+SMALL_FS1_DIR=""
 
 stage "start a control plane"
 K8S_BIN=$(hack/control-plane.sh build)
