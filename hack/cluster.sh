@@ -45,6 +45,10 @@
 # (group system:nodes, level Metadata; the RequestReceived stage is omitted,
 # so a request is one line, a watch two) and of nothing else.
 #
+# RKUBELET_FEATURE_GATES (e.g. ContainerStopSignals=true; default none): the
+# API server's --feature-gates, for specs of an alpha feature (hack/nodes.sh
+# gives the kubelets the same gates).
+#
 # RKUBELET_SIGNING_DURATION (default 8760h, upstream's): the life of the
 # certificates the controller manager signs (--cluster-signing-duration; the
 # signer's floor is 10m), so a test sees client certificates rotate.
@@ -202,7 +206,8 @@ EOF
   start etcd "$bin/etcd" --name rkubelet --data-dir "$DIR/etcd" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls http://127.0.0.1:0 --log-level warn
-  local reconciler=(--endpoint-reconciler-type=none)
+  local reconciler=(--endpoint-reconciler-type=none) gates=()
+  [[ -z ${RKUBELET_FEATURE_GATES:-} ]] || gates=(--feature-gates "$RKUBELET_FEATURE_GATES")
   [[ $APISERVER_HOST == 127.0.0.1 ]] || reconciler=()
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -221,7 +226,8 @@ EOF
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" ${reconciler[@]+"${reconciler[@]}"} \
     --anonymous-auth=false --authorization-mode=Node,RBAC --enable-bootstrap-token-auth=true \
-    --enable-admission-plugins=NodeRestriction --allow-privileged=true ${audit[@]+"${audit[@]}"}
+    --enable-admission-plugins=NodeRestriction --allow-privileged=true ${audit[@]+"${audit[@]}"} \
+    ${gates[@]+"${gates[@]}"}
   local kubectl=("$bin/kubectl" --kubeconfig "$DIR/admin.conf")
   wait_for kube-apiserver "${kubectl[@]}" get --raw /readyz
   start kube-controller-manager "$bin/kube-controller-manager" \

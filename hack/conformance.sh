@@ -35,6 +35,9 @@
 #   --keep        leave the cluster running afterwards (stop it with
 #                 hack/conformance.sh --down)
 #
+# RKUBELET_FEATURE_GATES=A=true,B=true (default none) turns gates on in the
+# API server and in every node's kubelet, for the specs of an alpha feature.
+#
 # Builds (or takes from ~/.cache/rkubelet) the control plane, kube-proxy,
 # CoreDNS, e2e.test and ginkgo (hack/control-plane.sh) and the suite's images
 # (hack/e2e-images.sh); starts the cluster in /tmp/rkubelet-conformance with

@@ -163,6 +163,15 @@ podLogsDir: $nd/logs
 clusterDNS: [$CLUSTER_DNS]
 clusterDomain: $CLUSTER_DOMAIN
 CFG
+  # RKUBELET_FEATURE_GATES (A=true,B=false), as hack/cluster.sh gives them to
+  # the API server
+  if [[ -n ${RKUBELET_FEATURE_GATES:-} ]]; then
+    echo "featureGates:"
+    local gate
+    for gate in ${RKUBELET_FEATURE_GATES//,/ }; do
+      echo "  ${gate%%=*}: ${gate#*=}"
+    done
+  fi
   if [[ $kind == rkubelet ]]; then
     # These machines are cgroup v1 hosts, which failCgroupV1's default
     # (true, as upstream's) refuses.
