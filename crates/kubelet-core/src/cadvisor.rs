@@ -683,11 +683,9 @@ fn machine_values(machine: &Machine) -> [(&'static str, &'static str, u64); 5] {
     ]
 }
 
-/// The Prometheus text of `/metrics/cadvisor` for these cgroups and this
-/// machine, `now` being the scrape's time (container_last_seen).
-pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> String {
-    let f = |name, kind, help| Family::new(name, kind, help);
-    let mut fams: Vec<Family> = Vec::new();
+/// The machine's families (cAdvisor's machine collector), which
+/// `/metrics/cadvisor` has whichever way its container figures are read.
+pub fn machine_families(machine: &Machine) -> Vec<Family> {
     let machine_labels = || {
         vec![
             ("boot_id", machine.boot_id.clone()),
@@ -695,11 +693,21 @@ pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> 
             ("system_uuid", machine.system_uuid.clone()),
         ]
     };
-    for (name, help, value) in machine_values(machine) {
-        let mut fam = f(name, "gauge", help);
-        fam.push(machine_labels(), value as f64, None);
-        fams.push(fam);
-    }
+    machine_values(machine)
+        .into_iter()
+        .map(|(name, help, value)| {
+            let mut fam = Family::new(name, "gauge", help);
+            fam.push(machine_labels(), value as f64, None);
+            fam
+        })
+        .collect()
+}
+
+/// The Prometheus text of `/metrics/cadvisor` for these cgroups and this
+/// machine, `now` being the scrape's time (container_last_seen).
+pub fn render_metrics(series: &[Series], machine: &Machine, now: SystemTime) -> String {
+    let f = |name, kind, help| Family::new(name, kind, help);
+    let mut fams = machine_families(machine);
     let mut scrape_error = f(
         "container_scrape_error",
         "gauge",

@@ -7,15 +7,17 @@
 //! milliseconds where a sample has one. A family with no sample is left
 //! out.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::metrics::format_float;
+use crate::metrics::{escape_help, format_float};
 
-/// One metric family.
+/// One metric family: the kubelet's own by static names, or one a
+/// runtime describes (CRI metrics) by names it gives.
 pub struct Family {
-    name: &'static str,
-    help: &'static str,
+    name: Cow<'static, str>,
+    help: Cow<'static, str>,
     /// "STABLE" or "ALPHA" (component-base's), printed in brackets before
     /// the help; None for a raw family (cAdvisor's).
     stability: Option<&'static str>,
@@ -25,17 +27,21 @@ pub struct Family {
 
 struct Sample {
     /// Label pairs, sorted by label name.
-    labels: Vec<(&'static str, String)>,
+    labels: Vec<(Cow<'static, str>, String)>,
     value: f64,
     timestamp_ms: Option<i64>,
 }
 
 impl Family {
     /// A raw family: `kind` is "counter" or "gauge".
-    pub fn new(name: &'static str, kind: &'static str, help: &'static str) -> Self {
+    pub fn new(
+        name: impl Into<Cow<'static, str>>,
+        kind: &'static str,
+        help: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Family {
-            name,
-            help,
+            name: name.into(),
+            help: help.into(),
             stability: None,
             kind,
             samples: Vec::new(),
@@ -62,6 +68,28 @@ impl Family {
         value: f64,
         at: Option<SystemTime>,
     ) {
+        let labels = labels.into_iter().map(|(k, v)| (Cow::Borrowed(k), v));
+        self.push_sample(labels.collect(), value, at);
+    }
+
+    /// A sample whose label names are given at run time (a runtime's
+    /// metrics); `labels` sorted by name.
+    pub fn push_named(
+        &mut self,
+        labels: Vec<(String, String)>,
+        value: f64,
+        at: Option<SystemTime>,
+    ) {
+        let labels = labels.into_iter().map(|(k, v)| (Cow::Owned(k), v));
+        self.push_sample(labels.collect(), value, at);
+    }
+
+    fn push_sample(
+        &mut self,
+        labels: Vec<(Cow<'static, str>, String)>,
+        value: f64,
+        at: Option<SystemTime>,
+    ) {
         self.samples.push(Sample {
             labels,
             value,
@@ -80,7 +108,7 @@ fn unix_millis(t: SystemTime) -> i64 {
 
 /// The families' text.
 pub fn render(mut families: Vec<Family>) -> String {
-    families.sort_by_key(|f| f.name);
+    families.sort_by(|a, b| a.name.cmp(&b.name));
     let mut out = String::new();
     for family in &mut families {
         if family.samples.is_empty() {
@@ -95,15 +123,20 @@ pub fn render(mut families: Vec<Family>) -> String {
         });
         match family.stability {
             Some(level) => {
-                let _ = writeln!(out, "# HELP {} [{level}] {}", family.name, family.help);
+                let _ = writeln!(
+                    out,
+                    "# HELP {} [{level}] {}",
+                    family.name,
+                    escape_help(&family.help)
+                );
             }
             None => {
-                let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
+                let _ = writeln!(out, "# HELP {} {}", family.name, escape_help(&family.help));
             }
         }
         let _ = writeln!(out, "# TYPE {} {}", family.name, family.kind);
         for sample in &family.samples {
-            out.push_str(family.name);
+            out.push_str(&family.name);
             if !sample.labels.is_empty() {
                 out.push('{');
                 for (i, (name, value)) in sample.labels.iter().enumerate() {

@@ -416,7 +416,7 @@ pub fn format_float(v: f64) -> String {
     }
 }
 
-fn escape_help(s: &str) -> String {
+pub(crate) fn escape_help(s: &str) -> String {
     s.replace('\\', r"\\").replace('\n', r"\n")
 }
 

@@ -76,6 +76,10 @@ pub struct PodStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// The pod's network namespace, where the runtime reports it
+    /// (PodAndContainerStatsFromCRI).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkStats>,
     /// `volume`: the pod's emptyDir and configMap volumes.
     #[serde(rename = "volume", skip_serializing_if = "Vec::is_empty")]
     pub volume_stats: Vec<VolumeStats>,

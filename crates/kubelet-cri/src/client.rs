@@ -35,6 +35,11 @@ impl CriError {
         }
     }
 
+    /// The runtime does not have the call (an older CRI).
+    pub fn is_unimplemented(&self) -> bool {
+        self.code == tonic::Code::Unimplemented
+    }
+
     /// The object is gone: for stop and remove this counts as done.
     pub fn is_not_found(&self) -> bool {
         self.code == tonic::Code::NotFound
@@ -665,6 +670,48 @@ impl CriClient {
             )
             .await?;
         Ok(resp.stats)
+    }
+
+    /// CPU, memory, network and process usage of every pod sandbox, with its
+    /// containers' stats (what upstream's PodAndContainerStatsFromCRI reads).
+    pub async fn list_pod_sandbox_stats(&self) -> Result<Vec<cri::PodSandboxStats>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "ListPodSandboxStats",
+                self.timeout,
+                c.list_pod_sandbox_stats(cri::ListPodSandboxStatsRequest { filter: None }),
+            )
+            .await?;
+        Ok(resp.stats)
+    }
+
+    /// The metrics the runtime reports for pods and containers: names, help
+    /// and label keys.
+    pub async fn list_metric_descriptors(&self) -> Result<Vec<cri::MetricDescriptor>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "ListMetricDescriptors",
+                self.timeout,
+                c.list_metric_descriptors(cri::ListMetricDescriptorsRequest {}),
+            )
+            .await?;
+        Ok(resp.descriptors)
+    }
+
+    /// Every pod sandbox's metrics and its containers', as
+    /// [`CriClient::list_metric_descriptors`] describes them.
+    pub async fn list_pod_sandbox_metrics(&self) -> Result<Vec<cri::PodSandboxMetrics>, CriError> {
+        let mut c = self.runtime.clone();
+        let resp = self
+            .call(
+                "ListPodSandboxMetrics",
+                self.timeout,
+                c.list_pod_sandbox_metrics(cri::ListPodSandboxMetricsRequest {}),
+            )
+            .await?;
+        Ok(resp.pod_metrics)
     }
 
     /// `GetContainerEvents()`: the runtime's stream of container events

@@ -947,6 +947,138 @@ impl State {
         }
     }
 
+    /// A ready sandbox's stats as containerd reports them: its containers'
+    /// stats, its CPU and memory their sums, one process per running
+    /// container, and its `eth0` with no traffic.
+    fn sandbox_stats_of(&self, sandbox: &SandboxRecord) -> cri::PodSandboxStats {
+        let timestamp = (self.clock)();
+        let containers: Vec<cri::ContainerStats> = select(&self.containers, &Selector::default())
+            .filter(|c| c.sandbox_id == sandbox.id)
+            .map(|c| self.stats_of(c))
+            .collect();
+        let running = self
+            .containers
+            .values()
+            .filter(|c| {
+                c.sandbox_id == sandbox.id && c.state == cri::ContainerState::ContainerRunning
+            })
+            .count();
+        let sum = |get: fn(&cri::ContainerStats) -> Option<u64>| {
+            Some(cri::UInt64Value {
+                value: containers.iter().filter_map(get).sum(),
+            })
+        };
+        let value = |value| Some(cri::UInt64Value { value });
+        let eth0 = cri::NetworkInterfaceUsage {
+            name: "eth0".to_owned(),
+            rx_bytes: value(0),
+            rx_errors: value(0),
+            tx_bytes: value(0),
+            tx_errors: value(0),
+        };
+        cri::PodSandboxStats {
+            attributes: Some(cri::PodSandboxAttributes {
+                id: sandbox.id.clone(),
+                metadata: sandbox.config.metadata.clone(),
+                labels: sandbox.config.labels.clone(),
+                annotations: sandbox.config.annotations.clone(),
+            }),
+            linux: Some(cri::LinuxPodSandboxStats {
+                cpu: Some(cri::CpuUsage {
+                    timestamp,
+                    usage_core_nano_seconds: sum(|c| {
+                        Some(c.cpu.as_ref()?.usage_core_nano_seconds.as_ref()?.value)
+                    }),
+                    ..Default::default()
+                }),
+                memory: Some(cri::MemoryUsage {
+                    timestamp,
+                    working_set_bytes: sum(|c| {
+                        Some(c.memory.as_ref()?.working_set_bytes.as_ref()?.value)
+                    }),
+                    usage_bytes: sum(|c| Some(c.memory.as_ref()?.usage_bytes.as_ref()?.value)),
+                    rss_bytes: sum(|c| Some(c.memory.as_ref()?.rss_bytes.as_ref()?.value)),
+                    page_faults: value(0),
+                    major_page_faults: value(0),
+                    ..Default::default()
+                }),
+                network: Some(cri::NetworkUsage {
+                    timestamp,
+                    default_interface: Some(eth0.clone()),
+                    interfaces: vec![eth0],
+                }),
+                process: Some(cri::ProcessUsage {
+                    timestamp,
+                    process_count: value(running as u64),
+                }),
+                containers,
+                ..Default::default()
+            }),
+            windows: None,
+        }
+    }
+
+    /// A ready sandbox's metrics as containerd reports them (two of its
+    /// families, [`METRIC_DESCRIPTORS`]), for each of its running containers.
+    fn sandbox_metrics_of(&self, sandbox: &SandboxRecord) -> cri::PodSandboxMetrics {
+        let timestamp = (self.clock)();
+        let meta = sandbox.config.metadata.clone().unwrap_or_default();
+        let container_metrics = select(&self.containers, &Selector::default())
+            .filter(|c| {
+                c.sandbox_id == sandbox.id && c.state == cri::ContainerState::ContainerRunning
+            })
+            .map(|c| {
+                let stats = self.stats_of(c);
+                let labels = vec![
+                    meta.name.clone(),
+                    meta.namespace.clone(),
+                    c.config
+                        .metadata
+                        .as_ref()
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default(),
+                    c.id.clone(),
+                    c.config
+                        .image
+                        .as_ref()
+                        .map(|i| i.image.clone())
+                        .unwrap_or_default(),
+                ];
+                let metric = |name: &str, metric_type: cri::MetricType, value| cri::Metric {
+                    name: name.to_owned(),
+                    timestamp,
+                    metric_type: metric_type as i32,
+                    label_values: labels.clone(),
+                    value: Some(cri::UInt64Value { value }),
+                };
+                let cpu = stats
+                    .cpu
+                    .and_then(|c| c.usage_core_nano_seconds)
+                    .map_or(0, |v| v.value);
+                let memory = stats
+                    .memory
+                    .and_then(|m| m.working_set_bytes)
+                    .map_or(0, |v| v.value);
+                cri::ContainerMetrics {
+                    container_id: c.id.clone(),
+                    metrics: vec![
+                        metric(
+                            METRIC_DESCRIPTORS[0].0,
+                            cri::MetricType::Counter,
+                            cpu / 1_000_000_000,
+                        ),
+                        metric(METRIC_DESCRIPTORS[1].0, cri::MetricType::Gauge, memory),
+                    ],
+                }
+            })
+            .collect();
+        cri::PodSandboxMetrics {
+            pod_sandbox_id: sandbox.id.clone(),
+            metrics: Vec::new(),
+            container_metrics,
+        }
+    }
+
     // ---- ImageService ----
 
     fn image_status(&self, spec: Option<&cri::ImageSpec>) -> cri::ImageStatusResponse {
@@ -1013,6 +1145,21 @@ fn reserve_name<'a>(
 }
 
 /// A pod sandbox and the config it was created with.
+/// The metrics the fake describes (name, help), of containerd's.
+const METRIC_DESCRIPTORS: [(&str, &str); 2] = [
+    (
+        "container_cpu_usage_seconds_total",
+        "Cumulative CPU time consumed in seconds.",
+    ),
+    (
+        "container_memory_working_set_bytes",
+        "Current working set in bytes.",
+    ),
+];
+
+/// Their label keys, containerd's base ones in its order.
+const METRIC_LABEL_KEYS: [&str; 5] = ["pod", "namespace", "container", "id", "image"];
+
 struct SandboxRecord {
     seq: u64,
     id: String,
@@ -1515,7 +1662,14 @@ impl RuntimeService for Backend {
         &self,
         _: Request<cri::ListPodSandboxStatsRequest>,
     ) -> RpcResult<cri::ListPodSandboxStatsResponse> {
-        self.unimplemented("ListPodSandboxStats").await
+        self.call("ListPodSandboxStats", |s| {
+            let stats = select(&s.sandboxes, &Selector::default())
+                .filter(|sb| sb.state == cri::PodSandboxState::SandboxReady)
+                .map(|sb| s.sandbox_stats_of(sb))
+                .collect();
+            Ok(cri::ListPodSandboxStatsResponse { stats })
+        })
+        .await
     }
 
     async fn update_runtime_config(
@@ -1636,14 +1790,32 @@ impl RuntimeService for Backend {
         &self,
         _: Request<cri::ListMetricDescriptorsRequest>,
     ) -> RpcResult<cri::ListMetricDescriptorsResponse> {
-        self.unimplemented("ListMetricDescriptors").await
+        self.call("ListMetricDescriptors", |_| {
+            let descriptors = METRIC_DESCRIPTORS
+                .iter()
+                .map(|(name, help)| cri::MetricDescriptor {
+                    name: (*name).to_owned(),
+                    help: (*help).to_owned(),
+                    label_keys: METRIC_LABEL_KEYS.iter().map(|k| (*k).to_owned()).collect(),
+                })
+                .collect();
+            Ok(cri::ListMetricDescriptorsResponse { descriptors })
+        })
+        .await
     }
 
     async fn list_pod_sandbox_metrics(
         &self,
         _: Request<cri::ListPodSandboxMetricsRequest>,
     ) -> RpcResult<cri::ListPodSandboxMetricsResponse> {
-        self.unimplemented("ListPodSandboxMetrics").await
+        self.call("ListPodSandboxMetrics", |s| {
+            let pod_metrics = select(&s.sandboxes, &Selector::default())
+                .filter(|sb| sb.state == cri::PodSandboxState::SandboxReady)
+                .map(|sb| s.sandbox_metrics_of(sb))
+                .collect();
+            Ok(cri::ListPodSandboxMetricsResponse { pod_metrics })
+        })
+        .await
     }
 
     async fn runtime_config(

@@ -974,8 +974,6 @@ async fn f_node_credentials_cannot_patch_another_node() {
     k.finish(&HashSet::new()).await;
 }
 
-/// Restarts the API server (`hack/cluster.sh up NODE`) if a test stopped it
-/// and did not bring it back.
 /// A bare pod of the test (label `app=<name>`), bound to the test node.
 fn test_pod(api: &Api, name: &str, spec: Value) -> Value {
     let mut spec = spec;
@@ -5221,6 +5219,88 @@ fn current_client_pair(cert_dir: &Path) -> PathBuf {
     let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a symlink");
     assert!(target.is_absolute(), "{target:?}");
     target
+}
+
+/// PodAndContainerStatsFromCRI: a pod's stats are its sandbox's from the
+/// runtime (ListPodSandboxStats), its network and process count with them,
+/// and `/metrics/cadvisor` is the runtime's ListPodSandboxMetrics under its
+/// descriptors, beside the machine's families. On containerd 1.6, which
+/// has neither call, the cgroups are read and only the machine is left.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_q_pod_and_container_stats_come_from_the_runtime_with_its_gate() {
+    let mut k = Kubelet::new("cristats");
+    k.rk.add_config("featureGates:\n  PodAndContainerStatsFromCRI: true\n");
+    k.start_ready().await;
+    let name = "cl-cristats";
+    let spec = json!({"containers": [
+        sh_container("busy", "trap 'exit 0' TERM; while :; do :; done & wait")]});
+    k.api.create(&test_pod(&k.api, name, spec));
+    let pod = eventually("Running", START, async || {
+        k.api.pod(name).filter(running_with_ip)
+    })
+    .await;
+    let containerd2 = !k
+        .rk
+        .cri
+        .version()
+        .await
+        .unwrap()
+        .runtime_version
+        .starts_with("1.");
+    let stats = eventually(
+        "the pod's CPU and its container in the summary",
+        START,
+        async || {
+            let raw = k.api.run(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/{}/proxy/stats/summary", k.api.node),
+            ]);
+            let v: Value = serde_json::from_slice(&raw.stdout).ok()?;
+            let p = v["pods"]
+                .as_array()?
+                .iter()
+                .find(|p| p["podRef"]["name"] == name)?;
+            (p["cpu"]["usageCoreNanoSeconds"].as_u64()? > 0 && p["containers"][0]["name"] == "busy")
+                .then(|| p.clone())
+        },
+    )
+    .await;
+    if containerd2 {
+        assert_eq!(stats["network"]["name"], "eth0", "{stats}");
+        assert!(stats["network"]["rxBytes"].as_u64().is_some(), "{stats}");
+        // The shell and its busy loop.
+        assert!(
+            stats["process_stats"]["process_count"].as_u64() >= Some(2),
+            "{stats}"
+        );
+    }
+    let busy = k.running_container(uid(&pod), "busy").await.unwrap();
+    let raw = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics/cadvisor", k.api.node),
+    ]);
+    assert!(raw.contains("# TYPE machine_cpu_cores gauge\n"), "{raw}");
+    let cpu = raw.lines().find(|l| {
+        l.starts_with("container_cpu_usage_seconds_total{")
+            && l.contains(&format!("id=\"{}\"", busy.id))
+            && l.contains(&format!("pod=\"{name}\""))
+    });
+    if containerd2 {
+        assert!(
+            raw.contains("# HELP container_cpu_usage_seconds_total Cumulative CPU time consumed in seconds.\n"),
+            "containerd's own help: {raw}"
+        );
+        assert!(cpu.is_some(), "the busy container's CPU, by its id: {raw}");
+    } else {
+        assert!(cpu.is_none(), "{raw}");
+    }
+    // Not the cgroup walk's families.
+    assert!(!raw.contains("container_scrape_error"), "{raw}");
+    let uids = uids_of(&[pod]);
+    k.finish(&uids).await;
 }
 
 #[tokio::test]

@@ -61,6 +61,7 @@ pub const HONOURED: &[&str] = &[
     "EventedPLEG",
     "GracefulNodeShutdown",
     "GracefulNodeShutdownBasedOnPodPriority",
+    "PodAndContainerStatsFromCRI",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "RotateKubeletServerCertificate",

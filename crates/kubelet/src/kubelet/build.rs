@@ -298,7 +298,9 @@ impl Kubelet {
             image_gc,
             image_gc_periodic,
             stats: Arc::new(
-                StatsProvider::new().with_volume_period(opts.config.volume_stats_agg_period),
+                StatsProvider::new()
+                    .with_volume_period(opts.config.volume_stats_agg_period)
+                    .with_cri_pod_stats(opts.config.feature_enabled("PodAndContainerStatsFromCRI")),
             ),
             eviction,
             shutdown,

@@ -226,7 +226,7 @@ impl NodeView for Kubelet {
         Box::pin(self.stats.resource_metrics(self))
     }
     fn cadvisor_metrics_text(&self) -> BoxFuture<'_, String> {
-        Box::pin(crate::stats::cadvisor::metrics(self))
+        Box::pin(self.stats.cadvisor_metrics(self))
     }
 }
 

@@ -9,16 +9,20 @@
 //! text: `kubelet_core::cadvisor`. Cgroups outside the pods' (system
 //! services) are not reported, where cAdvisor reports every cgroup.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use kubelet_core::cadvisor::{
-    CgroupReading, Files, FsUsage, Labels, Machine, Series, parse_net_dev_counters, render_metrics,
+    CgroupReading, Files, FsUsage, Labels, Machine, Series, machine_families,
+    parse_net_dev_counters, render_metrics,
 };
 use kubelet_core::cgroups::{CgroupLayout, pod_uid_of};
+use kubelet_core::expfmt::{Family, render};
 use kubelet_core::stats::time_from_nanos;
 use kubelet_core::types::keys;
+use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
 
 use super::StatsView;
 
@@ -154,6 +158,80 @@ pub async fn metrics(view: &dyn StatsView) -> String {
             String::new()
         }
     }
+}
+
+/// `/metrics/cadvisor` under PodAndContainerStatsFromCRI, as upstream's CRI
+/// metrics collector: the machine's families, and every metric the runtime
+/// reports for its sandboxes and containers (ListPodSandboxMetrics) under
+/// the `descriptors` it gave (ListMetricDescriptors). A failed call leaves
+/// the runtime's metrics out, with upstream's log line.
+pub async fn cri_metrics(cri: &CriClient, descriptors: &[cri::MetricDescriptor]) -> String {
+    let pods = cri
+        .list_pod_sandbox_metrics()
+        .await
+        .inspect_err(|error| tracing::error!(%error, "Failed to get pod metrics"))
+        .unwrap_or_default();
+    let mut families = match kubelet_tasks::off_thread(machine).await {
+        Ok(machine) => machine_families(&machine),
+        Err(e) => {
+            tracing::warn!(error = %e, "gathering the machine's metrics");
+            Vec::new()
+        }
+    };
+    families.extend(cri_families(descriptors, &pods));
+    render(families)
+}
+
+/// The runtime's metrics as families, as upstream's criMetricToProm turns
+/// them: a metric whose name no descriptor has, or whose label values do
+/// not match its descriptor's keys, is left out; a timestamp (the runtime
+/// cached the value) is kept, none when it read the value live.
+fn cri_families(
+    descriptors: &[cri::MetricDescriptor],
+    pods: &[cri::PodSandboxMetrics],
+) -> Vec<Family> {
+    let described: HashMap<&str, &cri::MetricDescriptor> =
+        descriptors.iter().map(|d| (d.name.as_str(), d)).collect();
+    let metrics = pods.iter().flat_map(|p| {
+        p.metrics
+            .iter()
+            .chain(p.container_metrics.iter().flat_map(|c| c.metrics.iter()))
+    });
+    let mut families: BTreeMap<&str, Family> = BTreeMap::new();
+    for m in metrics {
+        let Some(d) = described.get(m.name.as_str()) else {
+            tracing::debug!(name = %m.name, "Descriptor not present in pre-populated list of descriptors");
+            continue;
+        };
+        if m.label_values.len() != d.label_keys.len() {
+            tracing::error!(
+                name = %m.name,
+                keys = ?d.label_keys,
+                values = ?m.label_values,
+                "Error getting CRI prometheus metric"
+            );
+            continue;
+        }
+        let family = families.entry(d.name.as_str()).or_insert_with(|| {
+            let kind = if m.metric_type == cri::MetricType::Gauge as i32 {
+                "gauge"
+            } else {
+                "counter"
+            };
+            Family::new(d.name.clone(), kind, d.help.clone())
+        });
+        let mut labels: Vec<(String, String)> = d
+            .label_keys
+            .iter()
+            .cloned()
+            .zip(m.label_values.iter().cloned())
+            .collect();
+        labels.sort();
+        let value = m.value.as_ref().map_or(0, |v| v.value) as f64;
+        let at = (m.timestamp != 0).then(|| time_from_nanos(m.timestamp));
+        family.push_named(labels, value, at);
+    }
+    families.into_values().collect()
 }
 
 /// The image the runtime runs sandboxes from (containerd's verbose status:
@@ -407,6 +485,54 @@ fn machine() -> Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As upstream's criMetricToProm: a metric without a descriptor, or
+    /// whose values do not match its descriptor's keys, is left out; a
+    /// family's type is its metric's; a timestamp of 0 (read live) is none.
+    #[test]
+    fn the_runtimes_metrics_under_their_descriptors() {
+        let descriptor = |name: &str, keys: &[&str]| cri::MetricDescriptor {
+            name: name.into(),
+            help: format!("{name} help"),
+            label_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        };
+        let metric =
+            |name: &str, kind: cri::MetricType, values: &[&str], value, timestamp| cri::Metric {
+                name: name.into(),
+                timestamp,
+                metric_type: kind as i32,
+                label_values: values.iter().map(|v| (*v).to_owned()).collect(),
+                value: Some(cri::UInt64Value { value }),
+            };
+        let descriptors = [
+            descriptor("c_total", &["pod", "container"]),
+            descriptor("g_bytes", &["pod"]),
+        ];
+        let pods = [cri::PodSandboxMetrics {
+            pod_sandbox_id: "s1".into(),
+            metrics: vec![metric("g_bytes", cri::MetricType::Gauge, &["p"], 7, 0)],
+            container_metrics: vec![cri::ContainerMetrics {
+                container_id: "c1".into(),
+                metrics: vec![
+                    metric(
+                        "c_total",
+                        cri::MetricType::Counter,
+                        &["p", "c"],
+                        3,
+                        1_700_000_000_000_000_000,
+                    ),
+                    metric("c_total", cri::MetricType::Counter, &["p"], 9, 0),
+                    metric("unknown", cri::MetricType::Gauge, &[], 1, 0),
+                ],
+            }],
+        }];
+        assert_eq!(
+            render(cri_families(&descriptors, &pods)),
+            "# HELP c_total c_total help\n# TYPE c_total counter\n\
+             c_total{container=\"c\",pod=\"p\"} 3 1700000000000\n\
+             # HELP g_bytes g_bytes help\n# TYPE g_bytes gauge\ng_bytes{pod=\"p\"} 7\n"
+        );
+    }
 
     #[test]
     fn walks_the_pods_cgroups_and_names_them() {

@@ -10,27 +10,35 @@
 //! layers from ListContainerStats; the pods' emptyDir and configMap
 //! volumes measured on disk (at most every [`VOLUME_STATS_PERIOD`], as
 //! upstream's volume stats); the CPU rates (usageNanoCores) from the
-//! previous sample this provider kept. The eviction manager reads the same
-//! provider.
+//! previous sample this provider kept. With PodAndContainerStatsFromCRI
+//! ([`StatsProvider::with_cri_pod_stats`]) pods and containers are read from
+//! the runtime's ListPodSandboxStats instead of cgroups, network and
+//! process counts included, and `/metrics/cadvisor` is the runtime's
+//! ListPodSandboxMetrics (as upstream's criStatsProvider and CRI metrics
+//! collector); a runtime without the call gets the cgroup readings, as
+//! upstream's PodSandboxStatsUnimplemented. The eviction manager reads the
+//! same provider.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_core::cgroups::{CgroupLayout, CgroupName, PodCgroups};
 use kubelet_core::stats::{
-    CgroupUsage, ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, MemoryReading, MemoryStats,
-    NetworkStats, NodeStats, ParseError, PodReference, PodStats, PvcReference, RlimitStats,
-    RuntimeStats, SYSTEM_CONTAINER_PODS, Summary, SwapStats, VolumeStats, count_procs,
-    default_route_interface, ephemeral_storage, nanos_since_epoch, node_available_memory,
-    parse_cpu_stat_usage, parse_flat_keyed, parse_loadavg_tasks, parse_meminfo, parse_memory_limit,
-    parse_net_dev, parse_proc_stat, parse_single_int, resource_metrics_text, sum_cpu_memory,
-    sum_swap, ticks_to_nanos, time_from_nanos, usage_nano_cores,
+    CgroupUsage, ContainerStats, CpuSample, CpuStats, FsStats, FsUsage, InterfaceStats,
+    MemoryReading, MemoryStats, NetworkStats, NodeStats, ParseError, PodReference, PodStats,
+    ProcessStats, PvcReference, RlimitStats, RuntimeStats, SYSTEM_CONTAINER_PODS, Summary,
+    SwapStats, VolumeStats, count_procs, default_route_interface, ephemeral_storage,
+    nanos_since_epoch, node_available_memory, parse_cpu_stat_usage, parse_flat_keyed,
+    parse_loadavg_tasks, parse_meminfo, parse_memory_limit, parse_net_dev, parse_proc_stat,
+    parse_single_int, resource_metrics_text, sum_cpu_memory, sum_swap, ticks_to_nanos,
+    time_from_nanos, usage_nano_cores,
 };
 use kubelet_core::volume;
 use kubelet_cri::v1 as cri;
@@ -163,6 +171,9 @@ type RuntimeListing = (
     Arc<Vec<cri::ContainerStats>>,
 );
 
+/// The runtime's stats of each sandbox (PodAndContainerStatsFromCRI), by id.
+type SandboxStats = HashMap<String, cri::PodSandboxStats>;
+
 /// Whose CPU samples.
 #[derive(Clone, Copy, Debug)]
 enum Sampled {
@@ -173,10 +184,11 @@ enum Sampled {
 }
 
 /// A pod's stats as they are gathered, with its cgroup and that cgroup's
-/// usage when it has one.
+/// usage when it has one, or the runtime's stats of its sandbox.
 struct PodEntry {
     stats: PodStats,
     cgroup: Option<(CgroupName, SystemTime, CgroupUsage)>,
+    sandbox: Option<cri::LinuxPodSandboxStats>,
 }
 
 impl PodEntry {
@@ -197,6 +209,7 @@ impl PodEntry {
                 ..Default::default()
             },
             cgroup,
+            sandbox: None,
         }
     }
 }
@@ -242,6 +255,14 @@ pub struct StatsProvider {
     /// Each pod and container cgroup's last reading: when it was read, the
     /// usage, and the last summary that asked for it.
     cgroups: Mutex<HashMap<CgroupName, (SystemTime, CgroupUsage, SystemTime)>>,
+    /// PodAndContainerStatsFromCRI.
+    from_cri: bool,
+    /// The runtime answered ListPodSandboxStats with Unimplemented: the
+    /// cgroups are read instead.
+    sandbox_stats_unimplemented: AtomicBool,
+    /// The runtime's metric descriptors, asked once they are needed and
+    /// kept once given.
+    descriptors: tokio::sync::OnceCell<Vec<cri::MetricDescriptor>>,
 }
 
 /// A volume directory's usage and its file system's.
@@ -283,6 +304,59 @@ impl StatsProvider {
             volume_period: VOLUME_STATS_PERIOD,
             runtime: Mutex::default(),
             cgroups: Mutex::default(),
+            from_cri: false,
+            sandbox_stats_unimplemented: AtomicBool::new(false),
+            descriptors: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The same, reading pods and containers from the runtime's
+    /// ListPodSandboxStats and ListPodSandboxMetrics when `from_cri`
+    /// (PodAndContainerStatsFromCRI).
+    pub fn with_cri_pod_stats(self, from_cri: bool) -> Self {
+        StatsProvider { from_cri, ..self }
+    }
+
+    /// `/metrics/cadvisor`: the runtime's metrics with
+    /// PodAndContainerStatsFromCRI, else the cgroups' as cAdvisor reads them.
+    pub async fn cadvisor_metrics(&self, view: &dyn StatsView) -> String {
+        if !self.from_cri {
+            return cadvisor::metrics(view).await;
+        }
+        let cri = view.cri();
+        let descriptors = self
+            .descriptors
+            .get_or_try_init(|| cri.list_metric_descriptors())
+            .await
+            .inspect_err(|error| tracing::error!(%error, "Error reading MetricDescriptors"))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        cadvisor::cri_metrics(&cri, descriptors).await
+    }
+
+    /// The runtime's stats of every sandbox, with PodAndContainerStatsFromCRI
+    /// and a runtime that has the call; None otherwise.
+    async fn sandbox_stats(&self, cri: &CriClient) -> Result<Option<SandboxStats>, StatsError> {
+        if !self.from_cri || self.sandbox_stats_unimplemented.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        match cri.list_pod_sandbox_stats().await {
+            Ok(stats) => Ok(Some(
+                stats
+                    .into_iter()
+                    .filter_map(|s| Some((s.attributes.as_ref()?.id.clone(), s)))
+                    .collect(),
+            )),
+            Err(e) if e.is_unimplemented() => {
+                tracing::warn!(error = %e, "The container runtime does not implement ListPodSandboxStats: pod and container stats are read from their cgroups");
+                self.sandbox_stats_unimplemented
+                    .store(true, Ordering::Relaxed);
+                Ok(None)
+            }
+            Err(source) => Err(StatsError::Cri {
+                what: "pod sandbox stats",
+                source,
+            }),
         }
     }
 
@@ -546,10 +620,16 @@ impl StatsProvider {
         update: bool,
         max_age: Duration,
     ) -> Result<Vec<PodStats>, StatsError> {
-        let cgroups = view.pod_cgroups();
+        let cri = view.cri();
+        let sandbox_stats = self.sandbox_stats(&cri).await?;
+        let cgroups = match sandbox_stats {
+            Some(_) => None,
+            None => view.pod_cgroups(),
+        };
         let (containers, sandboxes, stats) = self
             .runtime_listing(
-                &view.cri(),
+                &cri,
+                sandbox_stats.as_ref(),
                 cgroups.is_some(),
                 root_fs.is_some(),
                 now,
@@ -589,7 +669,11 @@ impl StatsProvider {
                     let spec = by_uid.get(meta.uid.as_str()).copied();
                     self.pod_cgroup(c, spec, &meta.uid, now, max_age)
                 });
-                PodEntry::new(sandbox, meta, cgroup)
+                let mut entry = PodEntry::new(sandbox, meta, cgroup);
+                entry.sandbox = sandbox_stats
+                    .as_ref()
+                    .and_then(|by_id| by_id.get(&sandbox.id)?.linux.clone());
+                entry
             });
             let name = container
                 .metadata
@@ -610,15 +694,7 @@ impl StatsProvider {
                     self.cgroup_cpu(Sampled::Container, &container.id, at, &u, update),
                     u.memory_stats(at),
                 ),
-                (None, stat) => (
-                    self.container_cpu(
-                        &container.id,
-                        stat.and_then(|s| s.cpu.as_ref()),
-                        now,
-                        update,
-                    ),
-                    container_memory(stat.and_then(|s| s.memory.as_ref()), now),
-                ),
+                (None, stat) => self.runtime_container_usage(&container.id, stat, now, update),
             };
             if let Some((_, u)) = usage {
                 let count = entry.stats.process_stats.get_or_insert_default();
@@ -673,12 +749,14 @@ impl StatsProvider {
     }
 
     /// What the runtime runs: its running containers, its sandboxes, and
-    /// the container stats a summary needs (all of them, the latest, where
-    /// pods have no cgroups of their own; with cgroups, only the full
-    /// summary's writable layers, kept up to `max_age`).
+    /// the container stats a summary needs (those in the sandboxes' stats
+    /// when it has them; all of them, the latest, where pods have no
+    /// cgroups of their own; with cgroups, only the full summary's writable
+    /// layers, kept up to `max_age`).
     async fn runtime_listing(
         &self,
         cri: &CriClient,
+        sandbox_stats: Option<&SandboxStats>,
         pod_cgroups: bool,
         full: bool,
         now: SystemTime,
@@ -699,35 +777,56 @@ impl StatsProvider {
             .list_pod_sandbox(None)
             .await
             .map_err(cri_err("pod sandboxes"))?;
-        let stats = match (pod_cgroups, full) {
-            (false, _) => Arc::new(
+        let stats = match (sandbox_stats, pod_cgroups, full) {
+            (Some(by_id), ..) => Arc::new(
+                by_id
+                    .values()
+                    .filter_map(|s| s.linux.as_ref())
+                    .flat_map(|l| l.containers.iter().cloned())
+                    .collect(),
+            ),
+            (None, false, _) => Arc::new(
                 cri.list_container_stats(None)
                     .await
                     .map_err(cri_err("container stats"))?,
             ),
-            (true, true) => self.runtime_stats(cri, now, max_age).await?,
-            (true, false) => Arc::default(),
+            (None, true, true) => self.runtime_stats(cri, now, max_age).await?,
+            (None, true, false) => Arc::default(),
         };
         Ok((containers, sandboxes, stats))
     }
 
     /// A pod's stats once its containers are in: sorted, and its CPU and
     /// memory from its cgroup, which holds the sandbox and the pod overhead
-    /// too (addPodCPUMemoryStats reads it first); without one, the sum of
-    /// the containers'.
+    /// too (addPodCPUMemoryStats reads it first), or from the runtime's
+    /// stats of its sandbox, with its network and process count (upstream's
+    /// addCRIPod*Stats); with neither, the sum of the containers'.
     fn pod_of(&self, entry: PodEntry, update: bool) -> PodStats {
         let mut pod = entry.stats;
         pod.containers.sort_by(|a, b| a.name.cmp(&b.name));
-        (pod.cpu, pod.memory) = match entry.cgroup {
-            Some((_, at, u)) => {
-                let uid = pod.pod_ref.uid.clone();
-                (
-                    Some(self.cgroup_cpu(Sampled::Pod, &uid, at, &u, update)),
-                    Some(u.memory_stats(at)),
-                )
-            }
-            None => sum_cpu_memory(&pod.containers),
+        let uid = pod.pod_ref.uid.clone();
+        (pod.cpu, pod.memory) = match (entry.cgroup, &entry.sandbox) {
+            (Some((_, at, u)), _) => (
+                Some(self.cgroup_cpu(Sampled::Pod, &uid, at, &u, update)),
+                Some(u.memory_stats(at)),
+            ),
+            (None, Some(linux)) => (
+                linux
+                    .cpu
+                    .as_ref()
+                    .map(|cpu| self.runtime_cpu(Sampled::Pod, &uid, cpu, update)),
+                linux.memory.as_ref().map(runtime_memory),
+            ),
+            (None, None) => sum_cpu_memory(&pod.containers),
         };
+        if let Some(linux) = entry.sandbox {
+            pod.network = linux.network.map(sandbox_network);
+            if let Some(process) = linux.process {
+                pod.process_stats = Some(ProcessStats {
+                    process_count: process.process_count.map(|v| v.value),
+                });
+            }
+        }
         pod
     }
 
@@ -1079,22 +1178,33 @@ impl StatsProvider {
         kubelet_core::stats::volume_stats_text(&self.claim_stats.lock())
     }
 
-    /// A container's CPU stats; the rate is the runtime's if it gives one,
-    /// else computed from the kept sample (taking a new one when `update`).
-    fn container_cpu(
+    /// A container's CPU and memory from the runtime's stats; zeros now
+    /// when it has none yet, as upstream.
+    fn runtime_container_usage(
         &self,
         id: &str,
-        cpu: Option<&cri::CpuUsage>,
+        stat: Option<&cri::ContainerStats>,
         now: SystemTime,
         update: bool,
-    ) -> CpuStats {
-        let Some(cpu) = cpu else {
-            return CpuStats {
+    ) -> (CpuStats, MemoryStats) {
+        let cpu = match stat.and_then(|s| s.cpu.as_ref()) {
+            Some(cpu) => self.runtime_cpu(Sampled::Container, id, cpu, update),
+            None => CpuStats {
                 time: now,
                 usage_nano_cores: Some(0),
                 usage_core_nano_seconds: Some(0),
-            };
+            },
         };
+        (
+            cpu,
+            container_memory(stat.and_then(|s| s.memory.as_ref()), now),
+        )
+    }
+
+    /// CPU stats from the runtime's figures for a container or sandbox
+    /// `id`: its usageNanoCores when it reports one, else the rate since
+    /// the kept sample.
+    fn runtime_cpu(&self, which: Sampled, id: &str, cpu: &cri::CpuUsage, update: bool) -> CpuStats {
         let usage = cpu.usage_core_nano_seconds.as_ref().map(|v| v.value);
         let nano_cores = match (&cpu.usage_nano_cores, usage) {
             (Some(reported), _) => Some(reported.value),
@@ -1103,11 +1213,14 @@ impl StatsProvider {
                     timestamp_ns: cpu.timestamp,
                     usage_core_nano_seconds: usage,
                 };
-                self.cpu_rate(Sampled::Container, id, sample, update)
+                self.cpu_rate(which, id, sample, update)
             }
             (None, None) => {
-                let cache = self.cpu.lock();
-                cache.containers.get(id).and_then(|r| r.nano_cores)
+                let sample = CpuSample {
+                    timestamp_ns: cpu.timestamp,
+                    usage_core_nano_seconds: 0,
+                };
+                self.cpu_rate(which, id, sample, false)
             }
         };
         CpuStats {
@@ -1186,6 +1299,11 @@ fn container_memory(memory: Option<&cri::MemoryUsage>, now: SystemTime) -> Memor
             major_page_faults: None,
         };
     };
+    runtime_memory(m)
+}
+
+/// Memory stats from the runtime's figures for a container or sandbox.
+fn runtime_memory(m: &cri::MemoryUsage) -> MemoryStats {
     let value = |v: &Option<cri::UInt64Value>| v.as_ref().map(|v| v.value);
     MemoryStats {
         time: time_from_nanos(m.timestamp),
@@ -1195,6 +1313,30 @@ fn container_memory(memory: Option<&cri::MemoryUsage>, now: SystemTime) -> Memor
         rss_bytes: value(&m.rss_bytes),
         page_faults: value(&m.page_faults),
         major_page_faults: value(&m.major_page_faults),
+    }
+}
+
+/// A sandbox's network as the runtime reports it (upstream's
+/// addCRIPodNetworkStats): the default interface inline, and every one.
+fn sandbox_network(n: cri::NetworkUsage) -> NetworkStats {
+    let interface = |i: &cri::NetworkInterfaceUsage| {
+        let value = |v: &Option<cri::UInt64Value>| v.as_ref().map(|v| v.value);
+        InterfaceStats {
+            name: i.name.clone(),
+            rx_bytes: value(&i.rx_bytes),
+            rx_errors: value(&i.rx_errors),
+            tx_bytes: value(&i.tx_bytes),
+            tx_errors: value(&i.tx_errors),
+        }
+    };
+    NetworkStats {
+        time: time_from_nanos(n.timestamp),
+        default: n
+            .default_interface
+            .as_ref()
+            .map(interface)
+            .unwrap_or_default(),
+        interfaces: n.interfaces.iter().map(interface).collect(),
     }
 }
 

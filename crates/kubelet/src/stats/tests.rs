@@ -926,3 +926,90 @@ fn a_volume_walk_never_follows_a_symlink() {
     let (_, inodes) = tree_usage(&dir.path().join("d/escape")).unwrap();
     assert_eq!(inodes, 1);
 }
+
+/// With PodAndContainerStatsFromCRI the pod is the runtime's sandbox stats:
+/// its network and process count (which the cgroup path has no figure for
+/// here), its CPU and memory at the sandbox's sample time; its container
+/// still the runtime's. A runtime without ListPodSandboxStats is asked
+/// once, then the cgroup path is taken.
+#[tokio::test]
+async fn with_stats_from_cri_the_pod_is_its_sandbox_stats() {
+    let mut f = fixture().await;
+    f.provider = std::mem::take(&mut f.provider).with_cri_pod_stats(true);
+    let s = f.provider.summary(&f.view, false).await.unwrap();
+    let web = &s["pods"][1];
+    assert_eq!(web["podRef"]["name"], "web", "{s}");
+    assert_eq!(
+        web["network"]["interfaces"],
+        json!([{"name": "eth0", "rxBytes": 0, "rxErrors": 0, "txBytes": 0, "txErrors": 0}]),
+        "{web}"
+    );
+    assert_eq!(web["network"]["name"], "eth0");
+    // The running app: the exited init has no process.
+    assert_eq!(web["process_stats"], json!({"process_count": 1}));
+    assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 1_500_000_000);
+    assert_eq!(web["memory"]["workingSetBytes"], 2_000_000);
+    assert_ne!(
+        web["cpu"]["time"], web["containers"][0]["cpu"]["time"],
+        "the sandbox's own sample, not the sum of its containers': {web}"
+    );
+    assert_eq!(web["containers"][0]["name"], "app");
+    assert_eq!(web["containers"][0]["rootfs"]["usedBytes"], 4096);
+    assert_eq!(f.fake.calls("ListContainerStats"), 0);
+
+    let unimplemented = fixture().await;
+    let provider = StatsProvider::with_host(
+        fake_host(unimplemented.dir.path(), true),
+        Arc::new(SystemTime::now),
+        100,
+    )
+    .with_cri_pod_stats(true);
+    unimplemented
+        .fake
+        .inject_error("ListPodSandboxStats", tonic::Code::Unimplemented, 1);
+    for _ in 0..2 {
+        let s = provider.summary(&unimplemented.view, false).await.unwrap();
+        let web = &s["pods"][1];
+        assert!(web.get("network").is_none(), "{web}");
+        assert_eq!(web["cpu"]["usageCoreNanoSeconds"], 1_500_000_000);
+    }
+    assert_eq!(unimplemented.fake.calls("ListPodSandboxStats"), 1);
+}
+
+/// `/metrics/cadvisor` with PodAndContainerStatsFromCRI: the machine's
+/// families and the runtime's metrics under its descriptors, their labels
+/// sorted and their timestamps kept.
+#[tokio::test]
+async fn with_stats_from_cri_cadvisor_metrics_are_the_runtimes() {
+    let mut f = fixture().await;
+    f.provider = std::mem::take(&mut f.provider).with_cri_pod_stats(true);
+    let text = f.provider.cadvisor_metrics(&f.view).await;
+    assert!(text.contains("# TYPE machine_cpu_cores gauge\n"), "{text}");
+    assert!(
+        text.contains("# HELP container_cpu_usage_seconds_total Cumulative CPU time consumed in seconds.\n# TYPE container_cpu_usage_seconds_total counter\n"),
+        "{text}"
+    );
+    let line = |family: &str| {
+        text.lines()
+            .find(|l| l.starts_with(&format!("{family}{{")))
+            .unwrap_or_else(|| panic!("no {family} sample: {text}"))
+            .to_owned()
+    };
+    let want = format!(
+        "{{container=\"app\",id=\"{}\",image=\"busybox\",namespace=\"default\",pod=\"web\"}} 1 ",
+        f.app
+    );
+    assert!(
+        line("container_cpu_usage_seconds_total").contains(&want),
+        "{text}"
+    );
+    assert!(
+        line("container_memory_working_set_bytes").contains("pod=\"web\"} 2e+06 "),
+        "{text}"
+    );
+    // The cgroup walk's families are not there.
+    assert!(!text.contains("container_scrape_error"), "{text}");
+    // Asked once.
+    f.provider.cadvisor_metrics(&f.view).await;
+    assert_eq!(f.fake.calls("ListMetricDescriptors"), 1);
+}
