@@ -89,6 +89,7 @@ fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
         return patch;
     };
     let old = pod.status.as_ref();
+    clear_dropped_condition_fields(object, old);
     let reported = |kind: &str| status.conditions.iter().flatten().any(|c| c.type_ == kind);
     let gone: Vec<serde_json::Value> = old
         .iter()
@@ -119,6 +120,39 @@ fn status_patch(pod: &Pod, status: &PodStatus) -> serde_json::Value {
     merge_by_ip(object, "podIPs", old_pod_ips, pod_ips(status));
     merge_by_ip(object, "hostIPs", old.and_then(host_ips), host_ips(status));
     patch
+}
+
+/// Conditions merge by type, and within one field by field: a field the
+/// API's condition has and the status's no longer does (the reason and
+/// message of a Ready condition that turned True) is set to null, as a
+/// two-way strategic merge patch spells it, or the API server would keep it.
+fn clear_dropped_condition_fields(
+    patch: &mut serde_json::Map<String, serde_json::Value>,
+    old: Option<&PodStatus>,
+) {
+    let Some(serde_json::Value::Array(conditions)) = patch.get_mut("conditions") else {
+        return;
+    };
+    for condition in conditions.iter_mut() {
+        let Some(new) = condition.as_object_mut() else {
+            continue;
+        };
+        let Some(was) = old
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| Some(c.type_.as_str()) == new["type"].as_str())
+            })
+            .and_then(|c| serde_json::to_value(c).ok())
+        else {
+            continue;
+        };
+        for key in was.as_object().into_iter().flat_map(|o| o.keys()) {
+            if !new.contains_key(key) {
+                new.insert(key.clone(), serde_json::Value::Null);
+            }
+        }
+    }
 }
 
 /// A list merged by `ip` in the patch: when the status reports it and it
@@ -289,6 +323,35 @@ mod tests {
         // Nothing to delete: the status as it is.
         let same = status_patch(&Pod::default(), &status);
         assert_eq!(same, serde_json::to_value(&status).unwrap());
+    }
+
+    /// Ready turned True: the reason and message it had while False are
+    /// removed, not kept beside the new status.
+    #[test]
+    fn a_conditions_dropped_fields_are_removed() {
+        let not_ready = PodCondition {
+            reason: Some("ContainersNotReady".into()),
+            message: Some("containers with unready status: [c]".into()),
+            status: "False".into(),
+            ..condition("Ready")
+        };
+        let pod = PodBuilder::default()
+            .status(PodStatus {
+                conditions: Some(vec![not_ready, condition("Initialized")]),
+                ..Default::default()
+            })
+            .build();
+        let status = PodStatus {
+            conditions: Some(vec![condition("Ready"), condition("Initialized")]),
+            ..Default::default()
+        };
+        assert_eq!(
+            status_patch(&pod, &status)["conditions"],
+            serde_json::json!([
+                {"type": "Ready", "status": "True", "reason": null, "message": null},
+                {"type": "Initialized", "status": "True"},
+            ])
+        );
     }
 
     fn ips(list: &[&str]) -> Option<Vec<PodIP>> {

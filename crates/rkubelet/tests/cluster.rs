@@ -1090,12 +1090,21 @@ async fn g_readiness_and_liveness_probes() {
     let uids: HashSet<String> = [id.clone()].into();
 
     k.exec(&id, "web", &["touch", "/www/ready"]).await;
-    eventually("Ready once /ready is served", START, async || {
+    let ready = eventually("Ready once /ready is served", START, async || {
         let p = k.api.pod("cl-probe")?;
         (condition(&p, "Ready") == "True" && container_status(&p, "web")["ready"] == true)
-            .then_some(())
+            .then_some(p)
     })
     .await;
+    // The reason and message it had while False are gone with it.
+    for c in ready["status"]["conditions"].as_array().unwrap() {
+        if c["status"] == "True" {
+            assert!(
+                c.get("reason").is_none() && c.get("message").is_none(),
+                "{c}"
+            );
+        }
+    }
     k.exec(&id, "web", &["rm", "/www/ready"]).await;
     eventually("not Ready once /ready is gone", START, async || {
         let p = k.api.pod("cl-probe")?;
