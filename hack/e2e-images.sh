@@ -44,7 +44,9 @@
 #                                                    official image; Cmd nginx -g 'daemon off;'
 #   registry.k8s.io/e2e-test-images/kitten:1.8       agnhost + /kitten.jpg, /data.json (from
 #   registry.k8s.io/e2e-test-images/nautilus:1.8     test/images/kitten), Cmd test-webserver;
-#                                                    nautilus the same with its own files
+#                                                    nautilus the same with its own files;
+#                                                    agnhost's /etc/os-release is its
+#                                                    upstream base's (alpine:3.21)
 #   registry.k8s.io/e2e-test-images/sample-apiserver:1.29.2
 #                                                    /sample-apiserver (k8s.io/sample-apiserver
 #                                                    at the control plane's version,
@@ -86,7 +88,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=6
+RECIPE_VERSION=7
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils iproute2 socat util-linux libc-bin hostname
   libc6-dev gcc make bzip2)
@@ -290,6 +292,12 @@ build_cache() {
   mkdir -p "$a/uploads" "$a/home/user-defined-in-image"
   echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$a/etc/passwd"
   printf '%s\n' 'user-defined-in-image:x:1000:' 'group-defined-in-image:x:50000:user-defined-in-image' >>"$a/etc/group"
+  # The os-release of upstream's base (test/images/agnhost/BASEIMAGE:
+  # alpine:3.21), which kitten's and nautilus's carry too: the ImageVolume
+  # spec reads it through the image mounted as a volume. Nothing else here
+  # is Alpine's.
+  printf '%s\n' 'NAME="Alpine Linux"' 'ID=alpine' 'VERSION_ID=3.21' 'PRETTY_NAME="Alpine Linux v3.21"' \
+    'HOME_URL="https://alpinelinux.org/"' >"$a/etc/os-release"
   agnhost_layer=$(oci_layer "$work" "$a")
   for name in "${AGNHOST_IMAGES[@]}"; do
     oci_image "$work" "$name" "$(config_json '["/agnhost"]' '["pause"]')" "$agnhost_layer"

@@ -599,6 +599,7 @@ mod tests {
             message: String::new(),
             grace_period: Some(30),
             stop_signal: None,
+            user: None,
         }
     }
 

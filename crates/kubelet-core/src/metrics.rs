@@ -670,6 +670,20 @@ families! {
         "[ALPHA] Cumulative number of errors when starting pods",
         &[],
     ),
+    /// `kubelet_started_user_namespaced_pods_total`: sandboxes created for
+    /// pods with `hostUsers: false`.
+    started_user_namespaced_pods: Counter(
+        "kubelet_started_user_namespaced_pods_total",
+        "[ALPHA] Cumulative number of pods with user namespaces started. This metric will only be collected on Linux.",
+        &[],
+    ),
+    /// `kubelet_started_user_namespaced_pods_errors_total`: those whose
+    /// first SyncPod failed somewhere.
+    started_user_namespaced_pods_errors: Counter(
+        "kubelet_started_user_namespaced_pods_errors_total",
+        "[ALPHA] Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
+        &[],
+    ),
     /// `kubelet_started_containers_total{container_type}`
     /// (`container`, `init_container`, `ephemeral_container`).
     started_containers: Counter(

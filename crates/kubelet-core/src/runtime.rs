@@ -89,6 +89,24 @@ pub struct ContainerStatus {
     /// The signal the runtime stops it with, as the API names it
     /// (`SIGUSR1`), when the runtime says (ContainerStopSignals).
     pub stop_signal: Option<String>,
+    /// The identity its process runs with, when the runtime says
+    /// (upstream's SupplementalGroupsPolicy status: `user.linux`).
+    pub user: Option<ContainerUser>,
+}
+
+/// The identity a container's process runs with, as the runtime reports it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ContainerUser {
+    /// Its Linux identity; None when the runtime gives none.
+    pub linux: Option<LinuxContainerUser>,
+}
+
+/// A Linux process identity: user, primary group and every group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinuxContainerUser {
+    pub uid: i64,
+    pub gid: i64,
+    pub supplemental_groups: Vec<i64>,
 }
 
 /// Everything the runtime knows about one pod, newest sandbox first and

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
-    PodStatus as ApiPodStatus, VolumeMountStatus,
+    ContainerStateWaiting, ContainerStatus as ApiContainerStatus,
+    ContainerUser as ApiContainerUser, HostIP, LinuxContainerUser as ApiLinuxContainerUser, Pod,
+    PodCondition, PodIP, PodStatus as ApiPodStatus, VolumeMountStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -274,6 +275,15 @@ fn container_status(spec: &Container, init: bool, cx: &StatusContext<'_>) -> Api
         }),
         state: Some(state),
         stop_signal: newest.and_then(|c| c.stop_signal.clone()),
+        user: newest
+            .and_then(|c| c.user.as_ref())
+            .map(|u| ApiContainerUser {
+                linux: u.linux.as_ref().map(|l| ApiLinuxContainerUser {
+                    uid: l.uid,
+                    gid: l.gid,
+                    supplemental_groups: Some(l.supplemental_groups.clone()),
+                }),
+            }),
         ..Default::default()
     }
 }
@@ -856,6 +866,7 @@ mod tests {
             message: String::new(),
             stop_signal: None,
             grace_period: None,
+            user: None,
         }
     }
 
@@ -1335,6 +1346,38 @@ mod tests {
             .map(|c| c.stop_signal.as_deref())
             .collect();
         assert_eq!(signals, [Some("SIGUSR1"), None]);
+    }
+
+    /// The identity the runtime reports is the container status' `user`
+    /// (upstream's SupplementalGroupsPolicy status); none when it reports
+    /// none.
+    #[test]
+    fn the_user_the_runtime_reports_is_in_the_status() {
+        use crate::runtime::{ContainerUser, LinuxContainerUser};
+        use ContainerState::*;
+        let p = pod("Always", &["a", "b"]);
+        let mut a = ctr("a", Running, 0, 0);
+        a.user = Some(ContainerUser {
+            linux: Some(LinuxContainerUser {
+                uid: 1000,
+                gid: 1000,
+                supplemental_groups: vec![1000, 50000, 60000],
+            }),
+        });
+        let s = api_status(&p, vec![a, ctr("b", Running, 0, 0)]);
+        let users: Vec<serde_json::Value> = s
+            .container_statuses
+            .iter()
+            .flatten()
+            .map(|c| serde_json::to_value(&c.user).unwrap())
+            .collect();
+        assert_eq!(
+            users,
+            [
+                serde_json::json!({"linux": {"uid": 1000, "gid": 1000, "supplementalGroups": [1000, 50000, 60000]}}),
+                serde_json::Value::Null,
+            ]
+        );
     }
 
     #[test]

@@ -657,6 +657,15 @@ pub fn container_config(
                     ..Default::default()
                 }
             }));
+            // In a user namespace of its own every mount is idmapped with
+            // the pod's mappings, so the node's root owns its files as the
+            // pod's root does (upstream's applyPlatformSpecificContainerConfig).
+            if userns.mode == cri::NamespaceMode::Pod as i32 {
+                for m in &mut mounts {
+                    m.uid_mappings.clone_from(&userns.uids);
+                    m.gid_mappings.clone_from(&userns.gids);
+                }
+            }
             mounts
         },
         stdin: c.stdin.unwrap_or(false),
@@ -1146,6 +1155,52 @@ mod tests {
             env,
             volume_groups: Vec::new(),
             stop_signals: false,
+        }
+    }
+
+    /// In a user namespace of the pod's own, every mount (the termination
+    /// log's too) carries the pod's ID mappings, for an idmapped mount; on
+    /// the node's, none does.
+    #[test]
+    fn mounts_are_idmapped_in_the_pods_user_namespace() {
+        let p = pod();
+        let c = p.spec.as_ref().unwrap().containers[0].clone();
+        let mapping = vec![cri::IdMapping {
+            host_id: 65536,
+            container_id: 0,
+            length: 65536,
+        }];
+        let mounts = |mode: cri::NamespaceMode| {
+            let mut inputs = inputs(Vec::new());
+            inputs.mounts = vec![cri::Mount {
+                container_path: "/vol".into(),
+                host_path: "/var/lib/kubelet/pods/u/volumes/v".into(),
+                ..Default::default()
+            }];
+            inputs.termination_log = Some(Path::new("/var/lib/kubelet/pods/u/containers/c/1"));
+            inputs.userns = cri::UserNamespace {
+                mode: mode as i32,
+                uids: mapping.clone(),
+                gids: mapping.clone(),
+            };
+            container_config(&p, &c, inputs, &SecurityDefaults::default(), NODE)
+                .unwrap()
+                .mounts
+        };
+        let pod_ns = mounts(cri::NamespaceMode::Pod);
+        assert_eq!(pod_ns.len(), 2);
+        for m in &pod_ns {
+            assert_eq!(
+                (&m.uid_mappings, &m.gid_mappings),
+                (&mapping, &mapping),
+                "{m:?}"
+            );
+        }
+        for m in mounts(cri::NamespaceMode::Node) {
+            assert!(
+                m.uid_mappings.is_empty() && m.gid_mappings.is_empty(),
+                "{m:?}"
+            );
         }
     }
 

@@ -241,6 +241,28 @@ impl RuntimeManager {
         if let Some(actuated) = resize_from {
             actions.add_resizes(pod, status, actuated);
         }
+        // A new sandbox of a pod in a user namespace is counted, and so is
+        // its SyncPod's failure anywhere, as upstream counts them.
+        let user_namespaced = actions.create_sandbox.is_some()
+            && pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+        if user_namespaced {
+            self.metrics.started_user_namespaced_pods.inc(&[]);
+        }
+        let synced = self.sync_steps(pod, status, &actions, volumes).await;
+        if user_namespaced && !synced.as_ref().is_ok_and(|r| r.failures.is_empty()) {
+            self.metrics.started_user_namespaced_pods_errors.inc(&[]);
+        }
+        synced
+    }
+
+    /// SyncPod's steps once its actions are computed.
+    async fn sync_steps(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+        volumes: &PodVolumes,
+    ) -> Result<SyncResult, SyncError> {
         let grace = grace_period(Some(pod), status, None);
         self.stop_step(pod, status, &actions, grace).await?;
         let mut result = SyncResult {

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use kubelet_core::runtime::{
-    ContainerState, ContainerStatus, PodStatus, RuntimePod, RuntimePods, SandboxState,
-    SandboxStatus,
+    ContainerState, ContainerStatus, ContainerUser, LinuxContainerUser, PodStatus, RuntimePod,
+    RuntimePods, SandboxState, SandboxStatus,
 };
 use kubelet_core::types::{PodUid, keys};
 use kubelet_cri::client::CriError;
@@ -105,6 +105,7 @@ impl RuntimeManager {
                     .ok()
                     .filter(|_| self.host.stop_signals)
                     .and_then(super::config::api_signal),
+                user: st.user.as_ref().map(container_user),
             });
         }
         out.containers
@@ -310,4 +311,16 @@ pub(super) fn log_tail(path: &str) -> std::io::Result<String> {
     }
     let cut = out.len().saturating_sub(MAX_TERMINATION_LOG_BYTES);
     Ok(String::from_utf8_lossy(&out[cut..]).into_owned())
+}
+
+/// The identity the runtime says the container runs with (upstream's
+/// toKubeContainerUser).
+fn container_user(user: &cri::ContainerUser) -> ContainerUser {
+    ContainerUser {
+        linux: user.linux.as_ref().map(|l| LinuxContainerUser {
+            uid: l.uid,
+            gid: l.gid,
+            supplemental_groups: l.supplemental_groups.clone(),
+        }),
+    }
 }

@@ -306,13 +306,14 @@ async fn failure_events_say_why() {
     fake.add_image("img:1");
     let cri = CriClient::connect_lazy(&fake.endpoint(), std::time::Duration::from_secs(5)).unwrap();
     let (events, mut rx) = Recorder::with_queue("n".into(), Clock::System);
+    let metrics = KubeletMetrics::new("n");
     let rm = RuntimeManager::new(
         cri,
         test_host(dir.path()),
         test_env(),
         test_pulls(dir.path()),
         events,
-        KubeletMetrics::new("n"),
+        metrics.clone(),
         Clock::System,
     );
     let pod = pod_p();
@@ -400,6 +401,14 @@ async fn failure_events_say_why() {
             "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
         ]
     );
+    // Counted as a user-namespaced pod started, and as its failure.
+    let text = metrics.render();
+    for line in [
+        "kubelet_started_user_namespaced_pods_total 1",
+        "kubelet_started_user_namespaced_pods_errors_total 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}: {text}");
+    }
 
     // An image name the reference grammar refuses is not pulled.
     let mut bad_image = pod.clone();
