@@ -264,13 +264,13 @@ impl RuntimeManager {
         volumes: &PodVolumes,
     ) -> Result<SyncResult, SyncError> {
         let grace = grace_period(Some(pod), status, None);
-        self.stop_step(pod, status, &actions, grace).await?;
+        self.stop_step(pod, status, actions, grace).await?;
         let mut result = SyncResult {
             acted: actions.acts(),
             ..SyncResult::default()
         };
-        self.resize_step(pod, &actions, &mut result).await;
-        let Some(sandbox) = self.sandbox_step(pod, status, &actions, volumes).await? else {
+        self.resize_step(pod, actions, &mut result).await;
+        let Some(sandbox) = self.sandbox_step(pod, status, actions, volumes).await? else {
             return Ok(result);
         };
         // Converted only when one is to start.
