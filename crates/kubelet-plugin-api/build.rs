@@ -1,9 +1,15 @@
 //! The plugin APIs' protos compiled with protoc (hack/install-deps.sh
-//! installs protobuf-compiler), as k8s-cri compiles the CRI's.
+//! installs protobuf-compiler), as kubelet-cri compiles the CRI's.
+//! `proto/podresources.proto` is k8s.io/kubelet v0.37.2's
+//! `pkg/apis/podresources/v1/api.proto` (Apache-2.0), unchanged.
 fn main() {
     tonic_prost_build::configure()
         .compile_protos(
-            &["proto/pluginregistration.proto", "proto/csi.proto"],
+            &[
+                "proto/pluginregistration.proto",
+                "proto/csi.proto",
+                "proto/podresources.proto",
+            ],
             &["proto/"],
         )
         .expect("compiling the plugin protos");

@@ -53,7 +53,14 @@ impl Clock for TokioClock {
     }
 }
 
-type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<TokioInstant>>;
+/// A token bucket on tokio's clock.
+pub type Bucket = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<TokioInstant>>;
+
+/// `qps` tokens a second, `burst` at once (at least one).
+pub fn token_bucket(qps: NonZeroU32, burst: u32) -> Bucket {
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+    RateLimiter::direct_with_clock(Quota::per_second(qps).allow_burst(burst), TokioClock)
+}
 
 /// `qps` requests a second, `burst` at once; a qps of 0 means unlimited, as
 /// upstream.
@@ -64,13 +71,7 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     pub fn new(qps: u32, burst: u32) -> Self {
-        let bucket = NonZeroU32::new(qps).map(|qps| {
-            let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-            Arc::new(RateLimiter::direct_with_clock(
-                Quota::per_second(qps).allow_burst(burst),
-                TokioClock,
-            ))
-        });
+        let bucket = NonZeroU32::new(qps).map(|qps| Arc::new(token_bucket(qps, burst)));
         RateLimitLayer { bucket }
     }
 }

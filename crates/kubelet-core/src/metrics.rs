@@ -684,6 +684,48 @@ families! {
         "[ALPHA] Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
         &[],
     ),
+    /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`.
+    pod_resources_requests_total: Counter(
+        "kubelet_pod_resources_endpoint_requests_total",
+        "[ALPHA] Cumulative number of requests to the PodResource endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_requests_list{server_api_version}`.
+    pod_resources_requests_list: Counter(
+        "kubelet_pod_resources_endpoint_requests_list",
+        "[ALPHA] Number of requests to the PodResource List endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_requests_get_allocatable{server_api_version}`.
+    pod_resources_requests_get_allocatable: Counter(
+        "kubelet_pod_resources_endpoint_requests_get_allocatable",
+        "[ALPHA] Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_errors_list{server_api_version}`.
+    pod_resources_errors_list: Counter(
+        "kubelet_pod_resources_endpoint_errors_list",
+        "[ALPHA] Number of requests to the PodResource List endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_errors_get_allocatable{server_api_version}`.
+    pod_resources_errors_get_allocatable: Counter(
+        "kubelet_pod_resources_endpoint_errors_get_allocatable",
+        "[ALPHA] Number of requests to the PodResource GetAllocatableResources endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_requests_get{server_api_version}`.
+    pod_resources_requests_get: Counter(
+        "kubelet_pod_resources_endpoint_requests_get",
+        "[ALPHA] Number of requests to the PodResource Get endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ),
+    /// `kubelet_pod_resources_endpoint_errors_get{server_api_version}`.
+    pod_resources_errors_get: Counter(
+        "kubelet_pod_resources_endpoint_errors_get",
+        "[ALPHA] Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ),
     /// `kubelet_started_containers_total{container_type}`
     /// (`container`, `init_container`, `ephemeral_container`).
     started_containers: Counter(

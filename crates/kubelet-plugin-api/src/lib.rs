@@ -1,8 +1,9 @@
-//! The gRPC APIs the kubelet speaks to plugins on the node, generated from
-//! `proto/`: plugin registration v1 (what a plugin in
-//! `<root-dir>/plugins_registry` serves) and the CSI Node service (what a
-//! CSI driver serves); and a channel to a unix socket, shared with the CRI
-//! client.
+//! The gRPC APIs the kubelet speaks on the node's unix sockets, generated
+//! from `proto/`: plugin registration v1 (what a plugin in
+//! `<root-dir>/plugins_registry` serves), the CSI Node service (what a CSI
+//! driver serves) and PodResources v1 (what the kubelet serves monitoring
+//! agents on `<root-dir>/pod-resources/kubelet.sock`); and a channel to a
+//! unix socket, shared with the CRI client.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,6 +25,12 @@ pub mod pluginregistration {
 #[allow(clippy::all, clippy::pedantic)]
 pub mod csi {
     tonic::include_proto!("csi.v1");
+}
+
+/// k8s.io/kubelet pkg/apis/podresources/v1.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod podresources {
+    tonic::include_proto!("v1");
 }
 
 /// A channel to the unix socket `path`, connected on first use (and again

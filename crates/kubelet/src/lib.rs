@@ -29,6 +29,7 @@ pub mod pluginmanager;
 pub mod pod_workers;
 pub mod podenv;
 pub mod podmanager;
+pub mod podresources;
 pub mod prober;
 pub mod pullmanager;
 pub mod runtime_state;

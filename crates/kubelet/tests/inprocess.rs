@@ -2008,3 +2008,93 @@ async fn evented_pleg_gives_up_a_stream_that_keeps_failing() {
     assert_eq!(m.evented_pleg_connections.get(&[]), 0.0);
     k.stop().await;
 }
+
+/// The PodResources API on `<root-dir>/pod-resources/kubelet.sock`, as a
+/// monitoring agent reads it: List gives the running pod with its
+/// sidecar and containers (nothing allocated: no device plugin, no
+/// exclusive CPU), Get one pod by name and upstream's error for another,
+/// GetAllocatableResources nothing; 30 calls at once overflow the bucket
+/// (10 at once, 100 a second), and those refused are refused as upstream's.
+#[tokio::test]
+async fn the_pod_resources_api_lists_the_pods_and_limits_its_callers() {
+    use kubelet_plugin_api::podresources as api;
+    use kubelet_plugin_api::podresources::pod_resources_lister_client::PodResourcesListerClient;
+
+    let node = Node::new().await;
+    let spec = format!(
+        "  initContainers:\n  - name: proxy\n    image: {IMAGE}\n    restartPolicy: Always\n  - name: setup\n    image: {IMAGE}\n"
+    );
+    node.write("web.yaml", &pod("web", &[("app", "sleep 1000")], &spec));
+    let k = node.start();
+    node.fake
+        .wait_for("the setup init container", WAIT, |_| {
+            node.running("setup").len() == 1
+        })
+        .await;
+    assert!(node.fake.exit_container(&node.running("setup")[0].id, 0));
+    k.wait_phase("web-node1", "Running").await;
+    let socket = node.dir.path().join("root/pod-resources/kubelet.sock");
+    let channel = kubelet_plugin_api::unix_channel(socket, Duration::from_secs(5));
+    let mut client = PodResourcesListerClient::new(channel);
+
+    let list = client
+        .list(api::ListPodResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.pod_resources.len(), 1, "{list:?}");
+    let web = &list.pod_resources[0];
+    assert_eq!(
+        (web.name.as_str(), web.namespace.as_str()),
+        ("web-node1", "default")
+    );
+    let names: Vec<&str> = web.containers.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["proxy", "app"]);
+
+    let got = client
+        .get(api::GetPodResourcesRequest {
+            pod_name: "web-node1".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(got.pod_resources.as_ref(), Some(web));
+    let missing = client
+        .get(api::GetPodResourcesRequest {
+            pod_name: "nope".into(),
+            pod_namespace: "default".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::Unknown);
+    assert_eq!(missing.message(), "pod nope in namespace default not found");
+    let allocatable = client
+        .get_allocatable_resources(api::AllocatableResourcesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(allocatable, api::AllocatableResourcesResponse::default());
+
+    let calls = (0..30).map(|_| {
+        let mut client = client.clone();
+        async move { client.list(api::ListPodResourcesRequest {}).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let refused: Vec<&tonic::Status> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    let served = answers.len() - refused.len();
+    assert!(!refused.is_empty() && served >= 1, "{served} served");
+    for e in refused {
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(e.message(), "rejected by rate limit");
+    }
+    // Counted once let through: the 4 calls above and those served.
+    let m = &k.kubelet.opts.metrics;
+    assert_eq!(
+        m.pod_resources_requests_total.get(&["v1"]),
+        4.0 + served as f64
+    );
+    assert_eq!(m.pod_resources_requests_get.get(&["v1"]), 2.0);
+    assert_eq!(m.pod_resources_errors_get.get(&["v1"]), 1.0);
+    k.stop().await;
+}

@@ -115,6 +115,24 @@ impl Kubelet {
 
     async fn start_servers(self: &Arc<Self>) -> Result<(), KubeletError> {
         let cfg = &self.opts.config;
+        let (socket, listener) =
+            crate::podresources::listen(&self.opts.root_dir).map_err(|e| KubeletError::Listen {
+                what: "podresources",
+                addr: self
+                    .opts
+                    .root_dir
+                    .join(crate::podresources::DIR)
+                    .display()
+                    .to_string(),
+                source: e,
+            })?;
+        tracing::info!(endpoint = %socket.display(), "Starting to serve the podresources API");
+        let server =
+            crate::podresources::PodResourcesServer::new(self.clone(), self.opts.metrics.clone());
+        self.tasks.spawn(
+            tracing::info_span!("server", what = "podresources"),
+            move |token| crate::podresources::serve(listener, server, token),
+        );
         if cfg.healthz_port != 0 {
             let addr = format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port);
             let listener = self.listen("healthz", addr).await?;

@@ -18,6 +18,7 @@ use crate::events::{Involved, NORMAL, WARNING};
 use crate::eviction::{Eviction, EvictionHost};
 use crate::nodeshutdown::ShutdownHost;
 use crate::pod_workers::PodTarget;
+use crate::podresources::PodsProvider;
 use crate::server::Health;
 use crate::stats::{StatsError, StatsView};
 use crate::status_sync::StaticPodView;
@@ -278,6 +279,18 @@ impl StatsView for Kubelet {
     )> {
         let layout = self.system_containers.layout()?.clone();
         Some((layout, self.system_containers.stats_cgroups()))
+    }
+}
+
+impl PodsProvider for Kubelet {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        Kubelet::active_pods(self)
+    }
+    fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        self.pod_manager.pods().into_iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.name.as_deref() == Some(name)
+        })
     }
 }
 

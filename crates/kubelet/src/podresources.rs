@@ -1,0 +1,224 @@
+//! The PodResources API v1 (upstream's pkg/kubelet/apis/podresources), on
+//! `<root-dir>/pod-resources/kubelet.sock`: what monitoring agents (DCGM
+//! exporter, node feature discovery) ask the kubelet about the node's
+//! resources and the pods holding them. `List` gives every active pod with
+//! its restartable init containers and its containers, `Get` one pod by
+//! name, `GetAllocatableResources` what the node can allocate. rkubelet has
+//! no device plugins, exclusive CPUs, memory manager or DRA claims yet
+//! (#36): every devices, cpu_ids, memory and dynamic_resources list is
+//! empty, which is what upstream reports with none of them (the `none`
+//! policies, no plugin registered). One token bucket for every call, 100 a
+//! second and 10 at once, as upstream's; a call beyond it is refused with
+//! ResourceExhausted `rejected by rate limit`. v1alpha1, deprecated, is not
+//! served.
+
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_api::ratelimit::{Bucket, token_bucket};
+use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::podspec::is_sidecar;
+use kubelet_plugin_api::podresources as api;
+use kubelet_plugin_api::podresources::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use tokio::net::UnixListener;
+use tokio_stream::wrappers::UnixListenerStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+/// The directory under the root directory, and the socket in it.
+pub const DIR: &str = "pod-resources";
+pub const SOCKET: &str = "kubelet.sock";
+/// Upstream's DefaultQPS and DefaultBurstTokens.
+const QPS: NonZeroU32 = NonZeroU32::new(100).unwrap();
+const BURST: u32 = 10;
+/// The `server_api_version` label.
+const V1: &str = "v1";
+
+/// The kubelet's pods, as the server reads them.
+pub trait PodsProvider: Send + Sync + 'static {
+    /// The pods admitted and not done (upstream's GetActivePods).
+    fn active_pods(&self) -> Vec<Arc<Pod>>;
+    /// The pod `namespace/name` the kubelet knows.
+    fn pod_by_name(&self, namespace: &str, name: &str) -> Option<Arc<Pod>>;
+}
+
+/// The v1 service.
+pub struct PodResourcesServer {
+    pods: Arc<dyn PodsProvider>,
+    bucket: Bucket,
+    metrics: KubeletMetrics,
+}
+
+impl PodResourcesServer {
+    pub fn new(pods: Arc<dyn PodsProvider>, metrics: KubeletMetrics) -> Self {
+        PodResourcesServer {
+            pods,
+            bucket: token_bucket(QPS, BURST),
+            metrics,
+        }
+    }
+
+    /// A token, or upstream's refusal.
+    fn admit(&self) -> Result<(), Status> {
+        self.bucket
+            .check()
+            .map_err(|_| Status::resource_exhausted("rejected by rate limit"))
+    }
+}
+
+/// A pod's resources: its restartable init containers then its containers,
+/// each with nothing allocated (upstream's order and fields).
+pub fn pod_resources(pod: &Pod) -> api::PodResources {
+    let spec = pod.spec.as_ref();
+    let sidecars = spec
+        .and_then(|s| s.init_containers.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|c| is_sidecar(c));
+    let containers = spec.into_iter().flat_map(|s| s.containers.iter());
+    api::PodResources {
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        containers: sidecars
+            .chain(containers)
+            .map(container_resources)
+            .collect(),
+        cpu_ids: Vec::new(),
+        memory: Vec::new(),
+    }
+}
+
+fn container_resources(c: &Container) -> api::ContainerResources {
+    api::ContainerResources {
+        name: c.name.clone(),
+        ..Default::default()
+    }
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for PodResourcesServer {
+    async fn list(
+        &self,
+        _: Request<api::ListPodResourcesRequest>,
+    ) -> Result<Response<api::ListPodResourcesResponse>, Status> {
+        self.admit()?;
+        self.metrics.pod_resources_requests_total.inc(&[V1]);
+        self.metrics.pod_resources_requests_list.inc(&[V1]);
+        let pod_resources = self
+            .pods
+            .active_pods()
+            .iter()
+            .map(|p| pod_resources(p))
+            .collect();
+        Ok(Response::new(api::ListPodResourcesResponse {
+            pod_resources,
+        }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<api::AllocatableResourcesRequest>,
+    ) -> Result<Response<api::AllocatableResourcesResponse>, Status> {
+        self.admit()?;
+        self.metrics.pod_resources_requests_total.inc(&[V1]);
+        self.metrics
+            .pod_resources_requests_get_allocatable
+            .inc(&[V1]);
+        Ok(Response::new(api::AllocatableResourcesResponse::default()))
+    }
+
+    async fn get(
+        &self,
+        request: Request<api::GetPodResourcesRequest>,
+    ) -> Result<Response<api::GetPodResourcesResponse>, Status> {
+        self.admit()?;
+        self.metrics.pod_resources_requests_total.inc(&[V1]);
+        self.metrics.pod_resources_requests_get.inc(&[V1]);
+        let req = request.into_inner();
+        let Some(pod) = self.pods.pod_by_name(&req.pod_namespace, &req.pod_name) else {
+            self.metrics.pod_resources_errors_get.inc(&[V1]);
+            // A Go error from the handler: gRPC's Unknown with its text.
+            return Err(Status::unknown(format!(
+                "pod {} in namespace {} not found",
+                req.pod_name, req.pod_namespace
+            )));
+        };
+        Ok(Response::new(api::GetPodResourcesResponse {
+            pod_resources: Some(pod_resources(&pod)),
+        }))
+    }
+}
+
+/// Listen on `<root_dir>/pod-resources/kubelet.sock` (the directory made
+/// 0750 and a stale socket removed, as upstream's CreateListener).
+pub fn listen(root_dir: &Path) -> std::io::Result<(PathBuf, UnixListener)> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = root_dir.join(DIR);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o750)
+        .create(&dir)?;
+    let socket = dir.join(SOCKET);
+    match std::fs::remove_file(&socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    Ok((socket.clone(), UnixListener::bind(&socket)?))
+}
+
+/// Serve the API on `listener` until `token` is cancelled.
+pub async fn serve(listener: UnixListener, server: PodResourcesServer, token: CancellationToken) {
+    let served = tonic::transport::Server::builder()
+        .add_service(PodResourcesListerServer::new(server))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), token.cancelled())
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "Failed to serve");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::PodSpec;
+
+    use super::*;
+
+    fn container(name: &str, restart: Option<&str>) -> Container {
+        Container {
+            name: name.into(),
+            restart_policy: restart.map(Into::into),
+            ..Default::default()
+        }
+    }
+
+    /// Restartable init containers then containers; an init container that
+    /// runs to completion is not listed; nothing is allocated.
+    #[test]
+    fn a_pods_resources_list_its_sidecars_then_its_containers() {
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![
+                    container("setup", None),
+                    container("proxy", Some("Always")),
+                ]),
+                containers: vec![container("app", None), container("log", None)],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        pod.metadata.name = Some("web".into());
+        pod.metadata.namespace = Some("default".into());
+        let r = pod_resources(&pod);
+        assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
+        let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["proxy", "app", "log"]);
+        assert!(r.containers.iter().all(|c| c.devices.is_empty()
+            && c.cpu_ids.is_empty()
+            && c.memory.is_empty()
+            && c.dynamic_resources.is_empty()));
+    }
+}
