@@ -104,12 +104,7 @@ pub fn container_hash(container: &Container) -> String {
         .replace('\u{2029}', "\\u2029");
     let bytes: Vec<String> = json.bytes().map(|b| b.to_string()).collect();
     let dumped = format!("([]uint8)[{}]", bytes.join(" "));
-    let mut h: u32 = 0x811c_9dc5;
-    for b in dumped.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
-    format!("{h:x}")
+    format!("{:x}", crate::checkpoint::fnv1a32(dumped.as_bytes()))
 }
 
 /// Whether a container is restarted after a failure with no exit code to

@@ -1,10 +1,11 @@
 //! Pod admission (upstream's lifecycle/predicate.go): before a pod from the
 //! API server starts, check it fits this node — pod count, cpu and memory
-//! requests against allocatable, node name, node selector and required node
+//! requests against allocatable, extended resources (device plugins')
+//! against the node's, node name, node selector and required node
 //! affinity, host ports already taken, NoExecute taints, and first of all
 //! the pod's OS. A pod that does not fit is rejected with upstream's reason
-//! (PodOSNotSupported, OutOfpods, OutOfcpu, OutOfmemory, NodeAffinity,
-//! NodePorts, ...) and never started.
+//! (PodOSNotSupported, OutOfpods, OutOfcpu, OutOfmemory, OutOf<resource>,
+//! NodeAffinity, NodePorts, ...) and never started.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use crate::devices::is_extended_resource_name;
 use crate::eviction::Pressure;
 use crate::eviction::rank::is_critical;
 use crate::qos::qos_class;
@@ -32,6 +34,9 @@ pub struct NodeInfo {
     /// The runtime supports supplementalGroupsPolicy (the Node's
     /// `status.features`; containerd 1.6 does not say so).
     pub supplemental_groups_policy: bool,
+    /// The node's allocatable extended resources (device plugins', and
+    /// those others advertise on the Node).
+    pub extended_allocatable: BTreeMap<String, i64>,
 }
 
 impl NodeInfo {
@@ -68,6 +73,14 @@ impl NodeInfo {
                 .and_then(|s| s.features.as_ref())
                 .and_then(|f| f.supplemental_groups_policy)
                 .unwrap_or(known.supplemental_groups_policy),
+            extended_allocatable: match allocatable {
+                Some(a) => a
+                    .iter()
+                    .filter(|(name, _)| is_extended_resource_name(name))
+                    .filter_map(|(name, q)| Some((name.clone(), parse_bytes(q).ok()?)))
+                    .collect(),
+                None => known.extended_allocatable.clone(),
+            },
         }
     }
 }
@@ -316,6 +329,29 @@ pub fn admit(pod: &Pod, node: &NodeInfo, active: &[&Pod]) -> Result<(), Rejectio
             );
         }
     }
+    // Extended resources the node does not have are left to whoever
+    // advertises them elsewhere (upstream's removeMissingExtendedResources).
+    let requests = resources::pod_requests(pod);
+    for (name, &requested) in &requests {
+        let Some(&capacity) = node.extended_allocatable.get(name) else {
+            continue;
+        };
+        if requested == 0 || !is_extended_resource_name(name) {
+            continue;
+        }
+        let used: i64 = active
+            .iter()
+            .map(|p| resources::pod_requests(p).get(name).copied().unwrap_or(0))
+            .sum();
+        if requested + used > capacity {
+            return reject(
+                &format!("OutOf{name}"),
+                format!(
+                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+                ),
+            );
+        }
+    }
     if !matches_node_affinity(pod, node) {
         return reject(
             "NodeAffinity",
@@ -430,7 +466,18 @@ mod tests {
             allocatable_memory_bytes: 1 << 30,
             max_pods: 3,
             supplemental_groups_policy: false,
+            extended_allocatable: BTreeMap::from([("example.com/gpu".into(), 2)]),
         }
+    }
+
+    /// `p` with its first container's limit of `n` of `resource`.
+    fn extended(p: Pod, resource: &str, n: &str) -> Pod {
+        with(p, |s| {
+            let r = s.containers[0].resources.get_or_insert_default();
+            r.limits
+                .get_or_insert_default()
+                .insert(resource.into(), Quantity(n.into()));
+        })
     }
 
     #[test]
@@ -653,6 +700,24 @@ mod tests {
                 Some("OutOfcpu"),
             ),
             ("memory", pod("", "2Gi"), vec![], Some("OutOfmemory")),
+            (
+                "a device plugin's resource within allocatable",
+                extended(small.clone(), "example.com/gpu", "1"),
+                vec![extended(small.clone(), "example.com/gpu", "1")],
+                None,
+            ),
+            (
+                "a device plugin's resource over allocatable",
+                extended(small.clone(), "example.com/gpu", "2"),
+                vec![extended(small.clone(), "example.com/gpu", "1")],
+                Some("OutOfexample.com/gpu"),
+            ),
+            (
+                "an extended resource the node does not have is left alone",
+                extended(small.clone(), "example.com/fpga", "5"),
+                vec![],
+                None,
+            ),
             (
                 "strict supplemental groups on a runtime without them",
                 with(small.clone(), |s| {

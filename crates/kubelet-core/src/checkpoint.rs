@@ -25,8 +25,9 @@ struct File {
     checksum: u64,
 }
 
-/// FNV-1a, 32 bits.
-fn fnv1a32(bytes: &[u8]) -> u32 {
+/// FNV-1a, 32 bits (Go's hash/fnv New32a), over what upstream's
+/// DeepHashObject prints.
+pub fn fnv1a32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5, |h: u32, b| {
         (h ^ u32::from(*b)).wrapping_mul(0x0100_0193)
     })

@@ -22,6 +22,7 @@ pub mod credentialprovider;
 pub mod credentials;
 pub mod crilog;
 pub mod csi;
+pub mod devices;
 pub mod dns;
 pub mod downward;
 pub mod duration;

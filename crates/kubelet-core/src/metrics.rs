@@ -684,6 +684,20 @@ families! {
         "[ALPHA] Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
         &[],
     ),
+    /// `kubelet_device_plugin_registration_total{resource_name}`.
+    device_plugin_registrations: Counter(
+        "kubelet_device_plugin_registration_total",
+        "[ALPHA] Cumulative number of device plugin registrations. Broken down by resource name.",
+        &["resource_name"],
+    ),
+    /// `kubelet_device_plugin_alloc_duration_seconds{resource_name}`: one
+    /// Allocate call to a device plugin.
+    device_plugin_alloc_duration: Histogram(
+        "kubelet_device_plugin_alloc_duration_seconds",
+        "[ALPHA] Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+        &["resource_name"],
+        &DEF_BUCKETS,
+    ),
     /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`.
     pod_resources_requests_total: Counter(
         "kubelet_pod_resources_endpoint_requests_total",

@@ -52,6 +52,19 @@ pub struct NodeFacts {
     /// The runtime's handlers and features, as its CRI Status lists them.
     pub runtime_handlers: Vec<crate::runtime::RuntimeHandler>,
     pub runtime_features: Option<crate::runtime::RuntimeFeatures>,
+    /// The device plugins' resources.
+    pub extended: ExtendedResources,
+}
+
+/// The extended resources device plugins serve (upstream's GetCapacity):
+/// each one's devices and its healthy ones, and those gone (reported at 0,
+/// as upstream leaves them, so the scheduler still knows them for device
+/// plugins' and stops placing pods needing them).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExtendedResources {
+    pub capacity: BTreeMap<String, i64>,
+    pub allocatable: BTreeMap<String, i64>,
+    pub removed: Vec<String>,
 }
 
 /// Why the node is not ready, if it is not (runtime, network, PLEG).
@@ -190,7 +203,18 @@ pub fn node_status(
         ("hugepages-1Gi".to_owned(), q("0".into())),
         ("hugepages-2Mi".to_owned(), q("0".into())),
     ]);
-    let allocatable = to_quantities(&allocatable(facts));
+    let mut capacity = capacity;
+    let mut allocatable = to_quantities(&allocatable(facts));
+    let extended = &facts.extended;
+    for (name, n) in &extended.capacity {
+        capacity.insert(name.clone(), q(n.to_string()));
+        let healthy = extended.allocatable.get(name).copied().unwrap_or(0);
+        allocatable.insert(name.clone(), q(healthy.to_string()));
+    }
+    for name in &extended.removed {
+        capacity.insert(name.clone(), q("0".into()));
+        allocatable.insert(name.clone(), q("0".into()));
+    }
     let addresses = node_addresses(&facts.node_ips, &facts.hostname);
     let ready = if readiness.errors.is_empty() {
         condition(
@@ -588,6 +612,26 @@ mod tests {
             .spec
             .unwrap();
         assert_eq!((bare.provider_id, bare.taints), (None, None));
+    }
+
+    /// A device plugin's resource: all its devices in capacity, the
+    /// healthy ones allocatable; a resource gone at 0 in both.
+    #[test]
+    fn device_plugins_resources_are_in_capacity_and_allocatable() {
+        let with_devices = NodeFacts {
+            extended: ExtendedResources {
+                capacity: [("example.com/gpu".to_owned(), 4)].into(),
+                allocatable: [("example.com/gpu".to_owned(), 3)].into(),
+                removed: vec!["example.com/fpga".into()],
+            },
+            ..facts()
+        };
+        let s = node_status(&with_devices, &Readiness::default(), &[], None, &at(1));
+        let (cap, alloc) = (s.capacity.unwrap(), s.allocatable.unwrap());
+        assert_eq!(cap["example.com/gpu"].0, "4");
+        assert_eq!(alloc["example.com/gpu"].0, "3");
+        assert_eq!(cap["example.com/fpga"].0, "0");
+        assert_eq!(alloc["example.com/fpga"].0, "0");
     }
 
     #[test]

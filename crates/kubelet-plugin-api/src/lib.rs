@@ -1,9 +1,14 @@
 //! The gRPC APIs the kubelet speaks on the node's unix sockets, generated
 //! from `proto/`: plugin registration v1 (what a plugin in
 //! `<root-dir>/plugins_registry` serves), the CSI Node service (what a CSI
-//! driver serves) and PodResources v1 (what the kubelet serves monitoring
-//! agents on `<root-dir>/pod-resources/kubelet.sock`); and a channel to a
-//! unix socket, shared with the CRI client.
+//! driver serves), PodResources v1 (what the kubelet serves monitoring
+//! agents on `<root-dir>/pod-resources/kubelet.sock`) and the device plugin
+//! API v1beta1 (the kubelet's registration service on
+//! `<root-dir>/device-plugins/kubelet.sock`, and what each device plugin
+//! serves); and a channel to a unix socket, shared with the CRI client.
+
+#[cfg(feature = "fake")]
+pub mod fake;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,6 +36,24 @@ pub mod csi {
 #[allow(clippy::all, clippy::pedantic)]
 pub mod podresources {
     tonic::include_proto!("v1");
+}
+
+/// k8s.io/kubelet pkg/apis/deviceplugin/v1beta1.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod deviceplugin {
+    tonic::include_proto!("v1beta1");
+
+    /// The API version the kubelet speaks (its constants.go).
+    pub const VERSION: &str = "v1beta1";
+    /// A device's health as a plugin reports it.
+    pub const HEALTHY: &str = "Healthy";
+    pub const UNHEALTHY: &str = "Unhealthy";
+}
+
+/// A gRPC status as Go's client prints it (`rpc error: code = X desc = Y`):
+/// how upstream's messages quote a plugin's errors.
+pub fn status_text(s: &tonic::Status) -> String {
+    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
 }
 
 /// A channel to the unix socket `path`, connected on first use (and again

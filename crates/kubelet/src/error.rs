@@ -90,6 +90,11 @@ pub enum StartError {
     /// unknown, or the Services are not listed yet.
     #[error("{0}")]
     Env(#[source] EnvError),
+    /// Upstream's CreateContainerConfigError from its device plugins: a
+    /// PreStartContainer call failed, or devices could not be allocated
+    /// again.
+    #[error("{0}")]
+    Devices(#[source] crate::devicemanager::DeviceError),
     /// The host file the termination message is mounted from.
     #[error("termination message file {path}: {source}")]
     TerminationLog {
@@ -115,9 +120,10 @@ impl StartError {
             StartError::CrashLoopBackOff { .. } => "CrashLoopBackOff",
             StartError::ImagePullBackOff { .. } => "ImagePullBackOff",
             StartError::Image { reason, .. } => reason,
-            StartError::Config(_) | StartError::Env(_) | StartError::TerminationLog { .. } => {
-                "CreateContainerConfigError"
-            }
+            StartError::Config(_)
+            | StartError::Env(_)
+            | StartError::Devices(_)
+            | StartError::TerminationLog { .. } => "CreateContainerConfigError",
             StartError::Create(_) => "CreateContainerError",
             StartError::Run(_) => "RunContainerError",
             StartError::PostStartHook(_) => "PostStartHookError",

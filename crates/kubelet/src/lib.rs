@@ -12,6 +12,7 @@ pub mod clock;
 pub mod cm;
 pub mod config;
 pub mod credentialprovider;
+pub mod devicemanager;
 pub mod dirwatch;
 pub mod error;
 pub mod events;

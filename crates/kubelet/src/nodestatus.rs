@@ -89,6 +89,8 @@ pub struct NodeStatusController {
     /// The attachable volumes pods use (the volume manager's unique names,
     /// sorted).
     pub volumes_in_use: Arc<dyn Fn() -> Vec<String> + Send + Sync>,
+    /// The device plugins: their resources in capacity and allocatable.
+    pub devices: crate::devicemanager::DeviceManager,
 }
 
 fn read_trimmed(path: &str) -> String {
@@ -227,6 +229,7 @@ impl NodeStatusController {
             eviction_hard: self.eviction_hard.clone(),
             runtime_handlers: self.runtime_state.handlers(),
             runtime_features: self.runtime_state.features(),
+            extended: self.devices.capacity(),
         }
     }
 
@@ -244,6 +247,7 @@ impl NodeStatusController {
             .await
             .unwrap_or_default();
         let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(7));
+        let mut reset = Vec::new();
         let node_uid = if self.reg.register {
             loop {
                 let facts = self.facts(&host).await;
@@ -255,6 +259,7 @@ impl NodeStatusController {
                 );
                 match register(&self.api, &node).await {
                     Ok(n) => {
+                        reset = self.extended_to_reset(&n);
                         tracing::info!(node = %self.reg.node_name, "node registered");
                         self.events.event(
                             &Involved::node(&self.reg.node_name, n.metadata.uid.clone()),
@@ -276,12 +281,38 @@ impl NodeStatusController {
             None
         };
         tokio::join!(
-            self.status_loop(&host, &cancel),
+            self.status_loop(&host, reset, &cancel),
             self.lease_loop(node_uid, &cancel)
         );
     }
 
-    async fn status_loop(&self, host: &HostInfo, cancel: &CancellationToken) {
+    /// The extended resources of a Node found registered that are zeroed
+    /// in its first status (upstream's reconcileExtendedResource): all of
+    /// them when the device manager started without a checkpoint, as on a
+    /// node made again; the plugins' own come back as they register.
+    fn extended_to_reset(&self, node: &Node) -> Vec<String> {
+        if !self.devices.fresh() {
+            return Vec::new();
+        }
+        node.status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(name, _)| name)
+            .filter(|name| kubelet_core::devices::is_extended_resource_name(name))
+            .inspect(|name| tracing::info!(resource = %name, node = %self.reg.node_name, "Zero out resource capacity in existing node"))
+            .cloned()
+            .collect()
+    }
+
+    /// `reset`: extended resources the first status zeroes.
+    async fn status_loop(
+        &self,
+        host: &HostInfo,
+        mut reset: Vec<String>,
+        cancel: &CancellationToken,
+    ) {
         let mut sent: Option<(NodeStatus, Instant)> = None;
         let mut tick = tokio::time::interval(self.reg.update_every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -291,7 +322,12 @@ impl NodeStatusController {
                 _ = tick.tick() => {}
                 () = self.status_now.notified() => {}
             }
-            let facts = self.facts(host).await;
+            let mut facts = self.facts(host).await;
+            for name in &reset {
+                if !facts.extended.capacity.contains_key(name) {
+                    facts.extended.removed.push(name.clone());
+                }
+            }
             let now = self.clock.now_time();
             let status = node_status(
                 &facts,
@@ -311,6 +347,7 @@ impl NodeStatusController {
             }
             match patch_status(&self.api, &self.reg.node_name, &status).await {
                 Ok(_) => {
+                    reset.clear();
                     let events = condition_events(sent.as_ref().map(|s| &s.0), &status);
                     if !events.is_empty() {
                         tracing::info!(?events, "node conditions reported");

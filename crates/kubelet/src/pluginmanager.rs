@@ -20,6 +20,7 @@ use kubelet_core::plugins::{Action, reconcile};
 use kubelet_plugin_api::csi::NodeGetInfoRequest;
 use kubelet_plugin_api::pluginregistration::registration_client::RegistrationClient;
 use kubelet_plugin_api::pluginregistration::{CSI_PLUGIN, InfoRequest, RegistrationStatus};
+use kubelet_plugin_api::status_text;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -237,11 +238,6 @@ impl PluginManager {
         }
         tracing::info!(name = %plugin.name, "CSI driver deregistered");
     }
-}
-
-/// gRPC's error text, as Go prints a status.
-fn status_text(s: &tonic::Status) -> String {
-    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
 }
 
 /// The sockets under `dir` and its subdirectories, each with its

@@ -3,11 +3,12 @@
 //! exporter, node feature discovery) ask the kubelet about the node's
 //! resources and the pods holding them. `List` gives every active pod with
 //! its restartable init containers and its containers, `Get` one pod by
-//! name, `GetAllocatableResources` what the node can allocate. rkubelet has
-//! no device plugins, exclusive CPUs, memory manager or DRA claims yet
-//! (#36): every devices, cpu_ids, memory and dynamic_resources list is
-//! empty, which is what upstream reports with none of them (the `none`
-//! policies, no plugin registered). One token bucket for every call, 100 a
+//! name, `GetAllocatableResources` what the node can allocate: the device
+//! plugins' devices each container holds, and the healthy ones. rkubelet
+//! has no exclusive CPUs, memory manager or DRA claims yet (#36): every
+//! cpu_ids, memory and dynamic_resources list is empty, which is what
+//! upstream reports with the `none` policies and no claim. One token
+//! bucket for every call, 100 a
 //! second and 10 at once, as upstream's; a call beyond it is refused with
 //! ResourceExhausted `rejected by rate limit`. v1alpha1, deprecated, is not
 //! served.
@@ -16,10 +17,11 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kubelet_api::ratelimit::{Bucket, token_bucket};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::podspec::is_sidecar;
+use kubelet_core::types::PodUid;
 use kubelet_plugin_api::podresources as api;
 use kubelet_plugin_api::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
@@ -28,6 +30,8 @@ use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+
+use crate::devicemanager::{DeviceInstance, DeviceManager};
 
 /// The directory under the root directory, and the socket in it.
 pub const DIR: &str = "pod-resources";
@@ -49,14 +53,20 @@ pub trait PodsProvider: Send + Sync + 'static {
 /// The v1 service.
 pub struct PodResourcesServer {
     pods: Arc<dyn PodsProvider>,
+    devices: DeviceManager,
     bucket: Bucket,
     metrics: KubeletMetrics,
 }
 
 impl PodResourcesServer {
-    pub fn new(pods: Arc<dyn PodsProvider>, metrics: KubeletMetrics) -> Self {
+    pub fn new(
+        pods: Arc<dyn PodsProvider>,
+        devices: DeviceManager,
+        metrics: KubeletMetrics,
+    ) -> Self {
         PodResourcesServer {
             pods,
+            devices,
             bucket: token_bucket(QPS, BURST),
             metrics,
         }
@@ -70,9 +80,24 @@ impl PodResourcesServer {
     }
 }
 
+/// The devices as the API lists them.
+fn api_devices(devices: Vec<DeviceInstance>) -> Vec<api::ContainerDevices> {
+    devices
+        .into_iter()
+        .map(|d| api::ContainerDevices {
+            resource_name: d.resource,
+            device_ids: vec![d.id],
+            topology: d.numa_node.map(|id| api::TopologyInfo {
+                nodes: vec![api::NumaNode { id }],
+            }),
+        })
+        .collect()
+}
+
 /// A pod's resources: its restartable init containers then its containers,
-/// each with nothing allocated (upstream's order and fields).
-pub fn pod_resources(pod: &Pod) -> api::PodResources {
+/// each with the devices it holds (upstream's order and fields).
+pub fn pod_resources(pod: &Pod, devices: &DeviceManager) -> api::PodResources {
+    let uid = PodUid::of(pod);
     let spec = pod.spec.as_ref();
     let sidecars = spec
         .and_then(|s| s.init_containers.as_ref())
@@ -85,17 +110,14 @@ pub fn pod_resources(pod: &Pod) -> api::PodResources {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         containers: sidecars
             .chain(containers)
-            .map(container_resources)
+            .map(|c| api::ContainerResources {
+                name: c.name.clone(),
+                devices: api_devices(devices.container_devices(&uid, &c.name)),
+                ..Default::default()
+            })
             .collect(),
         cpu_ids: Vec::new(),
         memory: Vec::new(),
-    }
-}
-
-fn container_resources(c: &Container) -> api::ContainerResources {
-    api::ContainerResources {
-        name: c.name.clone(),
-        ..Default::default()
     }
 }
 
@@ -112,7 +134,7 @@ impl PodResourcesLister for PodResourcesServer {
             .pods
             .active_pods()
             .iter()
-            .map(|p| pod_resources(p))
+            .map(|p| pod_resources(p, &self.devices))
             .collect();
         Ok(Response::new(api::ListPodResourcesResponse {
             pod_resources,
@@ -128,7 +150,10 @@ impl PodResourcesLister for PodResourcesServer {
         self.metrics
             .pod_resources_requests_get_allocatable
             .inc(&[V1]);
-        Ok(Response::new(api::AllocatableResourcesResponse::default()))
+        Ok(Response::new(api::AllocatableResourcesResponse {
+            devices: api_devices(self.devices.allocatable_devices()),
+            ..Default::default()
+        }))
     }
 
     async fn get(
@@ -148,7 +173,7 @@ impl PodResourcesLister for PodResourcesServer {
             )));
         };
         Ok(Response::new(api::GetPodResourcesResponse {
-            pod_resources: Some(pod_resources(&pod)),
+            pod_resources: Some(pod_resources(&pod, &self.devices)),
         }))
     }
 }
@@ -183,7 +208,7 @@ pub async fn serve(listener: UnixListener, server: PodResourcesServer, token: Ca
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
 
     use super::*;
 
@@ -212,7 +237,10 @@ mod tests {
         };
         pod.metadata.name = Some("web".into());
         pod.metadata.namespace = Some("default".into());
-        let r = pod_resources(&pod);
+        let root = tempfile::tempdir().unwrap();
+        let devices =
+            DeviceManager::new(root.path(), KubeletMetrics::new("n"), Arc::default(), None);
+        let r = pod_resources(&pod, &devices);
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
         let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["proxy", "app", "log"]);

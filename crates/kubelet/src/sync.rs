@@ -122,7 +122,35 @@ impl Syncer {
             fail_for_termination(&mut status, pod, termination, &now);
         }
         self.allocation.set_status(pod, &mut status);
+        self.set_allocated_resources_status(pod, &mut status);
         status
+    }
+
+    /// With ResourceHealthStatus, each container's devices with their
+    /// health (upstream's UpdateAllocatedResourcesStatus).
+    fn set_allocated_resources_status(
+        &self,
+        pod: &Pod,
+        status: &mut k8s_openapi::api::core::v1::PodStatus,
+    ) {
+        let devices = self.runtime.devices();
+        if !devices.reports_health() {
+            return;
+        }
+        let uid = PodUid::of(pod);
+        for c in status.container_statuses.iter_mut().flatten() {
+            let health = devices.allocated_resources_status(&uid, &c.name);
+            if health.is_empty() {
+                continue;
+            }
+            let list = c.allocated_resources_status.get_or_insert_default();
+            for r in health {
+                match list.iter_mut().find(|s| s.name == r.name) {
+                    Some(s) => *s = r,
+                    None => list.push(r),
+                }
+            }
+        }
     }
 
     /// Record that the kubelet ends `pod` as `termination` says: its final

@@ -2098,3 +2098,99 @@ async fn the_pod_resources_api_lists_the_pods_and_limits_its_callers() {
     assert_eq!(m.pod_resources_errors_get.get(&["v1"]), 1.0);
     k.stop().await;
 }
+
+/// A static pod asking for a device plugin's resource starts with what
+/// the plugin's Allocate answered (its environment, mount, annotation and
+/// CDI device); the kubelet restarted keeps the container and its devices;
+/// a second pod takes the other device, and a third, for which none is
+/// left, waits with upstream's message.
+#[tokio::test]
+async fn a_pod_starts_with_its_device_plugins_devices() {
+    use kubelet_plugin_api::fake::{FakeDevicePlugin, healthy};
+    let node = Node::new().await;
+    let k = node.start();
+    let dir = node.dir.path().join("root/device-plugins");
+    eventually("the registration socket", || {
+        dir.join("kubelet.sock").exists()
+    })
+    .await;
+    let plugin = FakeDevicePlugin::new("example.com/gpu", healthy(&["g1", "g2"]));
+    plugin.start(&dir, "gpu.sock").await.unwrap();
+    let gpu_pod = |name: &str| {
+        pod(name, &[("app", "sleep 1000")], "")
+            + "    resources:\n      limits: {example.com/gpu: 1}\n"
+    };
+    node.write("gpu1.yaml", &gpu_pod("gpu1"));
+    node.fake
+        .wait_for("app runs", WAIT, |_| node.running("app").len() == 1)
+        .await;
+    let first = node.running("app")[0].clone();
+    let cfg = node.fake.container_config(&first.id).unwrap();
+    let env: Vec<(&str, &[u8])> = cfg
+        .envs
+        .iter()
+        .map(|kv| (kv.key.as_str(), kv.value.as_slice()))
+        .collect();
+    assert_eq!(
+        env[0],
+        ("DEVICES", &b"g1"[..]),
+        "the plugin's env first: {env:?}"
+    );
+    let mount = cfg
+        .mounts
+        .iter()
+        .find(|m| m.container_path == "/dev/fake/g1")
+        .expect("the plugin's mount");
+    assert_eq!(
+        (mount.host_path.as_str(), mount.readonly),
+        ("/tmp/g1", true)
+    );
+    assert_eq!(
+        cfg.annotations.get("fake/allocated").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(
+        cfg.cdi_devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        ["example.com/gpu=CDI-g1"]
+    );
+    assert_eq!(*plugin.allocations.lock(), vec![vec!["g1"]]);
+    // A restart: the same container, no new allocation. The kubelet
+    // removes the plugin's socket; the plugin registers again on a new
+    // one, as upstream's plugins do on seeing kubelet.sock made again.
+    k.stop().await;
+    let k = node.start();
+    eventually("the old socket removed", || !dir.join("gpu.sock").exists()).await;
+    plugin.start(&dir, "gpu-2.sock").await.unwrap();
+    node.write("gpu2.yaml", &gpu_pod("gpu2"));
+    node.fake
+        .wait_for("a second app runs", WAIT, |_| {
+            node.running("app").len() == 2
+        })
+        .await;
+    assert!(node.running("app").iter().any(|c| c.id == first.id));
+    assert_eq!(*plugin.allocations.lock(), vec![vec!["g1"], vec!["g2"]]);
+    node.write("gpu3.yaml", &gpu_pod("gpu3"));
+    eventually("the third pod waits for a device", || {
+        k.waiting("app").is_some_and(|(reason, message)| {
+            reason == "CreateContainerConfigError"
+                && message
+                    == "requested number of devices unavailable for example.com/gpu. Requested: 1, Available: 0"
+        })
+    })
+    .await;
+    // The first pod goes: its device is freed, and the third gets it.
+    node.remove("gpu1.yaml");
+    node.fake
+        .wait_for("the third pod's app runs", WAIT, |_| {
+            node.running("app").len() == 2 && !node.running("app").iter().any(|c| c.id == first.id)
+        })
+        .await;
+    assert_eq!(
+        *plugin.allocations.lock(),
+        vec![vec!["g1"], vec!["g2"], vec!["g1"]]
+    );
+    k.stop().await;
+}

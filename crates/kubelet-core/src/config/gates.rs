@@ -64,6 +64,7 @@ pub const HONOURED: &[&str] = &[
     "PodAndContainerStatsFromCRI",
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
+    "ResourceHealthStatus",
     "RotateKubeletServerCertificate",
     // Windows nodes' only: either value is a Linux kubelet's behaviour.
     "WindowsGracefulNodeShutdown",

@@ -18,18 +18,42 @@ use crate::events::{Involved, WARNING};
 
 impl Kubelet {
     /// Admission of an API pod, in upstream's order: the eviction manager's
-    /// (no pod but critical ones under pressure), its sysctls, then against
-    /// this node and the pods active on it, then AppArmor, then the
-    /// shutdown manager's (no pod while the node shuts down).
-    pub(super) fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
+    /// (no pod but critical ones under pressure), its sysctls, its devices'
+    /// allocation, then against this node and the pods active on it, then
+    /// AppArmor, then the shutdown manager's (no pod while the node shuts
+    /// down).
+    pub(super) async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
         admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
+        self.allocate_devices(pod).await?;
         self.admit_to_node(pod)?;
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
             reason: "AppArmor".into(),
             message: message.to_string(),
         })?;
         self.shutdown.admit()
+    }
+
+    /// Allocate the devices the pod's containers ask of device plugins
+    /// (upstream's allocate-resources admit handler); a failure refuses it
+    /// with upstream's UnexpectedAdmissionError. Only a pod asking for a
+    /// plugin's resource waits on a plugin.
+    async fn allocate_devices(&self, pod: &Pod) -> Result<(), Rejection> {
+        let devices = self.syncer.runtime.devices();
+        if !devices.wants_devices(pod) {
+            return Ok(());
+        }
+        // The pod being admitted is active too (upstream's pod manager has
+        // it by now): its containers' devices so far are kept.
+        let mut active = self.active_pods();
+        active.push(Arc::new(pod.clone()));
+        devices
+            .allocate_pod(pod, &active)
+            .await
+            .map_err(|e| Rejection {
+                reason: "UnexpectedAdmissionError".into(),
+                message: format!("Allocate failed due to {e}, which is unexpected"),
+            })
     }
 
     /// A pod whose spec resources may have changed (a resize): admitted
@@ -74,13 +98,27 @@ impl Kubelet {
             allocatable_memory_bytes: self.local_allocatable.get("memory").copied().unwrap_or(0),
             max_pods: self.opts.config.pod_capacity(self.opts.node_cpu_cores),
             supplemental_groups_policy: false,
+            extended_allocatable: self.syncer.runtime.devices().allocatable(),
         };
         // The Node as the API has it, with what others added since.
-        let node = match self.node.borrow().as_deref() {
+        let mut node = match self.node.borrow().as_deref() {
             Some(live) => NodeInfo::from_node(live, &registered),
             None => registered,
         };
         let uid = PodUid::of(pod);
+        // A pod just given devices fits them, whatever the Node says yet
+        // (upstream's sanitizeNodeAllocatable).
+        if let Some(held) = self
+            .syncer
+            .runtime
+            .devices()
+            .allocated_counts_if_holding(&uid)
+        {
+            for (resource, n) in held {
+                let allocatable = node.extended_allocatable.entry(resource).or_insert(0);
+                *allocatable = (*allocatable).max(n);
+            }
+        }
         let pods: Vec<Arc<Pod>> = self
             .active_pods()
             .into_iter()

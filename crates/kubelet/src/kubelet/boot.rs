@@ -127,11 +127,30 @@ impl Kubelet {
                 source: e,
             })?;
         tracing::info!(endpoint = %socket.display(), "Starting to serve the podresources API");
-        let server =
-            crate::podresources::PodResourcesServer::new(self.clone(), self.opts.metrics.clone());
+        let server = crate::podresources::PodResourcesServer::new(
+            self.clone(),
+            self.syncer.runtime.devices().clone(),
+            self.opts.metrics.clone(),
+        );
         self.tasks.spawn(
             tracing::info_span!("server", what = "podresources"),
             move |token| crate::podresources::serve(listener, server, token),
+        );
+        let devices = self.syncer.runtime.devices().clone();
+        let listener =
+            crate::devicemanager::listen(devices.dir()).map_err(|e| KubeletError::Listen {
+                what: "device-plugins",
+                addr: devices
+                    .dir()
+                    .join(crate::devicemanager::SOCKET)
+                    .display()
+                    .to_string(),
+                source: e,
+            })?;
+        let tasks = self.tasks.clone();
+        self.tasks.spawn(
+            tracing::info_span!("server", what = "device-plugins"),
+            move |token| crate::devicemanager::serve(listener, devices, tasks, token),
         );
         if cfg.healthz_port != 0 {
             let addr = format!("{}:{}", cfg.healthz_bind_address, cfg.healthz_port);
@@ -385,6 +404,7 @@ impl Kubelet {
             shutdown: self.shutdown.clone(),
             status_now: self.node_status_now.clone(),
             volumes_in_use: Arc::new(move || in_use.names()),
+            devices: self.syncer.runtime.devices().clone(),
         };
         self.tasks
             .spawn(tracing::info_span!("node_status"), move |token| {

@@ -26,6 +26,7 @@ use super::{Boot, Kubelet, KubeletOptions, Receivers};
 use crate::allocation::AllocationManager;
 use crate::cm::{CmError, ContainerManager, HostCgroups, SystemContainers, node_capacity};
 use crate::credentialprovider::{PluginCredentials, ServiceAccounts};
+use crate::devicemanager::DeviceManager;
 use crate::events::Recorder;
 use crate::eviction::{EvictionManager, Settings as EvictionSettings};
 use crate::imagegc::ImageGcManager;
@@ -198,9 +199,25 @@ impl Kubelet {
                     }),
             });
         let runtime_state = RuntimeState::default();
+        // ResourceHealthStatus: the pods whose devices' health changed are
+        // synced (their containers' allocatedResourcesStatus).
+        let devices = DeviceManager::new(
+            &opts.root_dir,
+            opts.metrics.clone(),
+            node_status_now.clone(),
+            cfg.feature_enabled("ResourceHealthStatus")
+                .then(|| probe_tx.clone()),
+        );
         let runtime = RuntimeManager::new(
             cri,
-            runtime_host(&opts, host_ips, cm.clone(), classes, runtime_state.clone()),
+            runtime_host(
+                &opts,
+                host_ips,
+                cm.clone(),
+                classes,
+                runtime_state.clone(),
+                devices,
+            ),
             env,
             pulls.clone(),
             events.clone(),
@@ -369,9 +386,11 @@ fn runtime_host(
     cgroups: ContainerManager,
     runtime_classes: RuntimeClasses,
     runtime_state: RuntimeState,
+    devices: DeviceManager,
 ) -> Host {
     let cfg = &opts.config;
     Host {
+        devices,
         logs_root: cfg.pod_logs_dir.clone(),
         legacy_logs_dir: opts.legacy_logs_dir.clone(),
         pods_dir: opts.root_dir.join("pods"),

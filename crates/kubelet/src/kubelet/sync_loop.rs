@@ -75,7 +75,7 @@ impl Kubelet {
                 last_error.clear();
             }
             for update in std::mem::take(&mut deferred) {
-                self.handle_update(update, &sources_ready);
+                self.handle_update(update, &sources_ready).await;
             }
             backoff.reset();
             *self.sync_loop_seen.lock() = Instant::now();
@@ -90,7 +90,7 @@ impl Kubelet {
             };
             let iteration = Instant::now();
             match wake {
-                Wake::Update(update) => self.handle_update(update, &sources_ready),
+                Wake::Update(update) => self.handle_update(update, &sources_ready).await,
                 Wake::Pleg(events) => self.handle_pleg(events),
                 Wake::Resync(uid) => {
                     if let Some(pod) = self.pod_manager.get(&uid) {
@@ -103,7 +103,7 @@ impl Kubelet {
                     // Sources mark themselves ready after sending: take what
                     // they sent first, so no wanted pod looks like an orphan.
                     while let Ok(update) = updates.try_recv() {
-                        self.handle_update(update, &sources_ready);
+                        self.handle_update(update, &sources_ready).await;
                     }
                     let start = Instant::now();
                     self.housekeeping(&sources_ready);
@@ -132,7 +132,7 @@ impl Kubelet {
         }
     }
 
-    fn handle_update(&self, update: PodUpdate, sources_ready: &SourcesReady) {
+    async fn handle_update(&self, update: PodUpdate, sources_ready: &SourcesReady) {
         for pod in update.pods {
             let uid = PodUid::of(&pod);
             let name = kubelet_core::types::pod_full_name(&pod);
@@ -150,7 +150,9 @@ impl Kubelet {
                     if update.op == PodOperation::Add
                         && update.source == SOURCE_API
                         && pod.metadata.deletion_timestamp.is_none()
-                        && let Err(r) = self.admit(&self.syncer.allocation.allocated_if_any(&pod))
+                        && let Err(r) = self
+                            .admit(&self.syncer.allocation.allocated_if_any(&pod))
+                            .await
                     {
                         self.reject(&pod, r);
                         continue;

@@ -530,6 +530,10 @@ pub struct ContainerInputs<'a> {
     pub volume_groups: Vec<i64>,
     /// The ContainerStopSignals gate: its `lifecycle.stopSignal` is given.
     pub stop_signals: bool,
+    /// What its device plugins give it (upstream's device run options):
+    /// their devices, mounts and environment come before its own, their
+    /// annotations under the kubelet's, and their CDI devices.
+    pub plugin: crate::devicemanager::RunOptions,
 }
 
 /// The CRI's name of a stop signal the API names (upstream's
@@ -580,15 +584,19 @@ pub fn container_config(
         target_id,
         image_ref,
         termination_log,
-        mut mounts,
+        mounts,
         devices,
         userns,
         env,
         volume_groups,
         stop_signals,
+        plugin,
     } = inputs;
     let stop_signal = stop_signal(c, stop_signals)?;
     let (name, ns, uid) = name_ns_uid(pod);
+    let env: Vec<(String, String)> = plugin.envs.into_iter().chain(env).collect();
+    let mounts: Vec<cri::Mount> = plugin.mounts.into_iter().chain(mounts).collect();
+    let devices: Vec<cri::Device> = plugin.devices.into_iter().chain(devices).collect();
     let (command, args) = expand_command_and_args(c, &env);
     let envs = env
         .into_iter()
@@ -603,7 +611,9 @@ pub fn container_config(
         (keys::POD_UID.to_owned(), uid.to_owned()),
         (keys::CONTAINER_NAME.to_owned(), c.name.clone()),
     ]);
-    let mut annotations = HashMap::from([
+    // The kubelet's annotations override its device plugins'.
+    let mut annotations: HashMap<String, String> = plugin.annotations.into_iter().collect();
+    annotations.extend([
         (keys::CONTAINER_HASH.to_owned(), container_hash(c)),
         (
             keys::CONTAINER_RESTART_COUNT.to_owned(),
@@ -645,7 +655,13 @@ pub fn container_config(
         annotations,
         log_path: format!("{}/{}.log", c.name, restart_count),
         devices,
+        cdi_devices: plugin
+            .cdi_devices
+            .into_iter()
+            .map(|name| cri::CdiDevice { name })
+            .collect(),
         mounts: {
+            let mut mounts = mounts;
             mounts.extend(termination_log.map(|host| {
                 cri::Mount {
                     container_path: c
@@ -1006,6 +1022,7 @@ mod tests {
                 env: vec![("A".into(), "1".into())],
                 volume_groups: Vec::new(),
                 stop_signals: false,
+                plugin: Default::default(),
             },
             &SecurityDefaults::default(),
             NODE,
@@ -1060,6 +1077,7 @@ mod tests {
             env: Vec::new(),
             volume_groups: Vec::new(),
             stop_signals: false,
+            plugin: Default::default(),
         };
         let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
         let r = cfg.linux.unwrap().resources.unwrap();
@@ -1155,6 +1173,7 @@ mod tests {
             env,
             volume_groups: Vec::new(),
             stop_signals: false,
+            plugin: Default::default(),
         }
     }
 

@@ -26,6 +26,7 @@ use super::mounts::{
 };
 use super::status::pod_ip;
 use super::{MIN_GRACE_PERIOD, RuntimeManager, Sandbox, SyncResult, ok_if_not_found};
+use crate::devicemanager::RunOptions;
 use crate::error::{ConfigError, ContainerResizeError, ResizeError, StartError};
 use crate::events::{Involved, NORMAL, WARNING};
 use crate::volumes::pod_dir;
@@ -151,6 +152,15 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// What the container's device plugins give it.
+    async fn device_options(&self, pod: &Pod, c: &Container) -> Result<RunOptions, StartError> {
+        self.host
+            .devices
+            .run_options(pod, c)
+            .await
+            .map_err(StartError::Devices)
+    }
+
     /// SyncPod's steps for one container: its crash-loop back-off, its
     /// image, its config (with its volumes' mounts, the termination message
     /// file and the log directory), then create and start. Ok is the new
@@ -242,6 +252,7 @@ impl RuntimeManager {
             env,
             volume_groups: volume_groups(sandbox.volumes),
             stop_signals: self.host.stop_signals,
+            plugin: self.device_options(pod, c).await?,
         };
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;

@@ -132,6 +132,8 @@ pub struct Host {
     /// The ContainerStopSignals gate: a container's `lifecycle.stopSignal`
     /// goes to the runtime, and its status shows the runtime's.
     pub stop_signals: bool,
+    /// The device plugins: what each container is given of its devices.
+    pub devices: crate::devicemanager::DeviceManager,
 }
 
 #[derive(Clone)]
@@ -211,6 +213,10 @@ impl RuntimeManager {
 
     pub fn cri(&self) -> &CriClient {
         &self.cri
+    }
+
+    pub fn devices(&self) -> &crate::devicemanager::DeviceManager {
+        &self.host.devices
     }
 
     /// The pods' user namespaces.

@@ -33,6 +33,12 @@ fn test_host(dir: &std::path::Path) -> Host {
         pull_qps: None,
         cgroups: ContainerManager::default(),
         stop_signals: true,
+        devices: crate::devicemanager::DeviceManager::new(
+            dir,
+            KubeletMetrics::new("n"),
+            Arc::default(),
+            None,
+        ),
     }
 }
 
