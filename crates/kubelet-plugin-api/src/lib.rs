@@ -5,10 +5,13 @@
 //! agents on `<root-dir>/pod-resources/kubelet.sock`) and the device plugin
 //! API v1beta1 (the kubelet's registration service on
 //! `<root-dir>/device-plugins/kubelet.sock`, and what each device plugin
-//! serves); and a channel to a unix socket, shared with the CRI client.
+//! serves); a channel to a unix socket, shared with the CRI client; and
+//! the connections of the kubelet's own unix-socket servers, made to take
+//! the `:authority` grpc-go clients send there ([`uds`]).
 
 #[cfg(feature = "fake")]
 pub mod fake;
+pub mod uds;
 
 use std::path::PathBuf;
 use std::time::Duration;

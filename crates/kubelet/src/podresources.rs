@@ -27,7 +27,6 @@ use kubelet_plugin_api::podresources::pod_resources_lister_server::{
     PodResourcesLister, PodResourcesListerServer,
 };
 use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
@@ -199,7 +198,10 @@ pub fn listen(root_dir: &Path) -> std::io::Result<(PathBuf, UnixListener)> {
 pub async fn serve(listener: UnixListener, server: PodResourcesServer, token: CancellationToken) {
     let served = tonic::transport::Server::builder()
         .add_service(PodResourcesListerServer::new(server))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), token.cancelled())
+        .serve_with_incoming_shutdown(
+            kubelet_plugin_api::uds::incoming(listener),
+            token.cancelled(),
+        )
         .await;
     if let Err(error) = served {
         tracing::error!(%error, "Failed to serve");

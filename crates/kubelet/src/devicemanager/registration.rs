@@ -17,7 +17,6 @@ use kubelet_plugin_api::deviceplugin::registration_server::{Registration, Regist
 use kubelet_plugin_api::{status_text, unix_channel};
 use kubelet_tasks::Tasks;
 use tokio::net::{UnixListener, UnixStream};
-use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
@@ -204,7 +203,10 @@ pub async fn serve(
     let registrar = Registrar { manager, tasks };
     let served = tonic::transport::Server::builder()
         .add_service(RegistrationServer::new(registrar))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(listener), token.cancelled())
+        .serve_with_incoming_shutdown(
+            kubelet_plugin_api::uds::incoming(listener),
+            token.cancelled(),
+        )
         .await;
     if let Err(error) = served {
         tracing::error!(%error, "Error while serving device plugin registration grpc server");
