@@ -30,6 +30,11 @@
 #                                  node-driver-registrar's flags (hack/k8s/cmd/
 #                                  csi-node-driver-registrar); built in the control
 #                                  plane's module
+#   hack/control-plane.sh sample-device-plugin
+#                                  upstream's sample device plugin (k8s.io/kubernetes/
+#                                  test/images/sample-device-plugin: example.com/resource,
+#                                  devices Dev-1 and Dev-2), built in the control plane's
+#                                  module; the device plugin of the cluster tests
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #   hack/control-plane.sh sample-apiserver
@@ -128,7 +133,7 @@ RUNC_VERSION=v1.5.3
 tool() {
   local name=$1 version=$2 pkg=$3 ldflags=${4:-} src=$REPO_ROOT/hack/$1 key path sources
   sources=${5:-$src/main.go}
-  [[ $pkg == ./cmd/* ]] && src=$MOD_DIR
+  [[ $pkg == ./cmd/* || $pkg == k8s.io/kubernetes/* ]] && src=$MOD_DIR
   # shellcheck disable=SC2086 # SOURCES is a list of paths without spaces
   key=$(cat "$src/go.mod" "$src/go.sum" $(ls $sources 2>/dev/null) | sha256sum | cut -c1-12)
   path=$CACHE_ROOT/$name/$version-$key/$name
@@ -218,7 +223,9 @@ case ${1:-} in
     github.com/kubernetes-csi/external-resizer/v2/cmd/csi-resizer \
     " -X main.version=$CSI_RESIZER_VERSION" ;;
   runtime2) runtime2 ;;
+  sample-device-plugin) tool sample-device-plugin "$K8S_VERSION" \
+    k8s.io/kubernetes/test/images/sample-device-plugin ;;
   csi-mock-plugin | csi-node-driver-registrar) tool "$1" "$K8S_VERSION" "./cmd/$1" "" \
     "$MOD_DIR/cmd/$1/main.go $MOD_DIR/internal/csiplugin/*.go" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar|runtime2" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar|sample-device-plugin|runtime2" ;;
 esac

@@ -27,7 +27,8 @@
 #      as the cluster's default StorageClass, and the CSI mock driver of
 #      upstream's e2e suite with external-provisioner, -attacher and
 #      -resizer (RKUBELET_CSI_MOCK_PLUGIN, RKUBELET_CSI_PROVISIONER,
-#      RKUBELET_CSI_ATTACHER, RKUBELET_CSI_RESIZER; the tests start them)
+#      RKUBELET_CSI_ATTACHER, RKUBELET_CSI_RESIZER; the tests start them),
+#      and upstream's sample device plugin (RKUBELET_SAMPLE_DEVICE_PLUGIN)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own of two
@@ -209,7 +210,8 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
   hack/cluster.sh local-path
 
-stage "build the CSI mock driver, external-provisioner, -attacher and -resizer"
+stage "build the CSI mock driver, external-provisioner, -attacher and -resizer, and the sample device plugin"
+SAMPLE_DEVICE_PLUGIN=$(hack/control-plane.sh sample-device-plugin)
 CSI_MOCK_PLUGIN=$(hack/control-plane.sh csi-mock-plugin)
 CSI_PROVISIONER=$(hack/control-plane.sh csi-provisioner)
 CSI_ATTACHER=$(hack/control-plane.sh csi-attacher)
@@ -222,6 +224,7 @@ RKUBELET_KUBE_STATE_METRICS="$KUBE_STATE_METRICS" \
   RKUBELET_CSI_PROVISIONER="$CSI_PROVISIONER" \
   RKUBELET_CSI_ATTACHER="$CSI_ATTACHER" \
   RKUBELET_CSI_RESIZER="$CSI_RESIZER" \
+  RKUBELET_SAMPLE_DEVICE_PLUGIN="$SAMPLE_DEVICE_PLUGIN" \
   RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \

@@ -14,6 +14,7 @@ import (
 	_ "k8s.io/kubernetes/test/e2e"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 	_ "k8s.io/kubernetes/test/images/nonewprivs"
+	_ "k8s.io/kubernetes/test/images/sample-device-plugin"
 
 	_ "github.com/onsi/ginkgo/v2/ginkgo"
 )

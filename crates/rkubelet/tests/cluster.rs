@@ -5312,6 +5312,202 @@ async fn w_q_pod_and_container_stats_come_from_the_runtime_with_its_gate() {
     k.finish(&uids).await;
 }
 
+/// The resource of upstream's sample device plugin, and its devices.
+const SAMPLE_RESOURCE: &str = "example.com/resource";
+
+/// Upstream's sample device plugin for the node whose device plugin
+/// directory is `dir`. It registers on the fixed
+/// /var/lib/kubelet/device-plugins/kubelet.sock: it runs in a mount
+/// namespace of its own where that directory is `dir` (over a tmpfs on
+/// /var/lib, so the host's is untouched). Its Allocate makes /tmp/<device>
+/// on the host and mounts it at the same path.
+fn sample_device_plugin(dir: &Path, log: &Path) -> Child {
+    Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "mount -t tmpfs tmpfs /var/lib && mkdir -p /var/lib/kubelet/device-plugins \
+             && mount --bind \"$0\" /var/lib/kubelet/device-plugins && exec \"$1\"",
+        )
+        .arg(dir)
+        .arg(env("RKUBELET_SAMPLE_DEVICE_PLUGIN"))
+        .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/device-plugins")
+        .stdout(File::create(log).unwrap())
+        .stderr(Stdio::from(
+            File::create(log.with_extension("err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap()
+}
+
+/// The node's capacity and allocatable of `resource`.
+fn node_extended(api: &Api, resource: &str) -> Option<(String, String)> {
+    let node = api.node_obj()?;
+    let status = &node["status"];
+    Some((
+        status["capacity"][resource].as_str()?.to_owned(),
+        status["allocatable"][resource].as_str()?.to_owned(),
+    ))
+}
+
+/// The devices PodResources' List gives the container `container` of pod
+/// `name`, by resource.
+async fn listed_devices(
+    root: &Path,
+    name: &str,
+    container: &str,
+) -> Option<Vec<(String, Vec<String>)>> {
+    use kubelet_plugin_api::podresources::ListPodResourcesRequest;
+    use kubelet_plugin_api::podresources::pod_resources_lister_client::PodResourcesListerClient;
+    let channel = kubelet_plugin_api::unix_channel(
+        root.join("pod-resources/kubelet.sock"),
+        Duration::from_secs(5),
+    );
+    let listed = PodResourcesListerClient::new(channel)
+        .list(ListPodResourcesRequest {})
+        .await
+        .ok()?
+        .into_inner();
+    let pod = listed.pod_resources.into_iter().find(|p| p.name == name)?;
+    let c = pod.containers.into_iter().find(|c| c.name == container)?;
+    Some(
+        c.devices
+            .into_iter()
+            .map(|d| (d.resource_name, d.device_ids))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9() {
+    let mut k = Kubelet::new("devices");
+    k.start_ready().await;
+    let dir = k.rk.root().join("device-plugins");
+    let mut plugin = sample_device_plugin(&dir, &k.rk.dir.path().join("sample-device-plugin.log"));
+    eventually(
+        "the plugin's two devices in capacity and allocatable",
+        START,
+        async || {
+            (node_extended(&k.api, SAMPLE_RESOURCE)? == ("2".into(), "2".into())).then_some(())
+        },
+    )
+    .await;
+    let name = "cl-device";
+    let mut c = sh_container("c", "ls /tmp; sleep 3600 & wait");
+    c["resources"] = json!({"limits": {SAMPLE_RESOURCE: "1"}});
+    k.api
+        .create(&test_pod(&k.api, name, json!({"containers": [c]})));
+    let pod = eventually("Running", START, async || {
+        k.api.pod(name).filter(running_with_ip)
+    })
+    .await;
+    // The device the plugin gave: its file, mounted from the host.
+    let listed = eventually("listed by PodResources", START, async || {
+        listed_devices(&k.rk.root(), name, "c")
+            .await
+            .filter(|d| !d.is_empty())
+    })
+    .await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].0, SAMPLE_RESOURCE);
+    let device = listed[0].1[0].clone();
+    assert!(device == "Dev-1" || device == "Dev-2", "{device}");
+    let files = exec_out(&k.api, name, "ls /tmp").unwrap_or_default();
+    assert!(
+        files.lines().any(|l| l == device),
+        "/tmp holds {files:?}, not {device}"
+    );
+    // Its health in the status (ResourceHealthStatus).
+    let health = &container_status(&pod, "c")["allocatedResourcesStatus"];
+    assert_eq!(health[0]["name"], SAMPLE_RESOURCE, "{health}");
+    assert_eq!(
+        health[0]["resources"][0]["resourceID"],
+        device.as_str(),
+        "{health}"
+    );
+    assert_eq!(health[0]["resources"][0]["health"], "Healthy", "{health}");
+    // The checkpoint is upstream's.
+    let checkpoint = std::fs::read_to_string(dir.join("kubelet_internal_checkpoint")).unwrap();
+    assert!(
+        checkpoint.contains(&format!("\"{device}\"")),
+        "{checkpoint}"
+    );
+    let before = container_of(&pod);
+
+    // kill -9 and a new start: the plugin registers again, the pod keeps
+    // its container and its device.
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    eventually("the plugin registered again", START, async || {
+        (node_extended(&k.api, SAMPLE_RESOURCE)? == ("2".into(), "2".into())).then_some(())
+    })
+    .await;
+    let again = eventually("the same device listed", START, async || {
+        listed_devices(&k.rk.root(), name, "c")
+            .await
+            .filter(|d| !d.is_empty())
+    })
+    .await;
+    assert_eq!(again, listed);
+    let pod = k.api.pod(name).unwrap();
+    assert_eq!(container_of(&pod), before, "{}", pod["status"]);
+    assert!(running_with_ip(&pod), "{}", pod["status"]);
+
+    // A second pod takes the other device; a third finds none.
+    let other = "cl-device-2";
+    let mut c2 = sh_container("c", "ls /tmp; sleep 3600 & wait");
+    c2["resources"] = json!({"limits": {SAMPLE_RESOURCE: "1"}});
+    k.api.create(&test_pod(
+        &k.api,
+        other,
+        json!({"containers": [c2.clone()]}),
+    ));
+    eventually("the second pod Running", START, async || {
+        k.api.pod(other).filter(running_with_ip)
+    })
+    .await;
+    let second = listed_devices(&k.rk.root(), other, "c").await.unwrap();
+    assert_ne!(second[0].1, listed[0].1, "two pods, two devices");
+    let third = "cl-device-3";
+    k.api
+        .create(&test_pod(&k.api, third, json!({"containers": [c2]})));
+    let refused = eventually("the third pod refused", START, async || {
+        k.api
+            .pod(third)
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    // Upstream allocates before it compares requests with allocatable:
+    // the allocation's failure is what the pod shows.
+    assert_eq!(
+        refused["status"]["reason"], "UnexpectedAdmissionError",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["status"]["message"],
+        "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/resource. Requested: 1, Available: 0, which is unexpected",
+        "{refused}"
+    );
+
+    // The plugin goes: its devices are unhealthy, the resource stays.
+    plugin.kill().unwrap();
+    plugin.wait().unwrap();
+    eventually(
+        "no device allocatable once the plugin is gone",
+        START,
+        async || {
+            (node_extended(&k.api, SAMPLE_RESOURCE)? == ("2".into(), "0".into())).then_some(())
+        },
+    )
+    .await;
+    let uids = uids_of(&[pod, k.api.pod(other).unwrap(), refused]);
+    k.finish(&uids).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {
