@@ -8,22 +8,29 @@
 //! operation executor does.
 //!
 //! Handlers: CSI drivers (the volume manager's [`CsiDrivers`], and the
-//! node's CSINode). Device plugins and DRA drivers are refused by type
-//! until rkubelet has their managers.
+//! node's CSINode) and device plugins (the [`DeviceManager`], as a plugin
+//! registering on its own socket). DRA drivers are refused by type until
+//! rkubelet has their manager.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use kubelet_core::csi::highest_supported_version;
+use kubelet_core::devices::is_extended_resource_name;
 use kubelet_core::plugins::{Action, reconcile};
 use kubelet_plugin_api::csi::NodeGetInfoRequest;
+use kubelet_plugin_api::deviceplugin;
 use kubelet_plugin_api::pluginregistration::registration_client::RegistrationClient;
-use kubelet_plugin_api::pluginregistration::{CSI_PLUGIN, InfoRequest, RegistrationStatus};
+use kubelet_plugin_api::pluginregistration::{
+    CSI_PLUGIN, DEVICE_PLUGIN, InfoRequest, RegistrationStatus,
+};
 use kubelet_plugin_api::status_text;
+use kubelet_tasks::Tasks;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::devicemanager::DeviceManager;
 use crate::dirwatch::DirWatcher;
 use crate::volumes::csi::nodeinfo::NodeInfo;
 use crate::volumes::csi::{CSI_TIMEOUT, CsiDrivers};
@@ -52,6 +59,9 @@ pub struct PluginManager {
     pub dir: PathBuf,
     pub csi: CsiDrivers,
     pub node_info: NodeInfo,
+    /// Device plugins registering here, and the tasks their streams run in.
+    pub devices: DeviceManager,
+    pub tasks: Tasks,
 }
 
 impl PluginManager {
@@ -144,6 +154,9 @@ impl PluginManager {
         let outcome = if info.r#type == CSI_PLUGIN {
             self.register_csi(&info.name, &endpoint, &info.supported_versions)
                 .await
+        } else if info.r#type == DEVICE_PLUGIN {
+            self.register_device_plugin(&info.name, &endpoint, &info.supported_versions)
+                .await
         } else {
             Err(format!(
                 "RegisterPlugin error -- no handler registered for plugin type: {} at socket {shown}",
@@ -228,7 +241,43 @@ impl PluginManager {
         Ok(())
     }
 
+    /// A device plugin: its versions and name checked (upstream's
+    /// ValidatePlugin), then connected as one registering on the kubelet's
+    /// socket is.
+    async fn register_device_plugin(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), String> {
+        let invalid =
+            |e: String| format!("RegisterPlugin error -- plugin validation failed with err: {e}");
+        if !versions.iter().any(|v| v == deviceplugin::VERSION) {
+            return Err(invalid(format!(
+                "manager version, {}, is not among plugin supported versions [{}]",
+                deviceplugin::VERSION,
+                versions.join(" ")
+            )));
+        }
+        if !is_extended_resource_name(name) {
+            return Err(invalid(format!(
+                "invalid name of device plugin socket: the ResourceName {name:?} is invalid"
+            )));
+        }
+        self.devices
+            .connect(name, endpoint, &self.tasks)
+            .await
+            .map_err(|e| {
+                format!("RegisterPlugin error -- plugin registration failed with err: {e}")
+            })
+    }
+
     async fn deregister(&self, plugin: &Registered) {
+        if plugin.kind == DEVICE_PLUGIN {
+            self.devices.deregister(&plugin.name, &plugin.endpoint);
+            tracing::info!(name = %plugin.name, "device plugin deregistered");
+            return;
+        }
         if plugin.kind != CSI_PLUGIN {
             return;
         }

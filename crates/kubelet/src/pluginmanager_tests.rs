@@ -4,11 +4,12 @@
 
 use std::sync::Arc;
 
+use kubelet_plugin_api::fake::{FakeDevicePlugin, healthy};
 use kubelet_plugin_api::pluginregistration::registration_server::{
     Registration, RegistrationServer,
 };
 use kubelet_plugin_api::pluginregistration::{
-    DEVICE_PLUGIN, PluginInfo, RegistrationStatusResponse,
+    DEVICE_PLUGIN, DRA_PLUGIN, PluginInfo, RegistrationStatusResponse,
 };
 use parking_lot::Mutex;
 use tonic::{Request, Response, Status};
@@ -79,6 +80,13 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
             "metadata": {"name": "n1", "uid": "node-uid"}}),
     );
     let csi = CsiDrivers::default();
+    let cancel = CancellationToken::new();
+    let devices = DeviceManager::new(
+        dir.path(),
+        kubelet_core::metrics::KubeletMetrics::new("n1"),
+        Arc::default(),
+        None,
+    );
     let manager = PluginManager {
         dir: registry.clone(),
         csi: csi.clone(),
@@ -86,8 +94,9 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
             api: api.client(),
             node_name: "n1".into(),
         },
+        devices: devices.clone(),
+        tasks: kubelet_tasks::Tasks::new(cancel.clone()),
     };
-    let cancel = CancellationToken::new();
     let run = tokio::spawn(manager.run(cancel.clone()));
     // The CSINode is made at start, owned by the Node.
     let csinode_path = "/apis/storage.k8s.io/v1/csinodes/n1";
@@ -126,14 +135,38 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
     );
     assert_eq!(node["metadata"]["labels"]["topology.fake/zone"], "z1");
 
-    // A type without a handler, and a CSI version not spoken: refused,
-    // and told why.
-    let device = plugin(
-        &registry.join("gpu.sock"),
+    // A device plugin: registered, its devices the node's; a DRA driver
+    // (no handler yet), a device plugin of another version and a CSI
+    // version not spoken: refused, and told why.
+    let plugin_dir = dir.path().join("dp");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let gpu = FakeDevicePlugin::new("example.com/gpu", healthy(&["g1", "g2"]));
+    gpu.serve(&plugin_dir, "gpu.sock").unwrap();
+    let gpu_told = plugin(
+        &registry.join("gpu-reg.sock"),
         DEVICE_PLUGIN,
         "example.com/gpu",
-        Path::new(""),
+        &plugin_dir.join("gpu.sock"),
         &["v1beta1"],
+    );
+    until("the device plugin registered", || {
+        devices.capacity().allocatable.get("example.com/gpu") == Some(&2)
+    })
+    .await;
+    assert!(gpu_told.lock()[0].plugin_registered);
+    let newer = plugin(
+        &registry.join("newer-reg.sock"),
+        DEVICE_PLUGIN,
+        "example.com/fpga",
+        &plugin_dir.join("fpga.sock"),
+        &["v2"],
+    );
+    let device = plugin(
+        &registry.join("dra.sock"),
+        DRA_PLUGIN,
+        "dra.example.com",
+        Path::new(""),
+        &["v1"],
     );
     let old = plugin(
         &registry.join("old.sock"),
@@ -142,18 +175,22 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
         &endpoint,
         &["0.3.0"],
     );
-    until("both refused", || {
-        !device.lock().is_empty() && !old.lock().is_empty()
+    until("all refused", || {
+        !device.lock().is_empty() && !old.lock().is_empty() && !newer.lock().is_empty()
     })
     .await;
     let refused = device.lock()[0].clone();
     assert!(!refused.plugin_registered);
     assert!(
         refused.error.starts_with(
-            "RegisterPlugin error -- no handler registered for plugin type: DevicePlugin at socket "
+            "RegisterPlugin error -- no handler registered for plugin type: DRAPlugin at socket "
         ),
         "{}",
         refused.error
+    );
+    assert_eq!(
+        newer.lock()[0].error,
+        "RegisterPlugin error -- plugin validation failed with err: manager version, v1beta1, is not among plugin supported versions [v2]"
     );
     let refused = old.lock()[0].clone();
     assert!(
@@ -164,6 +201,14 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
         refused.error
     );
     assert_eq!(csi.names(), ["fake.csi"]);
+
+    // The device plugin's registration socket goes: its devices are no
+    // longer allocatable.
+    std::fs::remove_file(registry.join("gpu-reg.sock")).unwrap();
+    until("the device plugin deregistered", || {
+        devices.capacity().allocatable.get("example.com/gpu") == Some(&0)
+    })
+    .await;
 
     // The socket goes: the driver is deregistered and uninstalled.
     std::fs::remove_file(&socket).unwrap();

@@ -1,6 +1,7 @@
 //! The device plugin manager (upstream's pkg/kubelet/cm/devicemanager):
 //! device plugins (NVIDIA's, AMD's, SR-IOV's...) register on
-//! `<root-dir>/device-plugins/kubelet.sock` ([`registration`]); the kubelet
+//! `<root-dir>/device-plugins/kubelet.sock` ([`registration`]), or through
+//! the plugin watcher (`plugins_registry`, type DevicePlugin); the kubelet
 //! dials each back on its own socket there and keeps its `ListAndWatch`
 //! stream, whose devices become the node's extended resources (capacity
 //! all of them, allocatable the healthy ones). Admission allocates a pod's
@@ -43,6 +44,7 @@ use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 pub use registration::{listen, serve};
@@ -126,6 +128,8 @@ struct Plugin {
     socket: PathBuf,
     client: DevicePluginClient<Channel>,
     options: api::DevicePluginOptions,
+    /// Cancelled when the plugin watcher deregisters it.
+    stop: CancellationToken,
 }
 
 /// A registered resource.
@@ -359,6 +363,20 @@ impl DeviceManager {
         r.plugins.push(plugin);
         r.stopped = None;
         Ok(())
+    }
+
+    /// The plugin watcher saw the plugin's registration socket go
+    /// (upstream's DeRegisterPlugin): its stream is ended, and it is
+    /// disconnected as if the stream had ended on its own.
+    pub fn deregister(&self, resource: &str, socket: &Path) {
+        let state = self.inner.state.lock();
+        if let Some(p) = state
+            .resources
+            .get(resource)
+            .and_then(|r| r.plugins.iter().find(|p| p.socket == socket))
+        {
+            p.stop.cancel();
+        }
     }
 
     /// A plugin's stream ended (upstream's PluginDisconnected): the last

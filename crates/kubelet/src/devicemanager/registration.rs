@@ -107,25 +107,40 @@ impl Registration for Registrar {
             ));
         }
         let socket = self.manager.dir().join(&r.endpoint);
-        let plugin = connect(&socket)
+        self.manager
+            .connect(resource, &socket, &self.tasks)
             .await
             .map_err(|message| refuse(resource, message))?;
-        self.manager
-            .connected(resource, plugin.clone())
-            .map_err(|message| refuse(resource, message))?;
-        tracing::info!(resource, socket = %socket.display(), "Connected to new client");
-        let manager = self.manager.clone();
-        let name = resource.to_owned();
-        self.tasks.spawn(
-            tracing::info_span!("device_plugin", resource = %name),
-            move |token| run(manager, name, plugin, token),
-        );
         Ok(Response::new(api::Empty {}))
     }
 }
 
+impl DeviceManager {
+    /// Dial the plugin for `resource` at `socket`, ask its options, and
+    /// keep its stream in a task of `tasks` (upstream's connectClient):
+    /// what registration does, on the kubelet's socket or through the
+    /// plugin watcher.
+    pub async fn connect(
+        &self,
+        resource: &str,
+        socket: &Path,
+        tasks: &Tasks,
+    ) -> Result<(), String> {
+        let plugin = dial(socket).await?;
+        self.connected(resource, plugin.clone())?;
+        tracing::info!(resource, socket = %socket.display(), "Connected to new client");
+        let manager = self.clone();
+        let name = resource.to_owned();
+        tasks.spawn(
+            tracing::info_span!("device_plugin", resource = %name),
+            move |token| run(manager, name, plugin, token),
+        );
+        Ok(())
+    }
+}
+
 /// Dial the plugin at `socket` and ask its options.
-async fn connect(socket: &Path) -> Result<Plugin, String> {
+async fn dial(socket: &Path) -> Result<Plugin, String> {
     let dialled = tokio::time::timeout(DIAL_TIMEOUT, UnixStream::connect(socket)).await;
     match dialled {
         Ok(Ok(_)) => {}
@@ -145,16 +160,18 @@ async fn connect(socket: &Path) -> Result<Plugin, String> {
         socket: PathBuf::from(socket),
         client,
         options,
+        stop: CancellationToken::new(),
     })
 }
 
-/// Keep the plugin's ListAndWatch stream until it ends (upstream's
-/// client.Run), then let the manager know it is gone. A kubelet stopping
-/// leaves the plugin as it is.
+/// Keep the plugin's ListAndWatch stream until it ends or the plugin is
+/// deregistered (upstream's client.Run), then let the manager know it is
+/// gone. A kubelet stopping leaves the plugin as it is.
 async fn run(manager: DeviceManager, resource: String, plugin: Plugin, token: CancellationToken) {
     let mut client = plugin.client.clone();
     let opened = tokio::select! {
         _ = token.cancelled() => return,
+        () = plugin.stop.cancelled() => Err(Status::cancelled("deregistered")),
         r = client.list_and_watch(api::Empty {}) => r,
     };
     match opened {
@@ -166,6 +183,7 @@ async fn run(manager: DeviceManager, resource: String, plugin: Plugin, token: Ca
             loop {
                 let next = tokio::select! {
                     _ = token.cancelled() => return,
+                    () = plugin.stop.cancelled() => Err(Status::cancelled("deregistered")),
                     m = stream.message() => m,
                 };
                 match next {

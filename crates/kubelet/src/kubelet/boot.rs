@@ -558,6 +558,8 @@ impl Kubelet {
                     api: api.clone(),
                     node_name: self.opts.node_name.clone(),
                 },
+                devices: self.syncer.runtime.devices().clone(),
+                tasks: self.tasks.clone(),
             };
             let csi = self.syncer.volumes.csi_volumes().cloned();
             self.tasks.spawn(
