@@ -391,3 +391,82 @@ fn responses_merge_as_upstreams_first_value_wins() {
     assert_eq!(merged.annotations, vec![("k".into(), "1".into())]);
     assert_eq!(merged.cdi_devices, ["v/c=x"]);
 }
+
+/// A checkpoint of upstream's format with resource `r` (healthy device
+/// d1 registered) and pod u1's container c holding d1.
+fn checkpoint_with_an_allocation(root: &Path) {
+    let dir = root.join(DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = Data {
+        pod_device_entries: Some(vec![PodDevicesEntry {
+            pod_uid: "u1".into(),
+            container_name: "c".into(),
+            resource_name: "example.com/r".into(),
+            device_ids: Some([(NO_TOPOLOGY, Some(vec!["d1".into()]))].into()),
+            alloc_resp: Some(Vec::new()),
+        }]),
+        registered_devices: Some([("example.com/r".into(), Some(vec!["d1".into()]))].into()),
+    };
+    std::fs::write(dir.join(checkpoint::FILE), data.encode().unwrap()).unwrap();
+}
+
+/// A resource read from the checkpoint whose plugin never comes back is
+/// gone after upstream's 5 minutes: removed from capacity, reported so.
+#[tokio::test(start_paused = true)]
+async fn a_resource_without_its_plugin_goes_after_the_grace_period() {
+    let root = tempfile::tempdir().unwrap();
+    checkpoint_with_an_allocation(root.path());
+    let manager = DeviceManager::new(root.path(), KubeletMetrics::new("n1"), Arc::default(), None);
+    assert!(!manager.fresh());
+    let c = manager.capacity();
+    assert_eq!(c.capacity.get("example.com/r"), Some(&0));
+    assert!(c.removed.is_empty());
+    tokio::time::advance(GRACE - Duration::from_secs(1)).await;
+    assert!(manager.capacity().removed.is_empty());
+    tokio::time::advance(Duration::from_secs(2)).await;
+    let c = manager.capacity();
+    assert_eq!(c.removed, ["example.com/r"]);
+    assert!(c.capacity.is_empty());
+    // Once: the next status has nothing to remove.
+    assert!(manager.capacity().removed.is_empty());
+}
+
+/// A held device turning unhealthy syncs its pod (ResourceHealthStatus),
+/// whose container's status then says so.
+#[tokio::test]
+async fn a_held_devices_health_change_syncs_its_pod() {
+    let root = tempfile::tempdir().unwrap();
+    checkpoint_with_an_allocation(root.path());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let manager = DeviceManager::new(
+        root.path(),
+        KubeletMetrics::new("n1"),
+        Arc::default(),
+        Some(tx),
+    );
+    assert!(manager.reports_health());
+    manager.update_devices("example.com/r", vec![device("d1", api::HEALTHY)]);
+    assert_eq!(rx.recv().await, Some(PodUid::from("u1")));
+    let uid = PodUid::from("u1");
+    assert_eq!(
+        manager.allocated_resources_status(&uid, "c")[0]
+            .resources
+            .as_ref()
+            .unwrap()[0]
+            .health
+            .as_deref(),
+        Some("Healthy")
+    );
+    manager.update_devices("example.com/r", vec![device("d1", api::UNHEALTHY)]);
+    assert_eq!(rx.recv().await, Some(PodUid::from("u1")));
+    let status = manager.allocated_resources_status(&uid, "c");
+    assert_eq!(status[0].name, "example.com/r");
+    let health = &status[0].resources.as_ref().unwrap()[0];
+    assert_eq!(
+        (health.resource_id.as_str(), health.health.as_deref()),
+        ("d1", Some("Unhealthy"))
+    );
+    // No change, no sync.
+    manager.update_devices("example.com/r", vec![device("d1", api::UNHEALTHY)]);
+    assert!(rx.try_recv().is_err());
+}
