@@ -142,14 +142,9 @@ pub fn proc_paths(proc_mount: Option<&str>, extra_masked: &[String]) -> (Vec<Str
 /// CPUs of `/sys/devices/system/cpu/possible` (`0-3,8`); the caller keeps
 /// those that exist.
 pub fn thermal_throttle_paths(possible: &str) -> Vec<String> {
-    let mut cpus = Vec::new();
-    for range in possible.trim().split(',').filter(|r| !r.is_empty()) {
-        let (lo, hi) = range.split_once('-').unwrap_or((range, range));
-        if let (Ok(lo), Ok(hi)) = (lo.parse::<u32>(), hi.parse::<u32>()) {
-            cpus.extend(lo..=hi.min(lo.saturating_add(4096)));
-        }
-    }
-    cpus.into_iter()
+    crate::cpuset::parse(possible.trim())
+        .unwrap_or_default()
+        .into_iter()
         .map(|cpu| format!("/sys/devices/system/cpu/cpu{cpu}/thermal_throttle"))
         .collect()
 }

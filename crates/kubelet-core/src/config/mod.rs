@@ -202,29 +202,9 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
     ),
     (
-        "cpuManagerPolicy",
-        "not yet: the CPU manager (#36); every pod shares the CPUs",
+        "reservedMemory",
+        "no effect: only the memory manager's Static policy reads it, and rkubelet has only None (#36), under which upstream ignores it too",
     ),
-    ("cpuManagerPolicyOptions", "not yet: the CPU manager (#36)"),
-    (
-        "cpuManagerReconcilePeriod",
-        "not yet: the CPU manager (#36)",
-    ),
-    ("memoryManagerPolicy", "not yet: the memory manager (#36)"),
-    (
-        "topologyManagerPolicy",
-        "not yet: the topology manager (#36)",
-    ),
-    (
-        "topologyManagerScope",
-        "not yet: the topology manager (#36)",
-    ),
-    (
-        "topologyManagerPolicyOptions",
-        "not yet: the topology manager (#36)",
-    ),
-    ("reservedSystemCPUs", "not yet: the CPU manager (#36)"),
-    ("reservedMemory", "not yet: the memory manager (#36)"),
     (
         "qosReserved",
         "no effect: upstream honours it only with the alpha QOSReserved gate, off by default",
@@ -908,6 +888,33 @@ config_section! {
         /// `podCIDR`: the pods' CIDR given to the runtime (UpdateRuntimeConfig)
         /// until the Node's `spec.podCIDRs` say otherwise (cluster mode).
         "podCIDR" pod_cidr: String = String::new();
+        /// `cpuManagerPolicy`: `none` (every container shares the CPUs
+        /// allocatable leaves); `static` is refused until rkubelet has the
+        /// CPU manager (#36).
+        "cpuManagerPolicy" cpu_manager_policy: String = "none".into(), zero_is_unset;
+        /// `cpuManagerPolicyOptions`: none with the `none` policy (upstream
+        /// refuses them there too).
+        "cpuManagerPolicyOptions" cpu_manager_policy_options: BTreeMap<String, String> = BTreeMap::new();
+        /// `cpuManagerReconcilePeriod`: the CPU manager's reconcile period;
+        /// no loop runs under the `none` policy, as upstream's. Default 10s.
+        "cpuManagerReconcilePeriod" cpu_manager_reconcile_period: Duration = Duration::from_secs(10), zero_is_unset;
+        /// `memoryManagerPolicy`: `None`; `Static` is refused until rkubelet
+        /// has the memory manager (#36).
+        "memoryManagerPolicy" memory_manager_policy: String = "None".into(), zero_is_unset;
+        /// `topologyManagerPolicy`: `none` (no NUMA alignment);
+        /// `best-effort`, `restricted` and `single-numa-node` are refused
+        /// until rkubelet has the topology manager (#36).
+        "topologyManagerPolicy" topology_manager_policy: String = "none".into(), zero_is_unset;
+        /// `topologyManagerScope`: `container` or `pod`; either aligns
+        /// nothing under the `none` policy, as upstream's.
+        "topologyManagerScope" topology_manager_scope: String = "container".into(), zero_is_unset;
+        /// `topologyManagerPolicyOptions`: refused until rkubelet has the
+        /// topology manager (#36).
+        "topologyManagerPolicyOptions" topology_manager_policy_options: BTreeMap<String, String> = BTreeMap::new();
+        /// `reservedSystemCPUs`: CPUs kept for the system (`0-1,4`): their
+        /// count replaces systemReserved's and kubeReserved's cpu, as
+        /// upstream's; which CPUs matters only to the static CPU manager.
+        "reservedSystemCPUs" reserved_system_cpus: String = String::new();
         /// `failCgroupV1`: start-up stops on a cgroup v1 host (upstream's
         /// default true; set false to run on one).
         "failCgroupV1" fail_cgroup_v1: bool = true;

@@ -1554,3 +1554,89 @@ fn feature_gates_are_read_checked_and_looked_up() {
         "invalid configuration: swap feature is enabled and LimitedSwap but it is only supported with cgroupv2"
     );
 }
+
+/// The resource managers' settings: the `none` policies honoured (and
+/// read from the file), what needs a manager rkubelet lacks refused by
+/// name, what upstream refuses refused in its words.
+#[test]
+fn resource_managers_are_none_or_refused() {
+    let (cfg, ignored) = parse_body(
+        "cpuManagerPolicy: none\ncpuManagerReconcilePeriod: 5s\nmemoryManagerPolicy: None\n\
+         topologyManagerPolicy: none\ntopologyManagerScope: pod\nreservedSystemCPUs: \"0\"\n\
+         systemReserved: {cpu: 250m, memory: 1Gi}\nkubeReserved: {cpu: 500m}\n",
+    )
+    .unwrap();
+    assert!(ignored.is_empty(), "{ignored:?}");
+    cfg.validate().unwrap();
+    assert_eq!(cfg.cpu_manager_reconcile_period, Duration::from_secs(5));
+    assert_eq!(cfg.topology_manager_scope, "pod");
+    // reservedSystemCPUs' count replaces both cpu reservations.
+    let (system, kube) = cfg.reservations();
+    assert_eq!(system["cpu"], 1000);
+    assert_eq!(system["memory"], 1 << 30);
+    assert!(!kube.contains_key("cpu"));
+    type Mutate = fn(&mut KubeletConfiguration);
+    let cases: &[(Mutate, &str)] = &[
+        (
+            |c| c.cpu_manager_policy = "static".into(),
+            r#"cpuManagerPolicy "static": not supported by rkubelet yet: it has no CPU manager (#36)"#,
+        ),
+        (
+            |c| c.cpu_manager_policy = "dynamic".into(),
+            r#"unknown policy: "dynamic""#,
+        ),
+        (
+            |c| {
+                c.cpu_manager_policy_options =
+                    [("full-pcpus-only".to_owned(), "true".to_owned())].into()
+            },
+            "new none policy error: None policy: received unsupported options=map[full-pcpus-only:true]",
+        ),
+        (
+            |c| c.memory_manager_policy = "Static".into(),
+            r#"memoryManagerPolicy "Static": not supported by rkubelet yet: it has no memory manager (#36)"#,
+        ),
+        (
+            |c| c.memory_manager_policy = "static".into(),
+            r#"unknown policy: "static""#,
+        ),
+        (
+            |c| c.topology_manager_policy = "single-numa-node".into(),
+            r#"topologyManagerPolicy "single-numa-node": not supported by rkubelet yet: it has no topology manager (#36)"#,
+        ),
+        (
+            |c| c.topology_manager_policy = "numa".into(),
+            r#"invalid configuration: topologyManagerPolicy (--topology-manager-policy) "numa" must be one of: ["none" "best-effort" "restricted" "single-numa-node"]"#,
+        ),
+        (
+            |c| c.topology_manager_scope = "node".into(),
+            r#"invalid configuration: topologyManagerScope (--topology-manager-scope) "node" must be one of: "container", or "pod""#,
+        ),
+        (
+            |c| {
+                c.topology_manager_policy_options =
+                    [("prefer-closest-numa-nodes".to_owned(), "true".to_owned())].into()
+            },
+            r#"topologyManagerPolicyOptions "prefer-closest-numa-nodes": not supported by rkubelet yet: it has no topology manager (#36)"#,
+        ),
+        (
+            |c| c.reserved_system_cpus = "1-0".into(),
+            r#"invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) 1-0, error: invalid range "1-0" (1 > 0)"#,
+        ),
+        (
+            |c| {
+                c.reserved_system_cpus = "0".into();
+                c.system_reserved_cgroup = "/system".into();
+            },
+            "invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)",
+        ),
+    ];
+    for (mutate, want) in cases {
+        let mut c = KubeletConfiguration::default();
+        mutate(&mut c);
+        match c.validate() {
+            Err(ConfigError::Rejected(m)) => assert_eq!(m, *want),
+            other => panic!("{want}: {other:?}"),
+        }
+    }
+}

@@ -48,6 +48,7 @@ impl KubeletConfiguration {
                 self.static_pod_url
             )));
         }
+        self.validate_resource_managers()?;
         self.validate_shutdown(&gates)?;
         self.validate_logging(&gates)?;
         self.image_pull_verification()?;
@@ -147,6 +148,91 @@ impl KubeletConfiguration {
             }
         }
         Ok(())
+    }
+
+    /// The CPU, memory and topology managers' settings: upstream's
+    /// messages for what upstream refuses; what needs a manager rkubelet
+    /// does not have yet refused by name, never run as `none`.
+    fn validate_resource_managers(&self) -> Result<(), ConfigError> {
+        let rejected = |m: String| Err(ConfigError::Rejected(m));
+        let not_yet = |field: &str, value: &str, manager: &str| {
+            rejected(format!(
+                "{field} {value:?}: not supported by rkubelet yet: it has no {manager} (#36)"
+            ))
+        };
+        match self.cpu_manager_policy.as_str() {
+            "none" if !self.cpu_manager_policy_options.is_empty() => {
+                let options: Vec<String> = self
+                    .cpu_manager_policy_options
+                    .iter()
+                    .map(|(k, v)| format!("{k}:{v}"))
+                    .collect();
+                return rejected(format!(
+                    "new none policy error: None policy: received unsupported options=map[{}]",
+                    options.join(" ")
+                ));
+            }
+            "none" => {}
+            "static" => return not_yet("cpuManagerPolicy", "static", "CPU manager"),
+            other => return rejected(format!("unknown policy: \"{other}\"")),
+        }
+        match self.memory_manager_policy.as_str() {
+            "None" => {}
+            "Static" => return not_yet("memoryManagerPolicy", "Static", "memory manager"),
+            other => return rejected(format!("unknown policy: {other:?}")),
+        }
+        const TOPOLOGY: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
+        match self.topology_manager_policy.as_str() {
+            "none" => {}
+            p if TOPOLOGY.contains(&p) => {
+                return not_yet("topologyManagerPolicy", p, "topology manager");
+            }
+            other => {
+                return rejected(format!(
+                    "invalid configuration: topologyManagerPolicy (--topology-manager-policy) {other:?} must be one of: [{}]",
+                    TOPOLOGY.map(|p| format!("{p:?}")).join(" ")
+                ));
+            }
+        }
+        if !["container", "pod"].contains(&self.topology_manager_scope.as_str()) {
+            return rejected(format!(
+                "invalid configuration: topologyManagerScope (--topology-manager-scope) {:?} must be one of: \"container\", or \"pod\"",
+                self.topology_manager_scope
+            ));
+        }
+        if let Some(name) = self.topology_manager_policy_options.keys().next() {
+            return rejected(format!(
+                "topologyManagerPolicyOptions {name:?}: not supported by rkubelet yet: it has no topology manager (#36)"
+            ));
+        }
+        if !self.reserved_system_cpus.is_empty() {
+            if !self.system_reserved_cgroup.is_empty() || !self.kube_reserved_cgroup.is_empty() {
+                return rejected(
+                    "invalid configuration: can't use reservedSystemCPUs (--reserved-cpus) with systemReservedCgroup (--system-reserved-cgroup) or kubeReservedCgroup (--kube-reserved-cgroup)"
+                        .into(),
+                );
+            }
+            if let Err(e) = crate::cpuset::parse(&self.reserved_system_cpus) {
+                return rejected(format!(
+                    "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) {}, error: {e}",
+                    self.reserved_system_cpus
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// systemReserved and kubeReserved as node allocatable reads them:
+    /// with reservedSystemCPUs, its count is the system's cpu and
+    /// kubeReserved keeps none (upstream's override at start).
+    pub fn reservations(&self) -> (BTreeMap<String, i64>, BTreeMap<String, i64>) {
+        let (mut system, mut kube) = (self.system_reserved.clone(), self.kube_reserved.clone());
+        let cpus = crate::cpuset::parse(&self.reserved_system_cpus).unwrap_or_default();
+        if !cpus.is_empty() {
+            kube.remove("cpu");
+            system.insert("cpu".into(), cpus.len() as i64 * 1000);
+        }
+        (system, kube)
     }
 
     /// The shutdown grace periods as upstream validates them, in its words.

@@ -264,8 +264,9 @@ impl ContainerManager {
             ),
             _ => None,
         };
+        let (system_reserved, kube_reserved) = config.reservations();
         let allocatable = if config.enforces(ENFORCE_PODS) {
-            less_reserved(capacity, &[&config.system_reserved, &config.kube_reserved])
+            less_reserved(capacity, &[&system_reserved, &kube_reserved])
         } else {
             capacity.clone()
         };
@@ -277,7 +278,7 @@ impl ContainerManager {
                 "system reserved",
                 "System Reserved",
                 &config.system_reserved_cgroup,
-                &config.system_reserved,
+                &system_reserved,
             ),
             (
                 ENFORCE_KUBE_RESERVED,
@@ -285,7 +286,7 @@ impl ContainerManager {
                 "kube reserved",
                 "Kube Reserved",
                 &config.kube_reserved_cgroup,
-                &config.kube_reserved,
+                &kube_reserved,
             ),
         ] {
             let name = CgroupName::parse_cgroupfs(cgroup);

@@ -360,8 +360,8 @@ impl Kubelet {
 /// and the hard eviction thresholds), and the allocatable this host's
 /// capacity leaves: admission's figures until the Node is seen.
 fn node_allocatable(opts: &KubeletOptions) -> (Amounts, Vec<Threshold>, Amounts) {
-    let mut reserved = opts.config.system_reserved.clone();
-    for (k, v) in &opts.config.kube_reserved {
+    let (mut reserved, kube_reserved) = opts.config.reservations();
+    for (k, v) in &kube_reserved {
         let e = reserved.entry(k.clone()).or_default();
         *e = e.saturating_add(*v);
     }
