@@ -318,6 +318,32 @@ pub struct Flags {
     #[arg(long, value_name = "LEVEL[,LEVEL]", value_delimiter = ',')]
     pub enforce_node_allocatable: Option<Vec<String>>,
 
+    /// CPU manager policy: none (static is refused until rkubelet has the CPU manager).
+    #[arg(long, value_name = "POLICY")]
+    pub cpu_manager_policy: Option<String>,
+
+    /// The CPU manager's reconcile period (Go duration).
+    #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
+    pub cpu_manager_reconcile_period: Option<Duration>,
+
+    /// Memory manager policy: None (Static is refused until rkubelet has the memory manager).
+    #[arg(long, value_name = "POLICY")]
+    pub memory_manager_policy: Option<String>,
+
+    /// Topology manager policy: none (the aligning policies are refused until rkubelet has
+    /// the topology manager).
+    #[arg(long, value_name = "POLICY")]
+    pub topology_manager_policy: Option<String>,
+
+    /// Topology manager scope: container or pod.
+    #[arg(long, value_name = "SCOPE")]
+    pub topology_manager_scope: Option<String>,
+
+    /// CPUs kept for the system, e.g. 0-1,4: their count replaces the cpu of
+    /// --system-reserved and --kube-reserved.
+    #[arg(long = "reserved-cpus", value_name = "CPUS")]
+    pub reserved_cpus: Option<String>,
+
     /// Resources kept for the system, e.g. cpu=200m,memory=500Mi,pid=1000.
     #[arg(long, value_name = "RESOURCE=QUANTITY[,...]", value_parser = parse_reservation)]
     pub system_reserved: Option<BTreeMap<String, i64>>,
@@ -751,6 +777,24 @@ impl Flags {
         if let Some(levels) = &self.enforce_node_allocatable {
             config.enforce_node_allocatable =
                 levels.iter().filter(|l| !l.is_empty()).cloned().collect();
+        }
+        if let Some(p) = &self.cpu_manager_policy {
+            config.cpu_manager_policy = p.clone();
+        }
+        if let Some(d) = self.cpu_manager_reconcile_period {
+            config.cpu_manager_reconcile_period = d;
+        }
+        if let Some(p) = &self.memory_manager_policy {
+            config.memory_manager_policy = p.clone();
+        }
+        if let Some(p) = &self.topology_manager_policy {
+            config.topology_manager_policy = p.clone();
+        }
+        if let Some(scope) = &self.topology_manager_scope {
+            config.topology_manager_scope = scope.clone();
+        }
+        if let Some(cpus) = &self.reserved_cpus {
+            config.reserved_system_cpus = cpus.clone();
         }
         if let Some(r) = &self.system_reserved {
             config.system_reserved = r.clone();
@@ -1408,6 +1452,27 @@ hairpinMode: none
             ),
             ("/kube", "/system")
         );
+    }
+
+    #[test]
+    fn resource_manager_flags() {
+        let s = settings(&[
+            "--cpu-manager-policy=none",
+            "--cpu-manager-reconcile-period=5s",
+            "--memory-manager-policy=None",
+            "--topology-manager-policy=none",
+            "--topology-manager-scope=pod",
+            "--reserved-cpus=0",
+        ])
+        .unwrap();
+        let c = &s.config;
+        assert_eq!(c.cpu_manager_reconcile_period, Duration::from_secs(5));
+        assert_eq!(c.topology_manager_scope, "pod");
+        assert_eq!(c.reserved_system_cpus, "0");
+        let err = settings(&["--cpu-manager-policy=static"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("it has no CPU manager (#36)"), "{err}");
     }
 
     #[test]
