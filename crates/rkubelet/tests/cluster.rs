@@ -5316,21 +5316,27 @@ async fn w_q_pod_and_container_stats_come_from_the_runtime_with_its_gate() {
 const SAMPLE_RESOURCE: &str = "example.com/resource";
 
 /// Upstream's sample device plugin for the node whose device plugin
-/// directory is `dir`. It registers on the fixed
-/// /var/lib/kubelet/device-plugins/kubelet.sock: it runs in a mount
-/// namespace of its own where that directory is `dir` (over a tmpfs on
-/// /var/lib, so the host's is untouched). Its Allocate makes /tmp/<device>
-/// on the host and mounts it at the same path.
-fn sample_device_plugin(dir: &Path, log: &Path) -> Child {
+/// directory is `dir`, with its CDI devices (CDI_ENABLED). It registers on
+/// the fixed /var/lib/kubelet/device-plugins/kubelet.sock and writes its
+/// CDI spec to the fixed /var/run/cdi: it runs in a mount namespace of its
+/// own where those are `dir` and `cdi`, the CDI spec directory of the
+/// test's containerd (over tmpfs mounts on /var/lib and /run, so the
+/// host's are untouched). Its Allocate makes /tmp/<device> on the host and
+/// mounts it at the same path, and names the CDI device `CDI-<device>`.
+fn sample_device_plugin(dir: &Path, cdi: &Path, log: &Path) -> Child {
     Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(
             "mount -t tmpfs tmpfs /var/lib && mkdir -p /var/lib/kubelet/device-plugins \
-             && mount --bind \"$0\" /var/lib/kubelet/device-plugins && exec \"$1\"",
+             && mount --bind \"$0\" /var/lib/kubelet/device-plugins \
+             && mount -t tmpfs tmpfs /run && mkdir -p /run/cdi && mount --bind \"$1\" /run/cdi \
+             && exec \"$2\"",
         )
         .arg(dir)
+        .arg(cdi)
         .arg(env("RKUBELET_SAMPLE_DEVICE_PLUGIN"))
         .env("PLUGIN_SOCK_DIR", "/var/lib/kubelet/device-plugins")
+        .env("CDI_ENABLED", "1")
         .stdout(File::create(log).unwrap())
         .stderr(Stdio::from(
             File::create(log.with_extension("err")).unwrap(),
@@ -5383,7 +5389,18 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
     let mut k = Kubelet::new("devices");
     k.start_ready().await;
     let dir = k.rk.root().join("device-plugins");
-    let mut plugin = sample_device_plugin(&dir, &k.rk.dir.path().join("sample-device-plugin.log"));
+    // The test's containerd's CDI spec directory, beside its socket.
+    let endpoint = env("RKUBELET_E2E_ENDPOINT");
+    let cdi = Path::new(endpoint.trim_start_matches("unix://"))
+        .parent()
+        .unwrap()
+        .join("cdi");
+    let mut plugin = sample_device_plugin(
+        &dir,
+        &cdi,
+        &k.rk.dir.path().join("sample-device-plugin.log"),
+    );
+
     eventually(
         "the plugin's two devices in capacity and allocatable",
         START,
@@ -5416,6 +5433,13 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
     assert!(
         files.lines().any(|l| l == device),
         "/tmp holds {files:?}, not {device}"
+    );
+    // Its CDI device, as containerd applied the plugin's spec.
+    let cdi_env = exec_out(&k.api, name, "echo $CDI_DEVICE").unwrap_or_default();
+    assert_eq!(
+        cdi_env.trim(),
+        format!("CDI-{device}"),
+        "the CDI device's env"
     );
     // Its health in the status (ResourceHealthStatus).
     let health = &container_status(&pod, "c")["allocatedResourcesStatus"];
