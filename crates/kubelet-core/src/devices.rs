@@ -12,6 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Container;
 
 use crate::manifest::is_qualified_name;
+use crate::resources::container_limits;
 
 /// The prefix of native resource names that carry a domain
 /// (upstream's ResourceDefaultNamespacePrefix).
@@ -32,13 +33,10 @@ pub fn is_extended_resource_name(name: &str) -> bool {
 /// devices (upstream counts limits: extended resources cannot be
 /// overcommitted, so requests equal them).
 pub fn extended_limits(c: &Container) -> BTreeMap<String, usize> {
-    c.resources
-        .as_ref()
-        .and_then(|r| r.limits.as_ref())
+    container_limits(c)
         .into_iter()
-        .flatten()
         .filter(|(name, _)| is_extended_resource_name(name))
-        .filter_map(|(name, q)| Some((name.clone(), q.0.trim().parse::<usize>().ok()?)))
+        .filter_map(|(name, n)| Some((name, usize::try_from(n).ok()?)))
         .collect()
 }
 

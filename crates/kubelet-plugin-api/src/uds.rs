@@ -33,6 +33,10 @@ const PRIORITY: u8 = 0x20;
 /// The frame size every HTTP/2 peer accepts (SETTINGS_MAX_FRAME_SIZE's
 /// initial value): re-encoded blocks are split to it.
 const MAX_FRAME: usize = 16_384;
+/// The most a header block's fragments may hold here: past it, the rest
+/// passes untouched and h2's own limits apply (a client cannot make this
+/// buffer grow without bound, CONTINUATION after CONTINUATION).
+const MAX_BLOCK: usize = 1 << 20;
 /// The authority a unix socket's request is given.
 const LOCALHOST: &[u8] = b"localhost";
 
@@ -108,6 +112,12 @@ impl<S> LocalAuthority<S> {
             let len = (usize::from(self.raw[0]) << 16)
                 | (usize::from(self.raw[1]) << 8)
                 | usize::from(self.raw[2]);
+            if len > MAX_FRAME {
+                // Larger than h2 takes: it refuses the frame itself, and
+                // nothing waits here for it to arrive whole.
+                self.passthrough = true;
+                return self.process();
+            }
             if self.raw.len() < FRAME_HEADER + len {
                 return;
             }
@@ -170,7 +180,9 @@ impl<S> LocalAuthority<S> {
             });
         } else {
             match self.block.as_mut() {
-                Some(b) if b.stream == stream => b.fragments.extend_from_slice(p),
+                Some(b) if b.stream == stream && b.fragments.len() + p.len() <= MAX_BLOCK => {
+                    b.fragments.extend_from_slice(p)
+                }
                 _ => return false,
             }
         }
@@ -293,6 +305,8 @@ impl<S> tonic::transport::server::Connected for LocalAuthority<S> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
@@ -388,6 +402,25 @@ mod tests {
             assert_eq!(block.len(), 5);
             assert_eq!(block[2].1, "/v1beta1.Registration/Register");
         }
+    }
+
+    /// A frame larger than h2 takes passes as it came, without waiting for
+    /// all of it: h2 refuses it.
+    #[tokio::test]
+    async fn an_oversized_frame_passes_untouched() {
+        let mut sent = PREFACE.to_vec();
+        sent.extend_from_slice(&[0x10, 0, 0, HEADERS, END_HEADERS, 0, 0, 0, 1, 0xff]);
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(&sent).await.unwrap();
+        // The client stays, its frame unfinished: the bytes come anyway.
+        let mut received = vec![0; sent.len()];
+        let mut conn = LocalAuthority::new(server);
+        tokio::time::timeout(Duration::from_secs(10), conn.read_exact(&mut received))
+            .await
+            .expect("the frame's start passed on before the rest came")
+            .unwrap();
+        assert_eq!(received, sent);
+        drop(client);
     }
 
     #[tokio::test]

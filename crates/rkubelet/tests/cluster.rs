@@ -5323,8 +5323,8 @@ const SAMPLE_RESOURCE: &str = "example.com/resource";
 /// test's containerd (over tmpfs mounts on /var/lib and /run, so the
 /// host's are untouched). Its Allocate makes /tmp/<device> on the host and
 /// mounts it at the same path, and names the CDI device `CDI-<device>`.
-fn sample_device_plugin(dir: &Path, cdi: &Path, log: &Path) -> Child {
-    Command::new("unshare")
+fn sample_device_plugin(dir: &Path, cdi: &Path, log: &Path) -> SamplePlugin {
+    let child = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c"])
         .arg(
             "mount -t tmpfs tmpfs /var/lib && mkdir -p /var/lib/kubelet/device-plugins \
@@ -5342,7 +5342,33 @@ fn sample_device_plugin(dir: &Path, cdi: &Path, log: &Path) -> Child {
             File::create(log.with_extension("err")).unwrap(),
         ))
         .spawn()
-        .unwrap()
+        .unwrap();
+    SamplePlugin {
+        daemon: Daemon(child),
+        cdi: cdi.to_owned(),
+    }
+}
+
+/// The sample device plugin, killed when dropped, pass or fail, with what
+/// it leaves on the host: the files its Allocate made for its devices and
+/// its CDI spec.
+struct SamplePlugin {
+    daemon: Daemon,
+    cdi: PathBuf,
+}
+
+impl Drop for SamplePlugin {
+    fn drop(&mut self) {
+        let _ = self.daemon.0.kill();
+        let _ = self.daemon.0.wait();
+        for leftover in [
+            PathBuf::from("/tmp/Dev-1"),
+            PathBuf::from("/tmp/Dev-2"),
+            self.cdi.join("example.com.json"),
+        ] {
+            let _ = std::fs::remove_file(leftover);
+        }
+    }
 }
 
 /// The node's capacity and allocatable of `resource`.
@@ -5395,7 +5421,7 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
         .parent()
         .unwrap()
         .join("cdi");
-    let mut plugin = sample_device_plugin(
+    let plugin = sample_device_plugin(
         &dir,
         &cdi,
         &k.rk.dir.path().join("sample-device-plugin.log"),
@@ -5518,8 +5544,7 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
     );
 
     // The plugin goes: its devices are unhealthy, the resource stays.
-    plugin.kill().unwrap();
-    plugin.wait().unwrap();
+    drop(plugin);
     eventually(
         "no device allocatable once the plugin is gone",
         START,

@@ -101,7 +101,8 @@ pub enum DeviceError {
     UnknownPlugin(String),
     #[error("endpoint not found in cache for a registered resource: {0}")]
     NoEndpoint(String),
-    #[error("endpoint {0} has been stopped")]
+    /// PreStartContainer for a resource whose plugins are gone.
+    #[error("device plugin PreStartContainer rpc failed with err: endpoint {0} has been stopped")]
     Stopped(String),
     #[error("{}", status_text(.0))]
     Allocate(tonic::Status),
@@ -567,6 +568,11 @@ impl DeviceManager {
         Ok(())
     }
 
+    /// Whether any container holds devices.
+    pub fn holds_any(&self) -> bool {
+        !self.inner.state.lock().pods.is_empty()
+    }
+
     /// Free the devices of pods no longer active (upstream's
     /// UpdateAllocatedDevices, at each allocation; housekeeping calls it
     /// too, for pods that are never admitted: static pods).
@@ -865,9 +871,7 @@ impl DeviceManager {
             (r.plugins.last().cloned(), ids)
         };
         let Some(mut plugin) = plugin else {
-            return Err(DeviceError::PreStart(tonic::Status::unavailable(
-                DeviceError::Stopped(resource.into()).to_string(),
-            )));
+            return Err(DeviceError::Stopped(resource.into()));
         };
         let request = api::PreStartContainerRequest {
             devices_ids: ids.into_iter().collect(),

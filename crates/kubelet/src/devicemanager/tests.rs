@@ -334,12 +334,26 @@ async fn an_init_containers_devices_are_reused_by_the_containers_after_it() {
 #[tokio::test]
 async fn a_corrupt_checkpoint_is_logged_and_the_manager_starts_empty() {
     let root = tempfile::tempdir().unwrap();
+    checkpoint_with_an_allocation(root.path());
     let dir = root.path().join(DIR);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(checkpoint::FILE), b"{\"Data\":{},\"Checksum\":1}").unwrap();
+    let file = dir.join(checkpoint::FILE);
+    // The data changed, its checksum not.
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("\"d1\"", "\"d2\"");
+    std::fs::write(&file, text).unwrap();
+    // A plugin's socket left from before.
+    drop(std::os::unix::net::UnixListener::bind(dir.join("old.sock")).unwrap());
     let node = Node::start_in(root);
     assert_eq!(node.manager.capacity(), ExtendedResources::default());
+    assert!(
+        node.manager
+            .container_devices(&PodUid::from("u1"), "c")
+            .is_empty()
+    );
     // Sockets left are removed, the checkpoint kept.
+    assert!(!node.dir().join("old.sock").exists());
+    assert!(node.dir().join(SOCKET).exists());
     assert!(node.dir().join(checkpoint::FILE).exists());
 }
 

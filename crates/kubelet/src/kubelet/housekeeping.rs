@@ -40,10 +40,10 @@ impl Kubelet {
         });
         self.syncer.reasons.lock().retain(|uid, _| keep(uid));
         self.syncer.allocation.retain(keep);
-        self.syncer
-            .runtime
-            .devices()
-            .free_inactive(&self.active_pods());
+        let devices = self.syncer.runtime.devices();
+        if devices.holds_any() {
+            devices.free_inactive(&self.active_pods());
+        }
         self.retry_deferred_resizes();
         self.syncer.terminations.lock().retain(|uid, _| keep(uid));
         if !self.pleg.has_relisted() {
