@@ -199,6 +199,32 @@ impl CriClient {
         result
     }
 
+    /// [`call`](Self::call) for a request that creates runtime state (a
+    /// sandbox, a container, a container's task): it runs to the runtime's
+    /// answer even when the caller stops waiting, as a pod worker's step does
+    /// when its pod is deleted. containerd leaks a task whose creation was
+    /// cancelled half-way: the container reads Exited (StartError) and
+    /// RemoveContainer fails with `cannot delete running task` for as long as
+    /// containerd runs (containerd/containerd#11037).
+    async fn call_to_end<T: Send + 'static>(
+        &self,
+        op: &'static str,
+        fut: impl Future<Output = Result<tonic::Response<T>, tonic::Status>> + Send + 'static,
+    ) -> Result<T, CriError> {
+        let this = self.clone();
+        kubelet_tasks::run_to_end(Box::pin(
+            async move { this.call(op, this.timeout, fut).await },
+        ))
+        .await
+        .unwrap_or_else(|e| {
+            Err(CriError::new(
+                op,
+                tonic::Code::Aborted,
+                format!("the call did not run to its end: {e}"),
+            ))
+        })
+    }
+
     /// `Version()`, refusing a runtime that does not speak CRI v1.
     pub async fn version(&self) -> Result<RuntimeVersion, CriError> {
         let mut c = self.runtime.clone();
@@ -343,14 +369,14 @@ impl CriClient {
         runtime_handler: String,
     ) -> Result<String, CriError> {
         let mut c = self.runtime.clone();
+        let request = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler,
+        };
         let resp = self
-            .call(
+            .call_to_end(
                 "RunPodSandbox",
-                self.timeout,
-                c.run_pod_sandbox(cri::RunPodSandboxRequest {
-                    config: Some(config),
-                    runtime_handler,
-                }),
+                async move { c.run_pod_sandbox(request).await },
             )
             .await?;
         Ok(resp.pod_sandbox_id)
@@ -420,28 +446,27 @@ impl CriClient {
         sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String, CriError> {
         let mut c = self.runtime.clone();
+        let request = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.into(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
         let resp = self
-            .call(
-                "CreateContainer",
-                self.timeout,
-                c.create_container(cri::CreateContainerRequest {
-                    pod_sandbox_id: sandbox_id.into(),
-                    config: Some(config),
-                    sandbox_config: Some(sandbox_config),
-                }),
-            )
+            .call_to_end("CreateContainer", async move {
+                c.create_container(request).await
+            })
             .await?;
         Ok(resp.container_id)
     }
 
     pub async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let mut c = self.runtime.clone();
-        self.call(
+        let request = cri::StartContainerRequest {
+            container_id: id.into(),
+        };
+        self.call_to_end(
             "StartContainer",
-            self.timeout,
-            c.start_container(cri::StartContainerRequest {
-                container_id: id.into(),
-            }),
+            async move { c.start_container(request).await },
         )
         .await
         .map(drop)
@@ -818,6 +843,68 @@ mod tests {
                 .unwrap()
                 .is_some()
         );
+    }
+
+    /// The calls that create runtime state reach the runtime's answer when
+    /// their caller stops waiting: a pod deleted while its container starts
+    /// leaves no task half-created (containerd/containerd#11037).
+    #[tokio::test(start_paused = true)]
+    async fn creating_calls_run_to_their_end_when_the_caller_stops_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = crate::fake::FakeRuntime::start(&dir.path().join("cri.sock"))
+            .await
+            .unwrap();
+        fake.add_image("busybox");
+        let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(60)).unwrap();
+        let sandbox_config = cri::PodSandboxConfig {
+            metadata: Some(cri::PodSandboxMetadata {
+                name: "web".into(),
+                uid: "uid-web".into(),
+                namespace: "default".into(),
+                attempt: 0,
+            }),
+            ..Default::default()
+        };
+        let container_config = cri::ContainerConfig {
+            metadata: Some(cri::ContainerMetadata {
+                name: "app".into(),
+                attempt: 0,
+            }),
+            image: Some(cri::ImageSpec {
+                image: "busybox".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let slow = Duration::from_secs(5);
+        let gives_up = Duration::from_secs(1);
+        for method in ["RunPodSandbox", "CreateContainer", "StartContainer"] {
+            fake.set_latency(method, slow);
+        }
+        let interrupted = tokio::time::timeout(
+            gives_up,
+            cri.run_pod_sandbox(sandbox_config.clone(), String::new()),
+        )
+        .await;
+        assert!(interrupted.is_err());
+        fake.wait_for("the sandbox", slow, |f| f.sandboxes().len() == 1)
+            .await;
+        let sandbox = fake.sandboxes()[0].id.clone();
+        let interrupted = tokio::time::timeout(
+            gives_up,
+            cri.create_container(&sandbox, container_config, sandbox_config),
+        )
+        .await;
+        assert!(interrupted.is_err());
+        fake.wait_for("the container", slow, |f| f.containers().len() == 1)
+            .await;
+        let container = fake.containers()[0].id.clone();
+        let interrupted = tokio::time::timeout(gives_up, cri.start_container(&container)).await;
+        assert!(interrupted.is_err());
+        fake.wait_for("the container running", slow, |f| {
+            f.containers()[0].state == cri::ContainerState::ContainerRunning as i32
+        })
+        .await;
     }
 
     #[test]

@@ -2,11 +2,13 @@
 //! inside a tracing span, is tracked so shutdown can wait for it, and gets a
 //! child of the kubelet's cancellation token (no polled shutdown flags);
 //! blocking work runs on tokio's blocking pool through [`off_thread`] (clippy
-//! refuses `spawn_blocking` anywhere else).
+//! refuses `spawn_blocking` anywhere else); a request that must not be cut
+//! off half-way runs through [`run_to_end`].
 
 #![cfg_attr(test, allow(clippy::too_many_lines, reason = "table-driven tests"))]
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -70,6 +72,20 @@ impl Tasks {
     }
 }
 
+/// Run `fut` to its end even if the caller stops awaiting it (its step
+/// interrupted, its future dropped), in the caller's span: for a request that
+/// must not be cut off half-way, such as one that creates runtime state. Err
+/// when it did not run to its end: it panicked, or the runtime is shutting
+/// down. `fut` must end by itself (a deadline of its own). It comes boxed:
+/// only a pointer passes through the frames between its maker and the task
+/// (a CRI call's future is large enough that the copies an unoptimised
+/// build makes of it on the way overflow a worker's stack).
+pub async fn run_to_end<T: Send + 'static>(
+    fut: Pin<Box<dyn Future<Output = T> + Send + 'static>>,
+) -> Result<T, tokio::task::JoinError> {
+    tokio::spawn(fut.instrument(tracing::Span::current())).await
+}
+
 /// Run blocking work `f` off the async workers (tokio's blocking pool), in
 /// the caller's span. Err when it did not run to its end: it panicked (the
 /// panic does not reach the caller: one pod's bad input never takes a worker
@@ -101,6 +117,23 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn run_to_end_finishes_when_its_caller_stops_waiting() {
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let call = run_to_end(Box::pin(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            done_tx.send(()).unwrap();
+        }));
+        // The caller gives up after 1 s; the request still ends.
+        assert!(
+            tokio::time::timeout(Duration::from_secs(1), call)
+                .await
+                .is_err()
+        );
+        done_rx.await.expect("the request ran to its end");
+        assert_eq!(run_to_end(Box::pin(async { 7 })).await.unwrap(), 7);
+    }
 
     #[tokio::test]
     async fn shutdown_cancels_every_task_and_waits_for_it() {
