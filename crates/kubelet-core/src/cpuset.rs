@@ -40,9 +40,52 @@ pub fn parse(list: &str) -> Result<BTreeSet<u32>, String> {
     Ok(cpus)
 }
 
+/// `cpus` in the Linux list format, as upstream's CPUSet.String() writes
+/// it: ascending, runs of two or more as ranges (`0-2,5`); empty for none.
+pub fn format(cpus: &BTreeSet<u32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(u32, u32)> = None;
+    for &c in cpus {
+        run = match run {
+            Some((lo, hi)) if hi + 1 == c => Some((lo, c)),
+            Some(done) => {
+                out.push(range_text(done));
+                Some((c, c))
+            }
+            None => Some((c, c)),
+        };
+    }
+    if let Some(done) = run {
+        out.push(range_text(done));
+    }
+    out.join(",")
+}
+
+fn range_text((lo, hi): (u32, u32)) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sets_format_as_upstreams() {
+        for (cpus, want) in [
+            (vec![], ""),
+            (vec![3], "3"),
+            (vec![0, 1], "0-1"),
+            (vec![0, 1, 2, 5, 7, 8], "0-2,5,7-8"),
+        ] {
+            let set = cpus.into_iter().collect();
+            assert_eq!(format(&set), want);
+            assert_eq!(parse(want).unwrap(), set);
+        }
+    }
 
     #[test]
     fn lists_parse_as_upstreams() {

@@ -18,6 +18,7 @@ pub mod cgroups;
 pub mod checkpoint;
 pub mod claim;
 pub mod config;
+pub mod cpumanager;
 pub mod cpuset;
 pub mod credentialprovider;
 pub mod credentials;

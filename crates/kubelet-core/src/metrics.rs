@@ -698,6 +698,31 @@ families! {
         &["resource_name"],
         &DEF_BUCKETS,
     ),
+    /// `kubelet_cpu_manager_pinning_requests_total`: containers the static
+    /// CPU manager was asked exclusive CPUs for.
+    cpu_manager_pinning_requests: Counter(
+        "kubelet_cpu_manager_pinning_requests_total",
+        "[ALPHA] The number of cpu core allocations which required pinning.",
+        &[],
+    ),
+    /// `kubelet_cpu_manager_pinning_errors_total`: those it could not give.
+    cpu_manager_pinning_errors: Counter(
+        "kubelet_cpu_manager_pinning_errors_total",
+        "[ALPHA] The number of cpu core allocations which required pinning failed.",
+        &[],
+    ),
+    /// `kubelet_cpu_manager_shared_pool_size_millicores`.
+    cpu_manager_shared_pool_size: Gauge(
+        "kubelet_cpu_manager_shared_pool_size_millicores",
+        "[ALPHA] The size of the shared CPU pool for non-guaranteed QoS pods, in millicores.",
+        &[],
+    ),
+    /// `kubelet_cpu_manager_exclusive_cpu_allocation_count`.
+    cpu_manager_exclusive_cpus: Gauge(
+        "kubelet_cpu_manager_exclusive_cpu_allocation_count",
+        "[ALPHA] The total number of CPUs exclusively allocated to containers running on this node",
+        &[],
+    ),
     /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`.
     pod_resources_requests_total: Counter(
         "kubelet_pod_resources_endpoint_requests_total",

@@ -856,26 +856,8 @@ mod tests {
             .unwrap();
         fake.add_image("busybox");
         let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(60)).unwrap();
-        let sandbox_config = cri::PodSandboxConfig {
-            metadata: Some(cri::PodSandboxMetadata {
-                name: "web".into(),
-                uid: "uid-web".into(),
-                namespace: "default".into(),
-                attempt: 0,
-            }),
-            ..Default::default()
-        };
-        let container_config = cri::ContainerConfig {
-            metadata: Some(cri::ContainerMetadata {
-                name: "app".into(),
-                attempt: 0,
-            }),
-            image: Some(cri::ImageSpec {
-                image: "busybox".into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let sandbox_config = crate::fake::sandbox_config("web", "uid-web");
+        let container_config = crate::fake::container_config("app", "busybox");
         let slow = Duration::from_secs(5);
         let gives_up = Duration::from_secs(1);
         for method in ["RunPodSandbox", "CreateContainer", "StartContainer"] {

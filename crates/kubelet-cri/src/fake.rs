@@ -344,6 +344,35 @@ impl Drop for FakeRuntime {
 /// Normalize an image reference like containerd (docker reference rules):
 /// default the registry to docker.io, official images to `library/`, and the
 /// tag to `latest` unless a tag or digest is given.
+/// A sandbox config with only its metadata (pod `name`, `uid`, namespace
+/// `default`): what a test needs to run a sandbox.
+pub fn sandbox_config(name: &str, uid: &str) -> cri::PodSandboxConfig {
+    cri::PodSandboxConfig {
+        metadata: Some(cri::PodSandboxMetadata {
+            name: name.into(),
+            uid: uid.into(),
+            namespace: "default".into(),
+            attempt: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A container config with only its name and image.
+pub fn container_config(name: &str, image: &str) -> cri::ContainerConfig {
+    cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: name.into(),
+            attempt: 0,
+        }),
+        image: Some(cri::ImageSpec {
+            image: image.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn normalize_image(name: &str) -> String {
     let (domain, path) = match name.split_once('/') {
         Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => (first, rest),

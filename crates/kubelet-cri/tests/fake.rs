@@ -97,17 +97,9 @@ fn container_config(
     container_labels: &[(&str, &str)],
 ) -> cri::ContainerConfig {
     cri::ContainerConfig {
-        metadata: Some(cri::ContainerMetadata {
-            name: name.to_owned(),
-            attempt: 0,
-        }),
-        image: Some(cri::ImageSpec {
-            image: image.to_owned(),
-            ..Default::default()
-        }),
         labels: labels(container_labels),
         log_path: format!("{name}/0.log"),
-        ..Default::default()
+        ..kubelet_cri::fake::container_config(name, image)
     }
 }
 

@@ -32,9 +32,10 @@ use kubelet_core::cgroups::PodCgroupPolicy;
 use kubelet_core::checkpoint;
 use kubelet_core::resize::{
     ACTUATED_PODS_STATE, ALLOCATED_PODS_STATE, Allocation, AllocationCheckpoint, EVENT_COMPLETED,
-    EVENT_DEFERRED, EVENT_ERROR, EVENT_STARTED, POD_RESIZE_IN_PROGRESS, POD_RESIZE_PENDING,
-    REASON_DEFERRED, REASON_ERROR, ResizeConditions, allocation_of, pod_resources_status,
-    resize_condition, resize_message, set_container_resources, with_allocation,
+    EVENT_DEFERRED, EVENT_ERROR, EVENT_INFEASIBLE, EVENT_STARTED, POD_RESIZE_IN_PROGRESS,
+    POD_RESIZE_PENDING, REASON_DEFERRED, REASON_ERROR, REASON_INFEASIBLE, ResizeConditions,
+    allocation_of, pod_resources_status, resize_condition, resize_message, set_container_resources,
+    with_allocation,
 };
 use kubelet_core::types::PodUid;
 use kubelet_core::types::Rejection;
@@ -62,6 +63,18 @@ pub enum ResizeOutcome {
     Allocated,
     /// It does not fit now: PodResizePending, Deferred.
     Deferred,
+    /// It cannot be done at all: PodResizePending, Infeasible (not retried
+    /// until the spec changes).
+    Infeasible,
+}
+
+/// Why a resize is not allocated.
+#[derive(Debug)]
+pub enum Refused {
+    /// Not now (admission's reason): retried.
+    Deferred(Rejection),
+    /// Never, as the node is set up (the message).
+    Infeasible(String),
 }
 
 /// The allocation manager; clones share the records.
@@ -184,6 +197,31 @@ impl AllocationManager {
 
     /// The pod with the resources it is allocated, if it has an
     /// allocation (one kept across a restart): what it is admitted with.
+    /// Whether a resizable container's (a container's or a sidecar's) CPU
+    /// request in the spec differs from what it is allocated
+    /// (upstream's guaranteedPodResourceResizeRequired for cpu).
+    pub fn cpu_resize_requested(&self, pod: &Pod) -> bool {
+        let state = self.state.lock();
+        let Some(allocated) = state.allocated.get(&PodUid::of(pod)) else {
+            return false;
+        };
+        let cpu = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
+            r.and_then(|r| r.requests.as_ref())
+                .and_then(|m| m.get("cpu"))
+                .and_then(|q| kubelet_core::quantity::parse_cpu_millis(q).ok())
+        };
+        let spec = pod.spec.as_ref();
+        let sidecars = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .filter(|c| kubelet_core::podspec::is_sidecar(c));
+        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        sidecars
+            .chain(containers)
+            .any(|c| cpu(c.resources.as_ref()) != cpu(allocated.containers.get(&c.name)))
+    }
+
     pub fn allocated_if_any(&self, pod: &Arc<Pod>) -> Arc<Pod> {
         pod_with(pod, self.state.lock().allocated.get(&PodUid::of(pod)))
     }
@@ -207,7 +245,7 @@ impl AllocationManager {
     pub fn handle_resize(
         &self,
         pod: &Pod,
-        fit: impl FnOnce() -> Result<(), Rejection>,
+        fit: impl FnOnce() -> Result<(), Refused>,
     ) -> ResizeOutcome {
         let uid = PodUid::of(pod);
         let desired = allocation_of(pod);
@@ -249,39 +287,65 @@ impl AllocationManager {
                 );
                 ResizeOutcome::Allocated
             }
-            Err(r) => {
-                // Every reason admission gives is one that may pass later
-                // (SetPodResizePendingCondition: all but Infeasible are Deferred).
-                let mut state = self.state.lock();
-                let conditions = state.conditions.entry(uid).or_default();
-                let changed = conditions.pending.as_ref().is_none_or(|c| {
-                    c.observed_generation != Some(generation)
-                        || c.message.as_deref() != Some(r.message.as_str())
-                });
-                conditions.pending = Some(resize_condition(
-                    POD_RESIZE_PENDING,
-                    conditions.pending.as_ref(),
-                    REASON_DEFERRED,
-                    &r.message,
-                    Some(generation),
+            Err(Refused::Infeasible(message)) => {
+                self.pending(
+                    pod,
+                    uid,
+                    (REASON_INFEASIBLE, EVENT_INFEASIBLE),
+                    &message,
                     &now,
-                ));
-                drop(state);
-                if changed {
-                    self.events.event(
-                        &Involved::pod(pod, None),
-                        WARNING,
-                        EVENT_DEFERRED,
-                        resize_message(
-                            &format!("Pod resize {REASON_DEFERRED}"),
-                            pod,
-                            generation,
-                            &r.message,
-                        ),
-                    );
-                }
+                );
+                ResizeOutcome::Infeasible
+            }
+            // Every reason admission gives is one that may pass later
+            // (SetPodResizePendingCondition: all but Infeasible are Deferred).
+            Err(Refused::Deferred(r)) => {
+                self.pending(
+                    pod,
+                    uid,
+                    (REASON_DEFERRED, EVENT_DEFERRED),
+                    &r.message,
+                    &now,
+                );
                 ResizeOutcome::Deferred
             }
+        }
+    }
+
+    /// PodResizePending with `reason` and `message`; the event `event`
+    /// when the generation, reason or message is new.
+    fn pending(
+        &self,
+        pod: &Pod,
+        uid: PodUid,
+        (reason, event): (&str, &str),
+        message: &str,
+        now: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    ) {
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let mut state = self.state.lock();
+        let conditions = state.conditions.entry(uid).or_default();
+        let changed = conditions.pending.as_ref().is_none_or(|c| {
+            c.observed_generation != Some(generation)
+                || c.reason.as_deref() != Some(reason)
+                || c.message.as_deref() != Some(message)
+        });
+        conditions.pending = Some(resize_condition(
+            POD_RESIZE_PENDING,
+            conditions.pending.as_ref(),
+            reason,
+            message,
+            Some(generation),
+            now,
+        ));
+        drop(state);
+        if changed {
+            self.events.event(
+                &Involved::pod(pod, None),
+                WARNING,
+                event,
+                resize_message(&format!("Pod resize {reason}"), pod, generation, message),
+            );
         }
     }
 
@@ -309,7 +373,11 @@ impl AllocationManager {
             state
                 .conditions
                 .iter()
-                .filter(|(_, c)| c.pending.is_some())
+                .filter(|(_, c)| {
+                    c.pending
+                        .as_ref()
+                        .is_some_and(|p| p.reason.as_deref() == Some(REASON_DEFERRED))
+                })
                 .map(|(uid, _)| uid.clone()),
         );
         uids.into_iter().collect()
@@ -591,6 +659,39 @@ mod tests {
             ResizeOutcome::Allocated
         );
         assert_eq!(cpu_of(&again.allocated_pod(&spec)), "1");
+    }
+
+    /// A resize refused as infeasible waits with that reason and is not
+    /// retried; one refused for now is retried; the CPU requests compared
+    /// are the resizable containers'.
+    #[tokio::test]
+    async fn infeasible_resizes_are_not_retried_but_deferred_ones_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = manager(dir.path());
+        m.admit(&pod("1"));
+        assert!(!m.cpu_resize_requested(&pod("1")));
+        assert!(m.cpu_resize_requested(&pod("2")));
+        let infeasible = || Err(Refused::Infeasible("never".into()));
+        assert_eq!(
+            m.handle_resize(&pod("2"), infeasible),
+            ResizeOutcome::Infeasible
+        );
+        assert!(m.deferred().is_empty());
+        let pending = m.state.lock().conditions[&PodUid::from("u1")]
+            .pending
+            .clone();
+        assert_eq!(
+            pending.and_then(|c| c.reason).as_deref(),
+            Some(REASON_INFEASIBLE)
+        );
+        let later = || {
+            Err(Refused::Deferred(Rejection {
+                reason: "OutOfcpu".into(),
+                message: "not now".into(),
+            }))
+        };
+        assert_eq!(m.handle_resize(&pod("2"), later), ResizeOutcome::Deferred);
+        assert_eq!(m.deferred(), [PodUid::from("u1")]);
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,6 +11,7 @@ pub mod certificate;
 pub mod clock;
 pub mod cm;
 pub mod config;
+pub mod cpumanager;
 pub mod credentialprovider;
 pub mod devicemanager;
 pub mod dirwatch;

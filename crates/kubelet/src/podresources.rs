@@ -4,10 +4,11 @@
 //! resources and the pods holding them. `List` gives every active pod with
 //! its restartable init containers and its containers, `Get` one pod by
 //! name, `GetAllocatableResources` what the node can allocate: the device
-//! plugins' devices each container holds, and the healthy ones. rkubelet
-//! has no exclusive CPUs, memory manager or DRA claims yet (#36): every
-//! cpu_ids, memory and dynamic_resources list is empty, which is what
-//! upstream reports with the `none` policies and no claim. One token
+//! plugins' devices each container holds, and the healthy ones; the
+//! exclusive CPUs of the static CPU manager (`cpu_ids`) and the CPUs it
+//! gives from. rkubelet has no memory manager or DRA claims yet (#36):
+//! every memory and dynamic_resources list is empty, which is what
+//! upstream reports with the `None` memory policy and no claim. One token
 //! bucket for every call, 100 a
 //! second and 10 at once, as upstream's; a call beyond it is refused with
 //! ResourceExhausted `rejected by rate limit`. v1alpha1, deprecated, is not
@@ -30,6 +31,7 @@ use tokio::net::UnixListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
+use crate::cpumanager::CpuManager;
 use crate::devicemanager::{DeviceInstance, DeviceManager};
 
 /// The directory under the root directory, and the socket in it.
@@ -53,6 +55,7 @@ pub trait PodsProvider: Send + Sync + 'static {
 pub struct PodResourcesServer {
     pods: Arc<dyn PodsProvider>,
     devices: DeviceManager,
+    cpus: CpuManager,
     bucket: Bucket,
     metrics: KubeletMetrics,
 }
@@ -60,12 +63,13 @@ pub struct PodResourcesServer {
 impl PodResourcesServer {
     pub fn new(
         pods: Arc<dyn PodsProvider>,
-        devices: DeviceManager,
+        (devices, cpus): (DeviceManager, CpuManager),
         metrics: KubeletMetrics,
     ) -> Self {
         PodResourcesServer {
             pods,
             devices,
+            cpus,
             bucket: token_bucket(QPS, BURST),
             metrics,
         }
@@ -94,8 +98,9 @@ fn api_devices(devices: Vec<DeviceInstance>) -> Vec<api::ContainerDevices> {
 }
 
 /// A pod's resources: its restartable init containers then its containers,
-/// each with the devices it holds (upstream's order and fields).
-pub fn pod_resources(pod: &Pod, devices: &DeviceManager) -> api::PodResources {
+/// each with the devices and exclusive CPUs it holds (upstream's order and
+/// fields).
+pub fn pod_resources(pod: &Pod, devices: &DeviceManager, cpus: &CpuManager) -> api::PodResources {
     let uid = PodUid::of(pod);
     let spec = pod.spec.as_ref();
     let sidecars = spec
@@ -112,6 +117,7 @@ pub fn pod_resources(pod: &Pod, devices: &DeviceManager) -> api::PodResources {
             .map(|c| api::ContainerResources {
                 name: c.name.clone(),
                 devices: api_devices(devices.container_devices(&uid, &c.name)),
+                cpu_ids: cpus.exclusive(uid.as_str(), &c.name),
                 ..Default::default()
             })
             .collect(),
@@ -133,7 +139,7 @@ impl PodResourcesLister for PodResourcesServer {
             .pods
             .active_pods()
             .iter()
-            .map(|p| pod_resources(p, &self.devices))
+            .map(|p| pod_resources(p, &self.devices, &self.cpus))
             .collect();
         Ok(Response::new(api::ListPodResourcesResponse {
             pod_resources,
@@ -151,6 +157,7 @@ impl PodResourcesLister for PodResourcesServer {
             .inc(&[V1]);
         Ok(Response::new(api::AllocatableResourcesResponse {
             devices: api_devices(self.devices.allocatable_devices()),
+            cpu_ids: self.cpus.allocatable(),
             ..Default::default()
         }))
     }
@@ -172,7 +179,7 @@ impl PodResourcesLister for PodResourcesServer {
             )));
         };
         Ok(Response::new(api::GetPodResourcesResponse {
-            pod_resources: Some(pod_resources(&pod, &self.devices)),
+            pod_resources: Some(pod_resources(&pod, &self.devices, &self.cpus)),
         }))
     }
 }
@@ -242,7 +249,13 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let devices =
             DeviceManager::new(root.path(), KubeletMetrics::new("n"), Arc::default(), None);
-        let r = pod_resources(&pod, &devices);
+        let cpus = CpuManager::new(
+            Default::default(),
+            Default::default(),
+            root.path(),
+            KubeletMetrics::new("n"),
+        );
+        let r = pod_resources(&pod, &devices, &cpus);
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
         let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["proxy", "app", "log"]);

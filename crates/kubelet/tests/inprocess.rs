@@ -116,6 +116,10 @@ impl Node {
         opts.clock = self.clock;
         opts.cgroups = fake_cgroups(&self.cgroups());
         opts.legacy_logs_dir = self.dir.path().join("containers");
+        // Two CPUs, each its own core (the static CPU manager's topology),
+        // whatever the host has.
+        opts.cpu_topology =
+            kubelet_core::cpumanager::Topology::from_sysfs(&[0, 1].into(), &[], |_| None);
         // No logind: never the host's.
         opts.logind = LogindAccess {
             bus_address: Some(format!(
@@ -2192,5 +2196,57 @@ async fn a_pod_starts_with_its_device_plugins_devices() {
         *plugin.allocations.lock(),
         vec![vec!["g1"], vec!["g2"], vec!["g1"]]
     );
+    k.stop().await;
+}
+
+/// The static CPU manager: a Guaranteed pod's container with one whole CPU
+/// is created on CPU 1 alone, the other containers' cpuset shrinks to the
+/// reserved CPU 0 at the next reconcile and grows back once the pod is
+/// gone; the state file says so in upstream's format.
+#[tokio::test]
+async fn a_guaranteed_container_gets_a_cpu_of_its_own_and_the_others_shrink() {
+    let node = Node::new().await;
+    let k = node.start_with(|c| {
+        c.cpu_manager_policy = "static".into();
+        c.cpu_manager_reconcile_period = Duration::from_millis(100);
+        c.kube_reserved = [("cpu".to_owned(), 500)].into();
+    });
+    let cpuset = |id: &str| {
+        node.fake
+            .container_config(id)
+            .and_then(|c| c.linux?.resources)
+            .map(|r| r.cpuset_cpus)
+            .unwrap_or_default()
+    };
+    node.write("shared.yaml", &pod("shared", &[("app", "sleep 1000")], ""));
+    node.fake
+        .wait_for("app runs", WAIT, |_| node.running("app").len() == 1)
+        .await;
+    let shared = node.running("app")[0].id.clone();
+    assert_eq!(cpuset(&shared), "0-1");
+    node.write(
+        "pinned.yaml",
+        &(pod("pinned", &[("pinned", "sleep 1000")], "")
+            + "    resources:\n      limits: {cpu: 1, memory: 64Mi}\n"),
+    );
+    node.fake
+        .wait_for("pinned runs", WAIT, |_| node.running("pinned").len() == 1)
+        .await;
+    assert_eq!(cpuset(&node.running("pinned")[0].id), "1");
+    node.fake
+        .wait_for("the shared pool shrinks", WAIT, |_| cpuset(&shared) == "0")
+        .await;
+    let state = std::fs::read_to_string(node.dir.path().join("root/cpu_manager_state")).unwrap();
+    assert!(
+        state.starts_with(r#"{"policyName":"static","defaultCpuSet":"0","entries":{""#)
+            && state.contains(r#"":{"pinned":"1"}}"#),
+        "{state}"
+    );
+    node.remove("pinned.yaml");
+    node.fake
+        .wait_for("the shared pool grows back", WAIT, |_| {
+            cpuset(&shared) == "0-1"
+        })
+        .await;
     k.stop().await;
 }

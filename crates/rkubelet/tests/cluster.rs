@@ -5383,11 +5383,12 @@ fn node_extended(api: &Api, resource: &str) -> Option<(String, String)> {
 
 /// The devices PodResources' List gives the container `container` of pod
 /// `name`, by resource.
-async fn listed_devices(
+/// What PodResources' List says of container `container` of pod `name`.
+async fn listed(
     root: &Path,
     name: &str,
     container: &str,
-) -> Option<Vec<(String, Vec<String>)>> {
+) -> Option<kubelet_plugin_api::podresources::ContainerResources> {
     use kubelet_plugin_api::podresources::ListPodResourcesRequest;
     use kubelet_plugin_api::podresources::pod_resources_lister_client::PodResourcesListerClient;
     let channel = kubelet_plugin_api::unix_channel(
@@ -5400,13 +5401,108 @@ async fn listed_devices(
         .ok()?
         .into_inner();
     let pod = listed.pod_resources.into_iter().find(|p| p.name == name)?;
-    let c = pod.containers.into_iter().find(|c| c.name == container)?;
+    pod.containers.into_iter().find(|c| c.name == container)
+}
+
+/// The devices PodResources lists for a container: (resource, IDs).
+async fn listed_devices(
+    root: &Path,
+    name: &str,
+    container: &str,
+) -> Option<Vec<(String, Vec<String>)>> {
+    let c = listed(root, name, container).await?;
     Some(
         c.devices
             .into_iter()
             .map(|d| (d.resource_name, d.device_ids))
             .collect(),
     )
+}
+
+/// The CPUs a pod's container may run on, as its first process sees them
+/// (`Cpus_allowed_list`, which its cgroup's cpuset sets).
+fn allowed_cpus(api: &Api, pod: &str, container: &str) -> Option<String> {
+    let out = api.run(&["exec", pod, "-c", container, "--", "cat", "/proc/1/status"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|v| v.trim().to_owned())
+}
+
+/// The static CPU manager on a real runtime: a Guaranteed pod's container
+/// with one whole CPU runs on a CPU of its own (not the reserved CPU 0);
+/// a BestEffort container already running shrinks to the others within a
+/// reconcile period (UpdateContainerResources) and grows back once the pod
+/// is deleted; PodResources lists the CPU; the state file is upstream's.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
+    let mut k = Kubelet::new("cpus");
+    k.rk.add_config(
+        "cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 1s\nkubeReserved:\n  cpu: 500m\n",
+    );
+    k.start_ready().await;
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = online.trim();
+    let shared = "cl-shared";
+    k.api.create(&test_pod(
+        &k.api,
+        shared,
+        json!({"terminationGracePeriodSeconds": 1, "containers": [sh_container("c", "sleep 3600")]}),
+    ));
+    eventually("the shared container on every CPU", START, async || {
+        k.api.pod(shared).filter(running_with_ip)?;
+        (allowed_cpus(&k.api, shared, "c")? == online).then_some(())
+    })
+    .await;
+    let pinned = "cl-pinned";
+    let mut c = sh_container("c", "sleep 3600");
+    c["resources"] = json!({"limits": {"cpu": "1", "memory": "64Mi"}});
+    k.api.create(&test_pod(
+        &k.api,
+        pinned,
+        json!({"terminationGracePeriodSeconds": 1, "containers": [c]}),
+    ));
+    let own = eventually("the pinned container on one CPU", START, async || {
+        k.api.pod(pinned).filter(running_with_ip)?;
+        let cpus = allowed_cpus(&k.api, pinned, "c")?;
+        cpus.parse::<u32>().ok()
+    })
+    .await;
+    assert_ne!(own, 0, "the reserved CPU is never given");
+    let pool: Vec<u32> = kubelet_core::cpuset::parse(online)
+        .unwrap()
+        .into_iter()
+        .filter(|c| *c != own)
+        .collect();
+    let pool = kubelet_core::cpuset::format(&pool.into_iter().collect());
+    eventually(
+        "the shared container off the pinned CPU",
+        START,
+        async || (allowed_cpus(&k.api, shared, "c")? == pool).then_some(()),
+    )
+    .await;
+    let root = k.rk.root();
+    let cpu_ids = listed(&root, pinned, "c").await.map(|c| c.cpu_ids);
+    assert_eq!(cpu_ids, Some(vec![i64::from(own)]));
+    let state = std::fs::read_to_string(root.join("cpu_manager_state")).unwrap();
+    assert!(
+        state.contains(&format!(r#""defaultCpuSet":"{pool}""#))
+            && state.contains(&format!(r#"{{"c":"{own}"}}"#)),
+        "{state}"
+    );
+    let uids: HashSet<String> = [shared, pinned]
+        .iter()
+        .filter_map(|n| Some(uid(&k.api.pod(n)?).to_owned()))
+        .collect();
+    k.api.ok(&["delete", "pod", pinned, "--wait=true"]);
+    eventually(
+        "the shared container back on every CPU",
+        START,
+        async || (allowed_cpus(&k.api, shared, "c")? == online).then_some(()),
+    )
+    .await;
+    k.finish(&uids).await;
 }
 
 #[tokio::test]

@@ -889,14 +889,16 @@ config_section! {
         /// until the Node's `spec.podCIDRs` say otherwise (cluster mode).
         "podCIDR" pod_cidr: String = String::new();
         /// `cpuManagerPolicy`: `none` (every container shares the CPUs
-        /// allocatable leaves); `static` is refused until rkubelet has the
-        /// CPU manager (#36).
+        /// allocatable leaves) or `static` (Guaranteed pods' integer CPU
+        /// requests get CPUs of their own; see [`crate::cpumanager`]).
         "cpuManagerPolicy" cpu_manager_policy: String = "none".into(), zero_is_unset;
-        /// `cpuManagerPolicyOptions`: none with the `none` policy (upstream
-        /// refuses them there too).
+        /// `cpuManagerPolicyOptions`: the static policy's
+        /// `full-pcpus-only` and `strict-cpu-reservation`; none with the
+        /// `none` policy (upstream refuses them there too).
         "cpuManagerPolicyOptions" cpu_manager_policy_options: BTreeMap<String, String> = BTreeMap::new();
-        /// `cpuManagerReconcilePeriod`: the CPU manager's reconcile period;
-        /// no loop runs under the `none` policy, as upstream's. Default 10s.
+        /// `cpuManagerReconcilePeriod`: how often the static CPU manager
+        /// sets the running containers' cpusets; no loop runs under the
+        /// `none` policy, as upstream's. Default 10s.
         "cpuManagerReconcilePeriod" cpu_manager_reconcile_period: Duration = Duration::from_secs(10), zero_is_unset;
         /// `memoryManagerPolicy`: `None`; `Static` is refused until rkubelet
         /// has the memory manager (#36).

@@ -1578,10 +1578,6 @@ fn resource_managers_are_none_or_refused() {
     type Mutate = fn(&mut KubeletConfiguration);
     let cases: &[(Mutate, &str)] = &[
         (
-            |c| c.cpu_manager_policy = "static".into(),
-            r#"cpuManagerPolicy "static": not supported by rkubelet yet: it has no CPU manager (#36)"#,
-        ),
-        (
             |c| c.cpu_manager_policy = "dynamic".into(),
             r#"unknown policy: "dynamic""#,
         ),

@@ -172,8 +172,9 @@ impl KubeletConfiguration {
                     options.join(" ")
                 ));
             }
-            "none" => {}
-            "static" => return not_yet("cpuManagerPolicy", "static", "CPU manager"),
+            // Its options and reservations are checked as the CPU manager
+            // starts, where upstream checks them.
+            "none" | "static" => {}
             other => return rejected(format!("unknown policy: \"{other}\"")),
         }
         match self.memory_manager_policy.as_str() {

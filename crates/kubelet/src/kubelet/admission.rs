@@ -13,7 +13,7 @@ use kubelet_core::security::apparmor_admission;
 use kubelet_core::types::{PodUid, Rejection};
 
 use super::Kubelet;
-use crate::allocation::ResizeOutcome;
+use crate::allocation::{Refused, ResizeOutcome};
 use crate::events::{Involved, WARNING};
 
 impl Kubelet {
@@ -25,6 +25,7 @@ impl Kubelet {
     pub(super) async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
         admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
+        self.allocate_cpus(pod)?;
         self.allocate_devices(pod).await?;
         self.admit_to_node(pod)?;
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
@@ -32,6 +33,25 @@ impl Kubelet {
             message: message.to_string(),
         })?;
         self.shutdown.admit()
+    }
+
+    /// Give the pod's containers their exclusive CPUs under the static
+    /// CPU manager (upstream's topology manager admit handler, CPU manager
+    /// first); a failure refuses the pod with upstream's reason.
+    fn allocate_cpus(&self, pod: &Pod) -> Result<(), Rejection> {
+        let mut active = self.active_pods();
+        active.push(Arc::new(pod.clone()));
+        self.syncer
+            .runtime
+            .cpus()
+            .allocate_pod(pod, &active)
+            .map_err(|e| {
+                let (reason, message) = e.rejection();
+                Rejection {
+                    reason: reason.into(),
+                    message,
+                }
+            })
     }
 
     /// Allocate the devices the pod's containers ask of device plugins
@@ -60,9 +80,20 @@ impl Kubelet {
     /// as upstream admits a resize, against this node and the other pods'
     /// allocations; a resize that does not fit waits (PodResizePending).
     pub(super) fn handle_resize(&self, pod: &Pod) -> ResizeOutcome {
-        self.syncer
-            .allocation
-            .handle_resize(pod, || self.admit_to_node(pod))
+        let allocation = &self.syncer.allocation;
+        allocation.handle_resize(pod, || {
+            // Exclusive CPUs are given once, at admission.
+            if self.syncer.runtime.cpus().is_static()
+                && qos_class(pod) == "Guaranteed"
+                && allocation.cpu_resize_requested(pod)
+            {
+                return Err(Refused::Infeasible(
+                    "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
+                        .into(),
+                ));
+            }
+            self.admit_to_node(pod).map_err(Refused::Deferred)
+        })
     }
 
     /// Try the resizes that wait again (upstream's periodic retry): each

@@ -52,6 +52,16 @@ impl Kubelet {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(e));
         }
+        let cpus = self.syncer.runtime.cpus().clone();
+        let started = kubelet_tasks::off_thread(move || cpus.start())
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(e) = started {
+            self.tasks.shutdown().await;
+            return Err(KubeletError::ContainerManager(crate::cm::CmError::Config(
+                e,
+            )));
+        }
         let userns = self.syncer.runtime.userns().clone();
         let started = kubelet_tasks::off_thread(move || userns.start())
             .await
@@ -74,6 +84,10 @@ impl Kubelet {
         }
         let (updates_tx, updates_rx) = mpsc::channel::<PodUpdate>(64);
         let sources_ready = self.start_sources(updates_tx);
+        self.syncer
+            .runtime
+            .cpus()
+            .watch_sources(sources_ready.clone());
         self.start_api_modules(receivers.events);
         self.notify_systemd();
         let events = self.events.clone();
@@ -129,7 +143,10 @@ impl Kubelet {
         tracing::info!(endpoint = %socket.display(), "Starting to serve the podresources API");
         let server = crate::podresources::PodResourcesServer::new(
             self.clone(),
-            self.syncer.runtime.devices().clone(),
+            (
+                self.syncer.runtime.devices().clone(),
+                self.syncer.runtime.cpus().clone(),
+            ),
             self.opts.metrics.clone(),
         );
         self.tasks.spawn(
@@ -571,6 +588,15 @@ impl Kubelet {
                     manager.run(token).await
                 },
             );
+        }
+        let cpus = self.syncer.runtime.cpus().clone();
+        if cpus.is_static() {
+            let (cri, me) = (self.syncer.runtime.cri().clone(), self.clone());
+            let period = self.opts.config.cpu_manager_reconcile_period;
+            self.tasks
+                .spawn(tracing::info_span!("cpu_manager"), move |token| {
+                    cpus.run(cri, move || me.active_pods(), period, token)
+                });
         }
         let allocation = self.syncer.allocation.clone();
         self.tasks.spawn(

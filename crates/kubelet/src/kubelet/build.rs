@@ -208,6 +208,12 @@ impl Kubelet {
             cfg.feature_enabled("ResourceHealthStatus")
                 .then(|| probe_tx.clone()),
         );
+        let cpus = crate::cpumanager::CpuManager::new(
+            cpu_settings(&opts),
+            opts.cpu_topology.clone(),
+            &opts.root_dir,
+            opts.metrics.clone(),
+        );
         let runtime = RuntimeManager::new(
             cri,
             runtime_host(
@@ -216,7 +222,7 @@ impl Kubelet {
                 cm.clone(),
                 classes,
                 runtime_state.clone(),
-                devices,
+                (devices, cpus),
             ),
             env,
             pulls.clone(),
@@ -378,6 +384,22 @@ fn node_allocatable(opts: &KubeletOptions) -> (Amounts, Vec<Threshold>, Amounts)
     (reserved, eviction_hard, local_allocatable)
 }
 
+/// What the CPU manager is configured with: its policy and options, and
+/// the CPUs the node keeps (reservedSystemCPUs, or the cpu of
+/// systemReserved and kubeReserved).
+fn cpu_settings(opts: &KubeletOptions) -> crate::cpumanager::CpuSettings {
+    let cfg = &opts.config;
+    let (system, kube) = cfg.reservations();
+    crate::cpumanager::CpuSettings {
+        policy: cfg.cpu_manager_policy.clone(),
+        options: cfg.cpu_manager_policy_options.clone(),
+        reserved_system_cpus: kubelet_core::cpuset::parse(&cfg.reserved_system_cpus)
+            .unwrap_or_default(),
+        reserve_millis: system.get("cpu").copied().unwrap_or(0)
+            + kube.get("cpu").copied().unwrap_or(0),
+    }
+}
+
 /// What the runtime manager needs to know of this host and its
 /// configuration.
 fn runtime_host(
@@ -386,11 +408,12 @@ fn runtime_host(
     cgroups: ContainerManager,
     runtime_classes: RuntimeClasses,
     runtime_state: RuntimeState,
-    devices: DeviceManager,
+    (devices, cpus): (DeviceManager, crate::cpumanager::CpuManager),
 ) -> Host {
     let cfg = &opts.config;
     Host {
         devices,
+        cpus,
         logs_root: cfg.pod_logs_dir.clone(),
         legacy_logs_dir: opts.legacy_logs_dir.clone(),
         pods_dir: opts.root_dir.join("pods"),

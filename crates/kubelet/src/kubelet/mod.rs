@@ -86,6 +86,9 @@ pub struct KubeletOptions {
     /// The node's CPUs (capacity in node status, admission until the Node
     /// is seen).
     pub node_cpu_cores: i64,
+    /// The CPUs' sockets, cores and NUMA nodes (the static CPU manager's
+    /// choice), from sysfs.
+    pub cpu_topology: kubelet_core::cpumanager::Topology,
     /// How the node registers, when an API server is configured.
     pub registration: Option<NodeRegistration>,
     /// The metrics registry every part records into (`/metrics`).
@@ -143,6 +146,7 @@ impl KubeletOptions {
             node_swap,
             swap_controller: crate::cm::swap_controller(cgroups.layout.as_ref()),
             node_cpu_cores,
+            cpu_topology: crate::cpumanager::host_topology(),
             registration: None,
             clock: Clock::System,
             cgroups,

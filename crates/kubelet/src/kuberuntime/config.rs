@@ -534,6 +534,9 @@ pub struct ContainerInputs<'a> {
     /// their devices, mounts and environment come before its own, their
     /// annotations under the kubelet's, and their CDI devices.
     pub plugin: crate::devicemanager::RunOptions,
+    /// The CPUs it runs on, when the CPU manager says (upstream's
+    /// PreCreateContainer: its exclusive CPUs, or the shared pool).
+    pub cpuset: Option<String>,
 }
 
 /// The CRI's name of a stop signal the API names (upstream's
@@ -569,50 +572,16 @@ fn stop_signal(c: &Container, gate: bool) -> Result<cri::Signal, ConfigError> {
     })
 }
 
-/// CreateContainer's config for `c`: its environment, command and args
-/// with `$(VAR)` expanded from it, the mounts of its volumes and of its
-/// termination message file.
-pub fn container_config(
+/// The container's annotations: its device plugins', then the kubelet's
+/// (which win): its hash, restart count, termination message settings,
+/// the pod's grace period and the container's ports.
+fn container_annotations(
     pod: &Pod,
     c: &Container,
-    inputs: ContainerInputs<'_>,
-    security: &SecurityDefaults,
-    node: NodeResources,
-) -> Result<cri::ContainerConfig, ConfigError> {
-    let ContainerInputs {
-        restart_count,
-        target_id,
-        image_ref,
-        termination_log,
-        mounts,
-        devices,
-        userns,
-        env,
-        volume_groups,
-        stop_signals,
-        plugin,
-    } = inputs;
-    let stop_signal = stop_signal(c, stop_signals)?;
-    let (name, ns, uid) = name_ns_uid(pod);
-    let env: Vec<(String, String)> = plugin.envs.into_iter().chain(env).collect();
-    let mounts: Vec<cri::Mount> = plugin.mounts.into_iter().chain(mounts).collect();
-    let devices: Vec<cri::Device> = plugin.devices.into_iter().chain(devices).collect();
-    let (command, args) = expand_command_and_args(c, &env);
-    let envs = env
-        .into_iter()
-        .map(|(key, value)| cri::KeyValue {
-            key,
-            value: value.into_bytes(),
-        })
-        .collect();
-    let labels = HashMap::from([
-        (keys::POD_NAME.to_owned(), name.to_owned()),
-        (keys::POD_NAMESPACE.to_owned(), ns.to_owned()),
-        (keys::POD_UID.to_owned(), uid.to_owned()),
-        (keys::CONTAINER_NAME.to_owned(), c.name.clone()),
-    ]);
-    // The kubelet's annotations override its device plugins'.
-    let mut annotations: HashMap<String, String> = plugin.annotations.into_iter().collect();
+    restart_count: i32,
+    plugin_annotations: impl IntoIterator<Item = (String, String)>,
+) -> HashMap<String, String> {
+    let mut annotations: HashMap<String, String> = plugin_annotations.into_iter().collect();
     annotations.extend([
         (keys::CONTAINER_HASH.to_owned(), container_hash(c)),
         (
@@ -637,6 +606,53 @@ pub fn container_config(
             serde_json::to_string(ports).unwrap_or_default(),
         );
     }
+    annotations
+}
+
+/// CreateContainer's config for `c`: its environment, command and args
+/// with `$(VAR)` expanded from it, the mounts of its volumes and of its
+/// termination message file.
+pub fn container_config(
+    pod: &Pod,
+    c: &Container,
+    inputs: ContainerInputs<'_>,
+    security: &SecurityDefaults,
+    node: NodeResources,
+) -> Result<cri::ContainerConfig, ConfigError> {
+    let ContainerInputs {
+        restart_count,
+        target_id,
+        image_ref,
+        termination_log,
+        mounts,
+        devices,
+        userns,
+        env,
+        volume_groups,
+        stop_signals,
+        plugin,
+        cpuset,
+    } = inputs;
+    let stop_signal = stop_signal(c, stop_signals)?;
+    let (name, ns, uid) = name_ns_uid(pod);
+    let env: Vec<(String, String)> = plugin.envs.into_iter().chain(env).collect();
+    let mounts: Vec<cri::Mount> = plugin.mounts.into_iter().chain(mounts).collect();
+    let devices: Vec<cri::Device> = plugin.devices.into_iter().chain(devices).collect();
+    let (command, args) = expand_command_and_args(c, &env);
+    let envs = env
+        .into_iter()
+        .map(|(key, value)| cri::KeyValue {
+            key,
+            value: value.into_bytes(),
+        })
+        .collect();
+    let labels = HashMap::from([
+        (keys::POD_NAME.to_owned(), name.to_owned()),
+        (keys::POD_NAMESPACE.to_owned(), ns.to_owned()),
+        (keys::POD_UID.to_owned(), uid.to_owned()),
+        (keys::CONTAINER_NAME.to_owned(), c.name.clone()),
+    ]);
+    let annotations = container_annotations(pod, c, restart_count, plugin.annotations);
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -688,7 +704,10 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            resources: Some(linux_resources(pod, c, node)?),
+            resources: Some(cri::LinuxContainerResources {
+                cpuset_cpus: cpuset.unwrap_or_default(),
+                ..linux_resources(pod, c, node)?
+            }),
             security_context: Some(container_security(
                 pod,
                 c,
@@ -1023,6 +1042,7 @@ mod tests {
                 volume_groups: Vec::new(),
                 stop_signals: false,
                 plugin: Default::default(),
+                cpuset: None,
             },
             &SecurityDefaults::default(),
             NODE,
@@ -1078,6 +1098,7 @@ mod tests {
             volume_groups: Vec::new(),
             stop_signals: false,
             plugin: Default::default(),
+            cpuset: None,
         };
         let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
         let r = cfg.linux.unwrap().resources.unwrap();
@@ -1174,6 +1195,7 @@ mod tests {
             volume_groups: Vec::new(),
             stop_signals: false,
             plugin: Default::default(),
+            cpuset: None,
         }
     }
 

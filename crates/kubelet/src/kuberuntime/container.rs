@@ -253,7 +253,9 @@ impl RuntimeManager {
             volume_groups: volume_groups(sandbox.volumes),
             stop_signals: self.host.stop_signals,
             plugin: self.device_options(pod, c).await?,
+            cpuset: self.cpuset(pod, c)?,
         };
+        let cpuset = inputs.cpuset.clone();
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
             .map_err(StartError::Config)?;
         if let Some(dir) = pod_log_dir(
@@ -282,6 +284,7 @@ impl RuntimeManager {
             .create_container(&sandbox.id, cfg, sandbox.config.clone())
             .await
             .map_err(|e| StartError::Create(counted(e)))?;
+        self.host.cpus.created(&id, cpuset.as_deref());
         self.events
             .event(about, NORMAL, "Created", "Container created");
         self.cri
@@ -293,6 +296,18 @@ impl RuntimeManager {
         tracing::info!(container = %c.name, id = %id, restart_count = start.restart_count, "started container");
         self.link_log(pod, c, &id, start.restart_count).await;
         Ok(id)
+    }
+
+    /// The cpuset the CPU manager gives `c`; CPUs it cannot give fail the
+    /// start (CreateContainerConfigError, the pod's other containers go on).
+    fn cpuset(&self, pod: &Pod, c: &Container) -> Result<Option<String>, StartError> {
+        self.host.cpus.cpuset_for(pod, c).map_err(|e| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "resources.requests.cpu".into(),
+                message: e.to_string(),
+            })
+        })
     }
 
     /// runAsNonRoot against the user the image runs as (ImageStatus, read

@@ -134,6 +134,8 @@ pub struct Host {
     pub stop_signals: bool,
     /// The device plugins: what each container is given of its devices.
     pub devices: crate::devicemanager::DeviceManager,
+    /// The CPU manager: the cpuset each container runs on.
+    pub cpus: crate::cpumanager::CpuManager,
 }
 
 #[derive(Clone)]
@@ -217,6 +219,10 @@ impl RuntimeManager {
 
     pub fn devices(&self) -> &crate::devicemanager::DeviceManager {
         &self.host.devices
+    }
+
+    pub fn cpus(&self) -> &crate::cpumanager::CpuManager {
+        &self.host.cpus
     }
 
     /// The pods' user namespaces.

@@ -39,6 +39,12 @@ fn test_host(dir: &std::path::Path) -> Host {
             Arc::default(),
             None,
         ),
+        cpus: crate::cpumanager::CpuManager::new(
+            Default::default(),
+            Default::default(),
+            dir,
+            KubeletMetrics::new("n"),
+        ),
     }
 }
 

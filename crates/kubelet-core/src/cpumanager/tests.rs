@@ -1,0 +1,338 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::*;
+use crate::testing::{PodBuilder, container, resources};
+
+fn set(list: &str) -> BTreeSet<u32> {
+    cpuset::parse(list).unwrap()
+}
+
+/// 2 sockets × 2 cores × 2 threads, numbered as Linux numbers them (the
+/// second thread of each core after all the first ones).
+fn smt_topology() -> Topology {
+    let online = set("0-7");
+    let files: BTreeMap<String, String> = (0..8u32)
+        .flat_map(|id| {
+            let socket = (id / 2) % 2;
+            let core = id % 2;
+            [
+                (
+                    format!("cpu/cpu{id}/topology/physical_package_id"),
+                    format!("{socket}\n"),
+                ),
+                (format!("cpu/cpu{id}/topology/core_id"), format!("{core}\n")),
+            ]
+        })
+        .chain([
+            ("node/node0/cpulist".to_owned(), "0-1,4-5\n".to_owned()),
+            ("node/node1/cpulist".to_owned(), "2-3,6-7\n".to_owned()),
+        ])
+        .collect();
+    Topology::from_sysfs(&online, &[0, 1], |p| files.get(p).cloned())
+}
+
+/// These machines: 2 CPUs, each its own core, one socket and NUMA node.
+fn small_topology() -> Topology {
+    Topology::from_sysfs(&set("0-1"), &[], |p| {
+        p.ends_with("physical_package_id").then(|| "0".to_owned())
+    })
+}
+
+fn guaranteed(name: &str, cpu: &str) -> Container {
+    Container {
+        resources: Some(resources(&[], &[("cpu", cpu), ("memory", "64Mi")])),
+        ..container(name)
+    }
+}
+
+#[test]
+fn sysfs_gives_sockets_cores_and_numa_nodes() {
+    let t = smt_topology();
+    assert_eq!(
+        t.cpus[&5],
+        topology::Cpu {
+            socket: 0,
+            core: 1,
+            numa: 0
+        }
+    );
+    assert_eq!(
+        t.cpus[&6],
+        topology::Cpu {
+            socket: 1,
+            core: 0,
+            numa: 1
+        }
+    );
+    assert_eq!(t.cpus_per_core(), 2);
+    assert_eq!(t.siblings_of(&set("1")), set("1,5"));
+    let small = small_topology();
+    assert_eq!(small.cpus_per_core(), 1);
+    assert_eq!(small.all(), set("0-1"));
+}
+
+#[test]
+fn cpus_are_taken_packed_as_upstreams_take_by_topology() {
+    let t = smt_topology();
+    let cases = [
+        // (available, n, taken)
+        ("0-7", 4, Ok("0-1,4-5")), // a whole socket
+        ("0-7", 2, Ok("0,4")),     // a whole core
+        ("0-7", 6, Ok("0-2,4-6")), // a socket, then a core of the other
+        ("0-7", 1, Ok("0")),
+        ("1-7", 1, Ok("4")),       // the core already broken
+        ("1-3,5-7", 2, Ok("1,5")), // a whole core of the fuller socket
+        ("0-3,5-7", 1, Ok("0")),   // the broken core's other half
+        (
+            "0-1",
+            3,
+            Err("not enough cpus available to satisfy request: requested=3, available=2"),
+        ),
+    ];
+    for (available, n, want) in cases {
+        let got = t
+            .take(&set(available), n)
+            .map(|s| cpuset::format(&s))
+            .map_err(|e| e.to_string());
+        assert_eq!(
+            got,
+            want.map(str::to_owned).map_err(str::to_owned),
+            "{available} take {n}"
+        );
+    }
+}
+
+#[test]
+fn the_reserved_cpus_come_from_the_reservations_or_the_list() {
+    let t = smt_topology();
+    let cases = [
+        (
+            "",
+            0,
+            Err(
+                "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero",
+            ),
+        ),
+        ("", 500, Ok("0")),
+        ("", 1500, Ok("0,4")),
+        ("3", 1000, Ok("3")),
+        (
+            "3",
+            2000,
+            Err(
+                "new static policy error: [cpumanager] unable to reserve the required amount of CPUs (size of 3 did not equal 2)",
+            ),
+        ),
+    ];
+    for (list, millis, want) in cases {
+        let got = reserved_cpus(&t, &set(list), millis).map(|s| cpuset::format(&s));
+        assert_eq!(
+            got,
+            want.map(str::to_owned).map_err(str::to_owned),
+            "{list:?} {millis}"
+        );
+    }
+}
+
+fn policy(t: Topology, reserved: &str, options: Options) -> (StaticPolicy, CpuState) {
+    let p = StaticPolicy {
+        topology: t,
+        reserved: set(reserved),
+        options,
+    };
+    let mut s = CpuState::new(STATIC, BTreeSet::new());
+    p.validate(&mut s).unwrap();
+    (p, s)
+}
+
+#[test]
+fn guaranteed_integer_containers_get_exclusive_cpus_and_the_others_share() {
+    let (p, mut s) = policy(small_topology(), "0", Options::default());
+    assert_eq!(s.default, set("0-1"));
+    let burstable = PodBuilder::new("b")
+        .container(Container {
+            resources: Some(resources(&[("cpu", "1")], &[])),
+            ..container("c")
+        })
+        .build();
+    let fractional = PodBuilder::new("f")
+        .container(guaranteed("c", "1500m"))
+        .build();
+    let whole = PodBuilder::new("g").container(guaranteed("c", "1")).build();
+    let c = |pod: &Pod| pod.spec.as_ref().unwrap().containers[0].clone();
+    assert_eq!(
+        p.allocate(&mut s, "b", &burstable, &c(&burstable)),
+        Ok(None)
+    );
+    assert_eq!(
+        p.allocate(&mut s, "f", &fractional, &c(&fractional)),
+        Ok(None)
+    );
+    assert_eq!(
+        p.allocate(&mut s, "g", &whole, &c(&whole)),
+        Ok(Some(set("1")))
+    );
+    assert_eq!(s.default, set("0"));
+    // Again: the same CPUs, nothing more taken.
+    assert_eq!(
+        p.allocate(&mut s, "g", &whole, &c(&whole)),
+        Ok(Some(set("1")))
+    );
+    // The reserved CPU is never given.
+    let err = p.allocate(&mut s, "g2", &whole, &c(&whole)).unwrap_err();
+    assert_eq!(
+        err.rejection(),
+        (
+            "UnexpectedAdmissionError",
+            "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is unexpected".to_owned()
+        )
+    );
+    // Once the pod is gone its CPU is shared again.
+    assert!(p.release_inactive(&mut s, &|pod, _| pod != "g"));
+    assert_eq!(s.default, set("0-1"));
+    assert!(s.entries.is_empty());
+    assert!(!p.release_inactive(&mut s, &|_, _| false));
+}
+
+#[test]
+fn init_containers_cpus_are_reused_but_not_a_sidecars() {
+    let (p, mut s) = policy(smt_topology(), "0", Options::default());
+    let mut sidecar = guaranteed("side", "1");
+    sidecar.restart_policy = Some("Always".into());
+    let pod = PodBuilder::new("p")
+        .init_container(guaranteed("init", "2"))
+        .init_container(sidecar)
+        .container(guaranteed("app", "2"))
+        .build();
+    let spec = pod.spec.clone().unwrap();
+    let inits = spec.init_containers.unwrap();
+    let init = p.allocate(&mut s, "p", &pod, &inits[0]).unwrap().unwrap();
+    let side = p.allocate(&mut s, "p", &pod, &inits[1]).unwrap().unwrap();
+    let app = p
+        .allocate(&mut s, "p", &pod, &spec.containers[0])
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        app, init,
+        "the app container reuses the init container's CPUs"
+    );
+    assert!(side.is_disjoint(&app));
+    // Released together: each CPU once.
+    assert!(p.release_inactive(&mut s, &|_, _| false));
+    assert_eq!(s.default, set("0-7"));
+}
+
+#[test]
+fn full_pcpus_only_refuses_half_cores_as_upstream() {
+    let options = Options {
+        full_pcpus_only: true,
+        ..Options::default()
+    };
+    let (p, mut s) = policy(smt_topology(), "0", options);
+    let one = PodBuilder::new("o").container(guaranteed("c", "1")).build();
+    let c = one.spec.as_ref().unwrap().containers[0].clone();
+    assert_eq!(
+        p.allocate(&mut s, "o", &one, &c).unwrap_err().rejection(),
+        (
+            "SMTAlignmentError",
+            "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2".to_owned()
+        )
+    );
+    let eight = PodBuilder::new("e").container(guaranteed("c", "8")).build();
+    let c = eight.spec.as_ref().unwrap().containers[0].clone();
+    assert_eq!(
+        p.allocate(&mut s, "e", &eight, &c).unwrap_err().to_string(),
+        "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 6, requested CPUs = 8, CPUs per core = 2"
+    );
+    let two = PodBuilder::new("t").container(guaranteed("c", "2")).build();
+    let c = two.spec.as_ref().unwrap().containers[0].clone();
+    // Not the reserved CPU's sibling: a whole free core.
+    assert_eq!(p.allocate(&mut s, "t", &two, &c), Ok(Some(set("1,5"))));
+}
+
+#[test]
+fn strict_reservation_keeps_the_reserved_cpus_out_of_the_pool() {
+    let options = Options {
+        strict_cpu_reservation: true,
+        ..Options::default()
+    };
+    let (_, s) = policy(small_topology(), "0", options);
+    assert_eq!(s.default, set("1"));
+}
+
+#[test]
+fn a_state_that_does_not_fit_is_refused_in_upstreams_words() {
+    let p = StaticPolicy {
+        topology: small_topology(),
+        reserved: set("0"),
+        options: Options::default(),
+    };
+    let state = |default: &str, entries: &[(&str, &str, &str)]| {
+        let mut s = CpuState::new(STATIC, set(default));
+        for (pod, c, cpus) in entries {
+            s.entries
+                .entry((*pod).into())
+                .or_default()
+                .insert((*c).into(), set(cpus));
+        }
+        s
+    };
+    let cases = [
+        (state("0-1", &[]), Ok(())),
+        (state("0", &[("p", "c", "1")]), Ok(())),
+        (
+            state("", &[("p", "c", "1")]),
+            Err("default cpuset cannot be empty"),
+        ),
+        (
+            state("1", &[("p", "c", "0")]),
+            Err(r#"not all reserved cpus: "0" are present in defaultCpuSet: "1""#),
+        ),
+        (
+            state("0-1", &[("p", "c", "1")]),
+            Err(r#"pod: p, container: c cpuset: "1" overlaps with default cpuset "0-1""#),
+        ),
+        (
+            state("0", &[]),
+            Err(r#"current set of available CPUs "0-1" doesn't match with CPUs in state "0""#),
+        ),
+    ];
+    for (mut s, want) in cases {
+        assert_eq!(p.validate(&mut s), want.map_err(str::to_owned));
+    }
+}
+
+#[test]
+fn options_parse_with_upstreams_messages() {
+    let opts = |pairs: &[(&str, &str)]| {
+        let m: BTreeMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect();
+        Options::parse(&m)
+    };
+    assert_eq!(
+        opts(&[
+            ("full-pcpus-only", "true"),
+            ("strict-cpu-reservation", "True")
+        ]),
+        Ok(Options {
+            full_pcpus_only: true,
+            strict_cpu_reservation: true
+        })
+    );
+    assert_eq!(
+        opts(&[("full-pcpus-only", "yes")]),
+        Err(r#"bad value for option "full-pcpus-only": strconv.ParseBool: parsing "yes": invalid syntax"#.into())
+    );
+    assert_eq!(
+        opts(&[("fast", "true")]),
+        Err(r#"unknown CPU Manager Policy option: "fast""#.into())
+    );
+    assert_eq!(
+        opts(&[("align-by-socket", "true")]),
+        Err(r#"cpuManagerPolicyOptions "align-by-socket": not supported by rkubelet yet"#.into())
+    );
+}

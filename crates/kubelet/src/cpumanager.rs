@@ -1,0 +1,393 @@
+//! The CPU manager (upstream's cm/cpumanager): under the `static` policy a
+//! Guaranteed pod's containers with integer CPU requests get CPUs of their
+//! own, given at admission, set as the container's cpuset at creation, and
+//! the others' cpusets (the shared pool) follow by a reconcile every
+//! cpuManagerReconcilePeriod (CRI UpdateContainerResources), as upstream's.
+//! The choice is `kubelet_core::cpumanager`'s; the state is kept in
+//! `<root-dir>/cpu_manager_state` in upstream's format, also under `none`
+//! (the policy that wrote it must be the one configured, or the kubelet
+//! does not start: upstream's rule, since the containers' cpusets came
+//! from it).
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_core::cpumanager::{
+    AllocError, CpuState, NONE, Options, STATIC, StaticPolicy, Topology, reserved_cpus, state::FILE,
+};
+use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::types::keys::{CONTAINER_NAME, POD_UID};
+use kubelet_cri::client::CriClient;
+use kubelet_cri::v1 as cri;
+use parking_lot::Mutex;
+
+use crate::config::SourcesReady;
+
+/// What the configuration says of the CPU manager.
+#[derive(Clone, Debug, Default)]
+pub struct CpuSettings {
+    pub policy: String,
+    pub options: std::collections::BTreeMap<String, String>,
+    /// reservedSystemCPUs.
+    pub reserved_system_cpus: BTreeSet<u32>,
+    /// systemReserved's plus kubeReserved's cpu, in millis.
+    pub reserve_millis: i64,
+}
+
+/// The CPU manager; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CpuManager(Arc<Inner>);
+
+#[derive(Debug)]
+struct Inner {
+    settings: CpuSettings,
+    topology: Topology,
+    file: PathBuf,
+    metrics: KubeletMetrics,
+    /// Set by [`CpuManager::start`] under the static policy.
+    policy: OnceLock<StaticPolicy>,
+    state: Mutex<CpuState>,
+    /// The cpuset each container was last given (by container ID).
+    applied: Mutex<HashMap<String, String>>,
+    /// Until every pod source has spoken, a pod not seen yet may hold
+    /// CPUs: nothing is released before (upstream's sourcesReady check).
+    sources: OnceLock<SourcesReady>,
+}
+
+/// The CPU topology of this host, from sysfs (`/sys/devices/system`).
+pub fn host_topology() -> Topology {
+    let sys = Path::new("/sys/devices/system");
+    let read = |p: &str| std::fs::read_to_string(sys.join(p)).ok();
+    let online = read("cpu/online")
+        .and_then(|s| kubelet_core::cpuset::parse(s.trim()).ok())
+        .unwrap_or_default();
+    let nodes: Vec<u32> = std::fs::read_dir(sys.join("node"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
+        .collect();
+    Topology::from_sysfs(&online, &nodes, read)
+}
+
+impl CpuManager {
+    pub fn new(
+        settings: CpuSettings,
+        topology: Topology,
+        root_dir: &Path,
+        metrics: KubeletMetrics,
+    ) -> Self {
+        CpuManager(Arc::new(Inner {
+            state: Mutex::new(CpuState::new(&settings.policy, BTreeSet::new())),
+            settings,
+            topology,
+            file: root_dir.join(FILE),
+            metrics,
+            policy: OnceLock::new(),
+            applied: Mutex::new(HashMap::new()),
+            sources: OnceLock::new(),
+        }))
+    }
+
+    /// The pod sources' readiness: CPUs of inactive pods are released
+    /// once every source has given its pods.
+    pub fn watch_sources(&self, ready: SourcesReady) {
+        let _ = self.0.sources.set(ready);
+    }
+
+    /// Return the CPUs of containers no active pod has, once the sources
+    /// are ready; true when the state changed.
+    fn release_inactive(
+        &self,
+        policy: &StaticPolicy,
+        state: &mut CpuState,
+        active: &[Arc<Pod>],
+    ) -> bool {
+        if !self.0.sources.get().is_some_and(SourcesReady::all_ready) {
+            return false;
+        }
+        policy.release_inactive(state, &active_containers(active))
+    }
+
+    /// Whether the static policy runs (exclusive CPUs, a reconcile loop).
+    pub fn is_static(&self) -> bool {
+        self.0.policy.get().is_some()
+    }
+
+    /// Start (upstream's NewManager then Start): the static policy's
+    /// options and reserved CPUs, then the state file restored (or made)
+    /// and checked. An error stops the kubelet, in upstream's words.
+    pub fn start(&self) -> Result<(), String> {
+        let s = &self.0.settings;
+        let policy = match s.policy.as_str() {
+            STATIC => {
+                let options = Options::parse(&s.options)
+                    .map_err(|e| format!("new static policy error: {e}"))?;
+                let reserved =
+                    reserved_cpus(&self.0.topology, &s.reserved_system_cpus, s.reserve_millis)?;
+                tracing::info!(reserved = %kubelet_core::cpuset::format(&reserved), ?options, "Reserved CPUs not available for exclusive assignment");
+                Some(StaticPolicy {
+                    topology: self.0.topology.clone(),
+                    reserved,
+                    options,
+                })
+            }
+            _ => None,
+        };
+        let name = if policy.is_some() { STATIC } else { NONE };
+        let restore_err = |e: String| {
+            format!(
+                "could not restore state from checkpoint: {e}, please drain this node and delete the CPU manager checkpoint file {:?} before restarting Kubelet",
+                self.0.file.display().to_string()
+            )
+        };
+        let mut state = match std::fs::read(&self.0.file) {
+            Ok(bytes) => CpuState::restore(&bytes, name).map_err(|e| restore_err(e.to_string()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                CpuState::new(name, BTreeSet::new())
+            }
+            Err(e) => return Err(restore_err(e.to_string())),
+        };
+        if let Some(p) = &policy {
+            p.validate(&mut state)
+                .map_err(|e| format!("start cpu manager error: {e}"))?;
+        }
+        crate::files::write_file(&self.0.file, &state.encode())
+            .map_err(|e| restore_err(e.to_string()))?;
+        self.publish(&state);
+        *self.0.state.lock() = state;
+        if let Some(p) = policy {
+            let _ = self.0.policy.set(p);
+        }
+        Ok(())
+    }
+
+    /// Give the pod's containers their exclusive CPUs (upstream's Allocate
+    /// through the topology manager's admit handler), after returning the
+    /// CPUs of pods no longer active. Init containers first, as they run.
+    pub fn allocate_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), AllocError> {
+        let Some(policy) = self.0.policy.get() else {
+            return Ok(());
+        };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref();
+        let containers: Vec<&Container> = spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .collect();
+        let mut state = self.0.state.lock();
+        let before = state.clone();
+        self.release_inactive(policy, &mut state, active);
+        let mut result = Ok(());
+        for c in containers {
+            if kubelet_core::cpumanager::guaranteed_cpus(pod, c) == 0 {
+                continue;
+            }
+            self.0.metrics.cpu_manager_pinning_requests.inc(&[]);
+            if let Err(e) = policy.allocate(&mut state, &uid, pod, c) {
+                self.0.metrics.cpu_manager_pinning_errors.inc(&[]);
+                tracing::error!(pod = ?pod.metadata.name, container = %c.name, error = %e, "Unable to allocate CPUs");
+                result = Err(e);
+                break;
+            }
+        }
+        if *state != before {
+            self.save(&state);
+        }
+        result
+    }
+
+    /// The cpuset container `c` of `pod` is created with (upstream's
+    /// PreCreateContainer): its exclusive CPUs, given now if admission did
+    /// not give them (a static pod, which only API pods' admission skips),
+    /// or the shared pool; None under `none` (the runtime's default).
+    pub fn cpuset_for(&self, pod: &Pod, c: &Container) -> Result<Option<String>, AllocError> {
+        let Some(policy) = self.0.policy.get() else {
+            return Ok(None);
+        };
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let held = self
+            .0
+            .state
+            .lock()
+            .entries
+            .get(uid)
+            .is_some_and(|cs| cs.contains_key(&c.name));
+        if !held && kubelet_core::cpumanager::guaranteed_cpus(pod, c) > 0 {
+            self.0.metrics.cpu_manager_pinning_requests.inc(&[]);
+            let mut state = self.0.state.lock();
+            if let Err(e) = policy.allocate(&mut state, uid, pod, c) {
+                self.0.metrics.cpu_manager_pinning_errors.inc(&[]);
+                return Err(e);
+            }
+            self.save(&state);
+        }
+        Ok(self.cpuset(uid, &c.name))
+    }
+
+    /// The cpuset container `name` of pod `uid` runs on: its own CPUs, or
+    /// the shared pool; None under `none` (the runtime's default).
+    fn cpuset(&self, uid: &str, name: &str) -> Option<String> {
+        self.0.policy.get()?;
+        let state = self.0.state.lock();
+        let cpus = state
+            .entries
+            .get(uid)
+            .and_then(|cs| cs.get(name))
+            .unwrap_or(&state.default);
+        Some(kubelet_core::cpuset::format(cpus))
+    }
+
+    /// Remember what a new container was given (it needs no update then).
+    pub fn created(&self, id: &str, cpuset: Option<&str>) {
+        if let Some(c) = cpuset {
+            self.0.applied.lock().insert(id.to_owned(), c.to_owned());
+        }
+    }
+
+    /// Container `name` of pod `uid`'s exclusive CPUs (PodResources).
+    pub fn exclusive(&self, uid: &str, name: &str) -> Vec<i64> {
+        let state = self.0.state.lock();
+        state
+            .entries
+            .get(uid)
+            .and_then(|cs| cs.get(name))
+            .map(|cpus| cpus.iter().map(|c| i64::from(*c)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The CPUs exclusive CPUs are given from (PodResources'
+    /// GetAllocatableResources): all but the reserved ones.
+    pub fn allocatable(&self) -> Vec<i64> {
+        match self.0.policy.get() {
+            Some(p) => p
+                .topology
+                .all()
+                .difference(&p.reserved)
+                .map(|c| i64::from(*c))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Reconcile every `period` until cancelled (static policy only).
+    pub async fn run(
+        self,
+        cri: CriClient,
+        active: impl Fn() -> Vec<Arc<Pod>>,
+        period: std::time::Duration,
+        token: tokio_util::sync::CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = token.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if self.0.sources.get().is_some_and(SourcesReady::all_ready) {
+                self.reconcile(&cri, &active()).await;
+            }
+        }
+    }
+
+    /// One reconcile (upstream's reconcileState): CPUs of inactive pods
+    /// returned, then every running container of an active pod given the
+    /// cpuset it should have, where it has another.
+    pub async fn reconcile(&self, cri: &CriClient, active: &[Arc<Pod>]) {
+        let Some(policy) = self.0.policy.get() else {
+            return;
+        };
+        {
+            let mut state = self.0.state.lock();
+            if self.release_inactive(policy, &mut state, active) {
+                self.save(&state);
+            }
+        }
+        let running = cri::ContainerFilter {
+            state: Some(cri::ContainerStateValue {
+                state: cri::ContainerState::ContainerRunning as i32,
+            }),
+            ..Default::default()
+        };
+        let containers = match cri.list_containers(Some(running)).await {
+            Ok(cs) => cs,
+            Err(e) => {
+                tracing::error!(error = %e, "cpu manager: listing the running containers");
+                return;
+            }
+        };
+        let active_uids: HashSet<&str> = active
+            .iter()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        let mut seen = HashSet::new();
+        for c in containers {
+            let (Some(uid), Some(name)) = (c.labels.get(POD_UID), c.labels.get(CONTAINER_NAME))
+            else {
+                continue;
+            };
+            seen.insert(c.id.clone());
+            if !active_uids.contains(uid.as_str()) {
+                continue;
+            }
+            let Some(want) = self.cpuset(uid, name) else {
+                continue;
+            };
+            if self.0.applied.lock().get(&c.id) == Some(&want) {
+                continue;
+            }
+            let update = cri::LinuxContainerResources {
+                cpuset_cpus: want.clone(),
+                ..Default::default()
+            };
+            match cri.update_container_resources(&c.id, update).await {
+                Ok(()) => {
+                    tracing::info!(pod_uid = %uid, container = %name, cpuset = %want, "cpu manager: updated the container's cpuset");
+                    self.0.applied.lock().insert(c.id.clone(), want);
+                }
+                Err(e) => {
+                    tracing::error!(pod_uid = %uid, container = %name, error = %e, "ReconcileState: failed to update container");
+                }
+            }
+        }
+        self.0.applied.lock().retain(|id, _| seen.contains(id));
+    }
+
+    fn save(&self, state: &CpuState) {
+        if let Err(e) = crate::files::write_file(&self.0.file, &state.encode()) {
+            tracing::error!(file = %self.0.file.display(), error = %e, "Failed to save checkpoint");
+        }
+        self.publish(state);
+    }
+
+    fn publish(&self, state: &CpuState) {
+        let m = &self.0.metrics;
+        if self.0.settings.policy == STATIC {
+            m.cpu_manager_shared_pool_size
+                .set(&[], state.default.len() as f64 * 1000.0);
+            m.cpu_manager_exclusive_cpus
+                .set(&[], state.assigned().len() as f64);
+        }
+    }
+}
+
+/// Whether a (pod UID, container name) belongs to an active pod's spec.
+fn active_containers(active: &[Arc<Pod>]) -> impl Fn(&str, &str) -> bool + use<> {
+    let names: HashSet<(String, String)> = active
+        .iter()
+        .flat_map(|p| {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            p.spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                .map(move |c| (uid.clone(), c.name.clone()))
+        })
+        .collect();
+    move |uid: &str, name: &str| names.contains(&(uid.to_owned(), name.to_owned()))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,171 @@
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kubelet_core::testing::{PodBuilder, container, resources};
+
+use super::*;
+
+/// These machines: 2 CPUs, each its own core.
+fn two_cpus() -> Topology {
+    Topology::from_sysfs(&kubelet_core::cpuset::parse("0-1").unwrap(), &[], |_| None)
+}
+
+fn manager(dir: &Path, policy: &str, reserve_millis: i64) -> CpuManager {
+    CpuManager::new(
+        CpuSettings {
+            policy: policy.into(),
+            reserve_millis,
+            ..Default::default()
+        },
+        two_cpus(),
+        dir,
+        KubeletMetrics::new("n"),
+    )
+}
+
+fn guaranteed(name: &str, uid: &str, cpu: &str) -> Pod {
+    PodBuilder::new(name)
+        .uid(uid)
+        .container(Container {
+            resources: Some(resources(&[], &[("cpu", cpu), ("memory", "64Mi")])),
+            ..container("app")
+        })
+        .build()
+}
+
+#[test]
+fn start_keeps_upstreams_state_file_and_refuses_what_upstream_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(FILE);
+    let path = file.display().to_string();
+    manager(dir.path(), STATIC, 1000).start().unwrap();
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        written.starts_with(r#"{"policyName":"static","defaultCpuSet":"0-1","checksum":"#),
+        "{written}"
+    );
+    // Restarted: the same state.
+    manager(dir.path(), STATIC, 1000).start().unwrap();
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), written);
+    let err = manager(dir.path(), NONE, 0).start().unwrap_err();
+    assert_eq!(
+        err,
+        format!(
+            r#"could not restore state from checkpoint: configured policy "none" differs from state checkpoint policy "static", please drain this node and delete the CPU manager checkpoint file {path:?} before restarting Kubelet"#
+        )
+    );
+    let one_cpu = CpuState::new(STATIC, kubelet_core::cpuset::parse("0").unwrap());
+    std::fs::write(&file, one_cpu.encode()).unwrap();
+    let err = manager(dir.path(), STATIC, 1000).start().unwrap_err();
+    assert!(
+        err.starts_with(r#"start cpu manager error: current set of available CPUs "0-1" doesn't match with CPUs in state "0""#),
+        "{err}"
+    );
+    std::fs::write(&file, b"{\"policyName\":\"static\",\"checksum\":1}").unwrap();
+    let err = manager(dir.path(), STATIC, 1000).start().unwrap_err();
+    assert!(
+        err.starts_with(
+            "could not restore state from checkpoint: checkpoint is corrupted, please drain"
+        ),
+        "{err}"
+    );
+    let err = manager(dir.path(), STATIC, 0).start().unwrap_err();
+    assert_eq!(
+        err,
+        "[cpumanager] the static policy requires systemreserved.cpu + kubereserved.cpu to be greater than zero"
+    );
+    // `none` writes its file too, as upstream's.
+    let none = tempfile::tempdir().unwrap();
+    manager(none.path(), NONE, 0).start().unwrap();
+    assert!(
+        std::fs::read_to_string(none.path().join(FILE))
+            .unwrap()
+            .starts_with(r#"{"policyName":"none","defaultCpuSet":"","#)
+    );
+}
+
+#[test]
+fn a_pod_is_refused_when_its_cpus_are_not_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = manager(dir.path(), STATIC, 1000);
+    m.start().unwrap();
+    let a = Arc::new(guaranteed("a", "uid-a", "1"));
+    m.allocate_pod(&a, std::slice::from_ref(&a)).unwrap();
+    assert_eq!(m.exclusive("uid-a", "app"), [1]);
+    let b = Arc::new(guaranteed("b", "uid-b", "1"));
+    let err = m.allocate_pod(&b, &[a.clone(), b.clone()]).unwrap_err();
+    assert_eq!(
+        err.rejection().1,
+        "Allocate failed due to not enough cpus available to satisfy request: requested=1, available=0, which is unexpected"
+    );
+    // Before the sources are ready, `a`'s CPU is kept even if `a` is not
+    // listed; after, it is released.
+    assert!(m.allocate_pod(&b, std::slice::from_ref(&b)).is_err());
+    let ready = SourcesReady::default();
+    ready.mark_ready();
+    m.watch_sources(ready);
+    m.allocate_pod(&b, std::slice::from_ref(&b)).unwrap();
+    assert_eq!(m.exclusive("uid-b", "app"), [1]);
+    assert!(m.exclusive("uid-a", "app").is_empty());
+    assert_eq!(m.allocatable(), [1]);
+}
+
+#[tokio::test]
+async fn the_shared_pool_follows_the_exclusive_cpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = kubelet_cri::fake::FakeRuntime::start(&dir.path().join("cri.sock"))
+        .await
+        .unwrap();
+    fake.add_image("busybox");
+    let cri = CriClient::connect_lazy(&fake.endpoint(), Duration::from_secs(5)).unwrap();
+    let m = manager(dir.path(), STATIC, 1000);
+    m.start().unwrap();
+    let ready = SourcesReady::default();
+    ready.mark_ready();
+    m.watch_sources(ready);
+    let shared = Arc::new(
+        PodBuilder::new("shared")
+            .uid("uid-s")
+            .container(container("app"))
+            .build(),
+    );
+    let sandbox = kubelet_cri::fake::sandbox_config("shared", "uid-s");
+    let sandbox_id = cri
+        .run_pod_sandbox(sandbox.clone(), String::new())
+        .await
+        .unwrap();
+    let cpuset = m
+        .cpuset_for(&shared, &shared.spec.as_ref().unwrap().containers[0])
+        .unwrap();
+    assert_eq!(cpuset.as_deref(), Some("0-1"));
+    let config = cri::ContainerConfig {
+        labels: HashMap::from([
+            (POD_UID.to_owned(), "uid-s".to_owned()),
+            (CONTAINER_NAME.to_owned(), "app".to_owned()),
+        ]),
+        ..kubelet_cri::fake::container_config("app", "busybox")
+    };
+    let id = cri
+        .create_container(&sandbox_id, config, sandbox)
+        .await
+        .unwrap();
+    m.created(&id, cpuset.as_deref());
+    cri.start_container(&id).await.unwrap();
+    let applied = |fake: &kubelet_cri::fake::FakeRuntime| {
+        fake.container_config(&id)
+            .and_then(|c| c.linux?.resources)
+            .map(|r| r.cpuset_cpus)
+    };
+    // Nothing to change yet: no call.
+    m.reconcile(&cri, std::slice::from_ref(&shared)).await;
+    assert_eq!(fake.calls("UpdateContainerResources"), 0);
+    let pinned = Arc::new(guaranteed("pinned", "uid-p", "1"));
+    let active = [shared.clone(), pinned.clone()];
+    m.allocate_pod(&pinned, &active).unwrap();
+    m.reconcile(&cri, &active).await;
+    assert_eq!(applied(&fake).as_deref(), Some("0"));
+    // The pinned pod gone: its CPU is shared again.
+    m.reconcile(&cri, std::slice::from_ref(&shared)).await;
+    assert_eq!(applied(&fake).as_deref(), Some("0-1"));
+    assert_eq!(fake.calls("UpdateContainerResources"), 2);
+}
