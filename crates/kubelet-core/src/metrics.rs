@@ -723,6 +723,12 @@ families! {
         "[ALPHA] The total number of CPUs exclusively allocated to containers running on this node",
         &[],
     ),
+    /// `kubelet_cpu_manager_allocation_per_numa{numa_node}`.
+    cpu_manager_allocation_per_numa: Gauge(
+        "kubelet_cpu_manager_allocation_per_numa",
+        "[ALPHA] Number of CPUs allocated per NUMA node",
+        &["numa_node"],
+    ),
     /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`.
     pod_resources_requests_total: Counter(
         "kubelet_pod_resources_endpoint_requests_total",

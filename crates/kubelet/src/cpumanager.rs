@@ -156,7 +156,9 @@ impl CpuManager {
         }
         crate::files::write_file(&self.0.file, &state.encode())
             .map_err(|e| restore_err(e.to_string()))?;
-        self.publish(&state);
+        if let Some(p) = &policy {
+            self.publish(p, &state);
+        }
         *self.0.state.lock() = state;
         if let Some(p) = policy {
             let _ = self.0.policy.set(p);
@@ -360,16 +362,25 @@ impl CpuManager {
         if let Err(e) = crate::files::write_file(&self.0.file, &state.encode()) {
             tracing::error!(file = %self.0.file.display(), error = %e, "Failed to save checkpoint");
         }
-        self.publish(state);
+        if let Some(p) = self.0.policy.get() {
+            self.publish(p, state);
+        }
     }
 
-    fn publish(&self, state: &CpuState) {
+    /// The static policy's gauges (upstream's): the CPUs exclusive ones
+    /// are still given from, those given, and those given per NUMA node
+    /// (every node of the topology, 0 where none: upstream leaves a node's
+    /// last count once its CPUs are all returned).
+    fn publish(&self, policy: &StaticPolicy, state: &CpuState) {
         let m = &self.0.metrics;
-        if self.0.settings.policy == STATIC {
-            m.cpu_manager_shared_pool_size
-                .set(&[], state.default.len() as f64 * 1000.0);
-            m.cpu_manager_exclusive_cpus
-                .set(&[], state.assigned().len() as f64);
+        let available = state.default.difference(&policy.reserved).count();
+        m.cpu_manager_shared_pool_size
+            .set(&[], available as f64 * 1000.0);
+        let assigned = state.assigned();
+        m.cpu_manager_exclusive_cpus.set(&[], assigned.len() as f64);
+        for (node, count) in policy.topology.count_per_numa(&assigned) {
+            m.cpu_manager_allocation_per_numa
+                .set(&[&node.to_string()], count as f64);
         }
     }
 }

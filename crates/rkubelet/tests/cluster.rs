@@ -5491,6 +5491,23 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
             && state.contains(&format!(r#"{{"c":"{own}"}}"#)),
         "{state}"
     );
+    // kill -9 and a new start: the state is restored, the pinned container
+    // keeps its CPU and the shared one stays off it.
+    let before = container_of(&k.api.pod(pinned).unwrap());
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    assert_eq!(container_of(&k.api.pod(pinned).unwrap()), before);
+    let cpu_ids = eventually("the CPU listed again", START, async || {
+        listed(&root, pinned, "c").await.map(|c| c.cpu_ids)
+    })
+    .await;
+    assert_eq!(cpu_ids, [i64::from(own)]);
+    assert_eq!(allowed_cpus(&k.api, pinned, "c"), Some(own.to_string()));
+    assert_eq!(allowed_cpus(&k.api, shared, "c"), Some(pool.clone()));
     let uids: HashSet<String> = [shared, pinned]
         .iter()
         .filter_map(|n| Some(uid(&k.api.pod(n)?).to_owned()))

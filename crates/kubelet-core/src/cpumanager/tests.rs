@@ -67,6 +67,10 @@ fn sysfs_gives_sockets_cores_and_numa_nodes() {
         }
     );
     assert_eq!(t.cpus_per_core(), 2);
+    assert_eq!(
+        t.count_per_numa(&set("0,2,3")),
+        BTreeMap::from([(0, 1), (1, 2)])
+    );
     assert_eq!(t.siblings_of(&set("1")), set("1,5"));
     let small = small_topology();
     assert_eq!(small.cpus_per_core(), 1);

@@ -63,6 +63,17 @@ impl Topology {
         self.cpus.keys().copied().collect()
     }
 
+    /// How many of `set` each NUMA node has (every node, 0 included).
+    pub fn count_per_numa(&self, set: &BTreeSet<u32>) -> BTreeMap<u32, usize> {
+        let mut out: BTreeMap<u32, usize> = self.cpus.values().map(|c| (c.numa, 0)).collect();
+        for cpu in set {
+            if let Some(c) = self.cpus.get(cpu) {
+                *out.entry(c.numa).or_default() += 1;
+            }
+        }
+        out
+    }
+
     /// Hardware threads per core (1 without SMT).
     pub fn cpus_per_core(&self) -> usize {
         let cores = self.cores_of(&self.all()).len().max(1);

@@ -92,6 +92,12 @@ fn a_pod_is_refused_when_its_cpus_are_not_there() {
     let a = Arc::new(guaranteed("a", "uid-a", "1"));
     m.allocate_pod(&a, std::slice::from_ref(&a)).unwrap();
     assert_eq!(m.exclusive("uid-a", "app"), [1]);
+    let metrics = &m.0.metrics;
+    assert_eq!(metrics.cpu_manager_pinning_requests.get(&[]), 1.0);
+    // CPU 0 is reserved: none left to give.
+    assert_eq!(metrics.cpu_manager_shared_pool_size.get(&[]), 0.0);
+    assert_eq!(metrics.cpu_manager_exclusive_cpus.get(&[]), 1.0);
+    assert_eq!(metrics.cpu_manager_allocation_per_numa.get(&["0"]), 1.0);
     let b = Arc::new(guaranteed("b", "uid-b", "1"));
     let err = m.allocate_pod(&b, &[a.clone(), b.clone()]).unwrap_err();
     assert_eq!(
@@ -106,6 +112,7 @@ fn a_pod_is_refused_when_its_cpus_are_not_there() {
     m.watch_sources(ready);
     m.allocate_pod(&b, std::slice::from_ref(&b)).unwrap();
     assert_eq!(m.exclusive("uid-b", "app"), [1]);
+    assert_eq!(m.0.metrics.cpu_manager_pinning_errors.get(&[]), 2.0);
     assert!(m.exclusive("uid-a", "app").is_empty());
     assert_eq!(m.allocatable(), [1]);
 }
