@@ -54,6 +54,8 @@ struct Inner {
     /// Until every pod source has spoken, a pod not seen yet may hold
     /// CPUs: nothing is released before (upstream's sourcesReady check).
     sources: OnceLock<SourcesReady>,
+    /// Pods holding CPUs that the last reconcile found inactive.
+    suspects: Mutex<HashSet<String>>,
 }
 
 /// The CPU topology of this host, from sysfs (`/sys/devices/system`).
@@ -88,6 +90,7 @@ impl CpuManager {
             policy: OnceLock::new(),
             applied: Mutex::new(HashMap::new()),
             sources: OnceLock::new(),
+            suspects: Mutex::new(HashSet::new()),
         }))
     }
 
@@ -303,8 +306,23 @@ impl CpuManager {
             return;
         };
         {
+            // A pod is given back its CPUs' worth only once it is inactive
+            // at two reconciles in a row: one admitted a moment ago may not
+            // be a worker's yet, and so not among the active pods.
             let mut state = self.0.state.lock();
-            if self.release_inactive(policy, &mut state, active) {
+            let is_active = active_containers(active);
+            let inactive: HashSet<String> = state
+                .entries
+                .iter()
+                .filter(|(uid, cs)| cs.keys().all(|name| !is_active(uid, name)))
+                .map(|(uid, _)| uid.clone())
+                .collect();
+            let before = std::mem::replace(&mut *self.0.suspects.lock(), inactive);
+            let released = self.0.sources.get().is_some_and(SourcesReady::all_ready)
+                && policy.release_inactive(&mut state, &|uid: &str, name: &str| {
+                    is_active(uid, name) || !before.contains(uid)
+                });
+            if released {
                 self.save(&state);
             }
         }

@@ -171,7 +171,11 @@ async fn the_shared_pool_follows_the_exclusive_cpus() {
     m.allocate_pod(&pinned, &active).unwrap();
     m.reconcile(&cri, &active).await;
     assert_eq!(applied(&fake).as_deref(), Some("0"));
-    // The pinned pod gone: its CPU is shared again.
+    // The pinned pod gone: its CPU is shared again, once it has been
+    // missing at two reconciles in a row (not a pod between admission
+    // and its worker).
+    m.reconcile(&cri, std::slice::from_ref(&shared)).await;
+    assert_eq!(applied(&fake).as_deref(), Some("0"));
     m.reconcile(&cri, std::slice::from_ref(&shared)).await;
     assert_eq!(applied(&fake).as_deref(), Some("0-1"));
     assert_eq!(fake.calls("UpdateContainerResources"), 2);
