@@ -723,6 +723,19 @@ families! {
         "[ALPHA] The total number of CPUs exclusively allocated to containers running on this node",
         &[],
     ),
+    /// `kubelet_container_aligned_compute_resources_count{scope,boundary}`:
+    /// containers given whole physical cores (full-pcpus-only).
+    container_aligned_compute_resources: Counter(
+        "kubelet_container_aligned_compute_resources_count",
+        "[ALPHA] Cumulative number of aligned compute resources allocated to containers by alignment type.",
+        &["scope", "boundary"],
+    ),
+    /// `kubelet_container_aligned_compute_resources_failure_count{scope,boundary}`.
+    container_aligned_compute_resources_failures: Counter(
+        "kubelet_container_aligned_compute_resources_failure_count",
+        "[ALPHA] Cumulative number of failures to allocate aligned compute resources to containers by alignment type.",
+        &["scope", "boundary"],
+    ),
     /// `kubelet_cpu_manager_allocation_per_numa{numa_node}`.
     cpu_manager_allocation_per_numa: Gauge(
         "kubelet_cpu_manager_allocation_per_numa",

@@ -25,6 +25,10 @@ use parking_lot::Mutex;
 
 use crate::config::SourcesReady;
 
+/// The alignment metrics' labels for what the CPU manager aligns.
+const ALIGN_SCOPE: &str = "container";
+const ALIGN_PHYSICAL_CPU: &str = "physical_cpu";
+
 /// What the configuration says of the CPU manager.
 #[derive(Clone, Debug, Default)]
 pub struct CpuSettings {
@@ -160,6 +164,15 @@ impl CpuManager {
         crate::files::write_file(&self.0.file, &state.encode())
             .map_err(|e| restore_err(e.to_string()))?;
         if let Some(p) = &policy {
+            // The alignment series exist from the start (upstream's
+            // initializeMetrics).
+            let m = &self.0.metrics;
+            m.container_aligned_compute_resources_failures
+                .add(&[ALIGN_SCOPE, ALIGN_PHYSICAL_CPU], 0.0);
+            for boundary in [ALIGN_PHYSICAL_CPU, "uncore_cache"] {
+                m.container_aligned_compute_resources
+                    .add(&[ALIGN_SCOPE, boundary], 0.0);
+            }
             self.publish(p, &state);
         }
         *self.0.state.lock() = state;
@@ -190,9 +203,9 @@ impl CpuManager {
             if kubelet_core::cpumanager::guaranteed_cpus(pod, c) == 0 {
                 continue;
             }
-            self.0.metrics.cpu_manager_pinning_requests.inc(&[]);
-            if let Err(e) = policy.allocate(&mut state, &uid, pod, c) {
-                self.0.metrics.cpu_manager_pinning_errors.inc(&[]);
+            let allocated = policy.allocate(&mut state, &uid, pod, c);
+            self.count(policy, allocated.is_ok());
+            if let Err(e) = allocated {
                 tracing::error!(pod = ?pod.metadata.name, container = %c.name, error = %e, "Unable to allocate CPUs");
                 result = Err(e);
                 break;
@@ -221,12 +234,10 @@ impl CpuManager {
             .get(uid)
             .is_some_and(|cs| cs.contains_key(&c.name));
         if !held && kubelet_core::cpumanager::guaranteed_cpus(pod, c) > 0 {
-            self.0.metrics.cpu_manager_pinning_requests.inc(&[]);
             let mut state = self.0.state.lock();
-            if let Err(e) = policy.allocate(&mut state, uid, pod, c) {
-                self.0.metrics.cpu_manager_pinning_errors.inc(&[]);
-                return Err(e);
-            }
+            let allocated = policy.allocate(&mut state, uid, pod, c);
+            self.count(policy, allocated.is_ok());
+            allocated?;
             self.save(&state);
         }
         Ok(self.cpuset(uid, &c.name))
@@ -382,6 +393,25 @@ impl CpuManager {
         }
         if let Some(p) = self.0.policy.get() {
             self.publish(p, state);
+        }
+    }
+
+    /// One container's allocation, as upstream counts it: a pinning
+    /// request, an error if it failed, and under full-pcpus-only whether
+    /// it got whole physical cores.
+    fn count(&self, policy: &StaticPolicy, ok: bool) {
+        let m = &self.0.metrics;
+        m.cpu_manager_pinning_requests.inc(&[]);
+        if !ok {
+            m.cpu_manager_pinning_errors.inc(&[]);
+        }
+        if policy.options.full_pcpus_only {
+            let counter = if ok {
+                &m.container_aligned_compute_resources
+            } else {
+                &m.container_aligned_compute_resources_failures
+            };
+            counter.inc(&[ALIGN_SCOPE, ALIGN_PHYSICAL_CPU]);
         }
     }
 

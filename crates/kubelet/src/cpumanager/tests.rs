@@ -180,3 +180,33 @@ async fn the_shared_pool_follows_the_exclusive_cpus() {
     assert_eq!(applied(&fake).as_deref(), Some("0-1"));
     assert_eq!(fake.calls("UpdateContainerResources"), 2);
 }
+
+#[test]
+fn full_pcpus_only_counts_whole_cores_given_and_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = CpuManager::new(
+        CpuSettings {
+            policy: STATIC.into(),
+            options: [("full-pcpus-only".to_owned(), "true".to_owned())].into(),
+            reserve_millis: 1000,
+            ..Default::default()
+        },
+        two_cpus(),
+        dir.path(),
+        KubeletMetrics::new("n"),
+    );
+    m.start().unwrap();
+    let (aligned, failed) = (
+        &m.0.metrics.container_aligned_compute_resources,
+        &m.0.metrics.container_aligned_compute_resources_failures,
+    );
+    let labels = [ALIGN_SCOPE, ALIGN_PHYSICAL_CPU];
+    assert!(m.0.metrics.render().contains(
+        "kubelet_container_aligned_compute_resources_failure_count{boundary=\"physical_cpu\",scope=\"container\"} 0"
+    ));
+    let a = Arc::new(guaranteed("a", "uid-a", "1"));
+    m.allocate_pod(&a, std::slice::from_ref(&a)).unwrap();
+    let b = Arc::new(guaranteed("b", "uid-b", "1"));
+    assert!(m.allocate_pod(&b, &[a, b.clone()]).is_err());
+    assert_eq!((aligned.get(&labels), failed.get(&labels)), (1.0, 1.0));
+}
