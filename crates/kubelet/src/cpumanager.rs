@@ -112,10 +112,12 @@ impl CpuManager {
         state: &mut CpuState,
         active: &[Arc<Pod>],
     ) -> bool {
-        if !self.0.sources.get().is_some_and(SourcesReady::all_ready) {
-            return false;
-        }
-        policy.release_inactive(state, &active_containers(active))
+        self.sources_ready() && policy.release_inactive(state, &active_containers(active))
+    }
+
+    /// Whether every pod source has given its pods.
+    fn sources_ready(&self) -> bool {
+        self.0.sources.get().is_some_and(SourcesReady::all_ready)
     }
 
     /// Whether the static policy runs (exclusive CPUs, a reconcile loop).
@@ -303,7 +305,7 @@ impl CpuManager {
                 _ = token.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            if self.0.sources.get().is_some_and(SourcesReady::all_ready) {
+            if self.sources_ready() {
                 self.reconcile(&cri, &active()).await;
             }
         }
@@ -329,7 +331,7 @@ impl CpuManager {
                 .map(|(uid, _)| uid.clone())
                 .collect();
             let before = std::mem::replace(&mut *self.0.suspects.lock(), inactive);
-            let released = self.0.sources.get().is_some_and(SourcesReady::all_ready)
+            let released = self.sources_ready()
                 && policy.release_inactive(&mut state, &|uid: &str, name: &str| {
                     is_active(uid, name) || !before.contains(uid)
                 });
