@@ -377,12 +377,9 @@ fn parse_int(param: &'static str, value: &str) -> Result<i64, OptionsError> {
 
 /// Go's strconv.ParseBool; an absent parameter is false.
 fn parse_bool(param: &'static str, value: Option<&str>) -> Result<bool, OptionsError> {
-    match value {
-        None => Ok(false),
-        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => Ok(true),
-        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => Ok(false),
-        Some(other) => Err(decode_error(param, other)),
-    }
+    value.map_or(Ok(false), |v| {
+        crate::strconv::parse_bool(v).map_err(|_| decode_error(param, v))
+    })
 }
 
 /// Why no container log can be served for a pod's container.

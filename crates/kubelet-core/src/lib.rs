@@ -63,12 +63,14 @@ pub mod runtime;
 pub mod security;
 pub mod stats;
 pub mod status;
+pub mod strconv;
 pub mod swap;
 pub mod sysctl;
 pub mod systemd;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod timefmt;
+pub mod topologymanager;
 pub mod types;
 pub mod userns;
 pub mod volume;

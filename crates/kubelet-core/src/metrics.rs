@@ -742,6 +742,26 @@ families! {
         "[ALPHA] Number of CPUs allocated per NUMA node",
         &["numa_node"],
     ),
+    /// `kubelet_topology_manager_admission_requests_total`: pods the
+    /// topology manager's admission saw (every pod, as upstream's).
+    topology_manager_admission_requests: Counter(
+        "kubelet_topology_manager_admission_requests_total",
+        "[ALPHA] The number of admission requests where resources have to be aligned.",
+        &[],
+    ),
+    /// `kubelet_topology_manager_admission_errors_total`: those refused.
+    topology_manager_admission_errors: Counter(
+        "kubelet_topology_manager_admission_errors_total",
+        "[ALPHA] The number of admission request failures where resources could not be aligned.",
+        &[],
+    ),
+    /// `kubelet_topology_manager_admission_duration_ms`.
+    topology_manager_admission_duration: Histogram(
+        "kubelet_topology_manager_admission_duration_ms",
+        "[ALPHA] Duration in milliseconds to serve a pod admission request.",
+        &[],
+        &exponential_buckets(0.05, 2.0, 15),
+    ),
     /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`.
     pod_resources_requests_total: Counter(
         "kubelet_pod_resources_endpoint_requests_total",

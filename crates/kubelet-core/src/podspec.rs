@@ -33,6 +33,11 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .unwrap_or(&[])
 }
 
+/// The init containers then the regular ones, in the order they start.
+pub fn init_and_regular_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
+    init_containers(pod).iter().chain(regular_containers(pod))
+}
+
 pub fn regular_containers(pod: &Pod) -> &[Container] {
     pod.spec
         .as_ref()

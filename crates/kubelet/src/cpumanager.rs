@@ -18,6 +18,8 @@ use kubelet_core::cpumanager::{
     AllocError, CpuState, NONE, Options, STATIC, StaticPolicy, Topology, reserved_cpus, state::FILE,
 };
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::topologymanager::{BitMask, ProviderHints};
+use kubelet_core::types::PodUid;
 use kubelet_core::types::keys::{CONTAINER_NAME, POD_UID};
 use kubelet_cri::client::CriClient;
 use kubelet_cri::v1 as cri;
@@ -62,20 +64,30 @@ struct Inner {
     suspects: Mutex<HashSet<String>>,
 }
 
-/// The CPU topology of this host, from sysfs (`/sys/devices/system`).
-pub fn host_topology() -> Topology {
-    let sys = Path::new("/sys/devices/system");
-    let read = |p: &str| std::fs::read_to_string(sys.join(p)).ok();
-    let online = read("cpu/online")
-        .and_then(|s| kubelet_core::cpuset::parse(s.trim()).ok())
-        .unwrap_or_default();
-    let nodes: Vec<u32> = std::fs::read_dir(sys.join("node"))
+/// Where sysfs describes CPUs and NUMA nodes.
+const SYS: &str = "/sys/devices/system";
+
+/// A file under [`SYS`], if it can be read.
+pub fn read_sys(path: &str) -> Option<String> {
+    std::fs::read_to_string(Path::new(SYS).join(path)).ok()
+}
+
+/// The IDs of this host's NUMA nodes (the `node/nodeN` directories).
+pub fn host_numa_nodes() -> Vec<u32> {
+    std::fs::read_dir(Path::new(SYS).join("node"))
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.strip_prefix("node")?.parse().ok())
-        .collect();
-    Topology::from_sysfs(&online, &nodes, read)
+        .collect()
+}
+
+/// The CPU topology of this host, from sysfs.
+pub fn host_topology() -> Topology {
+    let online = read_sys("cpu/online")
+        .and_then(|s| kubelet_core::cpuset::parse(s.trim()).ok())
+        .unwrap_or_default();
+    Topology::from_sysfs(&online, &host_numa_nodes(), read_sys)
 }
 
 impl CpuManager {
@@ -184,39 +196,62 @@ impl CpuManager {
         Ok(())
     }
 
-    /// Give the pod's containers their exclusive CPUs (upstream's Allocate
-    /// through the topology manager's admit handler), after returning the
-    /// CPUs of pods no longer active. Init containers first, as they run.
-    pub fn allocate_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), AllocError> {
+    /// Return the CPUs of pods no longer active, once the pod sources are
+    /// ready (upstream's removeStaleState, before each admission's hints
+    /// and allocation).
+    pub fn release_stale(&self, active: &[Arc<Pod>]) {
+        let Some(policy) = self.0.policy.get() else {
+            return;
+        };
+        let mut state = self.0.state.lock();
+        if self.release_inactive(policy, &mut state, active) {
+            self.save(&state);
+        }
+    }
+
+    /// Where container `c` of `pod` could have its CPUs (upstream's
+    /// GetTopologyHints): no preference under `none`.
+    pub fn hints(&self, pod: &Pod, c: &Container) -> ProviderHints {
+        let Some(policy) = self.0.policy.get() else {
+            return ProviderHints::new();
+        };
+        policy.hints(&self.0.state.lock(), PodUid::of(pod).as_str(), pod, c)
+    }
+
+    /// Where the whole pod could have its CPUs (the pod scope).
+    pub fn pod_hints(&self, pod: &Pod) -> ProviderHints {
+        let Some(policy) = self.0.policy.get() else {
+            return ProviderHints::new();
+        };
+        policy.pod_hints(&self.0.state.lock(), PodUid::of(pod).as_str(), pod)
+    }
+
+    /// Give container `c` of `pod` its exclusive CPUs (upstream's Allocate,
+    /// from the topology manager's admission), on the NUMA nodes of
+    /// `affinity` first.
+    pub fn allocate(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        affinity: Option<BitMask>,
+    ) -> Result<(), AllocError> {
         let Some(policy) = self.0.policy.get() else {
             return Ok(());
         };
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let spec = pod.spec.as_ref();
-        let containers: Vec<&Container> = spec
-            .into_iter()
-            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            .collect();
+        if kubelet_core::cpumanager::guaranteed_cpus(pod, c) == 0 {
+            return Ok(());
+        }
         let mut state = self.0.state.lock();
         let before = state.clone();
-        self.release_inactive(policy, &mut state, active);
-        let mut result = Ok(());
-        for c in containers {
-            if kubelet_core::cpumanager::guaranteed_cpus(pod, c) == 0 {
-                continue;
-            }
-            let allocated = policy.allocate(&mut state, &uid, pod, c);
-            self.count(policy, allocated.is_ok());
-            if let Err(e) = allocated {
-                tracing::error!(pod = ?pod.metadata.name, container = %c.name, error = %e, "Unable to allocate CPUs");
-                result = Err(e);
-                break;
-            }
+        let allocated = policy.allocate(&mut state, PodUid::of(pod).as_str(), pod, c, affinity);
+        self.count(policy, allocated.is_ok());
+        if let Err(e) = &allocated {
+            tracing::error!(pod = ?pod.metadata.name, container = %c.name, error = %e, "Unable to allocate CPUs");
         }
         if *state != before {
             self.save(&state);
         }
-        result
+        allocated.map(|_| ())
     }
 
     /// The cpuset container `c` of `pod` is created with (upstream's
@@ -237,7 +272,7 @@ impl CpuManager {
             .is_some_and(|cs| cs.contains_key(&c.name));
         if !held && kubelet_core::cpumanager::guaranteed_cpus(pod, c) > 0 {
             let mut state = self.0.state.lock();
-            let allocated = policy.allocate(&mut state, uid, pod, c);
+            let allocated = policy.allocate(&mut state, uid, pod, c, None);
             self.count(policy, allocated.is_ok());
             allocated?;
             self.save(&state);

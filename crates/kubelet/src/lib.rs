@@ -44,6 +44,7 @@ pub mod sync;
 pub mod systemd;
 #[cfg(test)]
 mod testutil;
+pub mod topologymanager;
 pub mod userns;
 pub mod volumes;
 

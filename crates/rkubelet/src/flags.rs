@@ -318,9 +318,13 @@ pub struct Flags {
     #[arg(long, value_name = "LEVEL[,LEVEL]", value_delimiter = ',')]
     pub enforce_node_allocatable: Option<Vec<String>>,
 
-    /// CPU manager policy: none (static is refused until rkubelet has the CPU manager).
+    /// CPU manager policy: none or static.
     #[arg(long, value_name = "POLICY")]
     pub cpu_manager_policy: Option<String>,
+
+    /// The static CPU manager policy's options, `key=value` pairs separated by commas.
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_option, value_delimiter = ',')]
+    pub cpu_manager_policy_options: Vec<(String, String)>,
 
     /// The CPU manager's reconcile period (Go duration).
     #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
@@ -330,10 +334,13 @@ pub struct Flags {
     #[arg(long, value_name = "POLICY")]
     pub memory_manager_policy: Option<String>,
 
-    /// Topology manager policy: none (the aligning policies are refused until rkubelet has
-    /// the topology manager).
+    /// Topology manager policy: none, best-effort, restricted or single-numa-node.
     #[arg(long, value_name = "POLICY")]
     pub topology_manager_policy: Option<String>,
+
+    /// The topology manager policy's options, `key=value` pairs separated by commas.
+    #[arg(long, value_name = "KEY=VALUE,...", value_parser = parse_option, value_delimiter = ',')]
+    pub topology_manager_policy_options: Vec<(String, String)>,
 
     /// Topology manager scope: container or pod.
     #[arg(long, value_name = "SCOPE")]
@@ -491,6 +498,14 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
         return Err(format!("invalid label value {v:?} for key {k:?}"));
     }
     Ok((k.to_owned(), v.to_owned()))
+}
+
+/// One `key=value` of a map flag (upstream's mapStringString).
+fn parse_option(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("malformed pair, expect string=string: {s:?}"))?;
+    Ok((k.trim().to_owned(), v.trim().to_owned()))
 }
 
 /// `Name:value` of --manifest-url-header.
@@ -781,6 +796,10 @@ impl Flags {
         if let Some(p) = &self.cpu_manager_policy {
             config.cpu_manager_policy = p.clone();
         }
+        if !self.cpu_manager_policy_options.is_empty() {
+            config.cpu_manager_policy_options =
+                self.cpu_manager_policy_options.iter().cloned().collect();
+        }
         if let Some(d) = self.cpu_manager_reconcile_period {
             config.cpu_manager_reconcile_period = d;
         }
@@ -792,6 +811,13 @@ impl Flags {
         }
         if let Some(scope) = &self.topology_manager_scope {
             config.topology_manager_scope = scope.clone();
+        }
+        if !self.topology_manager_policy_options.is_empty() {
+            config.topology_manager_policy_options = self
+                .topology_manager_policy_options
+                .iter()
+                .cloned()
+                .collect();
         }
         if let Some(cpus) = &self.reserved_cpus {
             config.reserved_system_cpus = cpus.clone();
@@ -1457,17 +1483,25 @@ hairpinMode: none
     #[test]
     fn resource_manager_flags() {
         let s = settings(&[
-            "--cpu-manager-policy=none",
+            "--cpu-manager-policy=static",
             "--cpu-manager-reconcile-period=5s",
             "--memory-manager-policy=None",
             "--topology-manager-policy=none",
             "--topology-manager-scope=pod",
+            "--topology-manager-policy-options=prefer-closest-numa-nodes=true,max-allowable-numa-nodes=8",
+            "--cpu-manager-policy-options=full-pcpus-only=true",
             "--reserved-cpus=0",
         ])
         .unwrap();
         let c = &s.config;
         assert_eq!(c.cpu_manager_reconcile_period, Duration::from_secs(5));
         assert_eq!(c.topology_manager_scope, "pod");
+        assert_eq!(
+            c.topology_manager_policy_options["max-allowable-numa-nodes"],
+            "8"
+        );
+        assert_eq!(c.topology_manager_policy_options.len(), 2);
+        assert_eq!(c.cpu_manager_policy_options["full-pcpus-only"], "true");
         assert_eq!(c.reserved_system_cpus, "0");
         let s = settings(&["--cpu-manager-policy=static"]).unwrap();
         assert_eq!(s.config.cpu_manager_policy, "static");

@@ -987,6 +987,18 @@ fn test_pod(api: &Api, name: &str, spec: Value) -> Value {
     })
 }
 
+/// Wait for pod `name` to be Failed, refused by admission with `reason`
+/// and `message`; the pod.
+async fn rejected(api: &Api, name: &str, reason: &str, message: &str) -> Value {
+    let pod = eventually(&format!("{name} refused"), START, async || {
+        api.pod(name).filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(pod["status"]["reason"], reason, "{pod}");
+    assert_eq!(pod["status"]["message"], message, "{pod}");
+    pod
+}
+
 /// A container of IMAGE running `script` under sh.
 fn sh_container(name: &str, script: &str) -> Value {
     json!({
@@ -5434,12 +5446,17 @@ fn allowed_cpus(api: &Api, pod: &str, container: &str) -> Option<String> {
 /// a BestEffort container already running shrinks to the others within a
 /// reconcile period (UpdateContainerResources) and grows back once the pod
 /// is deleted; PodResources lists the CPU; the state file is upstream's.
+/// Under the `single-numa-node` topology manager policy: the pinned
+/// container is admitted aligned (its NUMA node has the CPU), a pod asking
+/// for every CPU (one is reserved) is refused with upstream's
+/// TopologyAffinityError, and the metrics count both.
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
     let mut k = Kubelet::new("cpus");
     k.rk.add_config(
-        "cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 1s\nkubeReserved:\n  cpu: 500m\n",
+        "cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 1s\nkubeReserved:\n  cpu: 500m\n\
+         topologyManagerPolicy: single-numa-node\n",
     );
     k.start_ready().await;
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
@@ -5482,6 +5499,63 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
         async || (allowed_cpus(&k.api, shared, "c")? == pool).then_some(()),
     )
     .await;
+    // Every CPU asked: one is reserved, so no NUMA node can give them.
+    let greedy = "cl-greedy";
+    let mut c = sh_container("c", "sleep 3600");
+    let all = kubelet_core::cpuset::parse(online).unwrap().len();
+    c["resources"] = json!({"limits": {"cpu": all.to_string(), "memory": "64Mi"}});
+    k.api
+        .create(&test_pod(&k.api, greedy, json!({"containers": [c]})));
+    let refused = eventually("the greedy pod refused", START, async || {
+        k.api
+            .pod(greedy)
+            .filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        refused["status"]["reason"], "TopologyAffinityError",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["status"]["message"],
+        "Pod was rejected: Resources cannot be allocated with Topology locality",
+        "{refused}"
+    );
+    let metrics = k.api.ok(&[
+        "get",
+        "--raw",
+        &format!("/api/v1/nodes/{}/proxy/metrics", k.api.node),
+    ]);
+    let value = |name: &str, labels: &[&str]| {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            .find(|l| labels.iter().all(|label| l.contains(label)))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+    };
+    let numa = [r#"scope="container""#, r#"boundary="numa_node""#];
+    // Every container admitted counts (upstream's): the shared one's too.
+    assert!(
+        value("kubelet_container_aligned_compute_resources_count", &numa) >= Some(2.0),
+        "the shared and the pinned containers aligned"
+    );
+    assert_eq!(
+        value(
+            "kubelet_container_aligned_compute_resources_failure_count",
+            &numa
+        ),
+        Some(1.0),
+        "the greedy one not"
+    );
+    assert_eq!(
+        value("kubelet_topology_manager_admission_errors_total", &[]),
+        Some(1.0)
+    );
+    assert!(
+        value("kubelet_topology_manager_admission_requests_total", &[]) >= Some(3.0),
+        "shared, pinned and greedy admitted or refused"
+    );
+    k.api.ok(&["delete", "pod", greedy, "--wait=true"]);
     let root = k.rk.root();
     let cpu_ids = listed(&root, pinned, "c").await.map(|c| c.cpu_ids);
     assert_eq!(cpu_ids, Some(vec![i64::from(own)]));
@@ -5638,23 +5712,15 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
     let third = "cl-device-3";
     k.api
         .create(&test_pod(&k.api, third, json!({"containers": [c2]})));
-    let refused = eventually("the third pod refused", START, async || {
-        k.api
-            .pod(third)
-            .filter(|p| p["status"]["phase"] == "Failed")
-    })
-    .await;
     // Upstream allocates before it compares requests with allocatable:
     // the allocation's failure is what the pod shows.
-    assert_eq!(
-        refused["status"]["reason"], "UnexpectedAdmissionError",
-        "{refused}"
-    );
-    assert_eq!(
-        refused["status"]["message"],
+    let refused = rejected(
+        &k.api,
+        third,
+        "UnexpectedAdmissionError",
         "Pod was rejected: Allocate failed due to requested number of devices unavailable for example.com/resource. Requested: 1, Available: 0, which is unexpected",
-        "{refused}"
-    );
+    )
+    .await;
 
     // The plugin goes: its devices are unhealthy, the resource stays.
     drop(plugin);

@@ -903,15 +903,16 @@ config_section! {
         /// `memoryManagerPolicy`: `None`; `Static` is refused until rkubelet
         /// has the memory manager (#36).
         "memoryManagerPolicy" memory_manager_policy: String = "None".into(), zero_is_unset;
-        /// `topologyManagerPolicy`: `none` (no NUMA alignment);
-        /// `best-effort`, `restricted` and `single-numa-node` are refused
-        /// until rkubelet has the topology manager (#36).
+        /// `topologyManagerPolicy`: `none` (no NUMA alignment),
+        /// `best-effort`, `restricted` or `single-numa-node`: how the
+        /// devices' and exclusive CPUs' NUMA nodes are aligned at admission.
         "topologyManagerPolicy" topology_manager_policy: String = "none".into(), zero_is_unset;
         /// `topologyManagerScope`: `container` or `pod`; either aligns
         /// nothing under the `none` policy, as upstream's.
         "topologyManagerScope" topology_manager_scope: String = "container".into(), zero_is_unset;
-        /// `topologyManagerPolicyOptions`: refused until rkubelet has the
-        /// topology manager (#36).
+        /// `topologyManagerPolicyOptions`: `prefer-closest-numa-nodes`,
+        /// `max-allowable-numa-nodes` (checked as the manager starts; no
+        /// effect under `none`, as upstream's).
         "topologyManagerPolicyOptions" topology_manager_policy_options: BTreeMap<String, String> = BTreeMap::new();
         /// `reservedSystemCPUs`: CPUs kept for the system (`0-1,4`): their
         /// count replaces systemReserved's and kubeReserved's cpu, as

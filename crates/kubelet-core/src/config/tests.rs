@@ -1555,11 +1555,11 @@ fn feature_gates_are_read_checked_and_looked_up() {
     );
 }
 
-/// The resource managers' settings: the `none` policies honoured (and
-/// read from the file), what needs a manager rkubelet lacks refused by
-/// name, what upstream refuses refused in its words.
+/// The resource managers' settings: the policies rkubelet has honoured
+/// (and read from the file), what needs a manager rkubelet lacks refused
+/// by name, what upstream refuses refused in its words.
 #[test]
-fn resource_managers_are_none_or_refused() {
+fn resource_managers_are_honoured_or_refused() {
     let (cfg, ignored) = parse_body(
         "cpuManagerPolicy: none\ncpuManagerReconcilePeriod: 5s\nmemoryManagerPolicy: None\n\
          topologyManagerPolicy: none\ntopologyManagerScope: pod\nreservedSystemCPUs: \"0\"\n\
@@ -1570,6 +1570,14 @@ fn resource_managers_are_none_or_refused() {
     cfg.validate().unwrap();
     assert_eq!(cfg.cpu_manager_reconcile_period, Duration::from_secs(5));
     assert_eq!(cfg.topology_manager_scope, "pod");
+    // The aligning policies, and options (checked as the manager starts).
+    for policy in ["best-effort", "restricted", "single-numa-node"] {
+        let mut c = cfg.clone();
+        c.topology_manager_policy = policy.into();
+        c.topology_manager_policy_options =
+            [("max-allowable-numa-nodes".into(), "8".into())].into();
+        c.validate().unwrap();
+    }
     // reservedSystemCPUs' count replaces both cpu reservations.
     let (system, kube) = cfg.reservations();
     assert_eq!(system["cpu"], 1000);
@@ -1597,23 +1605,12 @@ fn resource_managers_are_none_or_refused() {
             r#"unknown policy: "static""#,
         ),
         (
-            |c| c.topology_manager_policy = "single-numa-node".into(),
-            r#"topologyManagerPolicy "single-numa-node": not supported by rkubelet yet: it has no topology manager (#36)"#,
-        ),
-        (
             |c| c.topology_manager_policy = "numa".into(),
             r#"invalid configuration: topologyManagerPolicy (--topology-manager-policy) "numa" must be one of: ["none" "best-effort" "restricted" "single-numa-node"]"#,
         ),
         (
             |c| c.topology_manager_scope = "node".into(),
             r#"invalid configuration: topologyManagerScope (--topology-manager-scope) "node" must be one of: "container", or "pod""#,
-        ),
-        (
-            |c| {
-                c.topology_manager_policy_options =
-                    [("prefer-closest-numa-nodes".to_owned(), "true".to_owned())].into()
-            },
-            r#"topologyManagerPolicyOptions "prefer-closest-numa-nodes": not supported by rkubelet yet: it has no topology manager (#36)"#,
         ),
         (
             |c| c.reserved_system_cpus = "1-0".into(),

@@ -183,17 +183,12 @@ impl KubeletConfiguration {
             other => return rejected(format!("unknown policy: {other:?}")),
         }
         const TOPOLOGY: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
-        match self.topology_manager_policy.as_str() {
-            "none" => {}
-            p if TOPOLOGY.contains(&p) => {
-                return not_yet("topologyManagerPolicy", p, "topology manager");
-            }
-            other => {
-                return rejected(format!(
-                    "invalid configuration: topologyManagerPolicy (--topology-manager-policy) {other:?} must be one of: [{}]",
-                    TOPOLOGY.map(|p| format!("{p:?}")).join(" ")
-                ));
-            }
+        if !TOPOLOGY.contains(&self.topology_manager_policy.as_str()) {
+            return rejected(format!(
+                "invalid configuration: topologyManagerPolicy (--topology-manager-policy) {:?} must be one of: [{}]",
+                self.topology_manager_policy,
+                TOPOLOGY.map(|p| format!("{p:?}")).join(" ")
+            ));
         }
         if !["container", "pod"].contains(&self.topology_manager_scope.as_str()) {
             return rejected(format!(
@@ -201,11 +196,8 @@ impl KubeletConfiguration {
                 self.topology_manager_scope
             ));
         }
-        if let Some(name) = self.topology_manager_policy_options.keys().next() {
-            return rejected(format!(
-                "topologyManagerPolicyOptions {name:?}: not supported by rkubelet yet: it has no topology manager (#36)"
-            ));
-        }
+        // The topology manager's options are checked as it starts, where
+        // upstream checks them.
         if !self.reserved_system_cpus.is_empty() {
             if !self.system_reserved_cgroup.is_empty() || !self.kube_reserved_cgroup.is_empty() {
                 return rejected(

@@ -17,9 +17,11 @@ use std::collections::BTreeSet;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::cpuset;
-use crate::podspec::is_sidecar;
+use crate::podspec::{init_and_regular_containers, is_sidecar};
 use crate::qos::qos_class;
 use crate::resources::container_requests;
+use crate::strconv::parse_bool;
+use crate::topologymanager::{BitMask, Hint, ProviderHints, hints_over};
 pub use state::{CpuState, StateError};
 pub use topology::Topology;
 
@@ -63,20 +65,9 @@ impl Options {
                 }
                 other => return Err(format!("unknown CPU Manager Policy option: {other:?}")),
             };
-            *flag = parse_bool(value).map_err(|e| {
-                format!("bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: {e}")
-            })?;
+            *flag = parse_bool(value).map_err(|e| format!("bad value for option {name:?}: {e}"))?;
         }
         Ok(out)
-    }
-}
-
-/// Go's strconv.ParseBool.
-fn parse_bool(v: &str) -> Result<bool, &'static str> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err("invalid syntax"),
     }
 }
 
@@ -126,6 +117,26 @@ pub fn guaranteed_cpus(pod: &Pod, c: &Container) -> usize {
         Some(&m) if m > 0 && m % 1000 == 0 => usize::try_from(m / 1000).unwrap_or(0),
         _ => 0,
     }
+}
+
+/// The exclusive CPUs the whole pod asks for (upstream's
+/// podGuaranteedCPUs): its regular containers' and sidecars' together, or
+/// the most one init container needs beside the sidecars started before it.
+pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
+    let (mut inits, mut sidecars) = (0, 0);
+    for c in crate::podspec::init_containers(pod) {
+        let n = guaranteed_cpus(pod, c);
+        if is_sidecar(c) {
+            sidecars += n;
+        } else {
+            inits = inits.max(sidecars + n);
+        }
+    }
+    let regular: usize = crate::podspec::regular_containers(pod)
+        .iter()
+        .map(|c| guaranteed_cpus(pod, c))
+        .sum();
+    inits.max(regular + sidecars)
 }
 
 /// The reserved CPUs: `reserved_system_cpus` when set, else the first
@@ -229,15 +240,97 @@ impl StaticPolicy {
         Ok(())
     }
 
+    /// The CPUs not given to any container and not reserved (upstream's
+    /// GetAvailableCPUs).
+    fn available(&self, state: &CpuState) -> BTreeSet<u32> {
+        state.default.difference(&self.reserved).copied().collect()
+    }
+
+    /// Where container `c` of `pod` could have its CPUs (upstream's
+    /// GetTopologyHints): nothing for a container that asks none; for one
+    /// that holds CPUs already (a restart), the hints of those, or none
+    /// possible when it asks another count now.
+    pub fn hints(
+        &self,
+        state: &CpuState,
+        pod_uid: &str,
+        pod: &Pod,
+        c: &Container,
+    ) -> ProviderHints {
+        let n = guaranteed_cpus(pod, c);
+        if n == 0 {
+            return ProviderHints::new();
+        }
+        let hints = match state.entries.get(pod_uid).and_then(|cs| cs.get(&c.name)) {
+            Some(held) if held.len() != n => Vec::new(),
+            Some(held) => self.cpu_hints(held, &BTreeSet::new(), n),
+            None => self.cpu_hints(
+                &self.available(state),
+                &reusable_cpus(state, pod_uid, pod),
+                n,
+            ),
+        };
+        ProviderHints::from([("cpu".to_owned(), Some(hints))])
+    }
+
+    /// Where the whole pod could have its CPUs (upstream's
+    /// GetPodTopologyHints, the pod scope).
+    pub fn pod_hints(&self, state: &CpuState, pod_uid: &str, pod: &Pod) -> ProviderHints {
+        let n = pod_guaranteed_cpus(pod);
+        if n == 0 {
+            return ProviderHints::new();
+        }
+        let held = state.entries.get(pod_uid);
+        let mut assigned = BTreeSet::new();
+        for c in init_and_regular_containers(pod) {
+            if let Some(cpus) = held.and_then(|cs| cs.get(&c.name)) {
+                if cpus.len() != guaranteed_cpus(pod, c) {
+                    return ProviderHints::from([("cpu".to_owned(), Some(Vec::new()))]);
+                }
+                assigned.extend(cpus.iter().copied());
+            }
+        }
+        let hints = if assigned.len() == n {
+            self.cpu_hints(&assigned, &BTreeSet::new(), n)
+        } else {
+            let mut reusable = reusable_cpus(state, pod_uid, pod);
+            reusable.extend(assigned);
+            self.cpu_hints(&self.available(state), &reusable, n)
+        };
+        ProviderHints::from([("cpu".to_owned(), Some(hints))])
+    }
+
+    /// Upstream's generateCPUTopologyHints over the NUMA nodes with CPUs.
+    fn cpu_hints(
+        &self,
+        available: &BTreeSet<u32>,
+        reusable: &BTreeSet<u32>,
+        n: usize,
+    ) -> Vec<Hint> {
+        let all = self.topology.all();
+        hints_over(
+            &self.topology.numa_nodes(),
+            n,
+            |mask| self.topology.within(&all, mask).len(),
+            |mask| {
+                (self.topology.within(reusable, mask).len() == reusable.len())
+                    .then(|| reusable.len() + self.topology.within(available, mask).len())
+            },
+        )
+    }
+
     /// Give container `c` of `pod` its exclusive CPUs in `state` (nothing
-    /// when it asks none or has them already); `reusable` are CPUs of the
-    /// pod's finished init containers. Returns the CPUs it now holds.
+    /// when it asks none or has them already), those on the NUMA nodes of
+    /// `affinity` first (the topology manager's); CPUs of the pod's
+    /// finished init containers may be taken again. Returns the CPUs it
+    /// now holds.
     pub fn allocate(
         &self,
         state: &mut CpuState,
         pod_uid: &str,
         pod: &Pod,
         c: &Container,
+        affinity: Option<BitMask>,
     ) -> Result<Option<BTreeSet<u32>>, AllocError> {
         let n = guaranteed_cpus(pod, c);
         if n == 0 {
@@ -249,14 +342,23 @@ impl StaticPolicy {
         if self.options.full_pcpus_only {
             self.check_smt_alignment(state, n)?;
         }
-        let reusable = reusable_cpus(state, pod_uid, pod);
-        let available: BTreeSet<u32> = state
-            .default
-            .difference(&self.reserved)
-            .chain(reusable.iter())
-            .copied()
-            .collect();
-        let cpus = self.topology.take(&available, n)?;
+        let mut available = self.available(state);
+        available.extend(reusable_cpus(state, pod_uid, pod));
+        if n > available.len() {
+            return Err(AllocError::NotEnough {
+                requested: n,
+                available: available.len(),
+            });
+        }
+        // Upstream's allocateCPUs: as many as fit from the affinity's
+        // nodes, the rest from anywhere.
+        let mut cpus = BTreeSet::new();
+        if let Some(mask) = affinity {
+            let aligned = self.topology.within(&available, mask);
+            cpus = self.topology.take(&aligned, n.min(aligned.len()))?;
+        }
+        let rest: BTreeSet<u32> = available.difference(&cpus).copied().collect();
+        cpus.extend(self.topology.take(&rest, n - cpus.len())?);
         state.default.retain(|cpu| !cpus.contains(cpu));
         state
             .entries

@@ -167,25 +167,27 @@ fn guaranteed_integer_containers_get_exclusive_cpus_and_the_others_share() {
     let whole = PodBuilder::new("g").container(guaranteed("c", "1")).build();
     let c = |pod: &Pod| pod.spec.as_ref().unwrap().containers[0].clone();
     assert_eq!(
-        p.allocate(&mut s, "b", &burstable, &c(&burstable)),
+        p.allocate(&mut s, "b", &burstable, &c(&burstable), None),
         Ok(None)
     );
     assert_eq!(
-        p.allocate(&mut s, "f", &fractional, &c(&fractional)),
+        p.allocate(&mut s, "f", &fractional, &c(&fractional), None),
         Ok(None)
     );
     assert_eq!(
-        p.allocate(&mut s, "g", &whole, &c(&whole)),
+        p.allocate(&mut s, "g", &whole, &c(&whole), None),
         Ok(Some(set("1")))
     );
     assert_eq!(s.default, set("0"));
     // Again: the same CPUs, nothing more taken.
     assert_eq!(
-        p.allocate(&mut s, "g", &whole, &c(&whole)),
+        p.allocate(&mut s, "g", &whole, &c(&whole), None),
         Ok(Some(set("1")))
     );
     // The reserved CPU is never given.
-    let err = p.allocate(&mut s, "g2", &whole, &c(&whole)).unwrap_err();
+    let err = p
+        .allocate(&mut s, "g2", &whole, &c(&whole), None)
+        .unwrap_err();
     assert_eq!(
         err.rejection(),
         (
@@ -212,10 +214,16 @@ fn init_containers_cpus_are_reused_but_not_a_sidecars() {
         .build();
     let spec = pod.spec.clone().unwrap();
     let inits = spec.init_containers.unwrap();
-    let init = p.allocate(&mut s, "p", &pod, &inits[0]).unwrap().unwrap();
-    let side = p.allocate(&mut s, "p", &pod, &inits[1]).unwrap().unwrap();
+    let init = p
+        .allocate(&mut s, "p", &pod, &inits[0], None)
+        .unwrap()
+        .unwrap();
+    let side = p
+        .allocate(&mut s, "p", &pod, &inits[1], None)
+        .unwrap()
+        .unwrap();
     let app = p
-        .allocate(&mut s, "p", &pod, &spec.containers[0])
+        .allocate(&mut s, "p", &pod, &spec.containers[0], None)
         .unwrap()
         .unwrap();
     assert_eq!(
@@ -238,7 +246,9 @@ fn full_pcpus_only_refuses_half_cores_as_upstream() {
     let one = PodBuilder::new("o").container(guaranteed("c", "1")).build();
     let c = one.spec.as_ref().unwrap().containers[0].clone();
     assert_eq!(
-        p.allocate(&mut s, "o", &one, &c).unwrap_err().rejection(),
+        p.allocate(&mut s, "o", &one, &c, None)
+            .unwrap_err()
+            .rejection(),
         (
             "SMTAlignmentError",
             "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2".to_owned()
@@ -247,13 +257,18 @@ fn full_pcpus_only_refuses_half_cores_as_upstream() {
     let eight = PodBuilder::new("e").container(guaranteed("c", "8")).build();
     let c = eight.spec.as_ref().unwrap().containers[0].clone();
     assert_eq!(
-        p.allocate(&mut s, "e", &eight, &c).unwrap_err().to_string(),
+        p.allocate(&mut s, "e", &eight, &c, None)
+            .unwrap_err()
+            .to_string(),
         "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 6, requested CPUs = 8, CPUs per core = 2"
     );
     let two = PodBuilder::new("t").container(guaranteed("c", "2")).build();
     let c = two.spec.as_ref().unwrap().containers[0].clone();
     // Not the reserved CPU's sibling: a whole free core.
-    assert_eq!(p.allocate(&mut s, "t", &two, &c), Ok(Some(set("1,5"))));
+    assert_eq!(
+        p.allocate(&mut s, "t", &two, &c, None),
+        Ok(Some(set("1,5")))
+    );
 }
 
 #[test]
@@ -339,4 +354,90 @@ fn options_parse_with_upstreams_messages() {
         opts(&[("align-by-socket", "true")]),
         Err(r#"cpuManagerPolicyOptions "align-by-socket": not supported by rkubelet yet"#.into())
     );
+}
+
+#[test]
+fn hints_and_aligned_allocation_follow_the_numa_nodes() {
+    use crate::topologymanager::{BitMask, Hint, ProviderHints};
+    // NUMA node 0: CPUs 0,1,4,5; node 1: 2,3,6,7; CPU 0 reserved.
+    let (p, mut s) = policy(smt_topology(), "0", Options::default());
+    let hint = |nodes: &[u32], preferred| Hint {
+        affinity: Some(BitMask::of(nodes.iter().copied())),
+        preferred,
+    };
+    let cpu = |hints: Vec<Hint>| ProviderHints::from([("cpu".to_owned(), Some(hints))]);
+    let pod = |uid: &str, n: &str| PodBuilder::new(uid).container(guaranteed("c", n)).build();
+    let first = |pod: &Pod| pod.spec.as_ref().unwrap().containers[0].clone();
+    // Three CPUs fit on node 0 (three free there) or node 1.
+    let three = pod("three", "3");
+    assert_eq!(
+        p.hints(&s, "three", &three, &first(&three)),
+        cpu(vec![
+            hint(&[0], true),
+            hint(&[1], true),
+            hint(&[0, 1], false)
+        ])
+    );
+    // Given node 1, its CPUs are taken, not the packed pick from node 0.
+    let cpus = p
+        .allocate(
+            &mut s,
+            "three",
+            &three,
+            &first(&three),
+            Some(BitMask::of([1])),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(p.topology.within(&cpus, BitMask::of([1])), cpus);
+    // Now five CPUs fit on no single node: only both together, preferred
+    // since no single node has five CPUs at all.
+    let five = pod("five", "4");
+    assert_eq!(
+        p.hints(&s, "five", &five, &first(&five)),
+        cpu(vec![hint(&[0, 1], false)]),
+        "four fit on one node of the machine, but on none now"
+    );
+    // A container that holds CPUs gets the hints of those; another count
+    // now cannot be placed.
+    assert_eq!(
+        p.hints(&s, "three", &three, &first(&three)),
+        cpu(vec![hint(&[1], true), hint(&[0, 1], false)])
+    );
+    let four = pod("three", "4");
+    assert_eq!(p.hints(&s, "three", &four, &first(&four)), cpu(vec![]));
+    // A BestEffort or fractional container has no preference.
+    let shared = PodBuilder::new("s").container(container("c")).build();
+    assert!(p.hints(&s, "s", &shared, &first(&shared)).is_empty());
+    // An affinity with too few CPUs is filled from elsewhere.
+    let two = pod("two", "2");
+    let cpus = p
+        .allocate(&mut s, "two", &two, &first(&two), Some(BitMask::of([1])))
+        .unwrap()
+        .unwrap();
+    assert_eq!(cpus.len(), 2);
+    assert_eq!(p.topology.within(&cpus, BitMask::of([1])).len(), 1);
+}
+
+#[test]
+fn a_pods_cpus_count_as_upstreams_pod_guaranteed_cpus() {
+    let mut sidecar = guaranteed("side", "1");
+    sidecar.restart_policy = Some("Always".into());
+    let pod = PodBuilder::new("p")
+        .init_container(guaranteed("init", "4"))
+        .init_container(sidecar)
+        .init_container(guaranteed("init2", "2"))
+        .container(guaranteed("a", "1"))
+        .container(guaranteed("b", "1"))
+        .build();
+    // max(init 4, sidecar 1 + init2 2, sidecar 1 + apps 2) = 4.
+    assert_eq!(pod_guaranteed_cpus(&pod), 4);
+    let (p, s) = policy(smt_topology(), "0", Options::default());
+    // Four fit on node 1 only (CPU 0, on node 0, is reserved).
+    let hints: Vec<_> = p.pod_hints(&s, "p", &pod)["cpu"]
+        .iter()
+        .flatten()
+        .map(|h| (h.affinity.map(|m| m.0), h.preferred))
+        .collect();
+    assert_eq!(hints, [(Some(0b10), true), (Some(0b11), false)]);
 }

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::AllocError;
+use crate::topologymanager::BitMask;
 
 /// Where one CPU sits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,20 @@ impl Topology {
     /// Every CPU.
     pub fn all(&self) -> BTreeSet<u32> {
         self.cpus.keys().copied().collect()
+    }
+
+    /// The NUMA nodes that have CPUs, lowest first.
+    pub fn numa_nodes(&self) -> Vec<u32> {
+        let nodes: BTreeSet<u32> = self.cpus.values().map(|c| c.numa).collect();
+        nodes.into_iter().collect()
+    }
+
+    /// The CPUs of `set` on the NUMA nodes of `mask`.
+    pub fn within(&self, set: &BTreeSet<u32>, mask: BitMask) -> BTreeSet<u32> {
+        set.iter()
+            .copied()
+            .filter(|cpu| self.cpus.get(cpu).is_some_and(|c| mask.is_set(c.numa)))
+            .collect()
     }
 
     /// How many of `set` each NUMA node has (every node, 0 included).

@@ -5,6 +5,17 @@ use kubelet_core::testing::{PodBuilder, container, resources};
 
 use super::*;
 
+impl CpuManager {
+    /// Admission's allocation under the `none` topology manager policy.
+    fn allocate_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), AllocError> {
+        self.release_stale(active);
+        for c in kubelet_core::podspec::init_and_regular_containers(pod) {
+            self.allocate(pod, c, None)?;
+        }
+        Ok(())
+    }
+}
+
 /// These machines: 2 CPUs, each its own core.
 fn two_cpus() -> Topology {
     Topology::from_sysfs(&kubelet_core::cpuset::parse("0-1").unwrap(), &[], |_| None)

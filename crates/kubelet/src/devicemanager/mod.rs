@@ -34,7 +34,9 @@ use kubelet_core::devices::checkpoint::{self, Data, NO_TOPOLOGY, PodDevicesEntry
 use kubelet_core::devices::{extended_limits, take_from};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::ExtendedResources;
-use kubelet_core::podspec::is_sidecar;
+use kubelet_core::podspec::{init_and_regular_containers, init_containers, is_sidecar};
+use kubelet_core::resources::pod_limits_without_overhead;
+use kubelet_core::topologymanager::{BitMask, Hint, ProviderHints, hints_over};
 use kubelet_core::types::PodUid;
 use kubelet_cri::v1 as cri;
 use kubelet_plugin_api::deviceplugin as api;
@@ -214,6 +216,68 @@ impl State {
                 .values()
                 .flat_map(|c| c.values())
                 .any(|r| r.contains_key(resource))
+    }
+
+    /// The hints for `requested` devices of `resource` (upstream's
+    /// GetTopologyHints for one resource): None when its devices say no
+    /// NUMA node; none possible when `held` (devices held already) is
+    /// another count, or too few are free.
+    fn resource_hints(
+        &self,
+        resource: &str,
+        requested: usize,
+        held: BTreeSet<String>,
+        reusable: BTreeSet<String>,
+        numa: &[u32],
+    ) -> Option<Vec<Hint>> {
+        let devices = &self.resources.get(resource)?.devices;
+        if !has_topology(devices) {
+            return None;
+        }
+        let (available, reusable) = if held.is_empty() {
+            let in_use = self.allocated().remove(resource).unwrap_or_default();
+            let healthy = &self.resources.get(resource)?.healthy;
+            let available: BTreeSet<String> = healthy.difference(&in_use).cloned().collect();
+            if available.union(&reusable).count() < requested {
+                return Some(Vec::new());
+            }
+            (available, reusable)
+        } else if held.len() != requested {
+            return Some(Vec::new());
+        } else {
+            (held, BTreeSet::new())
+        };
+        let nodes_of = |id: &String| -> Vec<u32> {
+            numa_nodes(devices.get(id))
+                .into_iter()
+                .filter_map(|n| u32::try_from(n).ok())
+                .collect()
+        };
+        // The NUMA nodes with devices, those the node knows of (upstream's
+        // deviceNUMANodes); all of them when none.
+        let mut nodes: BTreeSet<u32> = devices.keys().flat_map(nodes_of).collect();
+        nodes.retain(|n| numa.contains(n));
+        let nodes: Vec<u32> = if nodes.is_empty() {
+            numa.to_vec()
+        } else {
+            nodes.into_iter().collect()
+        };
+        let count_in = |mask: BitMask, ids: &mut dyn Iterator<Item = &String>| {
+            ids.filter(|id| mask.any_set(nodes_of(id))).count()
+        };
+        Some(hints_over(
+            &nodes,
+            requested,
+            |mask| count_in(mask, &mut devices.keys()),
+            |mask| {
+                let with_topology: Vec<&String> = reusable
+                    .iter()
+                    .filter(|id| !nodes_of(id).is_empty())
+                    .collect();
+                let outside = with_topology.iter().any(|id| !mask.any_set(nodes_of(id)));
+                (!outside).then(|| with_topology.len() + count_in(mask, &mut available.iter()))
+            },
+        ))
     }
 
     fn checkpoint(&self) -> Data {
@@ -516,19 +580,27 @@ impl DeviceManager {
     /// serves (admission only waits on plugins for those pods).
     pub fn wants_devices(&self, pod: &Pod) -> bool {
         let state = self.inner.state.lock();
-        all_containers(pod).any(|c| {
+        init_and_regular_containers(pod).any(|c| {
             extended_limits(c)
                 .keys()
                 .any(|r| state.is_device_plugin_resource(r))
         })
     }
 
-    /// Admission's allocation (upstream's topology manager admit with the
-    /// `none` policy): each init container then each container, in order;
-    /// the devices of an init container that runs to completion may be
-    /// taken again by those after it. `active` are the pods admitted and
-    /// not done: devices of any other pod are freed first.
-    pub async fn allocate_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), DeviceError> {
+    /// Admission's allocation for container `c` of `pod` (upstream's
+    /// Allocate, called by the topology manager's admission for each init
+    /// container then each container, in order), the devices on the NUMA
+    /// nodes of `affinity` first. The devices of an init container that
+    /// runs to completion may be taken again by those after it. `active`
+    /// are the pods admitted and not done: devices of any other pod are
+    /// freed first.
+    pub async fn allocate(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        active: &[Arc<Pod>],
+        affinity: Option<BitMask>,
+    ) -> Result<(), DeviceError> {
         let uid = PodUid::of(pod).to_string();
         {
             let mut state = self.inner.state.lock();
@@ -536,36 +608,85 @@ impl DeviceManager {
                 state.reuse = Some((uid.clone(), BTreeMap::new()));
             }
         }
-        let spec = pod.spec.as_ref();
-        let inits = spec
-            .and_then(|s| s.init_containers.as_deref())
-            .unwrap_or(&[]);
-        let containers = spec.map(|s| s.containers.as_slice()).unwrap_or(&[]);
-        for (c, init) in inits
-            .iter()
-            .map(|c| (c, true))
-            .chain(containers.iter().map(|c| (c, false)))
-        {
-            self.allocate_container(pod, c, Some(active)).await?;
-            let mut state = self.inner.state.lock();
-            let held: BTreeMap<String, BTreeSet<String>> = state
-                .pods
-                .get(&uid)
-                .and_then(|cs| cs.get(&c.name))
-                .map(|res| res.iter().map(|(r, a)| (r.clone(), a.devices())).collect())
-                .unwrap_or_default();
-            if let Some((_, reuse)) = state.reuse.as_mut() {
-                for (resource, ids) in held {
-                    let set = reuse.entry(resource).or_default();
-                    if init && !is_sidecar(c) {
-                        set.extend(ids);
-                    } else {
-                        set.retain(|id| !ids.contains(id));
-                    }
+        self.allocate_container(pod, c, Some(active), affinity)
+            .await?;
+        let init = init_containers(pod).iter().any(|i| i.name == c.name);
+        let mut state = self.inner.state.lock();
+        let held: BTreeMap<String, BTreeSet<String>> = state
+            .pods
+            .get(&uid)
+            .and_then(|cs| cs.get(&c.name))
+            .map(|res| res.iter().map(|(r, a)| (r.clone(), a.devices())).collect())
+            .unwrap_or_default();
+        if let Some((_, reuse)) = state.reuse.as_mut() {
+            for (resource, ids) in held {
+                let set = reuse.entry(resource).or_default();
+                if init && !is_sidecar(c) {
+                    set.extend(ids);
+                } else {
+                    set.retain(|id| !ids.contains(id));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Where container `c` of `pod` could have its devices, over the
+    /// node's NUMA nodes `numa` (upstream's GetTopologyHints): for each
+    /// plugin resource it asks, none for one whose devices say no NUMA
+    /// node; for devices it holds already (a restart), the hints of those.
+    pub fn hints(&self, pod: &Pod, c: &Container, numa: &[u32]) -> ProviderHints {
+        let uid = PodUid::of(pod).to_string();
+        let state = self.inner.state.lock();
+        let mut out = ProviderHints::new();
+        for (resource, requested) in extended_limits(c) {
+            if !state.is_device_plugin_resource(&resource) {
+                continue;
+            }
+            let held = state
+                .pods
+                .get(&uid)
+                .and_then(|cs| cs.get(&c.name))
+                .and_then(|rs| rs.get(&resource))
+                .map(Allocation::devices)
+                .unwrap_or_default();
+            let reusable = state
+                .reuse
+                .as_ref()
+                .filter(|(u, _)| *u == uid)
+                .and_then(|(_, m)| m.get(&resource))
+                .cloned()
+                .unwrap_or_default();
+            let hints = state.resource_hints(&resource, requested, held, reusable, numa);
+            out.insert(resource, hints);
+        }
+        out
+    }
+
+    /// Where the whole pod could have its devices (upstream's
+    /// GetPodTopologyHints, the pod scope): each resource as the pod's
+    /// limits count it.
+    pub fn pod_hints(&self, pod: &Pod, numa: &[u32]) -> ProviderHints {
+        let uid = PodUid::of(pod).to_string();
+        let state = self.inner.state.lock();
+        let mut out = ProviderHints::new();
+        for (resource, requested) in pod_limits_without_overhead(pod) {
+            if !state.is_device_plugin_resource(&resource) {
+                continue;
+            }
+            let held: BTreeSet<String> = state
+                .pods
+                .get(&uid)
+                .into_iter()
+                .flat_map(|cs| cs.values())
+                .filter_map(|rs| rs.get(&resource))
+                .flat_map(Allocation::devices)
+                .collect();
+            let requested = usize::try_from(requested).unwrap_or(0);
+            let hints = state.resource_hints(&resource, requested, held, BTreeSet::new(), numa);
+            out.insert(resource, hints);
+        }
+        out
     }
 
     /// Whether any container holds devices.
@@ -597,6 +718,7 @@ impl DeviceManager {
         pod: &Pod,
         c: &Container,
         active: Option<&[Arc<Pod>]>,
+        affinity: Option<BitMask>,
     ) -> Result<(), DeviceError> {
         let uid = PodUid::of(pod).to_string();
         let mut freed = false;
@@ -610,7 +732,7 @@ impl DeviceManager {
                 freed = true;
             }
             let Some(ids) = self
-                .devices_to_allocate(&uid, &c.name, &resource, needed)
+                .devices_to_allocate(&uid, &c.name, &resource, needed, affinity)
                 .await?
             else {
                 continue;
@@ -634,23 +756,12 @@ impl DeviceManager {
                     devices_ids: ids.iter().cloned().collect(),
                 }],
             };
-            let answer =
-                tokio::time::timeout(ALLOCATE_TIMEOUT, plugin.client.allocate(request)).await;
+            let answer = within(ALLOCATE_TIMEOUT, plugin.client.allocate(request)).await;
             self.inner
                 .metrics
                 .device_plugin_alloc_duration
                 .observe_duration(&[&resource], started.elapsed());
-            let response = match answer {
-                Ok(Ok(r)) => r.into_inner(),
-                Ok(Err(status)) => {
-                    return Err(DeviceError::Allocate(status));
-                }
-                Err(_) => {
-                    return Err(DeviceError::Allocate(tonic::Status::deadline_exceeded(
-                        "context deadline exceeded",
-                    )));
-                }
-            };
+            let response = answer.map_err(DeviceError::Allocate)?.into_inner();
             let Some(first) = response.container_responses.first().cloned() else {
                 return Err(DeviceError::EmptyResponse(format!("{response:?}")));
             };
@@ -683,15 +794,17 @@ impl DeviceManager {
     }
 
     /// Which devices the container takes of `resource` (upstream's
-    /// devicesToAllocate); None when it needs none now.
+    /// devicesToAllocate), those on the NUMA nodes of `affinity` first;
+    /// None when it needs none now.
     async fn devices_to_allocate(
         &self,
         uid: &str,
         container: &str,
         resource: &str,
         required: usize,
+        affinity: Option<BitMask>,
     ) -> Result<Option<BTreeSet<String>>, DeviceError> {
-        let (available, mut taken, preferred_from) = {
+        let (available, mut taken, preferred_from, devices) = {
             let mut state = self.inner.state.lock();
             let pre = state
                 .pods
@@ -764,40 +877,34 @@ impl DeviceManager {
                     available: available.len(),
                 });
             }
-            (available, taken, preferred_from)
+            (available, taken, preferred_from, r.devices.clone())
         };
-        if let Some(mut plugin) = preferred_from {
-            let request = api::PreferredAllocationRequest {
-                container_requests: vec![api::ContainerPreferredAllocationRequest {
-                    available_device_i_ds: available.union(&taken).cloned().collect(),
-                    must_include_device_i_ds: taken.iter().cloned().collect(),
-                    allocation_size: required as i32,
-                }],
-            };
-            let answer = tokio::time::timeout(
-                ALLOCATE_TIMEOUT,
-                plugin.client.get_preferred_allocation(request),
-            )
-            .await
-            .unwrap_or_else(|_| {
-                Err(tonic::Status::deadline_exceeded(
-                    "context deadline exceeded",
-                ))
-            })
-            .map_err(DeviceError::Preferred)?
-            .into_inner();
-            let preferred: BTreeSet<String> = answer
-                .container_responses
-                .first()
-                .map(|r| r.device_i_ds.iter().cloned().collect())
-                .unwrap_or_default();
-            let preferred: BTreeSet<String> = preferred.intersection(&available).cloned().collect();
-            if take_from(required, &mut taken, &preferred) {
+        let (aligned, unaligned, loose) = split_by_affinity(&devices, &available, affinity);
+        // Upstream's order: the affinity's devices (the plugin's preferred
+        // first when they are more than needed), then the plugin's
+        // preferred, then the other nodes', then those on no node.
+        if required - taken.len() < aligned.len() {
+            let from: BTreeSet<String> = aligned.union(&taken).cloned().collect();
+            let preferred = preferred_allocation(preferred_from, from, &taken, required).await?;
+            let preferred = preferred.intersection(&aligned).cloned().collect();
+            if take_from(required, &mut taken, &preferred)
+                || take_from(required, &mut taken, &aligned)
+            {
                 return Ok(Some(taken));
             }
-        }
-        if take_from(required, &mut taken, &available) {
-            return Ok(Some(taken));
+        } else {
+            if take_from(required, &mut taken, &aligned) {
+                return Ok(Some(taken));
+            }
+            let from: BTreeSet<String> = available.union(&taken).cloned().collect();
+            let preferred = preferred_allocation(preferred_from, from, &taken, required).await?;
+            let preferred = preferred.intersection(&available).cloned().collect();
+            if [&preferred, &unaligned, &loose]
+                .into_iter()
+                .any(|from| take_from(required, &mut taken, from))
+            {
+                return Ok(Some(taken));
+            }
         }
         Err(DeviceError::Short {
             requested: required,
@@ -831,7 +938,7 @@ impl DeviceManager {
         }
         if reallocate {
             tracing::info!(pod = %kubelet_core::types::pod_full_name(pod), container = %c.name, "Needs to re-allocate device plugin resources for pod");
-            self.allocate_container(pod, c, None).await?;
+            self.allocate_container(pod, c, None, None).await?;
         }
         let state = self.inner.state.lock();
         Ok(state
@@ -876,16 +983,11 @@ impl DeviceManager {
         let request = api::PreStartContainerRequest {
             devices_ids: ids.into_iter().collect(),
         };
-        tokio::time::timeout(
+        within(
             PRE_START_TIMEOUT,
             plugin.client.pre_start_container(request),
         )
         .await
-        .unwrap_or_else(|_| {
-            Err(tonic::Status::deadline_exceeded(
-                "context deadline exceeded",
-            ))
-        })
         .map_err(DeviceError::PreStart)?;
         Ok(())
     }
@@ -977,12 +1079,84 @@ impl DeviceManager {
     }
 }
 
-fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    spec.and_then(|s| s.init_containers.as_deref())
-        .unwrap_or(&[])
-        .iter()
-        .chain(spec.map(|s| s.containers.as_slice()).unwrap_or(&[]))
+/// A call to a plugin, ended at `limit` as upstream's context deadline
+/// ends it.
+async fn within<T>(
+    limit: Duration,
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> Result<T, tonic::Status> {
+    tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+        Err(tonic::Status::deadline_exceeded(
+            "context deadline exceeded",
+        ))
+    })
+}
+
+/// The plugin's preferred devices among `available` (upstream's
+/// callGetPreferredAllocationIfAvailable): none when it offers no choice.
+async fn preferred_allocation(
+    plugin: Option<Plugin>,
+    available: BTreeSet<String>,
+    must_include: &BTreeSet<String>,
+    size: usize,
+) -> Result<BTreeSet<String>, DeviceError> {
+    let Some(mut plugin) = plugin else {
+        return Ok(BTreeSet::new());
+    };
+    let request = api::PreferredAllocationRequest {
+        container_requests: vec![api::ContainerPreferredAllocationRequest {
+            available_device_i_ds: available.into_iter().collect(),
+            must_include_device_i_ds: must_include.iter().cloned().collect(),
+            allocation_size: i32::try_from(size).unwrap_or(i32::MAX),
+        }],
+    };
+    let answer = within(
+        ALLOCATE_TIMEOUT,
+        plugin.client.get_preferred_allocation(request),
+    )
+    .await
+    .map_err(DeviceError::Preferred)?
+    .into_inner();
+    Ok(answer
+        .container_responses
+        .first()
+        .map(|r| r.device_i_ds.iter().cloned().collect())
+        .unwrap_or_default())
+}
+
+/// `available` split as upstream's filterByAffinity: the devices on a
+/// NUMA node of the affinity, those on other nodes only, those on none.
+/// Without an affinity or devices with a topology, all are in the last.
+fn split_by_affinity(
+    devices: &BTreeMap<String, api::Device>,
+    available: &BTreeSet<String>,
+    affinity: Option<BitMask>,
+) -> (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>) {
+    let (mut aligned, mut unaligned, mut loose) = Default::default();
+    let Some(mask) = affinity.filter(|_| has_topology(devices)) else {
+        return (aligned, unaligned, available.clone());
+    };
+    for id in available {
+        let nodes = numa_nodes(devices.get(id));
+        let set: &mut BTreeSet<String> = if nodes.is_empty() {
+            &mut loose
+        } else if nodes
+            .iter()
+            .any(|n| u32::try_from(*n).is_ok_and(|n| mask.is_set(n)))
+        {
+            &mut aligned
+        } else {
+            &mut unaligned
+        };
+        set.insert(id.clone());
+    }
+    (aligned, unaligned, loose)
+}
+
+/// Whether any device of a resource says which NUMA nodes it is on
+/// (upstream's deviceHasTopologyAlignment).
+fn has_topology(devices: &BTreeMap<String, api::Device>) -> bool {
+    devices.values().any(|d| !numa_nodes(Some(d)).is_empty())
 }
 
 fn numa_nodes(d: Option<&api::Device>) -> Vec<i64> {

@@ -15,6 +15,17 @@ use tonic::Status;
 use super::*;
 use crate::testutil::until;
 
+impl DeviceManager {
+    /// Admission's allocation under the `none` topology manager policy:
+    /// each container in turn, without affinity.
+    async fn allocate_pod(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), DeviceError> {
+        for c in init_and_regular_containers(pod) {
+            self.allocate(pod, c, active, None).await?;
+        }
+        Ok(())
+    }
+}
+
 const RESOURCE: &str = "example.com/resource";
 
 /// A device manager serving its registration socket under a temporary

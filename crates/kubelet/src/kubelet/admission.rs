@@ -19,14 +19,13 @@ use crate::events::{Involved, WARNING};
 impl Kubelet {
     /// Admission of an API pod, in upstream's order: the eviction manager's
     /// (no pod but critical ones under pressure), its sysctls, its devices'
-    /// allocation, then against this node and the pods active on it, then
+    /// and CPUs' allocation (the topology manager's), then against this node and the pods active on it, then
     /// AppArmor, then the shutdown manager's (no pod while the node shuts
     /// down).
     pub(super) async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
         admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
-        self.allocate_cpus(pod)?;
-        self.allocate_devices(pod).await?;
+        self.allocate_resources(pod).await?;
         self.admit_to_node(pod)?;
         apparmor_admission(pod, self.apparmor).map_err(|message| Rejection {
             reason: "AppArmor".into(),
@@ -35,45 +34,15 @@ impl Kubelet {
         self.shutdown.admit()
     }
 
-    /// Give the pod's containers their exclusive CPUs under the static
-    /// CPU manager (upstream's topology manager admit handler, CPU manager
-    /// first); a failure refuses the pod with upstream's reason.
-    fn allocate_cpus(&self, pod: &Pod) -> Result<(), Rejection> {
-        let mut active = self.active_pods();
-        active.push(Arc::new(pod.clone()));
-        self.syncer
-            .runtime
-            .cpus()
-            .allocate_pod(pod, &active)
-            .map_err(|e| {
-                let (reason, message) = e.rejection();
-                Rejection {
-                    reason: reason.into(),
-                    message,
-                }
-            })
-    }
-
-    /// Allocate the devices the pod's containers ask of device plugins
-    /// (upstream's allocate-resources admit handler); a failure refuses it
-    /// with upstream's UnexpectedAdmissionError. Only a pod asking for a
-    /// plugin's resource waits on a plugin.
-    async fn allocate_devices(&self, pod: &Pod) -> Result<(), Rejection> {
-        let devices = self.syncer.runtime.devices();
-        if !devices.wants_devices(pod) {
-            return Ok(());
-        }
+    /// The pod's devices and exclusive CPUs, aligned as the topology
+    /// manager's policy wants (upstream's allocate-resources admit
+    /// handler); a failure refuses the pod with upstream's reason.
+    async fn allocate_resources(&self, pod: &Pod) -> Result<(), Rejection> {
         // The pod being admitted is active too (upstream's pod manager has
-        // it by now): its containers' devices so far are kept.
+        // it by now): what its containers hold so far is kept.
         let mut active = self.active_pods();
         active.push(Arc::new(pod.clone()));
-        devices
-            .allocate_pod(pod, &active)
-            .await
-            .map_err(|e| Rejection {
-                reason: "UnexpectedAdmissionError".into(),
-                message: format!("Allocate failed due to {e}, which is unexpected"),
-            })
+        self.topology.admit(pod, &active).await
     }
 
     /// A pod whose spec resources may have changed (a resize): admitted

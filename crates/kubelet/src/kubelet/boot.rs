@@ -52,10 +52,14 @@ impl Kubelet {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(e));
         }
+        // The topology manager first, as upstream makes it before the
+        // CPU manager.
+        let topology = self.topology.clone();
         let cpus = self.syncer.runtime.cpus().clone();
-        let started = kubelet_tasks::off_thread(move || cpus.start())
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
+        let started =
+            kubelet_tasks::off_thread(move || topology.start().and_then(|()| cpus.start()))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
         if let Err(e) = started {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(crate::cm::CmError::Config(

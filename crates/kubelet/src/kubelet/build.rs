@@ -214,6 +214,16 @@ impl Kubelet {
             &opts.root_dir,
             opts.metrics.clone(),
         );
+        let topology = crate::topologymanager::TopologyManager::new(
+            crate::topologymanager::TopologySettings {
+                policy: cfg.topology_manager_policy.clone(),
+                scope: cfg.topology_manager_scope.clone(),
+                options: cfg.topology_manager_policy_options.clone(),
+            },
+            opts.numa.clone(),
+            (devices.clone(), cpus.clone()),
+            opts.metrics.clone(),
+        );
         let runtime = RuntimeManager::new(
             cri,
             runtime_host(
@@ -317,6 +327,7 @@ impl Kubelet {
             runtime_version: Arc::default(),
             rejected: Mutex::default(),
             sysctls,
+            topology,
             apparmor: apparmor_on_host(),
             image_gc,
             image_gc_periodic,

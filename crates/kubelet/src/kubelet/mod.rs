@@ -89,6 +89,9 @@ pub struct KubeletOptions {
     /// The CPUs' sockets, cores and NUMA nodes (the static CPU manager's
     /// choice), from sysfs.
     pub cpu_topology: kubelet_core::cpumanager::Topology,
+    /// The NUMA nodes and their distances (the topology manager's), from
+    /// sysfs.
+    pub numa: kubelet_core::topologymanager::NumaInfo,
     /// How the node registers, when an API server is configured.
     pub registration: Option<NodeRegistration>,
     /// The metrics registry every part records into (`/metrics`).
@@ -147,6 +150,7 @@ impl KubeletOptions {
             swap_controller: crate::cm::swap_controller(cgroups.layout.as_ref()),
             node_cpu_cores,
             cpu_topology: crate::cpumanager::host_topology(),
+            numa: crate::topologymanager::host_numa(),
             registration: None,
             clock: Clock::System,
             cgroups,
@@ -216,6 +220,8 @@ pub struct Kubelet {
     rejected: Mutex<std::collections::HashSet<PodUid>>,
     /// The sysctls pods may set (the safe ones and allowedUnsafeSysctls).
     sysctls: Allowlist,
+    /// The topology manager: admission's allocation of devices and CPUs.
+    topology: crate::topologymanager::TopologyManager,
     /// Whether this host can enforce AppArmor profiles, and if not why.
     apparmor: Result<(), &'static str>,
     /// Image garbage collection: periodic unless the configuration turns
