@@ -66,6 +66,10 @@ pub const HONOURED: &[&str] = &[
     "ReloadKubeletServerCertificateFile",
     "ResourceHealthStatus",
     "RotateKubeletServerCertificate",
+    // No topology manager option of v1.37.2 is alpha or beta: either value
+    // changes nothing, in upstream's kubelet as in rkubelet.
+    "TopologyManagerPolicyAlphaOptions",
+    "TopologyManagerPolicyBetaOptions",
     // Windows nodes' only: either value is a Linux kubelet's behaviour.
     "WindowsGracefulNodeShutdown",
 ];
@@ -266,6 +270,14 @@ mod tests {
             (
                 "an honoured gate off",
                 set(&[("ReloadKubeletServerCertificateFile", false)]),
+                Ok(()),
+            ),
+            (
+                "the topology manager's option gates, which change nothing",
+                set(&[
+                    ("TopologyManagerPolicyAlphaOptions", true),
+                    ("TopologyManagerPolicyBetaOptions", false),
+                ]),
                 Ok(()),
             ),
         ] {

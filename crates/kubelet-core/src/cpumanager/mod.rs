@@ -41,12 +41,14 @@ pub struct Options {
 }
 
 /// Upstream's options that rkubelet does not implement yet: refused by name.
-const NOT_YET: [&str; 4] = [
+const NOT_YET: [&str; 2] = [
     "distribute-cpus-across-numa",
-    "align-by-socket",
-    "distribute-cpus-across-cores",
     "prefer-align-cpus-by-uncorecache",
 ];
+
+/// Upstream's alpha options: refused as upstream refuses them while
+/// CPUManagerPolicyAlphaOptions is off (rkubelet keeps that gate off).
+const ALPHA: [&str; 2] = ["align-by-socket", "distribute-cpus-across-cores"];
 
 impl Options {
     /// Parse cpuManagerPolicyOptions with upstream's messages.
@@ -58,6 +60,11 @@ impl Options {
             let flag = match name.as_str() {
                 "full-pcpus-only" => &mut out.full_pcpus_only,
                 "strict-cpu-reservation" => &mut out.strict_cpu_reservation,
+                n if ALPHA.contains(&n) => {
+                    return Err(format!(
+                        "CPU Manager Policy Alpha-level Options not enabled, but option {n:?} provided"
+                    ));
+                }
                 n if NOT_YET.contains(&n) => {
                     return Err(format!(
                         "cpuManagerPolicyOptions {n:?}: not supported by rkubelet yet"

@@ -351,8 +351,12 @@ fn options_parse_with_upstreams_messages() {
         Err(r#"unknown CPU Manager Policy option: "fast""#.into())
     );
     assert_eq!(
+        opts(&[("distribute-cpus-across-numa", "true")]),
+        Err(r#"cpuManagerPolicyOptions "distribute-cpus-across-numa": not supported by rkubelet yet"#.into())
+    );
+    assert_eq!(
         opts(&[("align-by-socket", "true")]),
-        Err(r#"cpuManagerPolicyOptions "align-by-socket": not supported by rkubelet yet"#.into())
+        Err(r#"CPU Manager Policy Alpha-level Options not enabled, but option "align-by-socket" provided"#.into())
     );
 }
 
