@@ -445,3 +445,99 @@ fn a_pods_cpus_count_as_upstreams_pod_guaranteed_cpus() {
         .collect();
     assert_eq!(hints, [(Some(0b10), true), (Some(0b11), false)]);
 }
+
+/// takeByTopology as v1.37.2's static policy answers: the CPUs each
+/// Guaranteed pod of a sequence gets on four topologies, printed by
+/// upstream's own NewStaticPolicy and Allocate (a throwaway Go program over
+/// the k8s.io/kubernetes module) with the same reservations.
+#[test]
+fn allocations_match_upstreams_on_sub_numa_smt_and_flat_topologies() {
+    // Each core: (socket, NUMA node, its CPUs).
+    let build = |cores: Vec<(u32, u32, Vec<u32>)>| Topology {
+        cpus: cores
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, (socket, numa, threads))| {
+                threads.into_iter().map(move |id| {
+                    let core = i as u32;
+                    (id, topology::Cpu { socket, core, numa })
+                })
+            })
+            .collect(),
+    };
+    // A: 2 sockets, 2 NUMA nodes in each, 2 cores per node, SMT (c, c+8).
+    let a = build((0..8).map(|c| (c / 4, c / 2, vec![c, c + 8])).collect());
+    // B: 2 sockets of 2 cores, a NUMA node each, SMT (c, c+4).
+    let b = build((0..4).map(|c| (c / 2, c / 2, vec![c, c + 4])).collect());
+    // C: 1 socket, 2 NUMA nodes of 2 cores, SMT (c, c+4).
+    let c = build((0..4).map(|c| (0, c / 2, vec![c, c + 4])).collect());
+    // D: 2 sockets of 2 cores, one NUMA node, no SMT.
+    let d = build((0..4).map(|c| (c / 2, 0, vec![c])).collect());
+    let machines = [
+        ("A", a, 1000),
+        ("B", b, 1000),
+        ("C", c, 2000),
+        ("D", d, 1000),
+    ];
+    let cases: &[(&str, &[usize], &[&str])] = &[
+        (
+            "A",
+            &[1, 2, 4, 3, 1],
+            &["8", "1,9", "2-3,10-11", "4-5,12", "13"],
+        ),
+        (
+            "B",
+            &[1, 2, 4, 3, 1],
+            &["4", "1,5", "2-3,6-7", "err", "err"],
+        ),
+        ("C", &[1, 2, 4, 3, 1], &["1", "2,6", "err", "3,5,7", "err"]),
+        ("D", &[1, 2, 4, 3, 1], &["1", "2-3", "err", "err", "err"]),
+        ("A", &[4, 1, 1, 2], &["2-3,10-11", "8", "1", "4,12"]),
+        ("B", &[4, 1, 1, 2], &["2-3,6-7", "4", "1", "err"]),
+        ("C", &[4, 1, 1, 2], &["2-3,6-7", "1", "5", "err"]),
+        ("D", &[4, 1, 1, 2], &["err", "1", "2", "err"]),
+        ("A", &[8, 1, 3], &["4-7,12-15", "8", "1-2,9"]),
+        ("B", &[8, 1, 3], &["err", "4", "1-2,5"]),
+        ("C", &[8, 1, 3], &["err", "1", "2,5-6"]),
+        ("D", &[8, 1, 3], &["err", "1", "err"]),
+        (
+            "A",
+            &[2, 2, 2, 2, 2],
+            &["1,9", "2,10", "3,11", "4,12", "5,13"],
+        ),
+        ("B", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
+        ("C", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
+        ("D", &[2, 2, 2, 2, 2], &["2-3", "err", "err", "err", "err"]),
+        ("A", &[3, 5, 1], &["1,8-9", "2-4,10-11", "12"]),
+        ("B", &[3, 5, 1], &["1,4-5", "err", "2"]),
+        ("C", &[3, 5, 1], &["1-2,5", "err", "6"]),
+        ("D", &[3, 5, 1], &["1-3", "err", "err"]),
+    ];
+    for (machine, requests, want) in cases {
+        let (_, topology, reserve) = machines.iter().find(|(n, _, _)| n == machine).unwrap();
+        let reserved = reserved_cpus(topology, &BTreeSet::new(), *reserve).unwrap();
+        let p = StaticPolicy {
+            topology: topology.clone(),
+            reserved,
+            options: Options::default(),
+        };
+        let mut s = CpuState::new(STATIC, BTreeSet::new());
+        p.validate(&mut s).unwrap();
+        let got: Vec<String> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let pod = PodBuilder::new(&format!("p{i}"))
+                    .container(guaranteed("c", &n.to_string()))
+                    .build();
+                let c = pod.spec.as_ref().unwrap().containers[0].clone();
+                match p.allocate(&mut s, &format!("p{i}"), &pod, &c, None) {
+                    Ok(Some(cpus)) => cpuset::format(&cpus),
+                    Ok(None) => "none".into(),
+                    Err(_) => "err".into(),
+                }
+            })
+            .collect();
+        assert_eq!(got, *want, "{machine} {requests:?}");
+    }
+}

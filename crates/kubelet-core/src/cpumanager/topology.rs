@@ -116,10 +116,12 @@ impl Topology {
             .collect()
     }
 
-    /// Take `n` of `available` packed as upstream's takeByTopology: whole
-    /// free sockets first, then whole free cores, then single CPUs, each
-    /// time from the socket and core with the fewest free CPUs (ties: the
-    /// lowest ID), so that what stays free stays whole.
+    /// Take `n` of `available` packed as upstream's takeByTopology
+    /// (takeByTopologyNUMAPacked): whole free NUMA nodes then whole free
+    /// sockets (sockets first when a socket holds several NUMA nodes), then
+    /// whole free cores, then single CPUs core by core; at each level the
+    /// units with the fewest free CPUs first (ties: the lowest ID), so that
+    /// what stays free stays whole.
     pub fn take(&self, available: &BTreeSet<u32>, n: usize) -> Result<BTreeSet<u32>, AllocError> {
         if n > available.len() {
             return Err(AllocError::NotEnough {
@@ -127,59 +129,171 @@ impl Topology {
                 available: available.len(),
             });
         }
-        let mut free: BTreeSet<u32> = available.clone();
-        let mut taken = BTreeSet::new();
-        let all = self.all();
-        let group = |key: &dyn Fn(&Cpu) -> (u32, u32), within: &BTreeSet<u32>| {
-            let mut out: BTreeMap<(u32, u32), BTreeSet<u32>> = BTreeMap::new();
-            for cpu in within {
-                if let Some(c) = self.cpus.get(cpu) {
-                    out.entry(key(c)).or_default().insert(*cpu);
-                }
-            }
-            out
+        let mut acc = Accumulator {
+            topo: self,
+            cores: self.core_ids(),
+            numa_first: self.count(|c| c.socket) >= self.count(|c| c.numa),
+            free: available.clone(),
+            taken: BTreeSet::new(),
+            needed: n,
         };
-        let socket = |c: &Cpu| (c.socket, 0);
-        let core = |c: &Cpu| (c.socket, c.core);
-        // Whole sockets, then whole cores: a unit is taken when all of its
-        // CPUs are free and it fits in what is still asked.
-        for key in [&socket as &dyn Fn(&Cpu) -> (u32, u32), &core] {
-            let whole = group(key, &all);
-            let free_in_socket = group(&socket, &free);
-            let mut units: Vec<_> = group(key, &free).into_iter().collect();
-            // Fullest socket first (a stable sort: then by ID).
-            units.sort_by_key(|((s, _), _)| free_in_socket.get(&(*s, 0)).map_or(0, BTreeSet::len));
-            for (unit, cpus) in units {
-                let remaining = n - taken.len();
-                if cpus.len() <= remaining && whole.get(&unit) == Some(&cpus) {
-                    free.retain(|c| !cpus.contains(c));
-                    taken.extend(cpus);
+        let (first, second) = if acc.numa_first {
+            (Level::Numa, Level::Socket)
+        } else {
+            (Level::Socket, Level::Numa)
+        };
+        for level in [first, second, Level::Core] {
+            if acc.needed == 0 {
+                return Ok(acc.taken);
+            }
+            acc.take_whole(level);
+        }
+        // Single CPUs, core by core in the cores' order.
+        let order: Vec<u32> = acc
+            .sorted(Level::Core)
+            .into_iter()
+            .flat_map(|core| acc.cpus_of(Level::Core, core, &acc.free))
+            .collect();
+        for cpu in order.into_iter().take(acc.needed) {
+            acc.free.remove(&cpu);
+            acc.taken.insert(cpu);
+        }
+        Ok(acc.taken)
+    }
+
+    /// How many distinct values `key` takes over the CPUs (sockets, NUMA
+    /// nodes).
+    fn count(&self, key: impl Fn(&Cpu) -> u32) -> usize {
+        self.cpus.values().map(key).collect::<BTreeSet<u32>>().len()
+    }
+
+    /// Each CPU's core, named by its lowest CPU (upstream's unique core ID).
+    fn core_ids(&self) -> BTreeMap<u32, u32> {
+        let mut lowest: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+        for (id, c) in &self.cpus {
+            lowest.entry((c.socket, c.core)).or_insert(*id);
+        }
+        self.cpus
+            .iter()
+            .map(|(id, c)| (*id, lowest[&(c.socket, c.core)]))
+            .collect()
+    }
+}
+
+/// The units CPUs are taken by.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Numa,
+    Socket,
+    Core,
+}
+
+/// Upstream's cpuAccumulator: what is still free, taken and needed.
+struct Accumulator<'a> {
+    topo: &'a Topology,
+    cores: BTreeMap<u32, u32>,
+    /// Upstream's "numaFirst" order: NUMA nodes, then sockets in them,
+    /// then cores in those (a node holds whole sockets); else sockets,
+    /// NUMA nodes in them, cores in those.
+    numa_first: bool,
+    free: BTreeSet<u32>,
+    taken: BTreeSet<u32>,
+    needed: usize,
+}
+
+impl Accumulator<'_> {
+    fn unit(&self, level: Level, cpu: u32) -> Option<u32> {
+        let c = self.topo.cpus.get(&cpu)?;
+        Some(match level {
+            Level::Numa => c.numa,
+            Level::Socket => c.socket,
+            Level::Core => self.cores[&cpu],
+        })
+    }
+
+    /// The CPUs of `within` in unit `id` of `level`.
+    fn cpus_of(&self, level: Level, id: u32, within: &BTreeSet<u32>) -> Vec<u32> {
+        within
+            .iter()
+            .copied()
+            .filter(|cpu| self.unit(level, *cpu) == Some(id))
+            .collect()
+    }
+
+    /// The units of `level` with free CPUs among `within`, fewest free CPUs
+    /// first, then by ID.
+    fn sort_units(&self, level: Level, within: &BTreeSet<u32>) -> Vec<u32> {
+        let mut units: Vec<u32> = within
+            .iter()
+            .filter_map(|cpu| self.unit(level, *cpu))
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .collect();
+        units.sort_by_key(|id| (self.cpus_of(level, *id, &self.free).len(), *id));
+        units
+    }
+
+    /// The units of `level` in upstream's order for this topology.
+    fn sorted(&self, level: Level) -> Vec<u32> {
+        let (outer, inner) = if self.numa_first {
+            (Level::Numa, Level::Socket)
+        } else {
+            (Level::Socket, Level::Numa)
+        };
+        let mut out = Vec::new();
+        let mut add = |ids: Vec<u32>| {
+            for id in ids {
+                if !out.contains(&id) {
+                    out.push(id);
+                }
+            }
+        };
+        // Each level's units within the one above, in its order.
+        let within = |parent: Level, id: u32| -> BTreeSet<u32> {
+            self.cpus_of(parent, id, &self.free).into_iter().collect()
+        };
+        if level == outer {
+            add(self.sort_units(level, &self.free));
+        } else if level == inner {
+            for parent in self.sort_units(outer, &self.free) {
+                add(self.sort_units(level, &within(outer, parent)));
+            }
+        } else {
+            for parent in self.sorted(inner) {
+                add(self.sort_units(level, &within(inner, parent)));
+            }
+        }
+        out
+    }
+
+    /// Whether every CPU of unit `id` of `level` is free (upstream compares
+    /// a socket with CPUs per socket, a core with CPUs per core).
+    fn is_whole(&self, level: Level, id: u32) -> bool {
+        let free = self.cpus_of(level, id, &self.free).len();
+        let all = self.topo.cpus.len();
+        free == match level {
+            Level::Numa => self.cpus_of(level, id, &self.topo.all()).len(),
+            Level::Socket => all / self.topo.count(|c| c.socket).max(1),
+            Level::Core => self.topo.cpus_per_core(),
+        }
+    }
+
+    /// Take every whole free unit of `level` that still fits.
+    fn take_whole(&mut self, level: Level) {
+        let whole: Vec<u32> = self
+            .sorted(level)
+            .into_iter()
+            .filter(|id| self.is_whole(level, *id))
+            .collect();
+        for id in whole {
+            let cpus = self.cpus_of(level, id, &self.topo.all());
+            if cpus.len() <= self.needed {
+                self.needed -= cpus.len();
+                for cpu in cpus {
+                    self.free.remove(&cpu);
+                    self.taken.insert(cpu);
                 }
             }
         }
-        // Single CPUs: from the fullest socket, then the fullest core.
-        while taken.len() < n {
-            let sockets = group(&socket, &free);
-            let cores = group(&core, &free);
-            let next = free
-                .iter()
-                .copied()
-                .min_by_key(|cpu| {
-                    let c = self.cpus.get(cpu).copied().unwrap_or(Cpu {
-                        socket: 0,
-                        core: *cpu,
-                        numa: 0,
-                    });
-                    (
-                        sockets.get(&(c.socket, 0)).map_or(0, BTreeSet::len),
-                        cores.get(&(c.socket, c.core)).map_or(0, BTreeSet::len),
-                        *cpu,
-                    )
-                })
-                .expect("n <= available");
-            free.remove(&next);
-            taken.insert(next);
-        }
-        Ok(taken)
     }
 }
