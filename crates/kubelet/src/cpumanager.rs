@@ -146,8 +146,12 @@ impl CpuManager {
             STATIC => {
                 let options = Options::parse(&s.options)
                     .map_err(|e| format!("new static policy error: {e}"))?;
-                let reserved =
-                    reserved_cpus(&self.0.topology, &s.reserved_system_cpus, s.reserve_millis)?;
+                let reserved = reserved_cpus(
+                    &self.0.topology,
+                    options,
+                    &s.reserved_system_cpus,
+                    s.reserve_millis,
+                )?;
                 tracing::info!(reserved = %kubelet_core::cpuset::format(&reserved), ?options, "Reserved CPUs not available for exclusive assignment");
                 Some(StaticPolicy {
                     topology: self.0.topology.clone(),

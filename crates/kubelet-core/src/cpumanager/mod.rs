@@ -38,13 +38,13 @@ pub struct Options {
     pub full_pcpus_only: bool,
     /// `strict-cpu-reservation`: the reserved CPUs leave the shared pool too.
     pub strict_cpu_reservation: bool,
+    /// `distribute-cpus-across-numa`: a container's CPUs spread evenly over
+    /// the NUMA nodes it needs.
+    pub distribute_cpus_across_numa: bool,
 }
 
 /// Upstream's options that rkubelet does not implement yet: refused by name.
-const NOT_YET: [&str; 2] = [
-    "distribute-cpus-across-numa",
-    "prefer-align-cpus-by-uncorecache",
-];
+const NOT_YET: [&str; 1] = ["prefer-align-cpus-by-uncorecache"];
 
 /// Upstream's alpha options: refused as upstream refuses them while
 /// CPUManagerPolicyAlphaOptions is off (rkubelet keeps that gate off).
@@ -60,6 +60,7 @@ impl Options {
             let flag = match name.as_str() {
                 "full-pcpus-only" => &mut out.full_pcpus_only,
                 "strict-cpu-reservation" => &mut out.strict_cpu_reservation,
+                "distribute-cpus-across-numa" => &mut out.distribute_cpus_across_numa,
                 n if ALPHA.contains(&n) => {
                     return Err(format!(
                         "CPU Manager Policy Alpha-level Options not enabled, but option {n:?} provided"
@@ -150,6 +151,7 @@ pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
 /// `ceil(reserve_millis / 1000)` by topology. Upstream's errors.
 pub fn reserved_cpus(
     topology: &Topology,
+    options: Options,
     reserved_system_cpus: &BTreeSet<u32>,
     reserve_millis: i64,
 ) -> Result<BTreeSet<u32>, String> {
@@ -161,7 +163,7 @@ pub fn reserved_cpus(
         );
     }
     let reserved = if reserved_system_cpus.is_empty() {
-        topology.take(&topology.all(), count).unwrap_or_default()
+        take_by_topology(topology, options, &topology.all(), count).unwrap_or_default()
     } else {
         reserved_system_cpus.clone()
     };
@@ -172,6 +174,28 @@ pub fn reserved_cpus(
         ));
     }
     Ok(reserved)
+}
+
+/// Take `n` of `available` as the options say (upstream's
+/// takeByTopology): spread over NUMA nodes in groups of whole cores (of
+/// single CPUs without full-pcpus-only) under distribute-cpus-across-numa,
+/// else packed.
+pub fn take_by_topology(
+    topology: &Topology,
+    options: Options,
+    available: &BTreeSet<u32>,
+    n: usize,
+) -> Result<BTreeSet<u32>, AllocError> {
+    if options.distribute_cpus_across_numa {
+        let group = if options.full_pcpus_only {
+            topology.cpus_per_core()
+        } else {
+            1
+        };
+        topology.take_distributed(available, n, group)
+    } else {
+        topology.take(available, n)
+    }
 }
 
 /// The static policy over a topology, with its reserved CPUs.
@@ -362,10 +386,15 @@ impl StaticPolicy {
         let mut cpus = BTreeSet::new();
         if let Some(mask) = affinity {
             let aligned = self.topology.within(&available, mask);
-            cpus = self.topology.take(&aligned, n.min(aligned.len()))?;
+            cpus = take_by_topology(&self.topology, self.options, &aligned, n.min(aligned.len()))?;
         }
         let rest: BTreeSet<u32> = available.difference(&cpus).copied().collect();
-        cpus.extend(self.topology.take(&rest, n - cpus.len())?);
+        cpus.extend(take_by_topology(
+            &self.topology,
+            self.options,
+            &rest,
+            n - cpus.len(),
+        )?);
         state.default.retain(|cpu| !cpus.contains(cpu));
         state
             .entries

@@ -131,7 +131,8 @@ fn the_reserved_cpus_come_from_the_reservations_or_the_list() {
         ),
     ];
     for (list, millis, want) in cases {
-        let got = reserved_cpus(&t, &set(list), millis).map(|s| cpuset::format(&s));
+        let got =
+            reserved_cpus(&t, Options::default(), &set(list), millis).map(|s| cpuset::format(&s));
         assert_eq!(
             got,
             want.map(str::to_owned).map_err(str::to_owned),
@@ -335,11 +336,13 @@ fn options_parse_with_upstreams_messages() {
     assert_eq!(
         opts(&[
             ("full-pcpus-only", "true"),
-            ("strict-cpu-reservation", "True")
+            ("strict-cpu-reservation", "True"),
+            ("distribute-cpus-across-numa", "1")
         ]),
         Ok(Options {
             full_pcpus_only: true,
-            strict_cpu_reservation: true
+            strict_cpu_reservation: true,
+            distribute_cpus_across_numa: true
         })
     );
     assert_eq!(
@@ -351,8 +354,8 @@ fn options_parse_with_upstreams_messages() {
         Err(r#"unknown CPU Manager Policy option: "fast""#.into())
     );
     assert_eq!(
-        opts(&[("distribute-cpus-across-numa", "true")]),
-        Err(r#"cpuManagerPolicyOptions "distribute-cpus-across-numa": not supported by rkubelet yet"#.into())
+        opts(&[("prefer-align-cpus-by-uncorecache", "true")]),
+        Err(r#"cpuManagerPolicyOptions "prefer-align-cpus-by-uncorecache": not supported by rkubelet yet"#.into())
     );
     assert_eq!(
         opts(&[("align-by-socket", "true")]),
@@ -446,13 +449,8 @@ fn a_pods_cpus_count_as_upstreams_pod_guaranteed_cpus() {
     assert_eq!(hints, [(Some(0b10), true), (Some(0b11), false)]);
 }
 
-/// takeByTopology as v1.37.2's static policy answers: the CPUs each
-/// Guaranteed pod of a sequence gets on four topologies, printed by
-/// upstream's own NewStaticPolicy and Allocate (a throwaway Go program over
-/// the k8s.io/kubernetes module) with the same reservations.
-#[test]
-fn allocations_match_upstreams_on_sub_numa_smt_and_flat_topologies() {
-    // Each core: (socket, NUMA node, its CPUs).
+/// Four made-up machines, each core as (socket, NUMA node, its CPUs).
+fn machine(name: &str) -> Topology {
     let build = |cores: Vec<(u32, u32, Vec<u32>)>| Topology {
         cpus: cores
             .into_iter()
@@ -465,61 +463,37 @@ fn allocations_match_upstreams_on_sub_numa_smt_and_flat_topologies() {
             })
             .collect(),
     };
-    // A: 2 sockets, 2 NUMA nodes in each, 2 cores per node, SMT (c, c+8).
-    let a = build((0..8).map(|c| (c / 4, c / 2, vec![c, c + 8])).collect());
-    // B: 2 sockets of 2 cores, a NUMA node each, SMT (c, c+4).
-    let b = build((0..4).map(|c| (c / 2, c / 2, vec![c, c + 4])).collect());
-    // C: 1 socket, 2 NUMA nodes of 2 cores, SMT (c, c+4).
-    let c = build((0..4).map(|c| (0, c / 2, vec![c, c + 4])).collect());
-    // D: 2 sockets of 2 cores, one NUMA node, no SMT.
-    let d = build((0..4).map(|c| (c / 2, 0, vec![c])).collect());
-    let machines = [
-        ("A", a, 1000),
-        ("B", b, 1000),
-        ("C", c, 2000),
-        ("D", d, 1000),
-    ];
-    let cases: &[(&str, &[usize], &[&str])] = &[
-        (
-            "A",
-            &[1, 2, 4, 3, 1],
-            &["8", "1,9", "2-3,10-11", "4-5,12", "13"],
-        ),
-        (
-            "B",
-            &[1, 2, 4, 3, 1],
-            &["4", "1,5", "2-3,6-7", "err", "err"],
-        ),
-        ("C", &[1, 2, 4, 3, 1], &["1", "2,6", "err", "3,5,7", "err"]),
-        ("D", &[1, 2, 4, 3, 1], &["1", "2-3", "err", "err", "err"]),
-        ("A", &[4, 1, 1, 2], &["2-3,10-11", "8", "1", "4,12"]),
-        ("B", &[4, 1, 1, 2], &["2-3,6-7", "4", "1", "err"]),
-        ("C", &[4, 1, 1, 2], &["2-3,6-7", "1", "5", "err"]),
-        ("D", &[4, 1, 1, 2], &["err", "1", "2", "err"]),
-        ("A", &[8, 1, 3], &["4-7,12-15", "8", "1-2,9"]),
-        ("B", &[8, 1, 3], &["err", "4", "1-2,5"]),
-        ("C", &[8, 1, 3], &["err", "1", "2,5-6"]),
-        ("D", &[8, 1, 3], &["err", "1", "err"]),
-        (
-            "A",
-            &[2, 2, 2, 2, 2],
-            &["1,9", "2,10", "3,11", "4,12", "5,13"],
-        ),
-        ("B", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
-        ("C", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
-        ("D", &[2, 2, 2, 2, 2], &["2-3", "err", "err", "err", "err"]),
-        ("A", &[3, 5, 1], &["1,8-9", "2-4,10-11", "12"]),
-        ("B", &[3, 5, 1], &["1,4-5", "err", "2"]),
-        ("C", &[3, 5, 1], &["1-2,5", "err", "6"]),
-        ("D", &[3, 5, 1], &["1-3", "err", "err"]),
-    ];
-    for (machine, requests, want) in cases {
-        let (_, topology, reserve) = machines.iter().find(|(n, _, _)| n == machine).unwrap();
-        let reserved = reserved_cpus(topology, &BTreeSet::new(), *reserve).unwrap();
+    match name {
+        // 2 sockets, 2 NUMA nodes in each, 2 cores per node, SMT (c, c+8).
+        "A" => build((0..8).map(|c| (c / 4, c / 2, vec![c, c + 8])).collect()),
+        // 2 sockets of 2 cores, a NUMA node each, SMT (c, c+4).
+        "B" => build((0..4).map(|c| (c / 2, c / 2, vec![c, c + 4])).collect()),
+        // 1 socket, 2 NUMA nodes of 2 cores, SMT (c, c+4).
+        "C" => build((0..4).map(|c| (0, c / 2, vec![c, c + 4])).collect()),
+        // 2 sockets of 2 cores, one NUMA node, no SMT.
+        "D" => build((0..4).map(|c| (c / 2, 0, vec![c])).collect()),
+        // 2 sockets, 2 NUMA nodes in each of 4 cores, no SMT.
+        _ => build((0..16).map(|c| (c / 8, c / 4, vec![c])).collect()),
+    }
+}
+
+/// Replay `cases` (a machine, the CPUs each Guaranteed pod of a sequence
+/// asks, the CPUs it gets or "err") under `options`, with `reserve` CPUs
+/// reserved on each machine.
+fn replay(options: &[(&str, &str)], reserve: &[(&str, i64)], cases: &[(&str, &[usize], &[&str])]) {
+    let options: BTreeMap<String, String> = options
+        .iter()
+        .map(|(k, v)| ((*k).into(), (*v).into()))
+        .collect();
+    let options = Options::parse(&options).unwrap();
+    for (name, requests, want) in cases {
+        let topology = machine(name);
+        let millis = reserve.iter().find(|(n, _)| n == name).unwrap().1;
+        let reserved = reserved_cpus(&topology, options, &BTreeSet::new(), millis).unwrap();
         let p = StaticPolicy {
-            topology: topology.clone(),
+            topology,
             reserved,
-            options: Options::default(),
+            options,
         };
         let mut s = CpuState::new(STATIC, BTreeSet::new());
         p.validate(&mut s).unwrap();
@@ -538,6 +512,117 @@ fn allocations_match_upstreams_on_sub_numa_smt_and_flat_topologies() {
                 }
             })
             .collect();
-        assert_eq!(got, *want, "{machine} {requests:?}");
+        assert_eq!(got, *want, "{name} {requests:?}");
     }
+}
+
+/// takeByTopology as v1.37.2's static policy answers: the CPUs each
+/// Guaranteed pod of a sequence gets, printed by upstream's own
+/// NewStaticPolicy and Allocate (a throwaway Go program over the
+/// k8s.io/kubernetes module) on the same machines and reservations.
+#[test]
+fn allocations_match_upstreams_on_sub_numa_smt_and_flat_topologies() {
+    replay(
+        &[],
+        &[("A", 1000), ("B", 1000), ("C", 2000), ("D", 1000)],
+        &[
+            (
+                "A",
+                &[1, 2, 4, 3, 1],
+                &["8", "1,9", "2-3,10-11", "4-5,12", "13"],
+            ),
+            (
+                "B",
+                &[1, 2, 4, 3, 1],
+                &["4", "1,5", "2-3,6-7", "err", "err"],
+            ),
+            ("C", &[1, 2, 4, 3, 1], &["1", "2,6", "err", "3,5,7", "err"]),
+            ("D", &[1, 2, 4, 3, 1], &["1", "2-3", "err", "err", "err"]),
+            ("A", &[4, 1, 1, 2], &["2-3,10-11", "8", "1", "4,12"]),
+            ("B", &[4, 1, 1, 2], &["2-3,6-7", "4", "1", "err"]),
+            ("C", &[4, 1, 1, 2], &["2-3,6-7", "1", "5", "err"]),
+            ("D", &[4, 1, 1, 2], &["err", "1", "2", "err"]),
+            ("A", &[8, 1, 3], &["4-7,12-15", "8", "1-2,9"]),
+            ("B", &[8, 1, 3], &["err", "4", "1-2,5"]),
+            ("C", &[8, 1, 3], &["err", "1", "2,5-6"]),
+            ("D", &[8, 1, 3], &["err", "1", "err"]),
+            (
+                "A",
+                &[2, 2, 2, 2, 2],
+                &["1,9", "2,10", "3,11", "4,12", "5,13"],
+            ),
+            ("B", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
+            ("C", &[2, 2, 2, 2, 2], &["1,5", "2,6", "3,7", "err", "err"]),
+            ("D", &[2, 2, 2, 2, 2], &["2-3", "err", "err", "err", "err"]),
+            ("A", &[3, 5, 1], &["1,8-9", "2-4,10-11", "12"]),
+            ("B", &[3, 5, 1], &["1,4-5", "err", "2"]),
+            ("C", &[3, 5, 1], &["1-2,5", "err", "6"]),
+            ("D", &[3, 5, 1], &["1-3", "err", "err"]),
+        ],
+    );
+}
+
+/// distribute-cpus-across-numa (with full-pcpus-only on A and C) as
+/// v1.37.2's static policy answers, printed the same way.
+#[test]
+fn distributed_allocations_match_upstreams() {
+    replay(
+        &[("distribute-cpus-across-numa", "true")],
+        &[("B", 1000), ("E", 1000)],
+        &[
+            (
+                "B",
+                &[1, 2, 4, 3, 1],
+                &["2", "1,5", "3-4,6-7", "err", "err"],
+            ),
+            ("E", &[1, 2, 4, 3, 1], &["4", "8-9", "12-15", "1-3", "5"]),
+            ("B", &[4, 1, 1, 2], &["2-3,6-7", "4", "1", "err"]),
+            ("E", &[4, 1, 1, 2], &["4-7", "8", "12", "1-2"]),
+            ("B", &[8, 1, 3], &["err", "2", "1,4-5"]),
+            ("E", &[8, 1, 3], &["4-11", "12", "1-3"]),
+            ("B", &[2, 2, 2, 2, 2], &["2,6", "1,5", "3,7", "err", "err"]),
+            (
+                "E",
+                &[2, 2, 2, 2, 2],
+                &["4-5", "8-9", "12-13", "1-2", "6-7"],
+            ),
+            ("B", &[3, 5, 1], &["2-3,6", "err", "4"]),
+            ("E", &[3, 5, 1], &["4-6", "8-10,12-13", "1"]),
+            ("B", &[6, 4, 2], &["1-6", "err", "err"]),
+            ("E", &[6, 4, 2], &["4-6,8-10", "12-15", "1-2"]),
+        ],
+    );
+    replay(
+        &[
+            ("distribute-cpus-across-numa", "true"),
+            ("full-pcpus-only", "true"),
+        ],
+        &[("A", 2000), ("C", 2000)],
+        &[
+            (
+                "A",
+                &[1, 2, 4, 3, 1],
+                &["err", "2,10", "4-5,12-13", "err", "err"],
+            ),
+            (
+                "C",
+                &[1, 2, 4, 3, 1],
+                &["err", "2,6", "1,3,5,7", "err", "err"],
+            ),
+            ("A", &[4, 1, 1, 2], &["2-3,10-11", "err", "err", "4,12"]),
+            ("C", &[4, 1, 1, 2], &["2-3,6-7", "err", "err", "1,5"]),
+            ("A", &[8, 1, 3], &["2-5,10-13", "err", "err"]),
+            ("C", &[8, 1, 3], &["err", "err", "err"]),
+            (
+                "A",
+                &[2, 2, 2, 2, 2],
+                &["2,10", "4,12", "6,14", "1,9", "3,11"],
+            ),
+            ("C", &[2, 2, 2, 2, 2], &["2,6", "1,5", "3,7", "err", "err"]),
+            ("A", &[3, 5, 1], &["err", "err", "err"]),
+            ("C", &[3, 5, 1], &["err", "err", "err"]),
+            ("A", &[6, 4, 2], &["2-4,10-12", "6-7,14-15", "1,9"]),
+            ("C", &[6, 4, 2], &["1-3,5-7", "err", "err"]),
+        ],
+    );
 }

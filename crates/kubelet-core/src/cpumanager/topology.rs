@@ -161,6 +161,128 @@ impl Topology {
         Ok(acc.taken)
     }
 
+    /// Take `n` of `available` spread evenly over as few NUMA nodes as
+    /// needed, in groups of `group` CPUs (upstream's
+    /// takeByTopologyNUMADistributed, the `distribute-cpus-across-numa`
+    /// option): of the combinations of that many nodes able to hold the
+    /// request, the one leaving the free CPUs most balanced (the smallest
+    /// standard deviation), each node's share taken packed. A request not
+    /// a multiple of `group`, or one no combination holds, is taken packed.
+    pub fn take_distributed(
+        &self,
+        available: &BTreeSet<u32>,
+        n: usize,
+        group: usize,
+    ) -> Result<BTreeSet<u32>, AllocError> {
+        let group = group.max(1);
+        if !n.is_multiple_of(group) || n == 0 || n > available.len() {
+            return self.take(available, n);
+        }
+        let acc = Accumulator {
+            topo: self,
+            cores: self.core_ids(),
+            numa_first: self.count(|c| c.socket) >= self.count(|c| c.numa),
+            free: available.clone(),
+            taken: BTreeSet::new(),
+            needed: n,
+        };
+        let numas = acc.sorted(Level::Numa);
+        let free_in = |numa: u32| acc.cpus_of(Level::Numa, numa, available).len();
+        // Upstream's rangeNUMANodesNeededToSatisfy.
+        let groups = (self.cpus.len().max(1) - 1) / group + 1;
+        let groups_per_numa = (groups - 1) / self.count(|c| c.numa).max(1) + 1;
+        let needed_groups = (n - 1) / group + 1;
+        let min = (needed_groups - 1) / groups_per_numa + 1;
+        let max = needed_groups.min(numas.len());
+        for k in min..=max {
+            let mut best: Option<(f64, Vec<u32>, Vec<u32>)> = None;
+            for combo in combinations(&numas, k) {
+                if best.as_ref().is_some_and(|(balance, _, _)| *balance == 0.0) {
+                    break;
+                }
+                let free: Vec<usize> = combo.iter().map(|numa| free_in(*numa)).collect();
+                if free.iter().sum::<usize>() < n
+                    || free.iter().map(|f| f / group).sum::<usize>() * group < n
+                {
+                    continue;
+                }
+                let share = n / k / group * group;
+                if free.iter().any(|f| *f < share) {
+                    continue;
+                }
+                let mut after: BTreeMap<u32, usize> =
+                    numas.iter().map(|numa| (*numa, free_in(*numa))).collect();
+                for numa in &combo {
+                    *after.get_mut(numa).expect("a node of the combination") -= share;
+                }
+                let remainder = n - share * k;
+                let spare: Vec<u32> = combo
+                    .iter()
+                    .copied()
+                    .filter(|numa| after[numa] >= group)
+                    .collect();
+                let mut local: Option<(f64, Vec<u32>)> =
+                    (remainder == 0).then(|| (standard_deviation(after.values()), Vec::new()));
+                for size in (1..=spare.len()).rev().take_while(|_| remainder > 0) {
+                    for subset in combinations(&spare, size) {
+                        let Some(left) = spread_remainder(&after, &subset, remainder, group) else {
+                            continue;
+                        };
+                        let balance = standard_deviation(left.values());
+                        if local.as_ref().is_none_or(|(b, _)| balance < *b) {
+                            local = Some((balance, subset));
+                        }
+                    }
+                }
+                if let Some((balance, subset)) = local
+                    && best.as_ref().is_none_or(|(b, _, _)| balance < *b)
+                {
+                    best = Some((balance, combo, subset));
+                }
+            }
+            let Some((_, combo, spare)) = best else {
+                continue;
+            };
+            let share = combo
+                .iter()
+                .map(|numa| free_in(*numa) / group * group)
+                .fold(n / combo.len() / group * group, usize::min);
+            let mut taken = BTreeSet::new();
+            let mut free = available.clone();
+            let mut take_from = |numa: u32, count: usize, free: &mut BTreeSet<u32>| {
+                let within: BTreeSet<u32> =
+                    acc.cpus_of(Level::Numa, numa, free).into_iter().collect();
+                let cpus = self.take(&within, count)?;
+                free.retain(|c| !cpus.contains(c));
+                taken.extend(cpus);
+                Ok::<(), AllocError>(())
+            };
+            for numa in &combo {
+                take_from(*numa, share, &mut free)?;
+            }
+            let mut remainder = n - share * combo.len();
+            while remainder > 0 {
+                let before = remainder;
+                for numa in &spare {
+                    if remainder == 0 {
+                        break;
+                    }
+                    if acc.cpus_of(Level::Numa, *numa, &free).len() >= group {
+                        take_from(*numa, group, &mut free)?;
+                        remainder -= group;
+                    }
+                }
+                if remainder == before {
+                    break;
+                }
+            }
+            if remainder == 0 {
+                return Ok(taken);
+            }
+        }
+        self.take(available, n)
+    }
+
     /// How many distinct values `key` takes over the CPUs (sockets, NUMA
     /// nodes).
     fn count(&self, key: impl Fn(&Cpu) -> u32) -> usize {
@@ -296,4 +418,70 @@ impl Accumulator<'_> {
             }
         }
     }
+}
+
+/// Every `k`-element combination of `items`, in order (upstream's
+/// iterateCombinations).
+fn combinations(items: &[u32], k: usize) -> Vec<Vec<u32>> {
+    fn walk(items: &[u32], k: usize, acc: &mut Vec<u32>, out: &mut Vec<Vec<u32>>) {
+        if k == 0 {
+            out.push(acc.clone());
+            return;
+        }
+        for (i, item) in items.iter().enumerate() {
+            if items.len() - i < k {
+                break;
+            }
+            acc.push(*item);
+            walk(&items[i + 1..], k - 1, acc, out);
+            acc.pop();
+        }
+    }
+    let mut out = Vec::new();
+    if k > 0 {
+        walk(items, k, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// The free CPUs per node left once `remainder` more CPUs are taken from
+/// the nodes of `subset` a group at a time, round robin; None when they
+/// cannot hold it.
+fn spread_remainder(
+    after: &BTreeMap<u32, usize>,
+    subset: &[u32],
+    mut remainder: usize,
+    group: usize,
+) -> Option<BTreeMap<u32, usize>> {
+    if subset.iter().map(|n| after[n]).sum::<usize>() < remainder {
+        return None;
+    }
+    let mut left = after.clone();
+    while remainder > 0 {
+        let before = remainder;
+        for numa in subset {
+            if remainder == 0 {
+                break;
+            }
+            let free = left.get_mut(numa)?;
+            if *free >= group {
+                *free -= group;
+                remainder -= group;
+            }
+        }
+        if remainder == before {
+            return None;
+        }
+    }
+    Some(left)
+}
+
+/// Upstream's standardDeviation: over the mean rounded to three decimals,
+/// the result rounded to three decimals.
+fn standard_deviation<'a>(values: impl Iterator<Item = &'a usize> + Clone) -> f64 {
+    let count = values.clone().count().max(1) as f64;
+    let round = |x: f64| (x * 1000.0).round() / 1000.0;
+    let mean = round(values.clone().map(|v| *v as f64).sum::<f64>() / count);
+    let sum: f64 = values.map(|v| (*v as f64 - mean).powi(2)).sum();
+    round((sum / count).sqrt())
 }
