@@ -129,14 +129,7 @@ impl Topology {
                 available: available.len(),
             });
         }
-        let mut acc = Accumulator {
-            topo: self,
-            cores: self.core_ids(),
-            numa_first: self.count(|c| c.socket) >= self.count(|c| c.numa),
-            free: available.clone(),
-            taken: BTreeSet::new(),
-            needed: n,
-        };
+        let mut acc = self.accumulator(available, n);
         let (first, second) = if acc.numa_first {
             (Level::Numa, Level::Socket)
         } else {
@@ -178,14 +171,7 @@ impl Topology {
         if !n.is_multiple_of(group) || n == 0 || n > available.len() {
             return self.take(available, n);
         }
-        let acc = Accumulator {
-            topo: self,
-            cores: self.core_ids(),
-            numa_first: self.count(|c| c.socket) >= self.count(|c| c.numa),
-            free: available.clone(),
-            taken: BTreeSet::new(),
-            needed: n,
-        };
+        let acc = self.accumulator(available, n);
         let numas = acc.sorted(Level::Numa);
         let free_in = |numa: u32| acc.cpus_of(Level::Numa, numa, available).len();
         // Upstream's rangeNUMANodesNeededToSatisfy.
@@ -281,6 +267,18 @@ impl Topology {
             }
         }
         self.take(available, n)
+    }
+
+    /// An accumulator to take `n` of `available`.
+    fn accumulator(&self, available: &BTreeSet<u32>, n: usize) -> Accumulator<'_> {
+        Accumulator {
+            topo: self,
+            cores: self.core_ids(),
+            numa_first: self.count(|c| c.socket) >= self.count(|c| c.numa),
+            free: available.clone(),
+            taken: BTreeSet::new(),
+            needed: n,
+        }
     }
 
     /// How many distinct values `key` takes over the CPUs (sockets, NUMA
