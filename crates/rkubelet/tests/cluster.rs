@@ -5555,7 +5555,6 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
         value("kubelet_topology_manager_admission_requests_total", &[]) >= Some(3.0),
         "shared, pinned and greedy admitted or refused"
     );
-    k.api.ok(&["delete", "pod", greedy, "--wait=true"]);
     let root = k.rk.root();
     let cpu_ids = listed(&root, pinned, "c").await.map(|c| c.cpu_ids);
     assert_eq!(cpu_ids, Some(vec![i64::from(own)]));
@@ -5582,7 +5581,7 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
     assert_eq!(cpu_ids, [i64::from(own)]);
     assert_eq!(allowed_cpus(&k.api, pinned, "c"), Some(own.to_string()));
     assert_eq!(allowed_cpus(&k.api, shared, "c"), Some(pool.clone()));
-    let uids: HashSet<String> = [shared, pinned]
+    let uids: HashSet<String> = [shared, pinned, greedy]
         .iter()
         .filter_map(|n| Some(uid(&k.api.pod(n)?).to_owned()))
         .collect();
