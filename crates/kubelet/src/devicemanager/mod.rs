@@ -247,35 +247,33 @@ impl State {
         } else {
             (held, BTreeSet::new())
         };
-        let nodes_of = |id: &String| -> Vec<u32> {
-            numa_nodes(devices.get(id))
-                .into_iter()
-                .filter_map(|n| u32::try_from(n).ok())
-                .collect()
-        };
+        // Each device's NUMA nodes, read once.
+        let masks: BTreeMap<&String, BitMask> = devices
+            .iter()
+            .map(|(id, d)| (id, node_mask(Some(d))))
+            .collect();
+        let mask_of = |id: &String| masks.get(id).copied().unwrap_or_default();
         // The NUMA nodes with devices, those the node knows of (upstream's
         // deviceNUMANodes); all of them when none.
-        let mut nodes: BTreeSet<u32> = devices.keys().flat_map(nodes_of).collect();
-        nodes.retain(|n| numa.contains(n));
-        let nodes: Vec<u32> = if nodes.is_empty() {
+        let known = BitMask::of(numa.iter().copied());
+        let with_devices = masks.values().fold(0, |all, m| all | m.0) & known.0;
+        let nodes: Vec<u32> = if with_devices == 0 {
             numa.to_vec()
         } else {
-            nodes.into_iter().collect()
+            BitMask(with_devices).nodes().collect()
         };
         let count_in = |mask: BitMask, ids: &mut dyn Iterator<Item = &String>| {
-            ids.filter(|id| mask.any_set(nodes_of(id))).count()
+            ids.filter(|id| mask_of(id).0 & mask.0 != 0).count()
         };
+        // Reusable devices on no NUMA node neither count nor constrain.
+        let placed: Vec<BitMask> = reusable.iter().map(mask_of).filter(|m| m.0 != 0).collect();
         Some(hints_over(
             &nodes,
             requested,
             |mask| count_in(mask, &mut devices.keys()),
             |mask| {
-                let with_topology: Vec<&String> = reusable
-                    .iter()
-                    .filter(|id| !nodes_of(id).is_empty())
-                    .collect();
-                let outside = with_topology.iter().any(|id| !mask.any_set(nodes_of(id)));
-                (!outside).then(|| with_topology.len() + count_in(mask, &mut available.iter()))
+                let outside = placed.iter().any(|m| m.0 & mask.0 == 0);
+                (!outside).then(|| placed.len() + count_in(mask, &mut available.iter()))
             },
         ))
     }
@@ -804,7 +802,7 @@ impl DeviceManager {
         required: usize,
         affinity: Option<BitMask>,
     ) -> Result<Option<BTreeSet<String>>, DeviceError> {
-        let (available, mut taken, preferred_from, devices) = {
+        let (available, mut taken, preferred_from, split) = {
             let mut state = self.inner.state.lock();
             let pre = state
                 .pods
@@ -877,9 +875,10 @@ impl DeviceManager {
                     available: available.len(),
                 });
             }
-            (available, taken, preferred_from, r.devices.clone())
+            let split = split_by_affinity(&r.devices, &available, affinity);
+            (available, taken, preferred_from, split)
         };
-        let (aligned, unaligned, loose) = split_by_affinity(&devices, &available, affinity);
+        let (aligned, unaligned, loose) = split;
         // Upstream's order: the affinity's devices (the plugin's preferred
         // first when they are more than needed), then the plugin's
         // preferred, then the other nodes', then those on no node.
@@ -1137,13 +1136,10 @@ fn split_by_affinity(
         return (aligned, unaligned, available.clone());
     };
     for id in available {
-        let nodes = numa_nodes(devices.get(id));
-        let set: &mut BTreeSet<String> = if nodes.is_empty() {
+        let nodes = node_mask(devices.get(id));
+        let set: &mut BTreeSet<String> = if nodes.0 == 0 {
             &mut loose
-        } else if nodes
-            .iter()
-            .any(|n| u32::try_from(*n).is_ok_and(|n| mask.is_set(n)))
-        {
+        } else if nodes.0 & mask.0 != 0 {
             &mut aligned
         } else {
             &mut unaligned
@@ -1157,6 +1153,15 @@ fn split_by_affinity(
 /// (upstream's deviceHasTopologyAlignment).
 fn has_topology(devices: &BTreeMap<String, api::Device>) -> bool {
     devices.values().any(|d| !numa_nodes(Some(d)).is_empty())
+}
+
+/// The NUMA nodes a device says it is on, as a mask (empty: none).
+fn node_mask(d: Option<&api::Device>) -> BitMask {
+    BitMask::of(
+        numa_nodes(d)
+            .into_iter()
+            .filter_map(|n| u32::try_from(n).ok()),
+    )
 }
 
 fn numa_nodes(d: Option<&api::Device>) -> Vec<i64> {

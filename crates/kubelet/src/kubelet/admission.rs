@@ -19,9 +19,9 @@ use crate::events::{Involved, WARNING};
 impl Kubelet {
     /// Admission of an API pod, in upstream's order: the eviction manager's
     /// (no pod but critical ones under pressure), its sysctls, its devices'
-    /// and CPUs' allocation (the topology manager's), then against this node and the pods active on it, then
-    /// AppArmor, then the shutdown manager's (no pod while the node shuts
-    /// down).
+    /// and CPUs' allocation (the topology manager's), then against this node
+    /// and the pods active on it, then AppArmor, then the shutdown manager's
+    /// (no pod while the node shuts down).
     pub(super) async fn admit(&self, pod: &Pod) -> Result<(), Rejection> {
         admit_under_pressure(pod, &self.eviction.pressure())?;
         self.sysctls.admit(pod)?;
