@@ -42,6 +42,7 @@ pub mod imagegc;
 pub mod lifecycle;
 pub mod logrotation;
 pub mod manifest;
+pub mod memorymanager;
 pub mod metrics;
 pub mod nodeshutdown;
 pub mod nodestatus;

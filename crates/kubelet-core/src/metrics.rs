@@ -711,6 +711,19 @@ families! {
         "[ALPHA] The number of cpu core allocations which required pinning failed.",
         &[],
     ),
+    /// `kubelet_memory_manager_pinning_requests_total`: containers the
+    /// Static memory manager was asked NUMA-pinned memory for.
+    memory_manager_pinning_requests: Counter(
+        "kubelet_memory_manager_pinning_requests_total",
+        "[ALPHA] The number of memory pages allocations which required pinning.",
+        &[],
+    ),
+    /// `kubelet_memory_manager_pinning_errors_total`: those it could not give.
+    memory_manager_pinning_errors: Counter(
+        "kubelet_memory_manager_pinning_errors_total",
+        "[ALPHA] The number of memory pages allocations which required pinning that failed.",
+        &[],
+    ),
     /// `kubelet_cpu_manager_shared_pool_size_millicores`.
     cpu_manager_shared_pool_size: Gauge(
         "kubelet_cpu_manager_shared_pool_size_millicores",

@@ -24,6 +24,12 @@ pub type Amounts = BTreeMap<String, i64>;
 /// The prefix of hugepage resources (`hugepages-2Mi`).
 pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
+/// Whether `name` is a kind of memory: `memory` or a hugepage size (what
+/// the memory manager places and reservedMemory names).
+pub fn is_memory_resource(name: &str) -> bool {
+    name == "memory" || name.starts_with(HUGEPAGES_PREFIX)
+}
+
 fn amount(name: &str, q: &Quantity) -> Option<i64> {
     if name == "cpu" {
         parse_cpu_millis(q).ok()

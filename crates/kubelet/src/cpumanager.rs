@@ -475,7 +475,7 @@ impl CpuManager {
 }
 
 /// Whether a (pod UID, container name) belongs to an active pod's spec.
-fn active_containers(active: &[Arc<Pod>]) -> impl Fn(&str, &str) -> bool + use<> {
+pub(crate) fn active_containers(active: &[Arc<Pod>]) -> impl Fn(&str, &str) -> bool + use<> {
     let names: HashSet<(String, String)> = active
         .iter()
         .flat_map(|p| {

@@ -23,6 +23,7 @@ pub mod imagegc;
 pub mod kubelet;
 pub mod kuberuntime;
 pub mod logs;
+pub mod memorymanager;
 pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod oomwatcher;

@@ -6,11 +6,11 @@
 //! name, `GetAllocatableResources` what the node can allocate: the device
 //! plugins' devices each container holds, and the healthy ones; the
 //! exclusive CPUs of the static CPU manager (`cpu_ids`) and the CPUs it
-//! gives from. rkubelet has no memory manager or DRA claims yet (#36):
-//! every memory and dynamic_resources list is empty, which is what
-//! upstream reports with the `None` memory policy and no claim. One token
-//! bucket for every call, 100 a
-//! second and 10 at once, as upstream's; a call beyond it is refused with
+//! gives from; the Static memory manager's blocks (`memory`: each kind's
+//! size and NUMA nodes) and each node's allocatable memory. rkubelet has
+//! no DRA claims yet (#36): every dynamic_resources list is empty, which is
+//! what upstream reports with no claim. One token bucket for every call,
+//! 100 a second and 10 at once, as upstream's; a call beyond it is refused with
 //! ResourceExhausted `rejected by rate limit`. v1alpha1, deprecated, is not
 //! served.
 
@@ -33,6 +33,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cpumanager::CpuManager;
 use crate::devicemanager::{DeviceInstance, DeviceManager};
+use crate::memorymanager::MemoryManager;
 
 /// The directory under the root directory, and the socket in it.
 pub const DIR: &str = "pod-resources";
@@ -54,8 +55,7 @@ pub trait PodsProvider: Send + Sync + 'static {
 /// The v1 service.
 pub struct PodResourcesServer {
     pods: Arc<dyn PodsProvider>,
-    devices: DeviceManager,
-    cpus: CpuManager,
+    managers: Managers,
     bucket: Bucket,
     metrics: KubeletMetrics,
 }
@@ -63,13 +63,16 @@ pub struct PodResourcesServer {
 impl PodResourcesServer {
     pub fn new(
         pods: Arc<dyn PodsProvider>,
-        (devices, cpus): (DeviceManager, CpuManager),
+        (devices, cpus, memory): (DeviceManager, CpuManager, MemoryManager),
         metrics: KubeletMetrics,
     ) -> Self {
         PodResourcesServer {
             pods,
-            devices,
-            cpus,
+            managers: Managers {
+                devices,
+                cpus,
+                memory,
+            },
             bucket: token_bucket(QPS, BURST),
             metrics,
         }
@@ -97,10 +100,40 @@ fn api_devices(devices: Vec<DeviceInstance>) -> Vec<api::ContainerDevices> {
         .collect()
 }
 
+/// The memory blocks as the API lists them.
+fn api_memory(blocks: Vec<kubelet_core::memorymanager::Block>) -> Vec<api::ContainerMemory> {
+    blocks
+        .into_iter()
+        .map(|b| api::ContainerMemory {
+            memory_type: b.kind,
+            size: b.size,
+            topology: Some(api::TopologyInfo {
+                nodes: b
+                    .numa_affinity
+                    .into_iter()
+                    .map(|id| api::NumaNode { id: i64::from(id) })
+                    .collect(),
+            }),
+        })
+        .collect()
+}
+
+/// The resource managers whose allocations the API lists.
+pub struct Managers {
+    pub devices: DeviceManager,
+    pub cpus: CpuManager,
+    pub memory: MemoryManager,
+}
+
 /// A pod's resources: its restartable init containers then its containers,
-/// each with the devices and exclusive CPUs it holds (upstream's order and
-/// fields).
-pub fn pod_resources(pod: &Pod, devices: &DeviceManager, cpus: &CpuManager) -> api::PodResources {
+/// each with the devices, exclusive CPUs and memory blocks it holds
+/// (upstream's order and fields).
+pub fn pod_resources(pod: &Pod, managers: &Managers) -> api::PodResources {
+    let Managers {
+        devices,
+        cpus,
+        memory,
+    } = managers;
     let uid = PodUid::of(pod);
     let spec = pod.spec.as_ref();
     let sidecars = spec
@@ -118,6 +151,7 @@ pub fn pod_resources(pod: &Pod, devices: &DeviceManager, cpus: &CpuManager) -> a
                 name: c.name.clone(),
                 devices: api_devices(devices.container_devices(&uid, &c.name)),
                 cpu_ids: cpus.exclusive(uid.as_str(), &c.name),
+                memory: api_memory(memory.memory(uid.as_str(), &c.name)),
                 ..Default::default()
             })
             .collect(),
@@ -139,7 +173,7 @@ impl PodResourcesLister for PodResourcesServer {
             .pods
             .active_pods()
             .iter()
-            .map(|p| pod_resources(p, &self.devices, &self.cpus))
+            .map(|p| pod_resources(p, &self.managers))
             .collect();
         Ok(Response::new(api::ListPodResourcesResponse {
             pod_resources,
@@ -156,9 +190,9 @@ impl PodResourcesLister for PodResourcesServer {
             .pod_resources_requests_get_allocatable
             .inc(&[V1]);
         Ok(Response::new(api::AllocatableResourcesResponse {
-            devices: api_devices(self.devices.allocatable_devices()),
-            cpu_ids: self.cpus.allocatable(),
-            ..Default::default()
+            devices: api_devices(self.managers.devices.allocatable_devices()),
+            cpu_ids: self.managers.cpus.allocatable(),
+            memory: api_memory(self.managers.memory.allocatable()),
         }))
     }
 
@@ -179,7 +213,7 @@ impl PodResourcesLister for PodResourcesServer {
             )));
         };
         Ok(Response::new(api::GetPodResourcesResponse {
-            pod_resources: Some(pod_resources(&pod, &self.devices, &self.cpus)),
+            pod_resources: Some(pod_resources(&pod, &self.managers)),
         }))
     }
 }
@@ -255,7 +289,20 @@ mod tests {
             root.path(),
             KubeletMetrics::new("n"),
         );
-        let r = pod_resources(&pod, &devices, &cpus);
+        let memory = MemoryManager::new(
+            Default::default(),
+            Vec::new(),
+            root.path(),
+            KubeletMetrics::new("n"),
+        );
+        let r = pod_resources(
+            &pod,
+            &Managers {
+                devices,
+                cpus,
+                memory,
+            },
+        );
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));
         let names: Vec<&str> = r.containers.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["proxy", "app", "log"]);

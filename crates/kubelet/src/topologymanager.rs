@@ -1,8 +1,9 @@
 //! The topology manager (upstream's cm/topologymanager): the admission
-//! step that gives a pod's containers their devices and exclusive CPUs.
-//! Under `none` each container's devices then CPUs are allocated, as they
-//! come. Under an aligning policy the hint providers (the device manager,
-//! then the CPU manager) first say on which NUMA nodes they could place
+//! step that gives a pod's containers their devices, exclusive CPUs and
+//! NUMA-pinned memory. Under `none` each container's devices, CPUs then
+//! memory are allocated, as they come. Under an aligning policy the hint
+//! providers (the device manager, the CPU manager, then the memory
+//! manager) first say on which NUMA nodes they could place
 //! what a container asks (or the whole pod, under the pod scope); the
 //! policy merges the hints, refuses the pod when they cannot be aligned
 //! (`TopologyAffinityError`), and each provider allocates within the
@@ -16,13 +17,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::podspec::init_and_regular_containers;
 use kubelet_core::topologymanager::{
-    AFFINITY_ERROR, AFFINITY_ERROR_MESSAGE, BitMask, NONE, NumaInfo, Policy, ProviderHints,
+    AFFINITY_ERROR, AFFINITY_ERROR_MESSAGE, Hint, NONE, NumaInfo, Policy, ProviderHints,
     SCOPE_CONTAINER, SCOPE_POD,
 };
 use kubelet_core::types::Rejection;
 
 use crate::cpumanager::{CpuManager, host_numa_nodes, read_sys};
 use crate::devicemanager::DeviceManager;
+use crate::memorymanager::MemoryManager;
 
 /// The alignment metrics' boundary for NUMA alignment.
 const ALIGN_NUMA_NODE: &str = "numa_node";
@@ -45,6 +47,7 @@ struct Inner {
     numa: NumaInfo,
     devices: DeviceManager,
     cpus: CpuManager,
+    memory: MemoryManager,
     metrics: KubeletMetrics,
     /// Set by [`TopologyManager::start`] under an aligning policy.
     policy: OnceLock<Policy>,
@@ -59,7 +62,7 @@ impl TopologyManager {
     pub fn new(
         settings: TopologySettings,
         numa: NumaInfo,
-        (devices, cpus): (DeviceManager, CpuManager),
+        (devices, cpus, memory): (DeviceManager, CpuManager, MemoryManager),
         metrics: KubeletMetrics,
     ) -> Self {
         TopologyManager(Arc::new(Inner {
@@ -67,6 +70,7 @@ impl TopologyManager {
             numa,
             devices,
             cpus,
+            memory,
             metrics,
             policy: OnceLock::new(),
         }))
@@ -111,6 +115,7 @@ impl TopologyManager {
         // What inactive pods hold is free again (upstream's providers do it
         // as they give hints and allocate).
         self.0.cpus.release_stale(active);
+        self.0.memory.release_stale(active);
         if self.0.devices.wants_devices(pod) {
             self.0.devices.free_inactive(active);
         }
@@ -122,6 +127,7 @@ impl TopologyManager {
                 let hints = [
                     self.0.devices.pod_hints(pod, &self.0.numa.nodes),
                     self.0.cpus.pod_hints(pod),
+                    self.0.memory.pod_hints(pod),
                 ];
                 let containers = init_and_regular_containers(pod);
                 self.place(policy, SCOPE_POD, &hints, pod, active, containers)
@@ -134,11 +140,11 @@ impl TopologyManager {
         result
     }
 
-    /// Under `none`: every container's devices and CPUs, init containers
-    /// first, without affinity.
+    /// Under `none`: every container's devices, CPUs and memory, init
+    /// containers first, without affinity.
     async fn allocate_all(&self, pod: &Pod, active: &[Arc<Pod>]) -> Result<(), Rejection> {
         for c in init_and_regular_containers(pod) {
-            self.allocate(pod, c, active, None).await?;
+            self.allocate(pod, c, active, Hint::default()).await?;
         }
         Ok(())
     }
@@ -155,6 +161,7 @@ impl TopologyManager {
             let hints = [
                 self.0.devices.hints(pod, c, &self.0.numa.nodes),
                 self.0.cpus.hints(pod, c),
+                self.0.memory.hints(pod, c),
             ];
             self.place(policy, SCOPE_CONTAINER, &hints, pod, active, [c])
                 .await?;
@@ -186,7 +193,7 @@ impl TopologyManager {
             return Err(affinity_error());
         }
         for c in containers {
-            if let Err(e) = self.allocate(pod, c, active, best.affinity).await {
+            if let Err(e) = self.allocate(pod, c, active, best).await {
                 m.topology_manager_admission_errors.inc(&[]);
                 return Err(e);
             }
@@ -198,30 +205,37 @@ impl TopologyManager {
     }
 
     /// One container's allocation by each provider, in upstream's order
-    /// (devices, then CPUs); a failure refuses the pod with upstream's
-    /// reason.
+    /// (devices, CPUs, then memory), within the merged `hint`; a failure
+    /// refuses the pod with upstream's reason.
     async fn allocate(
         &self,
         pod: &Pod,
         c: &Container,
         active: &[Arc<Pod>],
-        affinity: Option<BitMask>,
+        hint: Hint,
     ) -> Result<(), Rejection> {
         self.0
             .devices
-            .allocate(pod, c, active, affinity)
+            .allocate(pod, c, active, hint.affinity)
             .await
-            .map_err(|e| Rejection {
-                reason: "UnexpectedAdmissionError".into(),
-                message: format!("Allocate failed due to {e}, which is unexpected"),
-            })?;
-        self.0.cpus.allocate(pod, c, affinity).map_err(|e| {
+            .map_err(unexpected)?;
+        self.0.cpus.allocate(pod, c, hint.affinity).map_err(|e| {
             let (reason, message) = e.rejection();
             Rejection {
                 reason: reason.into(),
                 message,
             }
-        })
+        })?;
+        self.0.memory.allocate(pod, c, hint).map_err(unexpected)
+    }
+}
+
+/// An untyped allocation error's rejection (upstream's
+/// GetPodAdmitResult).
+fn unexpected(e: impl std::fmt::Display) -> Rejection {
+    Rejection {
+        reason: "UnexpectedAdmissionError".into(),
+        message: format!("Allocate failed due to {e}, which is unexpected"),
     }
 }
 

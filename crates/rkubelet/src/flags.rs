@@ -16,7 +16,7 @@ use clap::Parser;
 use k8s_openapi::api::core::v1::Taint;
 use kubelet_core::config::{
     AuthorizationMode, CgroupDriver, DropinError, FlushFrequency, KubeletConfiguration,
-    LoggingConfiguration, TLS_CIPHER_SUITES, TlsMinVersion, VModuleItem,
+    LoggingConfiguration, MemoryReservation, TLS_CIPHER_SUITES, TlsMinVersion, VModuleItem,
     parse_kubelet_config_layers, parse_reservation,
 };
 use kubelet_core::duration::parse_go_duration;
@@ -330,9 +330,16 @@ pub struct Flags {
     #[arg(long, value_name = "DURATION", value_parser = parse_go_duration, allow_hyphen_values = true)]
     pub cpu_manager_reconcile_period: Option<Duration>,
 
-    /// Memory manager policy: None (Static is refused until rkubelet has the memory manager).
+    /// Memory manager policy: None or Static.
     #[arg(long, value_name = "POLICY")]
     pub memory_manager_policy: Option<String>,
+
+    /// Memory reserved for the system per NUMA node (Static memory manager):
+    /// `0:memory=1Gi,hugepages-1M=2Gi`, nodes separated by `;` or repeated
+    /// flags; each kind must add up to kube-reserved, system-reserved and
+    /// the hard eviction threshold.
+    #[arg(long, value_name = "NODE:TYPE=QUANTITY,...", value_parser = parse_reserved_memory, value_delimiter = ';')]
+    pub reserved_memory: Vec<MemoryReservation>,
 
     /// Topology manager policy: none, best-effort, restricted or single-numa-node.
     #[arg(long, value_name = "POLICY")]
@@ -506,6 +513,48 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
         .split_once('=')
         .ok_or_else(|| format!("malformed pair, expect string=string: {s:?}"))?;
     Ok((k.trim().to_owned(), v.trim().to_owned()))
+}
+
+/// One NUMA node's `id:type=quantity[,type=quantity...]` of
+/// --reserved-memory, with upstream's messages.
+fn parse_reserved_memory(s: &str) -> Result<MemoryReservation, String> {
+    let format = || {
+        format!(
+            "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {s}"
+        )
+    };
+    let parts: Vec<&str> = s.split(':').collect();
+    let [node, limits] = parts[..] else {
+        return Err(format());
+    };
+    let numa_node = kubelet_core::strconv::atoi(node)
+        .ok()
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| {
+            format!("failed to convert the NUMA node ID, expected integer, got {node}")
+        })?;
+    let mut out = MemoryReservation {
+        numa_node,
+        limits: BTreeMap::new(),
+    };
+    for limit in limits.split(',') {
+        let pair: Vec<&str> = limit.split('=').collect();
+        let [name, quantity] = pair[..] else {
+            return Err(format!(
+                "the reserved limit has incorrect value, expected type=quantity, got {limit}"
+            ));
+        };
+        if !kubelet_core::resources::is_memory_resource(name) {
+            return Err(format!(
+                "memory type conversion error, unknown type: {name:?}"
+            ));
+        }
+        let q = k8s_openapi::apimachinery::pkg::api::resource::Quantity(quantity.to_owned());
+        kubelet_core::quantity::parse_bytes(&q)
+            .map_err(|_| format!("failed to parse the quantity: {quantity}"))?;
+        out.limits.insert(name.to_owned(), quantity.to_owned());
+    }
+    Ok(out)
 }
 
 /// `Name:value` of --manifest-url-header.
@@ -805,6 +854,9 @@ impl Flags {
         }
         if let Some(p) = &self.memory_manager_policy {
             config.memory_manager_policy = p.clone();
+        }
+        if !self.reserved_memory.is_empty() {
+            config.reserved_memory = self.reserved_memory.clone();
         }
         if let Some(p) = &self.topology_manager_policy {
             config.topology_manager_policy = p.clone();
@@ -1505,6 +1557,46 @@ hairpinMode: none
         assert_eq!(c.reserved_system_cpus, "0");
         let s = settings(&["--cpu-manager-policy=static"]).unwrap();
         assert_eq!(s.config.cpu_manager_policy, "static");
+    }
+
+    #[test]
+    fn reserved_memory_flags_append_as_upstreams() {
+        let s = settings(&[
+            "--memory-manager-policy=Static",
+            "--reserved-memory=0:memory=1Gi,hugepages-2Mi=4Mi;1:memory=512Mi",
+            "--reserved-memory",
+            "2:memory=1G",
+        ])
+        .unwrap();
+        let r = &s.config.reserved_memory;
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            (r[0].numa_node, r[0].limits["hugepages-2Mi"].as_str()),
+            (0, "4Mi")
+        );
+        assert_eq!((r[2].numa_node, r[2].limits["memory"].as_str()), (2, "1G"));
+        for (flag, want) in [
+            (
+                "0=memory=1Gi",
+                "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got 0=memory=1Gi",
+            ),
+            (
+                "x:memory=1Gi",
+                "failed to convert the NUMA node ID, expected integer, got x",
+            ),
+            (
+                "0:memory",
+                "the reserved limit has incorrect value, expected type=quantity, got memory",
+            ),
+            (
+                "0:cpu=1",
+                "memory type conversion error, unknown type: \"cpu\"",
+            ),
+            ("0:memory=lots", "failed to parse the quantity: lots"),
+        ] {
+            let err = settings(&[&format!("--reserved-memory={flag}")]).unwrap_err();
+            assert!(format!("{err:#}").contains(want), "{flag}: {err:#}");
+        }
     }
 
     #[test]

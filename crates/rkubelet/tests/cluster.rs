@@ -5441,6 +5441,23 @@ fn allowed_cpus(api: &Api, pod: &str, container: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
+/// The `cpuset.mems` of a container's own cgroup (empty: the runtime's
+/// default, its parent's nodes).
+fn cgroup_mems(api: &Api, pod: &str) -> Option<String> {
+    let out = api.run(&[
+        "exec",
+        pod,
+        "-c",
+        "c",
+        "--",
+        "cat",
+        "/sys/fs/cgroup/cpuset.mems",
+    ]);
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
 /// The static CPU manager on a real runtime: a Guaranteed pod's container
 /// with one whole CPU runs on a CPU of its own (not the reserved CPU 0);
 /// a BestEffort container already running shrinks to the others within a
@@ -5449,14 +5466,21 @@ fn allowed_cpus(api: &Api, pod: &str, container: &str) -> Option<String> {
 /// Under the `single-numa-node` topology manager policy: the pinned
 /// container is admitted aligned (its NUMA node has the CPU), a pod asking
 /// for every CPU (one is reserved) is refused with upstream's
-/// TopologyAffinityError, and the metrics count both.
+/// TopologyAffinityError, and the metrics count both. Under the Static
+/// memory manager (reservedMemory adding up to kubeReserved and the hard
+/// eviction threshold): the pinned container's memory is on its NUMA node,
+/// its cgroup's `cpuset.mems` says so (the shared one's is the runtime's
+/// default, empty), PodResources lists it and the state file is
+/// upstream's, across the kill -9.
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
     let mut k = Kubelet::new("cpus");
     k.rk.add_config(
-        "cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 1s\nkubeReserved:\n  cpu: 500m\n\
-         topologyManagerPolicy: single-numa-node\n",
+        "cpuManagerPolicy: static\ncpuManagerReconcilePeriod: 1s\n\
+         kubeReserved:\n  cpu: 500m\n  memory: 255Mi\n\
+         topologyManagerPolicy: single-numa-node\nmemoryManagerPolicy: Static\n\
+         reservedMemory:\n- numaNode: 0\n  limits:\n    memory: 256Mi\n",
     );
     k.start_ready().await;
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
@@ -5564,6 +5588,33 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
             && state.contains(&format!(r#"{{"c":"{own}"}}"#)),
         "{state}"
     );
+    // Its memory, on NUMA node 0 (this machine's only one).
+    let pinned_uid = uid(&k.api.pod(pinned).unwrap()).to_owned();
+    let memory_state = std::fs::read_to_string(root.join("memory_manager_state")).unwrap();
+    let block = r#"{"c":[{"numaAffinity":[0],"type":"memory","size":67108864}]}"#;
+    assert!(
+        memory_state
+            .starts_with(r#"{"policyName":"Static","machineState":{"0":{"numberOfAssignments":1,"#)
+            && memory_state.contains(&format!(r#""{pinned_uid}":{block}"#)),
+        "{memory_state}"
+    );
+    assert_eq!(cgroup_mems(&k.api, pinned).as_deref(), Some("0"));
+    assert_eq!(cgroup_mems(&k.api, shared).as_deref(), Some(""));
+    let memory = listed(&root, pinned, "c").await.map(|c| c.memory);
+    let memory: Vec<(String, u64, Vec<i64>)> = memory
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let nodes = m.topology.map(|t| t.nodes.iter().map(|n| n.id).collect());
+            (m.memory_type, m.size, nodes.unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(memory, [("memory".to_owned(), 64 << 20, vec![0])]);
+    assert_eq!(
+        value("kubelet_memory_manager_pinning_requests_total", &[]),
+        Some(1.0),
+        "the pinned container's memory; the shared one is not Guaranteed, the greedy one refused before"
+    );
     // kill -9 and a new start: the state is restored, the pinned container
     // keeps its CPU and the shared one stays off it.
     let before = container_of(&k.api.pod(pinned).unwrap());
@@ -5581,6 +5632,11 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
     assert_eq!(cpu_ids, [i64::from(own)]);
     assert_eq!(allowed_cpus(&k.api, pinned, "c"), Some(own.to_string()));
     assert_eq!(allowed_cpus(&k.api, shared, "c"), Some(pool.clone()));
+    let restored = std::fs::read_to_string(root.join("memory_manager_state")).unwrap();
+    assert!(
+        restored.contains(&format!(r#""{pinned_uid}":{block}"#)),
+        "{restored}"
+    );
     let uids: HashSet<String> = [shared, pinned, greedy]
         .iter()
         .filter_map(|n| Some(uid(&k.api.pod(n)?).to_owned()))

@@ -202,10 +202,6 @@ pub const NOT_IMPLEMENTED: &[(&str, &str)] = &[
         "no effect: rkubelet has no Go profiler (upstream's block profiling under /debug/pprof)",
     ),
     (
-        "reservedMemory",
-        "no effect: only the memory manager's Static policy reads it, and rkubelet has only None (#36), under which upstream ignores it too",
-    ),
-    (
         "qosReserved",
         "no effect: upstream honours it only with the alpha QOSReserved gate, off by default",
     ),
@@ -605,6 +601,16 @@ pub struct ShutdownGracePeriodByPodPriority {
     pub shutdown_grace_period_seconds: i64,
 }
 
+/// An item of `reservedMemory`: the memory (and hugepages) NUMA node
+/// `numaNode` keeps for the system, for the memory manager's Static policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryReservation {
+    pub numa_node: i32,
+    /// Resource → quantity, as written.
+    pub limits: BTreeMap<String, String>,
+}
+
 config_section! {
     /// The fields of upstream's KubeletConfiguration that rkubelet implements.
     pub struct KubeletConfiguration {
@@ -900,9 +906,14 @@ config_section! {
         /// sets the running containers' cpusets; no loop runs under the
         /// `none` policy, as upstream's. Default 10s.
         "cpuManagerReconcilePeriod" cpu_manager_reconcile_period: Duration = Duration::from_secs(10), zero_is_unset;
-        /// `memoryManagerPolicy`: `None`; `Static` is refused until rkubelet
-        /// has the memory manager (#36).
+        /// `memoryManagerPolicy`: `None`, or `Static`: a Guaranteed pod's
+        /// containers get their memory and hugepages from NUMA nodes chosen
+        /// with the topology manager (their `cpuset.mems`).
         "memoryManagerPolicy" memory_manager_policy: String = "None".into(), zero_is_unset;
+        /// `reservedMemory`: what each NUMA node keeps for the system under
+        /// the Static memory manager; per kind of memory they must add up
+        /// to systemReserved, kubeReserved and the hard eviction threshold.
+        "reservedMemory" reserved_memory: Vec<MemoryReservation> = Vec::new();
         /// `topologyManagerPolicy`: `none` (no NUMA alignment),
         /// `best-effort`, `restricted` or `single-numa-node`: how the
         /// devices' and exclusive CPUs' NUMA nodes are aligned at admission.

@@ -1555,21 +1555,35 @@ fn feature_gates_are_read_checked_and_looked_up() {
     );
 }
 
+/// A reservedMemory of one item, for NUMA node 0.
+fn reservation(limits: &[(&str, &str)]) -> Vec<MemoryReservation> {
+    vec![MemoryReservation {
+        numa_node: 0,
+        limits: limits
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+    }]
+}
+
 /// The resource managers' settings: the policies rkubelet has honoured
 /// (and read from the file), what needs a manager rkubelet lacks refused
 /// by name, what upstream refuses refused in its words.
 #[test]
 fn resource_managers_are_honoured_or_refused() {
     let (cfg, ignored) = parse_body(
-        "cpuManagerPolicy: none\ncpuManagerReconcilePeriod: 5s\nmemoryManagerPolicy: None\n\
+        "cpuManagerPolicy: none\ncpuManagerReconcilePeriod: 5s\nmemoryManagerPolicy: Static\n\
          topologyManagerPolicy: none\ntopologyManagerScope: pod\nreservedSystemCPUs: \"0\"\n\
-         systemReserved: {cpu: 250m, memory: 1Gi}\nkubeReserved: {cpu: 500m}\n",
+         systemReserved: {cpu: 250m, memory: 1Gi}\nkubeReserved: {cpu: 500m}\n\
+         reservedMemory: [{numaNode: 0, limits: {memory: 1124Mi}}]\n",
     )
     .unwrap();
     assert!(ignored.is_empty(), "{ignored:?}");
     cfg.validate().unwrap();
     assert_eq!(cfg.cpu_manager_reconcile_period, Duration::from_secs(5));
     assert_eq!(cfg.topology_manager_scope, "pod");
+    assert_eq!(cfg.reserved_memory[0].limits["memory"], "1124Mi");
+    assert_eq!(cfg.to_v1beta1_json()["reservedMemory"][0]["numaNode"], 0);
     // The aligning policies, and options (checked as the manager starts).
     for policy in ["best-effort", "restricted", "single-numa-node"] {
         let mut c = cfg.clone();
@@ -1597,8 +1611,22 @@ fn resource_managers_are_honoured_or_refused() {
             "new none policy error: None policy: received unsupported options=map[full-pcpus-only:true]",
         ),
         (
-            |c| c.memory_manager_policy = "Static".into(),
-            r#"memoryManagerPolicy "Static": not supported by rkubelet yet: it has no memory manager (#36)"#,
+            |c| c.reserved_memory = reservation(&[("cpu", "1")]),
+            r#"invalid configuration: the limit type "cpu" for NUMA node 0 is not supported, only [memory hugepages-<HugePageSize>] is accepted"#,
+        ),
+        (
+            |c| c.reserved_memory = reservation(&[("memory", "1Gi"), ("hugepages-2Mi", "0")]),
+            r#"invalid configuration: reserved memory may not be zero for NUMA node 0 and resource "hugepages-2Mi""#,
+        ),
+        (
+            |c| {
+                c.reserved_memory = [
+                    reservation(&[("memory", "1Gi")]),
+                    reservation(&[("memory", "1Gi")]),
+                ]
+                .concat()
+            },
+            r#"invalid configuration: the reserved memory has a duplicate value for NUMA node 0 and resource "memory""#,
         ),
         (
             |c| c.memory_manager_policy = "static".into(),

@@ -155,11 +155,6 @@ impl KubeletConfiguration {
     /// does not have yet refused by name, never run as `none`.
     fn validate_resource_managers(&self) -> Result<(), ConfigError> {
         let rejected = |m: String| Err(ConfigError::Rejected(m));
-        let not_yet = |field: &str, value: &str, manager: &str| {
-            rejected(format!(
-                "{field} {value:?}: not supported by rkubelet yet: it has no {manager} (#36)"
-            ))
-        };
         match self.cpu_manager_policy.as_str() {
             "none" if !self.cpu_manager_policy_options.is_empty() => {
                 let options: Vec<String> = self
@@ -178,10 +173,12 @@ impl KubeletConfiguration {
             other => return rejected(format!("unknown policy: \"{other}\"")),
         }
         match self.memory_manager_policy.as_str() {
-            "None" => {}
-            "Static" => return not_yet("memoryManagerPolicy", "Static", "memory manager"),
+            // The reservations are checked against the node's NUMA nodes as
+            // the memory manager starts, where upstream checks them.
+            "None" | "Static" => {}
             other => return rejected(format!("unknown policy: {other:?}")),
         }
+        self.validate_reserved_memory()?;
         const TOPOLOGY: [&str; 4] = ["none", "best-effort", "restricted", "single-numa-node"];
         if !TOPOLOGY.contains(&self.topology_manager_policy.as_str()) {
             return rejected(format!(
@@ -210,6 +207,41 @@ impl KubeletConfiguration {
                     "invalid configuration: unable to parse reservedSystemCPUs (--reserved-cpus) {}, error: {e}",
                     self.reserved_system_cpus
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// reservedMemory as upstream's validation checks it: memory or
+    /// hugepages only, none zero, no node and kind twice.
+    fn validate_reserved_memory(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for r in &self.reserved_memory {
+            let node = r.numa_node;
+            for (name, q) in &r.limits {
+                let err =
+                    |m: String| Err(ConfigError::Rejected(format!("invalid configuration: {m}")));
+                if !crate::resources::is_memory_resource(name) {
+                    return err(format!(
+                        "the limit type {name:?} for NUMA node {node} is not supported, only [memory hugepages-<HugePageSize>] is accepted"
+                    ));
+                }
+                let bytes = crate::quantity::parse_bytes(&Quantity(q.clone())).map_err(|e| {
+                    ConfigError::Rejected(format!(
+                        "reservedMemory: NUMA node {node}: {name}: {}",
+                        e.message
+                    ))
+                })?;
+                if bytes == 0 {
+                    return err(format!(
+                        "reserved memory may not be zero for NUMA node {node} and resource {name:?}"
+                    ));
+                }
+                if !seen.insert((node, name.clone())) {
+                    return err(format!(
+                        "the reserved memory has a duplicate value for NUMA node {node} and resource {name:?}"
+                    ));
+                }
             }
         }
         Ok(())

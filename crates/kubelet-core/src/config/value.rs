@@ -318,6 +318,47 @@ impl ConfigValue for Vec<super::ShutdownGracePeriodByPodPriority> {
     }
 }
 
+/// reservedMemory's list: `{numaNode, limits}` items, the limits'
+/// quantities kept as written.
+impl ConfigValue for Vec<super::MemoryReservation> {
+    fn decode(v: &Value, field: &str) -> Result<Self, ConfigError> {
+        let items = v
+            .as_array()
+            .ok_or_else(|| wrong_type(field, "a list of {numaNode, limits}", v))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let at = format!("{field}[{i}]");
+                let map = item
+                    .as_object()
+                    .ok_or_else(|| wrong_type(&at, "a mapping of numaNode and limits", item))?;
+                if let Some(k) = map.keys().find(|k| *k != "numaNode" && *k != "limits") {
+                    return Err(invalid_value(&join(&at, k), "unknown field"));
+                }
+                let numa_node = match map.get("numaNode") {
+                    None => 0,
+                    Some(n) => n
+                        .as_i64()
+                        .and_then(|n| i32::try_from(n).ok())
+                        .ok_or_else(|| wrong_type(&join(&at, "numaNode"), "an int32", n))?,
+                };
+                let limits = match map.get("limits") {
+                    None | Some(Value::Null) => BTreeMap::new(),
+                    Some(l) => BTreeMap::<String, String>::decode(l, &join(&at, "limits"))?,
+                };
+                Ok(super::MemoryReservation { numa_node, limits })
+            })
+            .collect()
+    }
+    fn encode(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+    fn is_zero(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 /// A mapping of strings (numbers are read as their text, as upstream's
 /// YAML to JSON conversion leaves `10%` and `100Mi` alike as strings).
 impl ConfigValue for BTreeMap<String, String> {

@@ -53,13 +53,18 @@ impl Kubelet {
             return Err(KubeletError::ContainerManager(e));
         }
         // The topology manager first, as upstream makes it before the
-        // CPU manager.
+        // CPU and memory managers.
         let topology = self.topology.clone();
         let cpus = self.syncer.runtime.cpus().clone();
-        let started =
-            kubelet_tasks::off_thread(move || topology.start().and_then(|()| cpus.start()))
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+        let memory = self.syncer.runtime.memory().clone();
+        let started = kubelet_tasks::off_thread(move || {
+            topology
+                .start()
+                .and_then(|()| cpus.start())
+                .and_then(|()| memory.start())
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
         if let Err(e) = started {
             self.tasks.shutdown().await;
             return Err(KubeletError::ContainerManager(crate::cm::CmError::Config(
@@ -91,6 +96,10 @@ impl Kubelet {
         self.syncer
             .runtime
             .cpus()
+            .watch_sources(sources_ready.clone());
+        self.syncer
+            .runtime
+            .memory()
             .watch_sources(sources_ready.clone());
         self.start_api_modules(receivers.events);
         self.notify_systemd();
@@ -150,6 +159,7 @@ impl Kubelet {
             (
                 self.syncer.runtime.devices().clone(),
                 self.syncer.runtime.cpus().clone(),
+                self.syncer.runtime.memory().clone(),
             ),
             self.opts.metrics.clone(),
         );

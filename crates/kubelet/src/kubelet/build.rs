@@ -214,6 +214,12 @@ impl Kubelet {
             &opts.root_dir,
             opts.metrics.clone(),
         );
+        let memory = crate::memorymanager::MemoryManager::new(
+            memory_settings(&opts),
+            opts.numa_memory.clone(),
+            &opts.root_dir,
+            opts.metrics.clone(),
+        );
         let topology = crate::topologymanager::TopologyManager::new(
             crate::topologymanager::TopologySettings {
                 policy: cfg.topology_manager_policy.clone(),
@@ -221,7 +227,7 @@ impl Kubelet {
                 options: cfg.topology_manager_policy_options.clone(),
             },
             opts.numa.clone(),
-            (devices.clone(), cpus.clone()),
+            (devices.clone(), cpus.clone(), memory.clone()),
             opts.metrics.clone(),
         );
         let runtime = RuntimeManager::new(
@@ -232,7 +238,7 @@ impl Kubelet {
                 cm.clone(),
                 classes,
                 runtime_state.clone(),
-                (devices, cpus),
+                (devices, cpus, memory),
             ),
             env,
             pulls.clone(),
@@ -411,6 +417,29 @@ fn cpu_settings(opts: &KubeletOptions) -> crate::cpumanager::CpuSettings {
     }
 }
 
+/// What the memory manager is configured with: its policy, reservedMemory,
+/// and what node allocatable keeps back (upstream's
+/// GetNodeAllocatableReservation: systemReserved, kubeReserved and the hard
+/// eviction thresholds, for the node's memory).
+fn memory_settings(opts: &KubeletOptions) -> crate::memorymanager::MemorySettings {
+    let cfg = &opts.config;
+    let (reserved, eviction_hard, _) = node_allocatable(opts);
+    let mut allocatable_reservation = reserved;
+    let eviction =
+        kubelet_core::eviction::hard_eviction_reservation(&eviction_hard, opts.node_memory, 0);
+    for (k, v) in eviction {
+        let e = allocatable_reservation.entry(k).or_default();
+        *e = e.saturating_add(v);
+    }
+    allocatable_reservation.retain(|_, v| *v != 0);
+    let reservations = kubelet_core::memorymanager::reservations(&cfg.reserved_memory);
+    crate::memorymanager::MemorySettings {
+        policy: cfg.memory_manager_policy.clone(),
+        reservations,
+        allocatable_reservation,
+    }
+}
+
 /// What the runtime manager needs to know of this host and its
 /// configuration.
 fn runtime_host(
@@ -419,12 +448,17 @@ fn runtime_host(
     cgroups: ContainerManager,
     runtime_classes: RuntimeClasses,
     runtime_state: RuntimeState,
-    (devices, cpus): (DeviceManager, crate::cpumanager::CpuManager),
+    (devices, cpus, memory): (
+        DeviceManager,
+        crate::cpumanager::CpuManager,
+        crate::memorymanager::MemoryManager,
+    ),
 ) -> Host {
     let cfg = &opts.config;
     Host {
         devices,
         cpus,
+        memory,
         logs_root: cfg.pod_logs_dir.clone(),
         legacy_logs_dir: opts.legacy_logs_dir.clone(),
         pods_dir: opts.root_dir.join("pods"),

@@ -92,6 +92,9 @@ pub struct KubeletOptions {
     /// The NUMA nodes and their distances (the topology manager's), from
     /// sysfs.
     pub numa: kubelet_core::topologymanager::NumaInfo,
+    /// The NUMA nodes' memory and hugepages (the memory manager's), from
+    /// sysfs.
+    pub numa_memory: Vec<kubelet_core::memorymanager::NodeMemory>,
     /// How the node registers, when an API server is configured.
     pub registration: Option<NodeRegistration>,
     /// The metrics registry every part records into (`/metrics`).
@@ -151,6 +154,7 @@ impl KubeletOptions {
             node_cpu_cores,
             cpu_topology: crate::cpumanager::host_topology(),
             numa: crate::topologymanager::host_numa(),
+            numa_memory: crate::memorymanager::host_memory(node_memory),
             registration: None,
             clock: Clock::System,
             cgroups,

@@ -537,6 +537,9 @@ pub struct ContainerInputs<'a> {
     /// The CPUs it runs on, when the CPU manager says (upstream's
     /// PreCreateContainer: its exclusive CPUs, or the shared pool).
     pub cpuset: Option<String>,
+    /// The NUMA nodes its memory is on, when the memory manager says
+    /// (upstream's PreCreateContainer: the nodes of its memory blocks).
+    pub cpuset_mems: Option<String>,
 }
 
 /// The CRI's name of a stop signal the API names (upstream's
@@ -632,6 +635,7 @@ pub fn container_config(
         stop_signals,
         plugin,
         cpuset,
+        cpuset_mems,
     } = inputs;
     let stop_signal = stop_signal(c, stop_signals)?;
     let (name, ns, uid) = name_ns_uid(pod);
@@ -706,6 +710,7 @@ pub fn container_config(
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(cri::LinuxContainerResources {
                 cpuset_cpus: cpuset.unwrap_or_default(),
+                cpuset_mems: cpuset_mems.unwrap_or_default(),
                 ..linux_resources(pod, c, node)?
             }),
             security_context: Some(container_security(
@@ -1043,6 +1048,7 @@ mod tests {
                 stop_signals: false,
                 plugin: Default::default(),
                 cpuset: None,
+                cpuset_mems: None,
             },
             &SecurityDefaults::default(),
             NODE,
@@ -1099,6 +1105,7 @@ mod tests {
             stop_signals: false,
             plugin: Default::default(),
             cpuset: None,
+            cpuset_mems: None,
         };
         let cfg = container_config(&p, c, inputs, &SecurityDefaults::default(), no_quota).unwrap();
         let r = cfg.linux.unwrap().resources.unwrap();
@@ -1196,6 +1203,7 @@ mod tests {
             stop_signals: false,
             plugin: Default::default(),
             cpuset: None,
+            cpuset_mems: None,
         }
     }
 

@@ -254,6 +254,7 @@ impl RuntimeManager {
             stop_signals: self.host.stop_signals,
             plugin: self.device_options(pod, c).await?,
             cpuset: self.cpuset(pod, c)?,
+            cpuset_mems: self.host.memory.cpuset_mems(pod, c),
         };
         let cpuset = inputs.cpuset.clone();
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
@@ -285,6 +286,7 @@ impl RuntimeManager {
             .await
             .map_err(|e| StartError::Create(counted(e)))?;
         self.host.cpus.created(&id, cpuset.as_deref());
+        self.host.memory.created(pod, c);
         self.events
             .event(about, NORMAL, "Created", "Container created");
         self.cri

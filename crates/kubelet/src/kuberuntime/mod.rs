@@ -136,6 +136,8 @@ pub struct Host {
     pub devices: crate::devicemanager::DeviceManager,
     /// The CPU manager: the cpuset each container runs on.
     pub cpus: crate::cpumanager::CpuManager,
+    /// The memory manager: the NUMA nodes each container's memory is on.
+    pub memory: crate::memorymanager::MemoryManager,
 }
 
 #[derive(Clone)]
@@ -223,6 +225,11 @@ impl RuntimeManager {
 
     pub fn cpus(&self) -> &crate::cpumanager::CpuManager {
         &self.host.cpus
+    }
+
+    /// The memory manager.
+    pub fn memory(&self) -> &crate::memorymanager::MemoryManager {
+        &self.host.memory
     }
 
     /// The pods' user namespaces.

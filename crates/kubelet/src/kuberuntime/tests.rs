@@ -45,6 +45,12 @@ fn test_host(dir: &std::path::Path) -> Host {
             dir,
             KubeletMetrics::new("n"),
         ),
+        memory: crate::memorymanager::MemoryManager::new(
+            Default::default(),
+            Vec::new(),
+            dir,
+            KubeletMetrics::new("n"),
+        ),
     }
 }
 

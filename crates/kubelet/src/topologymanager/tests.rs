@@ -1,6 +1,7 @@
 //! The topology manager against the real device manager (a fake plugin
-//! serving the real gRPC API, its devices on NUMA node 1) and the static
-//! CPU manager, on a made-up machine of two NUMA nodes with two CPUs each.
+//! serving the real gRPC API, its devices on NUMA node 1), the static CPU
+//! manager and the Static memory manager, on a made-up machine of two NUMA
+//! nodes with two CPUs and 2Gi each.
 
 use std::collections::BTreeSet;
 
@@ -16,7 +17,9 @@ use kubelet_core::types::PodUid;
 use super::*;
 use crate::cpumanager::CpuSettings;
 use crate::devicemanager::{listen, serve};
+use crate::memorymanager::MemorySettings;
 use crate::testutil::until;
+use kubelet_core::memorymanager::{NodeMemory, Reservation};
 
 const GPU: &str = "example.com/gpu";
 
@@ -30,11 +33,40 @@ fn two_nodes() -> (Topology, NumaInfo) {
     (cpus, NumaInfo::from_sysfs(&[0, 1], |_| None))
 }
 
+/// The Static memory manager on 2Gi per node, 256Mi of node 0 kept for
+/// the system.
+fn memory_manager(root: &std::path::Path, metrics: &KubeletMetrics) -> MemoryManager {
+    let mi = 1 << 20;
+    let nodes = (0..2)
+        .map(|id| NodeMemory {
+            id,
+            memory: 2 << 30,
+            hugepages: Vec::new(),
+        })
+        .collect();
+    let memory = MemoryManager::new(
+        MemorySettings {
+            policy: "Static".into(),
+            reservations: vec![Reservation {
+                numa_node: 0,
+                limits: [("memory".to_owned(), (256 * mi, true))].into(),
+            }],
+            allocatable_reservation: [("memory".to_owned(), 256 * mi)].into(),
+        },
+        nodes,
+        root,
+        metrics.clone(),
+    );
+    memory.start().unwrap();
+    memory
+}
+
 struct Node {
     _root: tempfile::TempDir,
     topology: TopologyManager,
     cpus: CpuManager,
     devices: DeviceManager,
+    memory: MemoryManager,
     metrics: KubeletMetrics,
     cancel: CancellationToken,
 }
@@ -57,6 +89,7 @@ impl Node {
             metrics.clone(),
         );
         cpus.start().unwrap();
+        let memory = memory_manager(root.path(), &metrics);
         let devices = DeviceManager::new(root.path(), metrics.clone(), Default::default(), None);
         let cancel = CancellationToken::new();
         let listener = listen(devices.dir()).unwrap();
@@ -85,7 +118,7 @@ impl Node {
                 options: Default::default(),
             },
             numa,
-            (devices.clone(), cpus.clone()),
+            (devices.clone(), cpus.clone(), memory.clone()),
             metrics.clone(),
         );
         topology.start().unwrap();
@@ -94,6 +127,7 @@ impl Node {
             topology,
             cpus,
             devices,
+            memory,
             metrics,
             cancel,
         }
@@ -109,6 +143,12 @@ impl Node {
             .exclusive(PodUid::of(pod).as_str(), name)
             .into_iter()
             .collect()
+    }
+
+    /// The `cpuset.mems` of `pod`'s first container.
+    fn mems_of(&self, pod: &Pod) -> Option<String> {
+        let c = &pod.spec.as_ref().unwrap().containers[0];
+        self.memory.cpuset_mems(pod, c)
     }
 
     fn devices_of(&self, pod: &Pod, name: &str) -> Vec<String> {
@@ -128,7 +168,12 @@ impl Drop for Node {
 
 /// A Guaranteed container asking `cpu` CPUs and `gpus` GPUs.
 fn asking(name: &str, cpu: &str, gpus: &str) -> Container {
-    let mut limits = vec![("cpu", cpu), ("memory", "64Mi")];
+    asking_memory(name, cpu, gpus, "64Mi")
+}
+
+/// ... and `memory`.
+fn asking_memory(name: &str, cpu: &str, gpus: &str, memory: &str) -> Container {
+    let mut limits = vec![("cpu", cpu), ("memory", memory)];
     if gpus != "0" {
         limits.push((GPU, gpus));
     }
@@ -155,6 +200,8 @@ async fn single_numa_node_puts_a_containers_cpus_beside_its_device_or_refuses_it
     let cpus = node.cpus_of(&first, "app");
     assert!(cpus == [2].into() || cpus == [3].into(), "{cpus:?}");
     assert_eq!(node.devices_of(&first, "app").len(), 1);
+    // Its memory too.
+    assert_eq!(node.mems_of(&first).as_deref(), Some("1"));
     // Two CPUs and a GPU: node 1 has one CPU left, node 0 has no GPU.
     let second = pod("second", vec![asking("app", "2", "1")]);
     let refused = node.admit(&second, &[&first, &second]).await.unwrap_err();
@@ -233,6 +280,52 @@ async fn the_pod_scope_puts_every_container_on_one_node() {
     );
 }
 
+#[tokio::test]
+async fn memory_no_single_node_has_is_refused_or_spread_as_the_policy_says() {
+    // 3Gi fits on both nodes together only: single-numa-node refuses it,
+    // best-effort puts it beside the GPU and extends it over both nodes.
+    for (policy, admitted) in [("single-numa-node", false), ("best-effort", true)] {
+        let node = Node::start(policy, "container").await;
+        let big = pod("big", vec![asking_memory("app", "1", "1", "3Gi")]);
+        let result = node.admit(&big, &[&big]).await;
+        match result {
+            Ok(()) => {
+                assert!(admitted, "{policy}");
+                assert_eq!(node.mems_of(&big).as_deref(), Some("0,1"));
+            }
+            Err(r) => {
+                assert!(!admitted, "{policy}: {r:?}");
+                assert_eq!(r.reason, "TopologyAffinityError");
+                assert_eq!(node.mems_of(&big), None);
+            }
+        }
+    }
+    // More than the node has: no hint, and no memory to give at all, under
+    // any policy (upstream's untyped allocation error).
+    let node = Node::start("none", "container").await;
+    let huge = pod("huge", vec![asking_memory("app", "1", "0", "5Gi")]);
+    let refused = node.admit(&huge, &[&huge]).await.unwrap_err();
+    assert_eq!(
+        (refused.reason.as_str(), refused.message.as_str()),
+        (
+            "UnexpectedAdmissionError",
+            "Allocate failed due to [memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available, which is unexpected"
+        )
+    );
+    let m = &node.metrics;
+    assert_eq!(m.memory_manager_pinning_requests.get(&[]), 1.0);
+    assert_eq!(m.memory_manager_pinning_errors.get(&[]), 1.0);
+    // Once it is gone (the sources ready), the CPU it was given returns: a
+    // pod that needs every free CPU and 1Gi is admitted.
+    let ready = crate::config::SourcesReady::default();
+    ready.mark_ready();
+    node.cpus.watch_sources(ready.clone());
+    node.memory.watch_sources(ready);
+    let after = pod("after", vec![asking_memory("app", "3", "0", "1Gi")]);
+    node.admit(&after, &[&after]).await.unwrap();
+    assert_eq!(node.mems_of(&after).as_deref(), Some("0"));
+}
+
 #[test]
 fn start_refuses_bad_options_in_upstreams_words() {
     let dir = tempfile::tempdir().unwrap();
@@ -245,6 +338,7 @@ fn start_refuses_bad_options_in_upstreams_words() {
         metrics.clone(),
     );
     let devices = DeviceManager::new(dir.path(), metrics.clone(), Default::default(), None);
+    let memory = MemoryManager::new(Default::default(), Vec::new(), dir.path(), metrics.clone());
     let manager = |policy: &str, options: &[(&str, &str)]| {
         TopologyManager::new(
             TopologySettings {
@@ -256,7 +350,7 @@ fn start_refuses_bad_options_in_upstreams_words() {
                     .collect(),
             },
             numa.clone(),
-            (devices.clone(), cpus.clone()),
+            (devices.clone(), cpus.clone(), memory.clone()),
             metrics.clone(),
         )
     };
