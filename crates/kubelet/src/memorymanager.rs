@@ -208,8 +208,30 @@ impl MemoryManager {
     }
 
     /// The `cpuset.mems` container `c` of `pod` is created with (upstream's
-    /// PreCreateContainer): the NUMA nodes of its memory; None when it has
-    /// none of its own (the runtime's default).
+    /// PreCreateContainer): the NUMA nodes of its memory, given now if
+    /// admission did not give it (a static pod, which only API pods'
+    /// admission skips); None when it has none of its own (the runtime's
+    /// default).
+    pub fn cpuset_mems_for(&self, pod: &Pod, c: &Container) -> Result<Option<String>, String> {
+        if self.0.policy.get().is_none() {
+            return Ok(None);
+        }
+        let uid = PodUid::of(pod);
+        let held = self
+            .0
+            .state
+            .lock()
+            .0
+            .blocks(uid.as_str(), &c.name)
+            .is_some();
+        if !held {
+            self.allocate(pod, c, Hint::default())?;
+        }
+        Ok(self.cpuset_mems(pod, c))
+    }
+
+    /// The NUMA nodes of container `c` of `pod`'s memory blocks, as
+    /// `cpuset.mems` lists them; None when it has none.
     pub fn cpuset_mems(&self, pod: &Pod, c: &Container) -> Option<String> {
         self.0.policy.get()?;
         cpuset_mems(&self.0.state.lock().0, PodUid::of(pod).as_str(), &c.name)

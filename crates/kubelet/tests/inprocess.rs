@@ -120,6 +120,12 @@ impl Node {
         // whatever the host has.
         opts.cpu_topology =
             kubelet_core::cpumanager::Topology::from_sysfs(&[0, 1].into(), &[], |_| None);
+        // One NUMA node of 4Gi (the memory manager's), whatever the host has.
+        opts.numa_memory = vec![kubelet_core::memorymanager::NodeMemory {
+            id: 0,
+            memory: 4 << 30,
+            hugepages: Vec::new(),
+        }];
         // No logind: never the host's.
         opts.logind = LogindAccess {
             bus_address: Some(format!(
@@ -2196,6 +2202,58 @@ async fn a_pod_starts_with_its_device_plugins_devices() {
         *plugin.allocations.lock(),
         vec![vec!["g1"], vec!["g2"], vec!["g1"]]
     );
+    k.stop().await;
+}
+
+/// The Static memory manager: a Guaranteed pod's container is created with
+/// its memory's NUMA node as its cpuset.mems (a static pod's given at
+/// creation), the others with the runtime's default; the state file holds
+/// its block in upstream's format, and one too big for the node waits with
+/// CreateContainerConfigError naming the field.
+#[tokio::test]
+async fn a_guaranteed_containers_memory_is_pinned_to_its_numa_node() {
+    let node = Node::new().await;
+    let k = node.start_with(|c| {
+        c.memory_manager_policy = "Static".into();
+        c.kube_reserved = [("memory".to_owned(), 127 << 20)].into();
+        c.reserved_memory = vec![kubelet_core::config::MemoryReservation {
+            numa_node: 0,
+            limits: [("memory".to_owned(), "128Mi".to_owned())].into(),
+        }];
+    });
+    let mems = |id: &str| {
+        node.fake
+            .container_config(id)
+            .and_then(|c| c.linux?.resources)
+            .map(|r| r.cpuset_mems)
+            .unwrap_or_default()
+    };
+    node.write("shared.yaml", &pod("shared", &[("app", "sleep 1000")], ""));
+    let guaranteed = |name: &str, memory: &str| {
+        pod(name, &[(name, "sleep 1000")], "")
+            + &format!("    resources:\n      limits: {{cpu: 1, memory: {memory}}}\n")
+    };
+    node.write("pinned.yaml", &guaranteed("pinned", "64Mi"));
+    node.fake
+        .wait_for("both run", WAIT, |_| {
+            node.running("app").len() == 1 && node.running("pinned").len() == 1
+        })
+        .await;
+    assert_eq!(mems(&node.running("pinned")[0].id), "0");
+    assert_eq!(mems(&node.running("app")[0].id), "");
+    let state = std::fs::read_to_string(node.dir.path().join("root/memory_manager_state")).unwrap();
+    assert!(
+        state.contains(r#"":{"pinned":[{"numaAffinity":[0],"type":"memory","size":67108864}]}"#),
+        "{state}"
+    );
+    node.write("huge.yaml", &guaranteed("huge", "5Gi"));
+    eventually("the huge container waits", || {
+        k.waiting("huge").is_some_and(|(reason, message)| {
+            reason == "CreateContainerConfigError"
+                && message.contains("[memorymanager] failed to get the default NUMA affinity, no NUMA nodes with enough memory is available")
+        })
+    })
+    .await;
     k.stop().await;
 }
 

@@ -254,7 +254,7 @@ impl RuntimeManager {
             stop_signals: self.host.stop_signals,
             plugin: self.device_options(pod, c).await?,
             cpuset: self.cpuset(pod, c)?,
-            cpuset_mems: self.host.memory.cpuset_mems(pod, c),
+            cpuset_mems: self.cpuset_mems(pod, c)?,
         };
         let cpuset = inputs.cpuset.clone();
         let cfg = container_config(pod, c, inputs, &self.host.security, self.host.resources)
@@ -308,6 +308,19 @@ impl RuntimeManager {
                 container: c.name.clone(),
                 field: "resources.requests.cpu".into(),
                 message: e.to_string(),
+            })
+        })
+    }
+
+    /// The NUMA nodes the memory manager puts `c`'s memory on; memory it
+    /// cannot give fails the start (CreateContainerConfigError, the pod's
+    /// other containers go on).
+    fn cpuset_mems(&self, pod: &Pod, c: &Container) -> Result<Option<String>, StartError> {
+        self.host.memory.cpuset_mems_for(pod, c).map_err(|message| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "resources.requests.memory".into(),
+                message,
             })
         })
     }
