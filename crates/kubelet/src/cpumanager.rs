@@ -30,6 +30,7 @@ use crate::config::SourcesReady;
 /// The alignment metrics' labels for what the CPU manager aligns.
 const ALIGN_SCOPE: &str = "container";
 const ALIGN_PHYSICAL_CPU: &str = "physical_cpu";
+const ALIGN_UNCORE_CACHE: &str = "uncore_cache";
 
 /// What the configuration says of the CPU manager.
 #[derive(Clone, Debug, Default)]
@@ -187,7 +188,7 @@ impl CpuManager {
             let m = &self.0.metrics;
             m.container_aligned_compute_resources_failures
                 .add(&[ALIGN_SCOPE, ALIGN_PHYSICAL_CPU], 0.0);
-            for boundary in [ALIGN_PHYSICAL_CPU, "uncore_cache"] {
+            for boundary in [ALIGN_PHYSICAL_CPU, ALIGN_UNCORE_CACHE] {
                 m.container_aligned_compute_resources
                     .add(&[ALIGN_SCOPE, boundary], 0.0);
             }
@@ -253,6 +254,7 @@ impl CpuManager {
             tracing::error!(pod = ?pod.metadata.name, container = %c.name, error = %e, "Unable to allocate CPUs");
         }
         if *state != before {
+            self.count_uncore(policy, allocated.as_ref());
             self.save(&state);
         }
         allocated.map(|_| ())
@@ -278,6 +280,7 @@ impl CpuManager {
             let mut state = self.0.state.lock();
             let allocated = policy.allocate(&mut state, uid, pod, c, None);
             self.count(policy, allocated.is_ok());
+            self.count_uncore(policy, allocated.as_ref());
             allocated?;
             self.save(&state);
         }
@@ -453,6 +456,23 @@ impl CpuManager {
                 &m.container_aligned_compute_resources_failures
             };
             counter.inc(&[ALIGN_SCOPE, ALIGN_PHYSICAL_CPU]);
+        }
+    }
+
+    /// A new allocation whose CPUs share one uncore cache counts as aligned
+    /// there (upstream's updateMetricsOnAllocate, whatever the options).
+    fn count_uncore(
+        &self,
+        policy: &StaticPolicy,
+        allocated: Result<&Option<BTreeSet<u32>>, &AllocError>,
+    ) {
+        if let Ok(Some(cpus)) = allocated
+            && policy.topology.aligned_at_uncore(cpus)
+        {
+            self.0
+                .metrics
+                .container_aligned_compute_resources
+                .inc(&[ALIGN_SCOPE, ALIGN_UNCORE_CACHE]);
         }
     }
 

@@ -41,10 +41,13 @@ pub struct Options {
     /// `distribute-cpus-across-numa`: a container's CPUs spread evenly over
     /// the NUMA nodes it needs.
     pub distribute_cpus_across_numa: bool,
+    /// `prefer-align-cpus-by-uncorecache`: a container's CPUs share an
+    /// uncore (L3) cache where they can.
+    pub prefer_align_by_uncore_cache: bool,
 }
 
-/// Upstream's options that rkubelet does not implement yet: refused by name.
-const NOT_YET: [&str; 1] = ["prefer-align-cpus-by-uncorecache"];
+const UNCORE: &str = "prefer-align-cpus-by-uncorecache";
+const DISTRIBUTE_NUMA: &str = "distribute-cpus-across-numa";
 
 /// Upstream's alpha options: refused as upstream refuses them while
 /// CPUManagerPolicyAlphaOptions is off (rkubelet keeps that gate off).
@@ -60,20 +63,21 @@ impl Options {
             let flag = match name.as_str() {
                 "full-pcpus-only" => &mut out.full_pcpus_only,
                 "strict-cpu-reservation" => &mut out.strict_cpu_reservation,
-                "distribute-cpus-across-numa" => &mut out.distribute_cpus_across_numa,
+                DISTRIBUTE_NUMA => &mut out.distribute_cpus_across_numa,
+                UNCORE => &mut out.prefer_align_by_uncore_cache,
                 n if ALPHA.contains(&n) => {
                     return Err(format!(
                         "CPU Manager Policy Alpha-level Options not enabled, but option {n:?} provided"
                     ));
                 }
-                n if NOT_YET.contains(&n) => {
-                    return Err(format!(
-                        "cpuManagerPolicyOptions {n:?}: not supported by rkubelet yet"
-                    ));
-                }
                 other => return Err(format!("unknown CPU Manager Policy option: {other:?}")),
             };
             *flag = parse_bool(value).map_err(|e| format!("bad value for option {name:?}: {e}"))?;
+        }
+        if out.prefer_align_by_uncore_cache && out.distribute_cpus_across_numa {
+            return Err(format!(
+                "static policy options {UNCORE} and {DISTRIBUTE_NUMA} can not be used at the same time"
+            ));
         }
         Ok(out)
     }
@@ -179,7 +183,7 @@ pub fn reserved_cpus(
 /// Take `n` of `available` as the options say (upstream's
 /// takeByTopology): spread over NUMA nodes in groups of whole cores (of
 /// single CPUs without full-pcpus-only) under distribute-cpus-across-numa,
-/// else packed.
+/// else packed (by uncore cache too under prefer-align-cpus-by-uncorecache).
 pub fn take_by_topology(
     topology: &Topology,
     options: Options,
@@ -194,7 +198,7 @@ pub fn take_by_topology(
         };
         topology.take_distributed(available, n, group)
     } else {
-        topology.take(available, n)
+        topology.take_packed(available, n, options.prefer_align_by_uncore_cache)
     }
 }
 

@@ -55,7 +55,8 @@ fn sysfs_gives_sockets_cores_and_numa_nodes() {
         topology::Cpu {
             socket: 0,
             core: 1,
-            numa: 0
+            numa: 0,
+            uncore: 0,
         }
     );
     assert_eq!(
@@ -63,7 +64,8 @@ fn sysfs_gives_sockets_cores_and_numa_nodes() {
         topology::Cpu {
             socket: 1,
             core: 0,
-            numa: 1
+            numa: 1,
+            uncore: 1,
         }
     );
     assert_eq!(t.cpus_per_core(), 2);
@@ -342,7 +344,8 @@ fn options_parse_with_upstreams_messages() {
         Ok(Options {
             full_pcpus_only: true,
             strict_cpu_reservation: true,
-            distribute_cpus_across_numa: true
+            distribute_cpus_across_numa: true,
+            prefer_align_by_uncore_cache: false,
         })
     );
     assert_eq!(
@@ -354,8 +357,11 @@ fn options_parse_with_upstreams_messages() {
         Err(r#"unknown CPU Manager Policy option: "fast""#.into())
     );
     assert_eq!(
-        opts(&[("prefer-align-cpus-by-uncorecache", "true")]),
-        Err(r#"cpuManagerPolicyOptions "prefer-align-cpus-by-uncorecache": not supported by rkubelet yet"#.into())
+        opts(&[
+            ("prefer-align-cpus-by-uncorecache", "true"),
+            ("distribute-cpus-across-numa", "true")
+        ]),
+        Err("static policy options prefer-align-cpus-by-uncorecache and distribute-cpus-across-numa can not be used at the same time".into())
     );
     assert_eq!(
         opts(&[("align-by-socket", "true")]),
@@ -451,19 +457,44 @@ fn a_pods_cpus_count_as_upstreams_pod_guaranteed_cpus() {
 
 /// Four made-up machines, each core as (socket, NUMA node, its CPUs).
 fn machine(name: &str) -> Topology {
-    let build = |cores: Vec<(u32, u32, Vec<u32>)>| Topology {
+    // Cores as (socket, NUMA node, uncore cache, threads).
+    let with_caches = |cores: Vec<(u32, u32, u32, Vec<u32>)>| Topology {
         cpus: cores
             .into_iter()
             .enumerate()
-            .flat_map(|(i, (socket, numa, threads))| {
+            .flat_map(|(i, (socket, numa, uncore, threads))| {
                 threads.into_iter().map(move |id| {
                     let core = i as u32;
-                    (id, topology::Cpu { socket, core, numa })
+                    let cpu = topology::Cpu {
+                        socket,
+                        core,
+                        numa,
+                        uncore,
+                    };
+                    (id, cpu)
                 })
             })
             .collect(),
     };
+    // Without split caches: each socket's is its uncore cache.
+    let build = |cores: Vec<(u32, u32, Vec<u32>)>| {
+        with_caches(
+            cores
+                .into_iter()
+                .map(|(socket, numa, threads)| (socket, numa, socket, threads))
+                .collect(),
+        )
+    };
     match name {
+        // 1 socket, 1 NUMA node, 8 cores with SMT (c, c+8), an uncore
+        // cache per 2 cores.
+        "F" => with_caches((0..8).map(|c| (0, 0, c / 2, vec![c, c + 8])).collect()),
+        // 2 sockets of 4 cores, a NUMA node each, no SMT, an uncore cache
+        // per 2 cores.
+        "G" => with_caches((0..8).map(|c| (c / 4, c / 4, c / 2, vec![c])).collect()),
+        // 1 socket, 2 NUMA nodes of 4 cores with SMT (c, c+8), an uncore
+        // cache per 2 cores.
+        "H" => with_caches((0..8).map(|c| (0, c / 4, c / 2, vec![c, c + 8])).collect()),
         // 2 sockets, 2 NUMA nodes in each, 2 cores per node, SMT (c, c+8).
         "A" => build((0..8).map(|c| (c / 4, c / 2, vec![c, c + 8])).collect()),
         // 2 sockets of 2 cores, a NUMA node each, SMT (c, c+4).
@@ -625,4 +656,121 @@ fn distributed_allocations_match_upstreams() {
             ("C", &[6, 4, 2], &["1-3,5-7", "err", "err"]),
         ],
     );
+}
+
+/// prefer-align-cpus-by-uncorecache as v1.37.2's static policy answers
+/// (the same Go program, its machines' CPUInfo with UncoreCacheID).
+#[test]
+fn uncore_cache_allocations_match_upstreams() {
+    let uncore = ("prefer-align-cpus-by-uncorecache", "true");
+    replay(
+        &[uncore],
+        &[("F", 1000), ("G", 1000), ("H", 2000)],
+        &[
+            (
+                "F",
+                &[1, 2, 4, 3, 1],
+                &["8", "1,9", "2-3,10-11", "4-5,12", "13"],
+            ),
+            ("G", &[1, 2, 4, 3, 1], &["1", "2-3", "4-7", "err", "err"]),
+            (
+                "H",
+                &[1, 2, 4, 3, 1],
+                &["1", "2,10", "4-5,12-13", "6-7,14", "15"],
+            ),
+            ("F", &[4, 1, 1, 2], &["2-3,10-11", "8", "1", "4,12"]),
+            ("G", &[4, 1, 1, 2], &["4-7", "1", "2", "err"]),
+            ("H", &[4, 1, 1, 2], &["2-3,10-11", "1", "9", "4,12"]),
+            ("F", &[8, 1, 3], &["2-5,10-13", "8", "6-7,14"]),
+            ("G", &[8, 1, 3], &["err", "1", "2-4"]),
+            ("H", &[8, 1, 3], &["4-7,12-15", "1", "2-3,10"]),
+            (
+                "F",
+                &[2, 2, 2, 2, 2],
+                &["2,10", "3,11", "4,12", "5,13", "6,14"],
+            ),
+            ("G", &[2, 2, 2, 2, 2], &["2-3", "4-5", "6-7", "err", "err"]),
+            (
+                "H",
+                &[2, 2, 2, 2, 2],
+                &["1,9", "2,10", "3,11", "4,12", "5,13"],
+            ),
+            ("F", &[3, 5, 1], &["1,8-9", "2-4,10-11", "12"]),
+            ("G", &[3, 5, 1], &["1-3", "err", "4"]),
+            ("H", &[3, 5, 1], &["2-3,10", "4-5,11-13", "1"]),
+            ("F", &[6, 4, 2], &["2-4,10-12", "6-7,14-15", "5,13"]),
+            ("G", &[6, 4, 2], &["2-7", "err", "err"]),
+            ("H", &[6, 4, 2], &["1-3,9-11", "4-5,12-13", "6,14"]),
+        ],
+    );
+    replay(
+        &[uncore, ("full-pcpus-only", "true")],
+        &[("F", 1000), ("H", 2000)],
+        &[
+            (
+                "F",
+                &[1, 2, 4, 3, 1],
+                &["err", "2,10", "4-5,12-13", "err", "err"],
+            ),
+            (
+                "H",
+                &[1, 2, 4, 3, 1],
+                &["err", "1,9", "2-3,10-11", "err", "err"],
+            ),
+            ("F", &[4, 1, 1, 2], &["2-3,10-11", "err", "err", "4,12"]),
+            ("H", &[4, 1, 1, 2], &["2-3,10-11", "err", "err", "1,9"]),
+            ("F", &[8, 1, 3], &["2-5,10-13", "err", "err"]),
+            ("H", &[8, 1, 3], &["4-7,12-15", "err", "err"]),
+            (
+                "F",
+                &[2, 2, 2, 2, 2],
+                &["2,10", "3,11", "4,12", "5,13", "6,14"],
+            ),
+            (
+                "H",
+                &[2, 2, 2, 2, 2],
+                &["1,9", "2,10", "3,11", "4,12", "5,13"],
+            ),
+            ("F", &[3, 5, 1], &["err", "err", "err"]),
+            ("H", &[3, 5, 1], &["err", "err", "err"]),
+            ("F", &[6, 4, 2], &["2-4,10-12", "6-7,14-15", "5,13"]),
+            ("H", &[6, 4, 2], &["1-3,9-11", "4-5,12-13", "6,14"]),
+        ],
+    );
+    // Without the option the same machine packs by cores only.
+    replay(
+        &[],
+        &[("F", 1000)],
+        &[("F", &[4, 1, 1, 2], &["1-2,9-10", "8", "3", "4,12"])],
+    );
+}
+
+#[test]
+fn sysfs_gives_uncore_caches_and_alignment() {
+    // 4 CPUs on one node; an L3 per 2 CPUs, or one for the whole node.
+    let read = |shared: [&'static str; 2]| {
+        move |p: &str| -> Option<String> {
+            let cpu: u32 = p.strip_prefix("cpu/cpu")?.split('/').next()?.parse().ok()?;
+            let half = (cpu / 2) as usize;
+            match p.rsplit_once('/')? {
+                (d, "level") if d.ends_with("index0") => Some("1\n".into()),
+                (d, "level") if d.ends_with("index3") => Some("3\n".into()),
+                (d, "level") if d.ends_with("index1") || d.ends_with("index2") => {
+                    Some("2\n".into())
+                }
+                (d, "shared_cpu_list") if d.ends_with("index3") => Some(shared[half].into()),
+                (d, "id") if d.ends_with("index3") => Some(format!("{}\n", half + 4)),
+                (_, "physical_package_id") => Some("0\n".into()),
+                _ => None,
+            }
+        }
+    };
+    let split = Topology::from_sysfs(&set("0-3"), &[], read(["0-1\n", "2-3\n"]));
+    let caches: Vec<u32> = split.cpus.values().map(|c| c.uncore).collect();
+    assert_eq!(caches, [4, 4, 5, 5]);
+    assert!(split.aligned_at_uncore(&set("0-1")));
+    assert!(!split.aligned_at_uncore(&set("1-2")));
+    assert!(split.aligned_at_uncore(&set("3")));
+    let whole = Topology::from_sysfs(&set("0-3"), &[], read(["0-3\n", "0-3\n"]));
+    assert!(whole.cpus.values().all(|c| c.uncore == 0), "the socket's");
 }

@@ -1,6 +1,7 @@
 //! The node's CPU topology as the CPU manager sees it (upstream reads it
 //! from cAdvisor's machine info, which reads sysfs): each online CPU's
-//! socket, core and NUMA node; and upstream's packed takeByTopology.
+//! socket, core, NUMA node and uncore cache; and upstream's packed
+//! takeByTopology.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -14,6 +15,10 @@ pub struct Cpu {
     /// The core's ID within its socket (sysfs `core_id`).
     pub core: u32,
     pub numa: u32,
+    /// Its uncore (split L3) cache's ID, as cAdvisor finds it; its socket
+    /// where no cache above L2 is shared by only part of its NUMA node
+    /// (upstream's getUncoreCacheID).
+    pub uncore: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -24,7 +29,8 @@ pub struct Topology {
 impl Topology {
     /// The topology of `online` CPUs from sysfs, read through `read`
     /// (a path under `/sys/devices/system` → its contents): each CPU's
-    /// `cpu/cpuN/topology/{physical_package_id,core_id}`, and the NUMA
+    /// `cpu/cpuN/topology/{physical_package_id,core_id}`, its caches'
+    /// `cpu/cpuN/cache/indexK/{level,id,shared_cpu_list}`, and the NUMA
     /// nodes' `node/nodeM/cpulist` (`numa_nodes` lists the M). A CPU whose
     /// files are missing counts as its own core on socket and node 0.
     pub fn from_sysfs(
@@ -44,14 +50,42 @@ impl Topology {
                 numa_of.insert(cpu, node);
             }
         }
+        let mut per_node: BTreeMap<u32, usize> = BTreeMap::new();
+        for id in online {
+            *per_node
+                .entry(numa_of.get(id).copied().unwrap_or(0))
+                .or_default() += 1;
+        }
+        // cAdvisor's uncore cache: the first cache above L2 shared by fewer
+        // CPUs than the NUMA node has (one shared by all of them is the
+        // node's own).
+        let uncore_of = |id: u32, numa: u32| {
+            (0..16)
+                .map_while(|k| {
+                    let dir = format!("cpu/cpu{id}/cache/index{k}");
+                    let level = number(format!("{dir}/level"))?;
+                    Some((dir, level))
+                })
+                .filter(|(_, level)| *level > 2)
+                .find_map(|(dir, _)| {
+                    let shared = read(&format!("{dir}/shared_cpu_list"))
+                        .and_then(|l| crate::cpuset::parse(l.trim()).ok())?
+                        .len();
+                    (shared != per_node.get(&numa).copied().unwrap_or(0))
+                        .then(|| number(format!("{dir}/id")))?
+                })
+        };
         let cpus = online
             .iter()
             .map(|&id| {
+                let socket =
+                    number(format!("cpu/cpu{id}/topology/physical_package_id")).unwrap_or(0);
+                let numa = numa_of.get(&id).copied().unwrap_or(0);
                 let cpu = Cpu {
-                    socket: number(format!("cpu/cpu{id}/topology/physical_package_id"))
-                        .unwrap_or(0),
+                    socket,
                     core: number(format!("cpu/cpu{id}/topology/core_id")).unwrap_or(id),
-                    numa: numa_of.get(&id).copied().unwrap_or(0),
+                    numa,
+                    uncore: uncore_of(id, numa).unwrap_or(socket),
                 };
                 (id, cpu)
             })
@@ -116,13 +150,35 @@ impl Topology {
             .collect()
     }
 
+    /// Whether every CPU of `set` shares one uncore cache (upstream's
+    /// isAlignedAtUncoreCache: one CPU or none is).
+    pub fn aligned_at_uncore(&self, set: &BTreeSet<u32>) -> bool {
+        let caches: BTreeSet<Option<u32>> = set
+            .iter()
+            .map(|cpu| self.cpus.get(cpu).map(|c| c.uncore))
+            .collect();
+        set.len() <= 1 || (caches.len() == 1 && !caches.contains(&None))
+    }
+
+    /// [`Topology::take_packed`] without uncore caches.
+    pub fn take(&self, available: &BTreeSet<u32>, n: usize) -> Result<BTreeSet<u32>, AllocError> {
+        self.take_packed(available, n, false)
+    }
+
     /// Take `n` of `available` packed as upstream's takeByTopology
     /// (takeByTopologyNUMAPacked): whole free NUMA nodes then whole free
     /// sockets (sockets first when a socket holds several NUMA nodes), then
-    /// whole free cores, then single CPUs core by core; at each level the
-    /// units with the fewest free CPUs first (ties: the lowest ID), so that
-    /// what stays free stays whole.
-    pub fn take(&self, available: &BTreeSet<u32>, n: usize) -> Result<BTreeSet<u32>, AllocError> {
+    /// under `prefer_uncore` whole free uncore caches or a part of one that
+    /// holds the rest (upstream's takeUncoreCache), then whole free cores,
+    /// then single CPUs core by core; at each level the units with the
+    /// fewest free CPUs first (ties: the lowest ID), so that what stays
+    /// free stays whole.
+    pub fn take_packed(
+        &self,
+        available: &BTreeSet<u32>,
+        n: usize,
+        prefer_uncore: bool,
+    ) -> Result<BTreeSet<u32>, AllocError> {
         if n > available.len() {
             return Err(AllocError::NotEnough {
                 requested: n,
@@ -135,11 +191,15 @@ impl Topology {
         } else {
             (Level::Socket, Level::Numa)
         };
-        for level in [first, second, Level::Core] {
+        for level in [first, second, Level::Uncore, Level::Core] {
             if acc.needed == 0 {
                 return Ok(acc.taken);
             }
-            acc.take_whole(level);
+            match level {
+                Level::Uncore if prefer_uncore => acc.take_uncore_caches(),
+                Level::Uncore => {}
+                _ => acc.take_whole(level),
+            }
         }
         // Single CPUs, core by core in the cores' order.
         let order: Vec<u32> = acc
@@ -305,6 +365,7 @@ impl Topology {
 enum Level {
     Numa,
     Socket,
+    Uncore,
     Core,
 }
 
@@ -327,6 +388,7 @@ impl Accumulator<'_> {
         Some(match level {
             Level::Numa => c.numa,
             Level::Socket => c.socket,
+            Level::Uncore => c.uncore,
             Level::Core => self.cores[&cpu],
         })
     }
@@ -372,6 +434,16 @@ impl Accumulator<'_> {
         let within = |parent: Level, id: u32| -> BTreeSet<u32> {
             self.cpus_of(parent, id, &self.free).into_iter().collect()
         };
+        if level == Level::Uncore {
+            // Each NUMA node's, in the nodes' order (upstream's
+            // sortAvailableUncoreCaches, a cache across nodes listed under
+            // each).
+            return self
+                .sorted(Level::Numa)
+                .into_iter()
+                .flat_map(|numa| self.sort_units(level, &within(Level::Numa, numa)))
+                .collect();
+        }
         if level == outer {
             add(self.sort_units(level, &self.free));
         } else if level == inner {
@@ -392,9 +464,60 @@ impl Accumulator<'_> {
         let free = self.cpus_of(level, id, &self.free).len();
         let all = self.topo.cpus.len();
         free == match level {
-            Level::Numa => self.cpus_of(level, id, &self.topo.all()).len(),
+            Level::Numa | Level::Uncore => self.cpus_of(level, id, &self.topo.all()).len(),
             Level::Socket => all / self.topo.count(|c| c.socket).max(1),
             Level::Core => self.topo.cpus_per_core(),
+        }
+    }
+
+    /// Upstream's takeUncoreCache: for each uncore cache in order, every
+    /// whole free one that fits while the request needs a cache's worth,
+    /// then this one's free cores if they hold exactly what is left.
+    fn take_uncore_caches(&mut self) {
+        let per_cache = self.topo.cpus.len() / self.topo.count(|c| c.uncore).max(1);
+        for cache in self.sorted(Level::Uncore) {
+            if self.needed >= per_cache {
+                self.take_whole(Level::Uncore);
+            }
+            if self.needed == 0 {
+                return;
+            }
+            self.take_part_of_uncore(cache);
+            if self.needed == 0 {
+                return;
+            }
+        }
+    }
+
+    /// Upstream's takePartialUncore: the free CPUs of the lowest free cores
+    /// of `cache` as many as the request needs (one CPU fewer for an odd
+    /// request under SMT), taken only if that is exactly what is left.
+    fn take_part_of_uncore(&mut self, cache: u32) {
+        let per_core = self.topo.cpus_per_core();
+        let cores_needed = self.needed.div_ceil(per_core);
+        let free = self.cpus_of(Level::Uncore, cache, &self.free);
+        let cores: BTreeSet<u32> = free
+            .iter()
+            .map(|cpu| self.cores[cpu])
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .take(cores_needed)
+            .collect();
+        let mut cpus: Vec<u32> = self
+            .free
+            .iter()
+            .copied()
+            .filter(|cpu| cores.contains(&self.cores[cpu]))
+            .collect();
+        if !self.needed.is_multiple_of(2) && per_core > 1 && cpus.len() > self.needed {
+            cpus.pop();
+        }
+        if cpus.len() == self.needed {
+            self.needed = 0;
+            for cpu in cpus {
+                self.free.remove(&cpu);
+                self.taken.insert(cpu);
+            }
         }
     }
 

@@ -109,6 +109,13 @@ fn a_pod_is_refused_when_its_cpus_are_not_there() {
     assert_eq!(metrics.cpu_manager_shared_pool_size.get(&[]), 0.0);
     assert_eq!(metrics.cpu_manager_exclusive_cpus.get(&[]), 1.0);
     assert_eq!(metrics.cpu_manager_allocation_per_numa.get(&["0"]), 1.0);
+    // One CPU shares its own uncore cache (upstream counts it, whatever the
+    // options).
+    let uncore = ["container", "uncore_cache"];
+    assert_eq!(
+        metrics.container_aligned_compute_resources.get(&uncore),
+        1.0
+    );
     let b = Arc::new(guaranteed("b", "uid-b", "1"));
     let err = m.allocate_pod(&b, &[a.clone(), b.clone()]).unwrap_err();
     assert_eq!(
