@@ -197,18 +197,21 @@ impl AllocationManager {
 
     /// The pod with the resources it is allocated, if it has an
     /// allocation (one kept across a restart): what it is admitted with.
-    /// Whether a resizable container's (a container's or a sidecar's) CPU
-    /// request in the spec differs from what it is allocated
-    /// (upstream's guaranteedPodResourceResizeRequired for cpu).
-    pub fn cpu_resize_requested(&self, pod: &Pod) -> bool {
+    /// Whether a resizable container's (a container's or a sidecar's)
+    /// request of `resource` (`cpu`, `memory`) in the spec differs from
+    /// what it is allocated (upstream's guaranteedPodResourceResizeRequired).
+    pub fn resize_requested(&self, pod: &Pod, resource: &str) -> bool {
         let state = self.state.lock();
         let Some(allocated) = state.allocated.get(&PodUid::of(pod)) else {
             return false;
         };
-        let cpu = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
-            r.and_then(|r| r.requests.as_ref())
-                .and_then(|m| m.get("cpu"))
-                .and_then(|q| kubelet_core::quantity::parse_cpu_millis(q).ok())
+        let amount = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
+            let q = r.and_then(|r| r.requests.as_ref())?.get(resource)?;
+            if resource == "cpu" {
+                kubelet_core::quantity::parse_cpu_millis(q).ok()
+            } else {
+                kubelet_core::quantity::parse_bytes(q).ok()
+            }
         };
         let spec = pod.spec.as_ref();
         let sidecars = spec
@@ -219,7 +222,7 @@ impl AllocationManager {
         let containers = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
         sidecars
             .chain(containers)
-            .any(|c| cpu(c.resources.as_ref()) != cpu(allocated.containers.get(&c.name)))
+            .any(|c| amount(c.resources.as_ref()) != amount(allocated.containers.get(&c.name)))
     }
 
     pub fn allocated_if_any(&self, pod: &Arc<Pod>) -> Arc<Pod> {
@@ -669,8 +672,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let m = manager(dir.path());
         m.admit(&pod("1"));
-        assert!(!m.cpu_resize_requested(&pod("1")));
-        assert!(m.cpu_resize_requested(&pod("2")));
+        assert!(!m.resize_requested(&pod("1"), "cpu"));
+        assert!(m.resize_requested(&pod("2"), "cpu"));
         let infeasible = || Err(Refused::Infeasible("never".into()));
         assert_eq!(
             m.handle_resize(&pod("2"), infeasible),

@@ -165,7 +165,7 @@ impl CpuManager {
         let name = if policy.is_some() { STATIC } else { NONE };
         let restore_err = |e: String| {
             format!(
-                "could not restore state from checkpoint: {e}, please drain this node and delete the CPU manager checkpoint file {:?} before restarting Kubelet",
+                "start cpu manager error: could not restore state from checkpoint: {e}, please drain this node and delete the CPU manager checkpoint file {:?} before restarting Kubelet",
                 self.0.file.display().to_string()
             )
         };

@@ -98,6 +98,11 @@ impl MemoryManager {
         let _ = self.0.sources.set(ready);
     }
 
+    /// Whether the Static policy runs.
+    pub fn is_static(&self) -> bool {
+        self.0.policy.get().is_some()
+    }
+
     /// Start (upstream's NewManager then Start): the Static policy's
     /// reservations checked against this node, then the state file
     /// restored (or made) and checked. An error stops the kubelet, in
@@ -117,23 +122,29 @@ impl MemoryManager {
         let name = if policy.is_some() { STATIC } else { NONE };
         let restore_err = |e: String| {
             format!(
-                "could not restore state from checkpoint: {e}, please drain this node and delete the memory manager checkpoint file {:?} before restarting Kubelet",
+                "start memory manager error: could not restore state from checkpoint: {e}, please drain this node and delete the memory manager checkpoint file {:?} before restarting Kubelet",
                 self.0.file.display().to_string()
             )
         };
-        let mut state = match std::fs::read(&self.0.file) {
-            Ok(bytes) => {
-                MemoryState::restore(&bytes, name).map_err(|e| restore_err(e.to_string()))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => MemoryState::new(name),
+        let (mut state, found) = match std::fs::read(&self.0.file) {
+            Ok(bytes) => (
+                MemoryState::restore(&bytes, name).map_err(|e| restore_err(e.to_string()))?,
+                true,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (MemoryState::new(name), false),
             Err(e) => return Err(restore_err(e.to_string())),
         };
+        let restored = state.clone();
         if let Some(p) = &policy {
             p.validate(&mut state)
                 .map_err(|e| format!("start memory manager error: {e}"))?;
         }
-        crate::files::write_file(&self.0.file, &state.encode())
-            .map_err(|e| restore_err(e.to_string()))?;
+        // Written when new or changed, as upstream (an older layout stays
+        // until the state changes).
+        if !found || state != restored {
+            crate::files::write_file(&self.0.file, &state.encode())
+                .map_err(|e| restore_err(e.to_string()))?;
+        }
         self.0.state.lock().0 = state;
         if let Some(p) = policy {
             let _ = self.0.policy.set(p);

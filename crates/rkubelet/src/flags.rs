@@ -338,8 +338,8 @@ pub struct Flags {
     /// `0:memory=1Gi,hugepages-1M=2Gi`, nodes separated by `;` or repeated
     /// flags; each kind must add up to kube-reserved, system-reserved and
     /// the hard eviction threshold.
-    #[arg(long, value_name = "NODE:TYPE=QUANTITY,...", value_parser = parse_reserved_memory, value_delimiter = ';')]
-    pub reserved_memory: Vec<MemoryReservation>,
+    #[arg(long, value_name = "NODE:TYPE=QUANTITY,...", value_parser = parse_reserved_memory)]
+    pub reserved_memory: Vec<ReservedMemory>,
 
     /// Topology manager policy: none, best-effort, restricted or single-numa-node.
     #[arg(long, value_name = "POLICY")]
@@ -515,9 +515,24 @@ fn parse_option(s: &str) -> Result<(String, String), String> {
     Ok((k.trim().to_owned(), v.trim().to_owned()))
 }
 
+/// One --reserved-memory: NUMA nodes' reservations separated by `;`
+/// (upstream's ReservedMemoryVar: an empty value adds nothing).
+#[derive(Clone, Debug)]
+pub struct ReservedMemory(Vec<MemoryReservation>);
+
+fn parse_reserved_memory(s: &str) -> Result<ReservedMemory, String> {
+    if s.is_empty() {
+        return Ok(ReservedMemory(Vec::new()));
+    }
+    s.split(';')
+        .map(parse_node_reservation)
+        .collect::<Result<_, _>>()
+        .map(ReservedMemory)
+}
+
 /// One NUMA node's `id:type=quantity[,type=quantity...]` of
 /// --reserved-memory, with upstream's messages.
-fn parse_reserved_memory(s: &str) -> Result<MemoryReservation, String> {
+fn parse_node_reservation(s: &str) -> Result<MemoryReservation, String> {
     let format = || {
         format!(
             "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got {s}"
@@ -856,7 +871,11 @@ impl Flags {
             config.memory_manager_policy = p.clone();
         }
         if !self.reserved_memory.is_empty() {
-            config.reserved_memory = self.reserved_memory.clone();
+            config.reserved_memory = self
+                .reserved_memory
+                .iter()
+                .flat_map(|r| r.0.iter().cloned())
+                .collect();
         }
         if let Some(p) = &self.topology_manager_policy {
             config.topology_manager_policy = p.clone();
@@ -1575,6 +1594,9 @@ hairpinMode: none
             (0, "4Mi")
         );
         assert_eq!((r[2].numa_node, r[2].limits["memory"].as_str()), (2, "1G"));
+        // An empty value adds nothing (upstream's).
+        let s = settings(&["--reserved-memory="]).unwrap();
+        assert!(s.config.reserved_memory.is_empty());
         for (flag, want) in [
             (
                 "0=memory=1Gi",
@@ -1593,6 +1615,10 @@ hairpinMode: none
                 "memory type conversion error, unknown type: \"cpu\"",
             ),
             ("0:memory=lots", "failed to parse the quantity: lots"),
+            (
+                "0:memory=1Gi;",
+                "the reserved memory has incorrect format, expected numaNodeID:type=quantity[,type=quantity...], got ",
+            ),
         ] {
             let err = settings(&[&format!("--reserved-memory={flag}")]).unwrap_err();
             assert!(format!("{err:#}").contains(want), "{flag}: {err:#}");

@@ -5637,6 +5637,27 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
         restored.contains(&format!(r#""{pinned_uid}":{block}"#)),
         "{restored}"
     );
+    // Its pinned memory cannot be resized in place (upstream's Infeasible,
+    // the alpha InPlacePodVerticalScalingExclusiveMemory gate off).
+    let more = json!({"cpu": "1", "memory": "128Mi"});
+    resize_pod(
+        &k.api,
+        pinned,
+        &json!({"spec": {"containers": [{"name": "c", "resources": {"requests": more, "limits": more}}]}}),
+    );
+    let pending = eventually("the memory resize infeasible", START, async || {
+        k.api.pod(pinned)?["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "PodResizePending")
+            .cloned()
+    })
+    .await;
+    assert_eq!(pending["reason"], "Infeasible", "{pending}");
+    assert_eq!(
+        pending["message"],
+        r#"Resize is infeasible for Guaranteed Pods alongside Memory Manager policy "Static""#
+    );
     let uids: HashSet<String> = [shared, pinned, greedy]
         .iter()
         .filter_map(|n| Some(uid(&k.api.pod(n)?).to_owned()))

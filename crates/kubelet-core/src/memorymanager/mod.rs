@@ -181,8 +181,9 @@ pub fn system_reserved(
             ));
         }
         for (name, (bytes, binary)) in &r.limits {
+            // Go's sum takes the format of the entry added last.
             let e = total.entry(name).or_insert((0, *binary));
-            e.0 = e.0.saturating_add(*bytes);
+            *e = (e.0.saturating_add(*bytes), *binary);
         }
     }
     let kinds: BTreeSet<&str> = total
@@ -541,15 +542,16 @@ impl StaticPolicy {
         }
         let nodes: Vec<u32> = mask.nodes().collect();
         let mut blocks = Vec::new();
+        let mut reused = BTreeMap::new();
         for (kind, size) in &asked {
             blocks.push(Block {
                 numa_affinity: nodes.clone(),
                 kind: kind.clone(),
                 size: *size,
             });
-            let reused = reusable_memory(reusable, pod_uid, mask, kind);
-            let needed = size.saturating_sub(reused);
-            reserve(&mut state.machine, &nodes, kind, needed);
+            let taken = reusable_memory(reusable, pod_uid, mask, kind).min(*size);
+            reused.insert(kind.clone(), taken);
+            reserve(&mut state.machine, &nodes, kind, size - taken);
         }
         update_reusable(reusable, pod_uid, pod, c, &blocks);
         state
@@ -557,7 +559,7 @@ impl StaticPolicy {
             .entry(pod_uid.to_owned())
             .or_default()
             .insert(c.name.clone(), blocks.clone());
-        shrink_init_blocks(state, pod_uid, pod, c, &blocks);
+        shrink_init_blocks(state, pod_uid, pod, c, &blocks, &reused);
         Ok(Pinning::Pinned)
     }
 
@@ -861,17 +863,24 @@ fn update_reusable(
 }
 
 /// Upstream's updateInitContainersMemoryBlocks: what container `c` reused
-/// of the regular init containers before it is taken off their blocks, so
-/// that the pod's blocks add up to what it holds.
+/// of the regular init containers before it (`reused`, by kind) is taken
+/// off their blocks, so that the pod's blocks add up to what it holds.
+/// Upstream takes the container's whole size off, which is what it reused
+/// when the pod's containers are allocated one after the other at
+/// admission; a static pod's containers get their memory as each is
+/// created, another pod's allocation may come between (forgetting what was
+/// reusable), and only what was reused may be taken off, else the state
+/// would no longer add up at the next start.
 fn shrink_init_blocks(
     state: &mut MemoryState,
     uid: &str,
     pod: &Pod,
     c: &Container,
     blocks: &[Block],
+    reused: &BTreeMap<String, u64>,
 ) {
     for b in blocks {
-        let mut size = b.size;
+        let mut size = reused.get(&b.kind).copied().unwrap_or(0);
         for init in init_containers(pod) {
             if init.name == c.name || size == 0 {
                 break;

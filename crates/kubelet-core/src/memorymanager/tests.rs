@@ -271,6 +271,48 @@ fn init_memory_is_reused_then_returned_when_the_app_starts() {
     assert!(state.entries.is_empty());
 }
 
+/// A static pod's containers get their memory one at a time, as each is
+/// created: another pod's allocation between them forgets the init
+/// container's reusable memory. The app then reserves its whole size and
+/// the init container keeps its block, so the state still adds up (a
+/// restart validates it) and everything returns in the end.
+#[test]
+fn memory_given_container_by_container_still_adds_up() {
+    let p = policy();
+    let mut state = MemoryState::new(STATIC);
+    let mut reusable = Reusable::new();
+    p.validate(&mut state).unwrap();
+    let b = pod(
+        "pod-b",
+        vec![guaranteed("init", "3Gi", None)],
+        vec![guaranteed("app", "2Gi", None)],
+    );
+    let other = pod("other", vec![], vec![guaranteed("c", "1Gi", None)]);
+    let (init, app) = {
+        let spec = b.spec.as_ref().unwrap();
+        (
+            &spec.init_containers.as_ref().unwrap()[0],
+            &spec.containers[0],
+        )
+    };
+    let none = Hint::default();
+    p.allocate(&mut state, &mut reusable, ("pod-b", &b, init), none)
+        .unwrap();
+    let c = &other.spec.as_ref().unwrap().containers[0];
+    p.allocate(&mut state, &mut reusable, ("other", &other, c), none)
+        .unwrap();
+    p.allocate(&mut state, &mut reusable, ("pod-b", &b, app), none)
+        .unwrap();
+    assert_eq!(state.blocks("pod-b", "init").unwrap()[0].size, 3 * GI);
+    assert_eq!(state.machine[&0].memory["memory"].reserved, 6 * GI);
+    let mut restarted = state.clone();
+    p.validate(&mut restarted).unwrap();
+    assert!(p.container_added(&mut state, "pod-b", &b, app));
+    assert_eq!(state.machine[&0].memory["memory"].reserved, 3 * GI);
+    assert!(p.release_inactive(&mut state, &|_: &str, _: &str| false));
+    assert_eq!(state.machine, p.default_machine_state());
+}
+
 #[test]
 fn only_guaranteed_containers_asking_memory_are_placed() {
     let p = policy();

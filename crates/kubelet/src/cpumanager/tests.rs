@@ -62,7 +62,7 @@ fn start_keeps_upstreams_state_file_and_refuses_what_upstream_refuses() {
     assert_eq!(
         err,
         format!(
-            r#"could not restore state from checkpoint: configured policy "none" differs from state checkpoint policy "static", please drain this node and delete the CPU manager checkpoint file {path:?} before restarting Kubelet"#
+            r#"start cpu manager error: could not restore state from checkpoint: configured policy "none" differs from state checkpoint policy "static", please drain this node and delete the CPU manager checkpoint file {path:?} before restarting Kubelet"#
         )
     );
     let one_cpu = CpuState::new(STATIC, kubelet_core::cpuset::parse("0").unwrap());
@@ -76,7 +76,7 @@ fn start_keeps_upstreams_state_file_and_refuses_what_upstream_refuses() {
     let err = manager(dir.path(), STATIC, 1000).start().unwrap_err();
     assert!(
         err.starts_with(
-            "could not restore state from checkpoint: checkpoint is corrupted, please drain"
+            "start cpu manager error: could not restore state from checkpoint: checkpoint is corrupted, please drain"
         ),
         "{err}"
     );

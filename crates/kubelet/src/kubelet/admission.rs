@@ -51,15 +51,23 @@ impl Kubelet {
     pub(super) fn handle_resize(&self, pod: &Pod) -> ResizeOutcome {
         let allocation = &self.syncer.allocation;
         allocation.handle_resize(pod, || {
-            // Exclusive CPUs are given once, at admission.
-            if self.syncer.runtime.cpus().is_static()
-                && qos_class(pod) == "Guaranteed"
-                && allocation.cpu_resize_requested(pod)
-            {
-                return Err(Refused::Infeasible(
-                    "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
-                        .into(),
-                ));
+            // Exclusive CPUs and NUMA-pinned memory are given once, at
+            // admission.
+            if qos_class(pod) == "Guaranteed" {
+                if self.syncer.runtime.cpus().is_static() && allocation.resize_requested(pod, "cpu") {
+                    return Err(Refused::Infeasible(
+                        "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\""
+                            .into(),
+                    ));
+                }
+                if self.syncer.runtime.memory().is_static()
+                    && allocation.resize_requested(pod, "memory")
+                {
+                    return Err(Refused::Infeasible(
+                        "Resize is infeasible for Guaranteed Pods alongside Memory Manager policy \"Static\""
+                            .into(),
+                    ));
+                }
             }
             self.admit_to_node(pod).map_err(Refused::Deferred)
         })

@@ -100,7 +100,7 @@ fn start_refuses_what_upstream_refuses_in_its_words() {
     assert_eq!(
         manager(dir.path(), settings(128)).start(),
         Err(format!(
-            r#"could not restore state from checkpoint: [memorymanager] configured policy "Static" differs from state checkpoint policy "None", please drain this node and delete the memory manager checkpoint file {file:?} before restarting Kubelet"#
+            r#"start memory manager error: could not restore state from checkpoint: [memorymanager] configured policy "Static" differs from state checkpoint policy "None", please drain this node and delete the memory manager checkpoint file {file:?} before restarting Kubelet"#
         ))
     );
     std::fs::remove_file(dir.path().join(FILE)).unwrap();
@@ -137,7 +137,7 @@ fn start_refuses_what_upstream_refuses_in_its_words() {
     assert_eq!(
         manager(dir.path(), settings(128)).start(),
         Err(format!(
-            "could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file {file:?} before restarting Kubelet"
+            "start memory manager error: could not restore state from checkpoint: checkpoint is corrupted, please drain this node and delete the memory manager checkpoint file {file:?} before restarting Kubelet"
         ))
     );
 }
