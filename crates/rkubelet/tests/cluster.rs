@@ -5441,21 +5441,14 @@ fn allowed_cpus(api: &Api, pod: &str, container: &str) -> Option<String> {
         .map(|v| v.trim().to_owned())
 }
 
-/// The `cpuset.mems` of a container's own cgroup (empty: the runtime's
-/// default, its parent's nodes).
-fn cgroup_mems(api: &Api, pod: &str) -> Option<String> {
-    let out = api.run(&[
-        "exec",
-        pod,
-        "-c",
-        "c",
-        "--",
-        "cat",
-        "/sys/fs/cgroup/cpuset.mems",
-    ]);
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+/// The `cpuset.mems` the runtime says a pod's container runs with (its
+/// CRI status' resources: empty is the runtime's default, the parent's
+/// nodes).
+async fn runtime_mems(k: &Kubelet, pod: &str) -> Option<String> {
+    let (id, _) = container_of(&k.api.pod(pod)?);
+    let id = id.strip_prefix("containerd://")?;
+    let status = k.rk.cri.container_status(id).await.ok()?;
+    Some(status.resources?.linux?.cpuset_mems)
 }
 
 /// The static CPU manager on a real runtime: a Guaranteed pod's container
@@ -5469,9 +5462,9 @@ fn cgroup_mems(api: &Api, pod: &str) -> Option<String> {
 /// TopologyAffinityError, and the metrics count both. Under the Static
 /// memory manager (reservedMemory adding up to kubeReserved and the hard
 /// eviction threshold): the pinned container's memory is on its NUMA node,
-/// its cgroup's `cpuset.mems` says so (the shared one's is the runtime's
-/// default, empty), PodResources lists it and the state file is
-/// upstream's, across the kill -9.
+/// the runtime runs it with that `cpuset.mems` (the shared one with the
+/// runtime's default, empty), PodResources lists it and the state file is
+/// upstream's, across the kill -9; a resize of its memory is Infeasible.
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
@@ -5598,8 +5591,8 @@ async fn w_s_the_static_cpu_manager_gives_a_guaranteed_container_its_own_cpu() {
             && memory_state.contains(&format!(r#""{pinned_uid}":{block}"#)),
         "{memory_state}"
     );
-    assert_eq!(cgroup_mems(&k.api, pinned).as_deref(), Some("0"));
-    assert_eq!(cgroup_mems(&k.api, shared).as_deref(), Some(""));
+    assert_eq!(runtime_mems(&k, pinned).await.as_deref(), Some("0"));
+    assert_eq!(runtime_mems(&k, shared).await.as_deref(), Some(""));
     let memory = listed(&root, pinned, "c").await.map(|c| c.memory);
     let memory: Vec<(String, u64, Vec<i64>)> = memory
         .unwrap_or_default()
