@@ -36,6 +36,10 @@ pub struct NodeFacts {
     /// SwapTotal: `nodeInfo.swap.capacity` when not 0 (NodeSwap).
     pub swap_bytes: i64,
     pub ephemeral_storage_bytes: i64,
+    /// The pre-allocated hugepages by resource name (`hugepages-2Mi`), in
+    /// bytes: every page size the kernel offers, 0 where none are
+    /// allocated (cAdvisor's machine info, /sys/kernel/mm/hugepages).
+    pub hugepages: Amounts,
     pub max_pods: u32,
     pub kubelet_version: String,
     pub container_runtime_version: String,
@@ -130,7 +134,7 @@ pub fn initial_node(
 /// The node's allocatable amounts (milli-CPUs, bytes, pods): capacity less
 /// the reservations and the hard eviction thresholds.
 pub fn allocatable(facts: &NodeFacts) -> Amounts {
-    let capacity = Amounts::from([
+    let mut capacity = Amounts::from([
         ("cpu".to_owned(), facts.cpu_cores * 1000),
         ("memory".to_owned(), facts.memory_bytes),
         ("pods".to_owned(), i64::from(facts.max_pods)),
@@ -138,9 +142,8 @@ pub fn allocatable(facts: &NodeFacts) -> Amounts {
             "ephemeral-storage".to_owned(),
             facts.ephemeral_storage_bytes,
         ),
-        ("hugepages-1Gi".to_owned(), 0),
-        ("hugepages-2Mi".to_owned(), 0),
     ]);
+    capacity.extend(facts.hugepages.clone());
     let eviction = hard_eviction_reservation(
         &facts.eviction_hard,
         facts.memory_bytes,
@@ -189,7 +192,7 @@ pub fn node_status(
     previous: Option<&NodeStatus>,
     now: &Time,
 ) -> NodeStatus {
-    let capacity = BTreeMap::from([
+    let mut capacity = BTreeMap::from([
         ("cpu".to_owned(), q(facts.cpu_cores.to_string())),
         (
             "memory".to_owned(),
@@ -200,10 +203,10 @@ pub fn node_status(
             "ephemeral-storage".to_owned(),
             q(format!("{}Ki", facts.ephemeral_storage_bytes / 1024)),
         ),
-        ("hugepages-1Gi".to_owned(), q("0".into())),
-        ("hugepages-2Mi".to_owned(), q("0".into())),
     ]);
-    let mut capacity = capacity;
+    for (name, bytes) in &facts.hugepages {
+        capacity.insert(name.clone(), q(crate::quantity::format_binary_si(*bytes)));
+    }
     let mut allocatable = to_quantities(&allocatable(facts));
     let extended = &facts.extended;
     for (name, n) in &extended.capacity {
@@ -664,6 +667,27 @@ mod tests {
         assert_eq!(alloc["cpu"].0, "1500m");
         assert_eq!(alloc["memory"].0, "2972Mi");
         assert_eq!(alloc["pods"].0, "110");
+        // Pre-allocated hugepages: in capacity and allocatable, kept out of
+        // allocatable memory (upstream's MachineInfo setter).
+        let huge = NodeFacts {
+            hugepages: [
+                ("hugepages-2Mi".to_owned(), 16 << 20),
+                ("hugepages-1Gi".to_owned(), 0),
+            ]
+            .into(),
+            ..facts()
+        };
+        let h = node_status(&huge, &Readiness::default(), &[], None, &at(1));
+        let (cap, alloc) = (h.capacity.unwrap(), h.allocatable.unwrap());
+        assert_eq!(
+            (
+                cap["hugepages-2Mi"].0.as_str(),
+                cap["hugepages-1Gi"].0.as_str()
+            ),
+            ("16Mi", "0")
+        );
+        assert_eq!(alloc["hugepages-2Mi"].0, "16Mi");
+        assert_eq!(alloc["memory"].0, "3980Mi");
         assert_eq!(
             s.declared_features.as_deref(),
             Some(&["InPlacePodLevelResourcesVerticalScaling".to_string()][..])

@@ -24,6 +24,12 @@ pub type Amounts = BTreeMap<String, i64>;
 /// The prefix of hugepage resources (`hugepages-2Mi`).
 pub const HUGEPAGES_PREFIX: &str = "hugepages-";
 
+/// A hugepage size's resource name (`hugepages-2Mi` for 2 MiB pages).
+pub fn hugepage_resource(page_bytes: u64) -> String {
+    let bytes = i64::try_from(page_bytes).unwrap_or(i64::MAX);
+    format!("{HUGEPAGES_PREFIX}{}", format_binary_si(bytes))
+}
+
 /// Whether `name` is a kind of memory: `memory` or a hugepage size (what
 /// the memory manager places and reservedMemory names).
 pub fn is_memory_resource(name: &str) -> bool {

@@ -68,6 +68,8 @@ pub struct NodeStatusController {
     pub node_memory: i64,
     /// SwapTotal, for `nodeInfo.swap`.
     pub node_swap: i64,
+    /// The pre-allocated hugepages by resource name, in bytes.
+    pub hugepages: Amounts,
     pub node_cpu_cores: i64,
     /// systemReserved plus kubeReserved.
     pub reserved: Amounts,
@@ -181,6 +183,27 @@ impl HostInfo {
     }
 }
 
+/// The host's pre-allocated hugepages by resource name, in bytes: every
+/// page size under /sys/kernel/mm/hugepages and its `nr_hugepages`, as
+/// cAdvisor's machine info lists them.
+pub fn host_hugepages() -> Amounts {
+    std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let size = kubelet_core::cgroups::hugepage_size_of_dir(e.file_name().to_str()?)?;
+            let pages: u64 = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            let bytes = i64::try_from(pages.checked_mul(size)?).ok()?;
+            Some((kubelet_core::resources::hugepage_resource(size), bytes))
+        })
+        .collect()
+}
+
 impl NodeStatusController {
     async fn facts(&self, host: &HostInfo) -> NodeFacts {
         let images = match self.cri.list_images().await {
@@ -219,6 +242,7 @@ impl NodeStatusController {
             memory_bytes: self.node_memory,
             swap_bytes: self.node_swap,
             ephemeral_storage_bytes: ephemeral,
+            hugepages: self.hugepages.clone(),
             max_pods: self.reg.max_pods,
             kubelet_version: KUBELET_VERSION.into(),
             container_runtime_version: self.runtime_version.read().clone(),

@@ -23,7 +23,7 @@ use crate::podspec::{init_and_regular_containers, init_containers, is_sidecar};
 use crate::qos::qos_class;
 use crate::quantity::format_binary_si;
 use crate::resources::{
-    HUGEPAGES_PREFIX, container_requests, is_memory_resource, pod_level_resources_set,
+    container_requests, hugepage_resource, is_memory_resource, pod_level_resources_set,
 };
 use crate::topologymanager::{BitMask, Hint, ProviderHints};
 
@@ -105,12 +105,6 @@ impl NodeMemory {
             })
             .collect()
     }
-}
-
-/// A hugepage size's resource name (`hugepages-2Mi`).
-pub fn hugepage_resource(page_kib: u64) -> String {
-    let bytes = i64::try_from(page_kib.saturating_mul(1024)).unwrap_or(i64::MAX);
-    format!("{HUGEPAGES_PREFIX}{}", format_binary_si(bytes))
 }
 
 /// What each NUMA node keeps for the system, by node then resource.
@@ -349,7 +343,7 @@ impl StaticPolicy {
             let mut memory = BTreeMap::new();
             let mut in_hugepages = 0u64;
             for (kib, pages) in &node.hugepages {
-                let name = hugepage_resource(*kib);
+                let name = hugepage_resource(kib.saturating_mul(1024));
                 let total = pages * kib * 1024;
                 let reserved = self.reserved_of(node.id, &name);
                 let allocatable = total.saturating_sub(reserved);

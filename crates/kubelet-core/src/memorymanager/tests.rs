@@ -497,8 +497,8 @@ fn numa_memory_is_read_from_sysfs() {
             hugepages: vec![(2048, 3), (1_048_576, 0)],
         }]
     );
-    assert_eq!(hugepage_resource(2048), "hugepages-2Mi");
-    assert_eq!(hugepage_resource(1_048_576), "hugepages-1Gi");
+    assert_eq!(hugepage_resource(2 << 20), "hugepages-2Mi");
+    assert_eq!(hugepage_resource(1 << 30), "hugepages-1Gi");
     // No NUMA nodes: one, with the machine's memory.
     let flat = NodeMemory::from_sysfs(&[], |_| None, |_| vec![], 7);
     assert_eq!(flat[0].memory, 7);

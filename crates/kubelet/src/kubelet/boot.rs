@@ -424,6 +424,7 @@ impl Kubelet {
             root_dir: self.opts.root_dir.clone(),
             node_memory: self.opts.node_memory,
             node_swap: self.opts.node_swap,
+            hugepages: self.opts.hugepages.clone(),
             node_cpu_cores: self.opts.node_cpu_cores,
             reserved: self.reserved.clone(),
             eviction_hard: self.eviction_hard.clone(),

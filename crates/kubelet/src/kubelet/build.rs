@@ -393,6 +393,7 @@ fn node_allocatable(opts: &KubeletOptions) -> (Amounts, Vec<Threshold>, Amounts)
     let local_allocatable = kubelet_core::nodestatus::allocatable(&NodeFacts {
         cpu_cores: opts.node_cpu_cores,
         memory_bytes: opts.node_memory,
+        hugepages: opts.hugepages.clone(),
         max_pods: opts.config.pod_capacity(opts.node_cpu_cores),
         reserved: reserved.clone(),
         eviction_hard: eviction_hard.clone(),

@@ -81,6 +81,9 @@ pub struct KubeletOptions {
     pub node_memory: i64,
     /// The node's swap in bytes (SwapTotal; node status, LimitedSwap).
     pub node_swap: i64,
+    /// The pre-allocated hugepages by resource name, in bytes (node
+    /// capacity; kept out of allocatable memory).
+    pub hugepages: kubelet_core::resources::Amounts,
     /// Where this host limits containers' swap, if it does.
     pub swap_controller: kubelet_core::swap::SwapController,
     /// The node's CPUs (capacity in node status, admission until the Node
@@ -150,6 +153,7 @@ impl KubeletOptions {
             node_name,
             node_memory,
             node_swap,
+            hugepages: crate::nodestatus::host_hugepages(),
             swap_controller: crate::cm::swap_controller(cgroups.layout.as_ref()),
             node_cpu_cores,
             cpu_topology: crate::cpumanager::host_topology(),
