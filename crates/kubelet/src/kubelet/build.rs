@@ -215,7 +215,7 @@ impl Kubelet {
             opts.metrics.clone(),
         );
         let memory = crate::memorymanager::MemoryManager::new(
-            memory_settings(&opts),
+            memory_settings(&opts, &reserved, &eviction_hard),
             opts.numa_memory.clone(),
             &opts.root_dir,
             opts.metrics.clone(),
@@ -422,12 +422,15 @@ fn cpu_settings(opts: &KubeletOptions) -> crate::cpumanager::CpuSettings {
 /// and what node allocatable keeps back (upstream's
 /// GetNodeAllocatableReservation: systemReserved, kubeReserved and the hard
 /// eviction thresholds, for the node's memory).
-fn memory_settings(opts: &KubeletOptions) -> crate::memorymanager::MemorySettings {
+fn memory_settings(
+    opts: &KubeletOptions,
+    reserved: &Amounts,
+    eviction_hard: &[Threshold],
+) -> crate::memorymanager::MemorySettings {
     let cfg = &opts.config;
-    let (reserved, eviction_hard, _) = node_allocatable(opts);
-    let mut allocatable_reservation = reserved;
+    let mut allocatable_reservation = reserved.clone();
     let eviction =
-        kubelet_core::eviction::hard_eviction_reservation(&eviction_hard, opts.node_memory, 0);
+        kubelet_core::eviction::hard_eviction_reservation(eviction_hard, opts.node_memory, 0);
     for (k, v) in eviction {
         let e = allocatable_reservation.entry(k).or_default();
         *e = e.saturating_add(v);
