@@ -35,6 +35,13 @@
 #                                  test/images/sample-device-plugin: example.com/resource,
 #                                  devices Dev-1 and Dev-2), built in the control plane's
 #                                  module; the device plugin of the cluster tests
+#   hack/control-plane.sh dra-test-driver
+#                                  upstream's DRA test driver (k8s.io/kubernetes/
+#                                  test/e2e/dra/test-driver: `dra-test-driver
+#                                  kubelet-plugin`, driver test-driver.cdi.k8s.io by
+#                                  default, devices device-00..03 in the pool named
+#                                  after the node, CDI specs that set env vars),
+#                                  built in the control plane's module the same way
 #   hack/control-plane.sh coredns  the same for CoreDNS with kubeadm's plugins
 #                                  (hack/coredns), the cluster DNS of hack/nodes.sh
 #   hack/control-plane.sh sample-apiserver
@@ -225,7 +232,9 @@ case ${1:-} in
   runtime2) runtime2 ;;
   sample-device-plugin) tool sample-device-plugin "$K8S_VERSION" \
     k8s.io/kubernetes/test/images/sample-device-plugin ;;
+  dra-test-driver) tool dra-test-driver "$K8S_VERSION" \
+    k8s.io/kubernetes/test/e2e/dra/test-driver "$(version_ldflags)" ;;
   csi-mock-plugin | csi-node-driver-registrar) tool "$1" "$K8S_VERSION" "./cmd/$1" "" \
     "$MOD_DIR/cmd/$1/main.go $MOD_DIR/internal/csiplugin/*.go" ;;
-  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar|sample-device-plugin|runtime2" ;;
+  *) die "usage: $0 build|bin-dir|e2e|metrics-server|kube-state-metrics|coredns|sample-apiserver|local-path-provisioner|csi-provisioner|csi-attacher|csi-resizer|csi-mock-plugin|csi-node-driver-registrar|sample-device-plugin|dra-test-driver|runtime2" ;;
 esac

@@ -29,6 +29,7 @@
 #      -resizer (RKUBELET_CSI_MOCK_PLUGIN, RKUBELET_CSI_PROVISIONER,
 #      RKUBELET_CSI_ATTACHER, RKUBELET_CSI_RESIZER; the tests start them),
 #      and upstream's sample device plugin (RKUBELET_SAMPLE_DEVICE_PLUGIN)
+#      and DRA test driver (RKUBELET_DRA_TEST_DRIVER)
 #   6. the conformance tier's CI subset: the upstream e2e specs listed in
 #      hack/conformance/ci-subset.txt (all passing on main), through
 #      hack/conformance.sh --subset against a cluster of its own of two
@@ -210,8 +211,9 @@ RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_APISERVER_PORT=$CLUSTER_APISERVER_PORT RKUBELET_ETCD_PORT=$CLUSTER_ETCD_PORT \
   hack/cluster.sh local-path
 
-stage "build the CSI mock driver, external-provisioner, -attacher and -resizer, and the sample device plugin"
+stage "build the CSI mock driver, external-provisioner, -attacher and -resizer, the sample device plugin and the DRA test driver"
 SAMPLE_DEVICE_PLUGIN=$(hack/control-plane.sh sample-device-plugin)
+DRA_TEST_DRIVER=$(hack/control-plane.sh dra-test-driver)
 CSI_MOCK_PLUGIN=$(hack/control-plane.sh csi-mock-plugin)
 CSI_PROVISIONER=$(hack/control-plane.sh csi-provisioner)
 CSI_ATTACHER=$(hack/control-plane.sh csi-attacher)
@@ -225,6 +227,7 @@ RKUBELET_KUBE_STATE_METRICS="$KUBE_STATE_METRICS" \
   RKUBELET_CSI_ATTACHER="$CSI_ATTACHER" \
   RKUBELET_CSI_RESIZER="$CSI_RESIZER" \
   RKUBELET_SAMPLE_DEVICE_PLUGIN="$SAMPLE_DEVICE_PLUGIN" \
+  RKUBELET_DRA_TEST_DRIVER="$DRA_TEST_DRIVER" \
   RKUBELET_CLUSTER_DIR="$CLUSTER_DIR" \
   RKUBELET_CLUSTER_NODE="$CLUSTER_NODE" \
   RKUBELET_KUBECTL="$K8S_BIN/kubectl" \

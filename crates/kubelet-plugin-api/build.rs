@@ -2,7 +2,8 @@
 //! installs protobuf-compiler), as kubelet-cri compiles the CRI's.
 //! `proto/podresources.proto` is k8s.io/kubelet v0.37.2's
 //! `pkg/apis/podresources/v1/api.proto` and `proto/deviceplugin.proto` its
-//! `pkg/apis/deviceplugin/v1beta1/api.proto` (Apache-2.0), unchanged.
+//! `pkg/apis/deviceplugin/v1beta1/api.proto`, and `proto/dra.proto` its
+//! `pkg/apis/dra/v1/api.proto` (Apache-2.0), unchanged.
 fn main() {
     tonic_prost_build::configure()
         .compile_protos(
@@ -11,6 +12,7 @@ fn main() {
                 "proto/csi.proto",
                 "proto/podresources.proto",
                 "proto/deviceplugin.proto",
+                "proto/dra.proto",
             ],
             &["proto/"],
         )

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimCondition, Pod,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
 use crate::admission::node_selector_matches;
 
@@ -220,11 +220,7 @@ pub fn volume_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), S
         pod.metadata.namespace.as_deref().unwrap_or(""),
         pvc.metadata.namespace.as_deref().unwrap_or(""),
     );
-    let controlled =
-        pvc.metadata.owner_references.iter().flatten().any(|o| {
-            o.controller == Some(true) && Some(o.uid.as_str()) == pod.metadata.uid.as_deref()
-        });
-    if pod_ns == pvc_ns && controlled {
+    if pod_ns == pvc_ns && is_controlled_by(&pvc.metadata, pod) {
         return Ok(());
     }
     Err(format!(
@@ -232,6 +228,16 @@ pub fn volume_is_for_pod(pod: &Pod, pvc: &PersistentVolumeClaim) -> Result<(), S
         pvc.metadata.name.as_deref().unwrap_or(""),
         pod.metadata.name.as_deref().unwrap_or("")
     ))
+}
+
+/// Whether `pod` is the controller among `object`'s owners (upstream's
+/// metav1.IsControlledBy): what makes a claim generated for it its own.
+pub fn is_controlled_by(object: &ObjectMeta, pod: &Pod) -> bool {
+    object
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == pod.metadata.uid.as_deref())
 }
 
 /// Where a PV's data is, as far as rkubelet has a plugin for it.

@@ -27,6 +27,7 @@ pub mod csi;
 pub mod devices;
 pub mod dns;
 pub mod downward;
+pub mod dra;
 pub mod duration;
 pub mod env;
 pub mod envfile;

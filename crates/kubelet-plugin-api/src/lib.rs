@@ -5,7 +5,8 @@
 //! agents on `<root-dir>/pod-resources/kubelet.sock`) and the device plugin
 //! API v1beta1 (the kubelet's registration service on
 //! `<root-dir>/device-plugins/kubelet.sock`, and what each device plugin
-//! serves); a channel to a unix socket, shared with the CRI client; and
+//! serves), and the DRA plugin API (v1, and v1beta1 on the same messages:
+//! what a DRA driver registered in `plugins_registry` serves); a channel to a unix socket, shared with the CRI client; and
 //! the connections of the kubelet's own unix-socket servers, made to take
 //! the `:authority` grpc-go clients send there ([`uds`]).
 
@@ -51,6 +52,76 @@ pub mod deviceplugin {
     /// A device's health as a plugin reports it.
     pub const HEALTHY: &str = "Healthy";
     pub const UNHEALTHY: &str = "Unhealthy";
+}
+
+/// k8s.io/kubelet pkg/apis/dra/v1: what a DRA driver's kubelet plugin
+/// serves, and a client of it in the version the driver offers.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod dra {
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The DRA plugin services the kubelet speaks, the current first (their
+/// types.go): a driver lists those it serves among its supported versions.
+pub const DRA_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];
+
+/// A client of a driver's DRAPlugin service in one version. v1beta1's
+/// messages are v1's without `Device.share_id` (field 5, which such a
+/// driver never sends), so v1's types go on the chosen version's path:
+/// upstream converts between two sets of types to the same effect.
+#[derive(Clone, Debug)]
+pub struct DraClient {
+    grpc: tonic::client::Grpc<Channel>,
+    /// The gRPC service's full name in that version.
+    service: &'static str,
+}
+
+impl DraClient {
+    /// A client for `service` (one of [`DRA_SERVICES`]); None for another.
+    pub fn new(channel: Channel, service: &str) -> Option<DraClient> {
+        let service = match service {
+            "v1.DRAPlugin" => "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+            "v1beta1.DRAPlugin" => "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+            _ => return None,
+        };
+        Some(DraClient {
+            grpc: tonic::client::Grpc::new(channel),
+            service,
+        })
+    }
+
+    async fn unary<Req, Resp>(
+        &mut self,
+        method: &'static str,
+        request: tonic::Request<Req>,
+    ) -> Result<tonic::Response<Resp>, tonic::Status>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        self.grpc
+            .ready()
+            .await
+            .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+        let path = http::uri::PathAndQuery::try_from(format!("/{}/{method}", self.service))
+            .map_err(|e| tonic::Status::internal(e.to_string()))?;
+        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+        self.grpc.unary(request, path, codec).await
+    }
+
+    pub async fn node_prepare_resources(
+        &mut self,
+        request: tonic::Request<dra::NodePrepareResourcesRequest>,
+    ) -> Result<tonic::Response<dra::NodePrepareResourcesResponse>, tonic::Status> {
+        self.unary("NodePrepareResources", request).await
+    }
+
+    pub async fn node_unprepare_resources(
+        &mut self,
+        request: tonic::Request<dra::NodeUnprepareResourcesRequest>,
+    ) -> Result<tonic::Response<dra::NodeUnprepareResourcesResponse>, tonic::Status> {
+        self.unary("NodeUnprepareResources", request).await
+    }
 }
 
 /// A gRPC status as Go's client prints it (`rpc error: code = X desc = Y`):

@@ -1,0 +1,332 @@
+use super::state::{self, ClaimInfoState, Device, DriverState, StateError};
+use super::*;
+use serde_json::json;
+
+fn pod(value: serde_json::Value) -> Pod {
+    let mut base = json!({
+        "metadata": {"name": "p", "namespace": "ns", "uid": "pod-1"},
+        "spec": {"containers": []},
+    });
+    json_patch::merge(&mut base, &value);
+    serde_json::from_value(base).unwrap()
+}
+
+fn claim(value: serde_json::Value) -> ResourceClaim {
+    let mut base = json!({
+        "metadata": {"name": "c", "namespace": "ns", "uid": "claim-1"},
+        "spec": {},
+    });
+    json_patch::merge(&mut base, &value);
+    serde_json::from_value(base).unwrap()
+}
+
+fn pod_claim(value: serde_json::Value) -> PodResourceClaim {
+    serde_json::from_value(value).unwrap()
+}
+
+#[test]
+fn claim_names_follow_the_spec_then_the_status() {
+    let with_status = pod(json!({"status": {"resourceClaimStatuses": [
+        {"name": "gpu", "resourceClaimName": "p-gpu-x7k2"},
+        {"name": "none"},
+    ]}}));
+    let cases: Vec<(serde_json::Value, Result<Option<(String, bool)>, String>)> = vec![
+        (
+            json!({"name": "gpu", "resourceClaimName": "shared"}),
+            Ok(Some(("shared".into(), false))),
+        ),
+        (
+            json!({"name": "gpu", "resourceClaimTemplateName": "t"}),
+            Ok(Some(("p-gpu-x7k2".into(), true))),
+        ),
+        // The template made no claim on purpose.
+        (
+            json!({"name": "none", "resourceClaimTemplateName": "t"}),
+            Ok(None),
+        ),
+        (
+            json!({"name": "later", "resourceClaimTemplateName": "t"}),
+            Err(r#"pod "ns/p": ResourceClaim not created yet"#.into()),
+        ),
+        (
+            json!({"name": "odd"}),
+            Err(
+                r#"pod "ns/p", spec.resourceClaim "odd": none of the supported fields are set"#
+                    .into(),
+            ),
+        ),
+    ];
+    for (c, want) in cases {
+        assert_eq!(claim_name(&with_status, &pod_claim(c.clone())), want, "{c}");
+    }
+}
+
+#[test]
+fn a_template_claim_must_be_the_pods_own_and_reserved_for_it() {
+    let p = pod(json!({}));
+    let owned = claim(json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "pod-1", "controller": true},
+    ]}, "status": {"reservedFor": [{"resource": "pods", "name": "p", "uid": "pod-1"}]}}));
+    assert_eq!(is_for_pod(&p, &owned), Ok(()));
+    assert!(is_reserved_for_pod(&p, &owned));
+    let other = claim(json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "q", "uid": "pod-2", "controller": true},
+    ]}, "status": {"reservedFor": [{"resource": "pods", "name": "q", "uid": "pod-2"}]}}));
+    assert_eq!(
+        is_for_pod(&p, &other),
+        Err("ResourceClaim ns/c was not created for Pod ns/p (Pod is not owner)".into())
+    );
+    assert!(!is_reserved_for_pod(&p, &other));
+    let elsewhere = claim(json!({"metadata": {"namespace": "other"}}));
+    assert_eq!(
+        is_for_pod(&p, &elsewhere),
+        Err("ResourceClaim other/c is not in the same namespace as Pod ns/p".into())
+    );
+}
+
+fn allocated(results: serde_json::Value) -> ResourceClaim {
+    claim(json!({"status": {"allocation": {"devices": {"results": results}}}}))
+}
+
+#[test]
+fn a_claim_info_has_a_state_per_driver_of_its_allocation() {
+    assert_eq!(
+        ClaimInfo::from_claim(&claim(json!({}))),
+        Err("not allocated".into())
+    );
+    let info = ClaimInfo::from_claim(&allocated(json!([
+        {"driver": "b.example.com", "pool": "n", "device": "d0", "request": "r"},
+        {"driver": "a.example.com", "pool": "n", "device": "d1", "request": "r"},
+        {"driver": "a.example.com", "pool": "n", "device": "d2", "request": "s"},
+    ])))
+    .unwrap();
+    assert_eq!(
+        info.state.driver_state.keys().collect::<Vec<_>>(),
+        ["a.example.com", "b.example.com"]
+    );
+    assert_eq!(
+        (
+            info.state.claim_uid.as_str(),
+            info.state.claim_name.as_str(),
+            info.state.namespace.as_str()
+        ),
+        ("claim-1", "c", "ns")
+    );
+    assert!(info.state.pod_uids.is_empty() && !info.prepared);
+    // Skipping node operations is an alpha gate the kubelet does not have.
+    assert_eq!(
+        ClaimInfo::from_claim(&allocated(json!([
+            {"driver": "a", "pool": "n", "device": "d", "request": "r", "skipNodeOperations": ["All"]},
+        ]))),
+        Err("DRAOptionalNodeOperations feature gate is disabled on kubelet".into())
+    );
+}
+
+fn device(name: &str, requests: &[&str], cdi: &[&str]) -> Device {
+    Device {
+        pool_name: "node-1".into(),
+        device_name: name.into(),
+        share_id: None,
+        request_names: requests.iter().map(|s| s.to_string()).collect(),
+        cdi_device_ids: cdi.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+#[test]
+fn a_containers_cdi_devices_are_those_of_its_requests() {
+    let mut info = ClaimInfo::from_claim(&allocated(json!([
+        {"driver": "a.example.com", "pool": "n", "device": "d0", "request": "gpu"},
+    ])))
+    .unwrap();
+    info.set_devices(
+        "a.example.com",
+        vec![
+            device("d0", &["gpu"], &["a.example.com/gpu=d0"]),
+            device(
+                "d1",
+                &["nic"],
+                &["a.example.com/nic=d1", "a.example.com/nic=d1-vf"],
+            ),
+            device("d2", &[], &["a.example.com/any=d2"]),
+        ],
+    );
+    let cases: [(&str, &[&str]); 3] = [
+        ("gpu", &["a.example.com/gpu=d0", "a.example.com/any=d2"]),
+        (
+            "nic",
+            &[
+                "a.example.com/nic=d1",
+                "a.example.com/nic=d1-vf",
+                "a.example.com/any=d2",
+            ],
+        ),
+        (
+            "",
+            &[
+                "a.example.com/gpu=d0",
+                "a.example.com/nic=d1",
+                "a.example.com/nic=d1-vf",
+                "a.example.com/any=d2",
+            ],
+        ),
+    ];
+    for (request, want) in cases {
+        assert_eq!(info.cdi_devices(request), want, "{request}");
+    }
+    assert_eq!(base_request("gpu/small"), "gpu");
+}
+
+#[test]
+fn a_container_uses_the_claims_it_names_and_its_dra_extended_resources() {
+    let p = pod(json!({
+        "spec": {
+            "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "t"},
+                {"name": "shared", "resourceClaimName": "team-gpus"},
+                {"name": "unused", "resourceClaimName": "other"},
+            ],
+            "containers": [{
+                "name": "app",
+                "resources": {
+                    "claims": [{"name": "gpu"}, {"name": "shared", "request": "big"}, {"name": "shared", "request": "small"}],
+                    "requests": {"example.com/gpu": "1"},
+                    "limits": {"example.com/gpu": "1"},
+                },
+            }, {"name": "other"}],
+        },
+        "status": {
+            "resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu-abc"}],
+            "extendedResourceClaimStatus": {
+                "resourceClaimName": "p-extended-resources-xyz",
+                "requestMappings": [
+                    {"containerName": "app", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"},
+                    {"containerName": "other", "resourceName": "example.com/gpu", "requestName": "container-1-request-0"},
+                ],
+            },
+        },
+    }));
+    let spec = p.spec.as_ref().unwrap();
+    let got = container_claim_requests(&p, &spec.containers[0]).unwrap();
+    let want: BTreeMap<String, Vec<String>> = [
+        ("p-gpu-abc", vec![""]),
+        ("team-gpus", vec!["big", "small"]),
+        ("p-extended-resources-xyz", vec!["container-0-request-0"]),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.into_iter().map(String::from).collect()))
+    .collect();
+    assert_eq!(got, want);
+    // The other container asks for no extended resource: its mapping is
+    // not its own request.
+    assert!(
+        container_claim_requests(&p, &spec.containers[1])
+            .unwrap()
+            .is_empty()
+    );
+    assert!(is_dra_extended_resource(&p, "app", "example.com/gpu"));
+    assert!(!is_dra_extended_resource(&p, "app", "example.com/nic"));
+    assert_eq!(pod_claims(&p).len(), 4);
+    assert_eq!(
+        pod_claims(&p)[3].resource_claim_name.as_deref(),
+        Some("p-extended-resources-xyz")
+    );
+}
+
+#[test]
+fn the_cache_knows_each_pods_claims_and_what_is_in_use() {
+    let mut cache = ClaimCache::default();
+    let mut a = ClaimInfo::from_claim(&allocated(json!([
+        {"driver": "a.example.com", "pool": "n", "device": "d0", "request": "r"},
+    ])))
+    .unwrap();
+    a.state
+        .pod_uids
+        .extend(["pod-1".to_string(), "pod-2".to_string()]);
+    a.prepared = true;
+    let mut b = a.clone();
+    b.state.claim_name = "d".into();
+    b.state.pod_uids = ["pod-2".to_string()].into();
+    b.prepared = false;
+    cache.add(a);
+    cache.add(b);
+    assert!(cache.has_pod("pod-1") && !cache.has_pod("pod-3"));
+    assert_eq!(
+        cache.claims_of_pod("pod-2"),
+        [
+            ("ns".to_string(), "c".to_string()),
+            ("ns".to_string(), "d".to_string())
+        ]
+    );
+    assert_eq!(
+        cache.pods()["pod-2"],
+        ("ns".to_string(), vec!["c".to_string(), "d".to_string()])
+    );
+    let in_use = cache.in_use();
+    assert_eq!((in_use["<any>"], in_use["a.example.com"]), (1, 1));
+    let restored = ClaimCache::restore(cache.states());
+    assert!(restored.get("ns", "c").is_some_and(|c| !c.prepared));
+    assert_eq!(restored.in_use()["<any>"], 0);
+}
+
+/// The files v1.37.2's state package writes for the same lists (a Go
+/// program over its NewCheckpoint and MarshalCheckpoint): no file yet (a
+/// nil list), an empty list, and two claims.
+const UPSTREAM: [&str; 3] = [
+    include_str!("upstream_nil.json"),
+    include_str!("upstream_empty.json"),
+    include_str!("upstream_claims.json"),
+];
+
+fn claims() -> Vec<ClaimInfoState> {
+    let mut two = device("dev-1", &[], &[]);
+    two.share_id = Some("share-1".into());
+    vec![
+        ClaimInfoState {
+            claim_uid: "uid-a".into(),
+            claim_name: "claim-a".into(),
+            namespace: "ns".into(),
+            pod_uids: ["pod-1".to_string(), "pod-2".to_string()].into(),
+            driver_state: [
+                (
+                    "a.example.com".to_string(),
+                    DriverState {
+                        devices: vec![device("dev-0", &["gpu"], &["a.example.com/gpu=dev-0"]), two],
+                        skip_node_operations: vec![],
+                    },
+                ),
+                ("b.example.com".to_string(), DriverState::default()),
+            ]
+            .into(),
+        },
+        ClaimInfoState {
+            claim_uid: "uid-b".into(),
+            claim_name: "claim-b".into(),
+            namespace: "ns".into(),
+            ..Default::default()
+        },
+    ]
+}
+
+#[test]
+fn the_checkpoint_is_upstreams_byte_for_byte() {
+    let lists = [None, Some(vec![]), Some(claims())];
+    for (list, want) in lists.into_iter().zip(UPSTREAM) {
+        let bytes = state::encode(list.clone()).unwrap();
+        assert_eq!(String::from_utf8(bytes).unwrap(), want.trim_end());
+        assert_eq!(
+            state::decode(want.as_bytes()).unwrap(),
+            list.unwrap_or_default()
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_refused() {
+    let tampered = UPSTREAM[2].replace("dev-0", "dev-9");
+    assert!(matches!(
+        state::decode(tampered.as_bytes()),
+        Err(StateError::Corrupt)
+    ));
+    assert_eq!(StateError::Corrupt.to_string(), "checkpoint is corrupted");
+    assert!(matches!(state::decode(b"{"), Err(StateError::Format(_))));
+}
