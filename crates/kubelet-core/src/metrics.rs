@@ -59,6 +59,14 @@ pub fn exponential_buckets(start: f64, factor: f64, count: usize) -> Vec<f64> {
     out
 }
 
+/// `count` buckets from `min` to `max`, each a constant factor above the
+/// last (Go's ExponentialBucketsRange: min times the factor to the i-th
+/// power, so that each bound is Go's to the last bit).
+pub fn exponential_buckets_range(min: f64, max: f64, count: usize) -> Vec<f64> {
+    let factor = (max / min).powf(1.0 / (count - 1) as f64);
+    (0..count).map(|i| min * factor.powf(i as f64)).collect()
+}
+
 /// Name, help and label names of a family, and the order its labels render in.
 #[derive(Debug)]
 struct Desc {
@@ -920,6 +928,31 @@ families! {
         "kubelet_credential_provider_plugin_errors_total",
         "[ALPHA] Number of errors from credential provider plugin",
         &["plugin_name"],
+    ),
+    /// `dra_operations_duration_seconds{operation_name,is_error}`: the
+    /// preparation of all of a pod's claims when it starts
+    /// (PrepareResources), and their unpreparation when it stops
+    /// (UnprepareResources).
+    dra_operations_duration: Histogram(
+        "dra_operations_duration_seconds",
+        "[ALPHA] Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
+        &["operation_name", "is_error"],
+        &exponential_buckets_range(0.1, 40.0, 15),
+    ),
+    /// `dra_grpc_operations_duration_seconds{driver_name,method_name,grpc_status_code}`:
+    /// each call to a DRA driver.
+    dra_grpc_operations_duration: Histogram(
+        "dra_grpc_operations_duration_seconds",
+        "[ALPHA] Duration in seconds of the DRA gRPC operations",
+        &["driver_name", "method_name", "grpc_status_code"],
+        &exponential_buckets_range(0.1, 40.0, 15),
+    ),
+    /// `dra_resource_claims_in_use{driver_name}`: prepared claims per
+    /// driver, and in all under `<any>`.
+    dra_resource_claims_in_use: Gauge(
+        "dra_resource_claims_in_use",
+        "[ALPHA] The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.",
+        &["driver_name"],
     ),
     /// `kubelet_credential_provider_plugin_duration{plugin_name}`: each
     /// plugin run, in seconds.

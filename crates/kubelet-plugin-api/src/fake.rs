@@ -3,7 +3,7 @@
 //! real plugin does. Its stream lists the devices set now and each new
 //! list; Allocate answers an environment variable, a read-only mount per
 //! device, an annotation and a CDI device per device, and records what it
-//! was asked.
+//! was asked. And a DRA driver's kubelet plugin ([`FakeDraDriver`]).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -204,5 +204,111 @@ impl DevicePlugin for FakeDevicePlugin {
     ) -> Result<Response<api::PreStartContainerResponse>, Status> {
         self.pre_starts.lock().push(r.into_inner().devices_ids);
         Ok(Response::new(api::PreStartContainerResponse {}))
+    }
+}
+
+/// A DRA driver's kubelet plugin for tests: it serves the dra v1 service
+/// on a unix socket and prepares each claim with one device of its pool,
+/// for the claim's request `request`, with the CDI device
+/// `<driver>/test=claim-<uid>`; it records the claims of each call.
+#[derive(Clone)]
+pub struct FakeDraDriver {
+    pub driver: String,
+    /// The claims (their names) of each NodePrepareResources call.
+    pub prepared: Arc<Mutex<Vec<Vec<String>>>>,
+    /// The claims (their names) of each NodeUnprepareResources call.
+    pub unprepared: Arc<Mutex<Vec<Vec<String>>>>,
+    /// Each claim's result is this error, when set.
+    pub fail: Arc<Mutex<Option<String>>>,
+    /// Cancelled when the plugin dies: its server ends.
+    pub gone: CancellationToken,
+}
+
+impl FakeDraDriver {
+    pub fn new(driver: &str) -> Self {
+        FakeDraDriver {
+            driver: driver.into(),
+            prepared: Arc::default(),
+            unprepared: Arc::default(),
+            fail: Arc::default(),
+            gone: CancellationToken::new(),
+        }
+    }
+
+    /// The CDI device it gives the claim `uid`.
+    pub fn cdi_device(&self, uid: &str) -> String {
+        format!("{}/test=claim-{uid}", self.driver)
+    }
+
+    /// Serve at `socket` until the plugin dies.
+    pub fn serve(&self, socket: &Path) -> std::io::Result<()> {
+        use crate::dra::dra_plugin_server::DraPluginServer;
+        let listener = tokio::net::UnixListener::bind(socket)?;
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(DraPluginServer::new(self.clone()))
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener),
+                    self.gone.clone().cancelled_owned(),
+                ),
+        );
+        Ok(())
+    }
+}
+
+#[tonic::async_trait]
+impl crate::dra::dra_plugin_server::DraPlugin for FakeDraDriver {
+    async fn node_prepare_resources(
+        &self,
+        r: Request<crate::dra::NodePrepareResourcesRequest>,
+    ) -> Result<Response<crate::dra::NodePrepareResourcesResponse>, Status> {
+        use crate::dra::{Device, NodePrepareResourceResponse};
+        let claims = r.into_inner().claims;
+        self.prepared
+            .lock()
+            .push(claims.iter().map(|c| c.name.clone()).collect());
+        let fail = self.fail.lock().clone();
+        let answers = claims
+            .into_iter()
+            .map(|c| {
+                let answer = match &fail {
+                    Some(error) => NodePrepareResourceResponse {
+                        devices: Vec::new(),
+                        error: error.clone(),
+                    },
+                    None => NodePrepareResourceResponse {
+                        devices: vec![Device {
+                            request_names: vec!["request".into()],
+                            pool_name: "pool".into(),
+                            device_name: "device-00".into(),
+                            cdi_device_ids: vec![self.cdi_device(&c.uid)],
+                            share_id: None,
+                        }],
+                        error: String::new(),
+                    },
+                };
+                (c.uid, answer)
+            })
+            .collect();
+        Ok(Response::new(crate::dra::NodePrepareResourcesResponse {
+            claims: answers,
+        }))
+    }
+
+    async fn node_unprepare_resources(
+        &self,
+        r: Request<crate::dra::NodeUnprepareResourcesRequest>,
+    ) -> Result<Response<crate::dra::NodeUnprepareResourcesResponse>, Status> {
+        let claims = r.into_inner().claims;
+        self.unprepared
+            .lock()
+            .push(claims.iter().map(|c| c.name.clone()).collect());
+        let answers = claims
+            .into_iter()
+            .map(|c| (c.uid, crate::dra::NodeUnprepareResourceResponse::default()))
+            .collect();
+        Ok(Response::new(crate::dra::NodeUnprepareResourcesResponse {
+            claims: answers,
+        }))
     }
 }

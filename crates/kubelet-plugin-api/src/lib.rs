@@ -90,6 +90,12 @@ impl DraClient {
         })
     }
 
+    /// A method's full gRPC name in the chosen version
+    /// (`/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources`).
+    pub fn path(&self, method: &str) -> String {
+        format!("/{}/{method}", self.service)
+    }
+
     async fn unary<Req, Resp>(
         &mut self,
         method: &'static str,
@@ -103,7 +109,7 @@ impl DraClient {
             .ready()
             .await
             .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
-        let path = http::uri::PathAndQuery::try_from(format!("/{}/{method}", self.service))
+        let path = http::uri::PathAndQuery::try_from(self.path(method))
             .map_err(|e| tonic::Status::internal(e.to_string()))?;
         let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
         self.grpc.unary(request, path, codec).await

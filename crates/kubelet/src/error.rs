@@ -213,6 +213,14 @@ pub enum SyncError {
     /// (PodResizeInProgress, with reason Error, says why); tried again.
     #[error(transparent)]
     Resize(ResizeError),
+    /// The pod's ResourceClaims could not be prepared before its sandbox
+    /// (its FailedPrepareDynamicResources event says why too).
+    #[error("prepare dynamic resources: {0}")]
+    PrepareResources(#[source] crate::dra::DraError),
+    /// Its claims could not be unprepared once its containers stopped: the
+    /// pod is not let go.
+    #[error("unprepare dynamic resources: {0}")]
+    UnprepareResources(#[source] crate::dra::DraError),
     /// A newer update (a kill) cut the step short; not a failure.
     #[error("interrupted by a newer update")]
     Interrupted,

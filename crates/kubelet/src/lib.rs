@@ -15,6 +15,7 @@ pub mod cpumanager;
 pub mod credentialprovider;
 pub mod devicemanager;
 pub mod dirwatch;
+pub mod dra;
 pub mod error;
 pub mod events;
 pub mod eviction;

@@ -8,9 +8,8 @@
 //! operation executor does.
 //!
 //! Handlers: CSI drivers (the volume manager's [`CsiDrivers`], and the
-//! node's CSINode) and device plugins (the [`DeviceManager`], as a plugin
-//! registering on its own socket). DRA drivers are refused by type until
-//! rkubelet has their manager.
+//! node's CSINode), device plugins (the [`DeviceManager`], as a plugin
+//! registering on its own socket) and DRA drivers (the [`DraManager`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -23,7 +22,7 @@ use kubelet_plugin_api::csi::NodeGetInfoRequest;
 use kubelet_plugin_api::deviceplugin;
 use kubelet_plugin_api::pluginregistration::registration_client::RegistrationClient;
 use kubelet_plugin_api::pluginregistration::{
-    CSI_PLUGIN, DEVICE_PLUGIN, InfoRequest, RegistrationStatus,
+    CSI_PLUGIN, DEVICE_PLUGIN, DRA_PLUGIN, InfoRequest, RegistrationStatus,
 };
 use kubelet_plugin_api::status_text;
 use kubelet_tasks::Tasks;
@@ -32,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::devicemanager::DeviceManager;
 use crate::dirwatch::DirWatcher;
+use crate::dra::DraManager;
 use crate::volumes::csi::nodeinfo::NodeInfo;
 use crate::volumes::csi::{CSI_TIMEOUT, CsiDrivers};
 
@@ -61,6 +61,8 @@ pub struct PluginManager {
     pub node_info: NodeInfo,
     /// Device plugins registering here, and the tasks their streams run in.
     pub devices: DeviceManager,
+    /// DRA drivers' kubelet plugins registering here.
+    pub dra: DraManager,
     pub tasks: Tasks,
 }
 
@@ -157,6 +159,8 @@ impl PluginManager {
         } else if info.r#type == DEVICE_PLUGIN {
             self.register_device_plugin(&info.name, &endpoint, &info.supported_versions)
                 .await
+        } else if info.r#type == DRA_PLUGIN {
+            self.register_dra_driver(&info.name, &endpoint, &info.supported_versions)
         } else {
             Err(format!(
                 "RegisterPlugin error -- no handler registered for plugin type: {} at socket {shown}",
@@ -272,7 +276,30 @@ impl PluginManager {
             })
     }
 
+    /// A DRA driver's kubelet plugin: its services checked, then handed to
+    /// the DRA manager.
+    fn register_dra_driver(
+        &self,
+        name: &str,
+        endpoint: &Path,
+        versions: &[String],
+    ) -> Result<(), String> {
+        let service = self.dra.validate(name, endpoint, versions).map_err(|e| {
+            format!("RegisterPlugin error -- plugin validation failed with err: {e}")
+        })?;
+        self.dra
+            .register(name, endpoint, service, &self.tasks)
+            .map_err(|e| {
+                format!("RegisterPlugin error -- plugin registration failed with err: {e}")
+            })
+    }
+
     async fn deregister(&self, plugin: &Registered) {
+        if plugin.kind == DRA_PLUGIN {
+            self.dra
+                .deregister(&plugin.name, &plugin.endpoint, &self.tasks);
+            return;
+        }
         if plugin.kind == DEVICE_PLUGIN {
             self.devices.deregister(&plugin.name, &plugin.endpoint);
             tracing::info!(name = %plugin.name, "device plugin deregistered");

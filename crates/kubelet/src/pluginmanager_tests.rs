@@ -95,6 +95,12 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
             node_name: "n1".into(),
         },
         devices: devices.clone(),
+        dra: crate::dra::DraManager::new(
+            dir.path(),
+            None,
+            "n1",
+            kubelet_core::metrics::KubeletMetrics::new("n1"),
+        ),
         tasks: kubelet_tasks::Tasks::new(cancel.clone()),
     };
     let run = tokio::spawn(manager.run(cancel.clone()));
@@ -136,7 +142,7 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
     assert_eq!(node["metadata"]["labels"]["topology.fake/zone"], "z1");
 
     // A device plugin: registered, its devices the node's; a DRA driver
-    // (no handler yet), a device plugin of another version and a CSI
+    // offering no DRAPlugin service, a device plugin of another version and a CSI
     // version not spoken: refused, and told why.
     let plugin_dir = dir.path().join("dp");
     std::fs::create_dir_all(&plugin_dir).unwrap();
@@ -181,12 +187,12 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
     .await;
     let refused = device.lock()[0].clone();
     assert!(!refused.plugin_registered);
-    assert!(
-        refused.error.starts_with(
-            "RegisterPlugin error -- no handler registered for plugin type: DRAPlugin at socket "
-        ),
-        "{}",
-        refused.error
+    assert_eq!(
+        refused.error,
+        format!(
+            r#"RegisterPlugin error -- plugin validation failed with err: invalid supported gRPC versions of DRA driver plugin dra.example.com at endpoint {}: none of services supported by the plugin (["v1"]) are supported by the kubelet (["v1.DRAPlugin" "v1beta1.DRAPlugin"])"#,
+            registry.join("dra.sock").display()
+        )
     );
     assert_eq!(
         newer.lock()[0].error,

@@ -7,9 +7,11 @@
 //! plugins' devices each container holds, and the healthy ones; the
 //! exclusive CPUs of the static CPU manager (`cpu_ids`) and the CPUs it
 //! gives from; the Static memory manager's blocks (`memory`: each kind's
-//! size and NUMA nodes) and each node's allocatable memory. rkubelet has
-//! no DRA claims yet (#36): every dynamic_resources list is empty, which is
-//! what upstream reports with no claim. One token bucket for every call,
+//! size and NUMA nodes) and each node's allocatable memory; the DRA claims
+//! each container uses (`dynamic_resources`: per claim, each prepared
+//! device with its driver, pool and CDI devices; each device with its own
+//! CDI devices, where upstream's lists those of the driver's devices before
+//! it too). One token bucket for every call,
 //! 100 a second and 10 at once, as upstream's; a call beyond it is refused with
 //! ResourceExhausted `rejected by rate limit`. v1alpha1, deprecated, is not
 //! served.
@@ -20,6 +22,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_api::ratelimit::{Bucket, token_bucket};
+use kubelet_core::dra::state::ClaimInfoState;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::podspec::is_sidecar;
 use kubelet_core::types::PodUid;
@@ -33,6 +36,7 @@ use tonic::{Request, Response, Status};
 
 use crate::cpumanager::CpuManager;
 use crate::devicemanager::{DeviceInstance, DeviceManager};
+use crate::dra::DraManager;
 use crate::memorymanager::MemoryManager;
 
 /// The directory under the root directory, and the socket in it.
@@ -61,18 +65,10 @@ pub struct PodResourcesServer {
 }
 
 impl PodResourcesServer {
-    pub fn new(
-        pods: Arc<dyn PodsProvider>,
-        (devices, cpus, memory): (DeviceManager, CpuManager, MemoryManager),
-        metrics: KubeletMetrics,
-    ) -> Self {
+    pub fn new(pods: Arc<dyn PodsProvider>, managers: Managers, metrics: KubeletMetrics) -> Self {
         PodResourcesServer {
             pods,
-            managers: Managers {
-                devices,
-                cpus,
-                memory,
-            },
+            managers,
             bucket: token_bucket(QPS, BURST),
             metrics,
         }
@@ -123,6 +119,7 @@ pub struct Managers {
     pub devices: DeviceManager,
     pub cpus: CpuManager,
     pub memory: MemoryManager,
+    pub dra: DraManager,
 }
 
 /// A pod's resources: its restartable init containers then its containers,
@@ -133,6 +130,7 @@ pub fn pod_resources(pod: &Pod, managers: &Managers) -> api::PodResources {
         devices,
         cpus,
         memory,
+        dra,
     } = managers;
     let uid = PodUid::of(pod);
     let spec = pod.spec.as_ref();
@@ -152,12 +150,40 @@ pub fn pod_resources(pod: &Pod, managers: &Managers) -> api::PodResources {
                 devices: api_devices(devices.container_devices(&uid, &c.name)),
                 cpu_ids: cpus.exclusive(uid.as_str(), &c.name),
                 memory: api_memory(memory.memory(uid.as_str(), &c.name)),
-                ..Default::default()
+                dynamic_resources: api_claims(dra.container_claims(pod, c)),
             })
             .collect(),
         cpu_ids: Vec::new(),
         memory: Vec::new(),
     }
+}
+
+/// The claims a container uses, as the API lists them.
+fn api_claims(claims: Vec<ClaimInfoState>) -> Vec<api::DynamicResource> {
+    claims
+        .into_iter()
+        .map(|claim| api::DynamicResource {
+            claim_resources: claim
+                .driver_state
+                .iter()
+                .flat_map(|(driver, state)| {
+                    state.devices.iter().map(|d| api::ClaimResource {
+                        cdi_devices: d
+                            .cdi_device_ids
+                            .iter()
+                            .map(|name| api::CdiDevice { name: name.clone() })
+                            .collect(),
+                        driver_name: driver.clone(),
+                        pool_name: d.pool_name.clone(),
+                        device_name: d.device_name.clone(),
+                        share_id: d.share_id.clone(),
+                    })
+                })
+                .collect(),
+            claim_name: claim.claim_name,
+            claim_namespace: claim.namespace,
+        })
+        .collect()
 }
 
 #[tonic::async_trait]
@@ -301,6 +327,7 @@ mod tests {
                 devices,
                 cpus,
                 memory,
+                dra: DraManager::new(root.path(), None, "n", KubeletMetrics::new("n")),
             },
         );
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));

@@ -483,6 +483,14 @@ impl Syncer {
         if !running.is_empty() {
             return Err(SyncError::StillRunning(running));
         }
+        // Its claims are unprepared once its containers are gone, before
+        // its final status (upstream's order: the claims' deallocation
+        // waits for that status).
+        self.runtime
+            .dra()
+            .unprepare(target.pod.as_deref(), target.pod_ref.uid.as_str())
+            .await
+            .map_err(SyncError::UnprepareResources)?;
         if let Some(pod) = &target.pod {
             self.status
                 .set_pod_status(pod, self.api_status(pod, &after, true));

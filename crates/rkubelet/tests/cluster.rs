@@ -5805,6 +5805,276 @@ async fn w_r_a_device_plugins_devices_are_allocated_listed_and_kept_across_kill9
     k.finish(&uids).await;
 }
 
+/// Upstream's DRA test driver's name here, its DeviceClass and the
+/// request of the test's claims.
+const DRA_DRIVER: &str = "test-driver.cdi.k8s.io";
+const DRA_CLASS: &str = "rkubelet-dra-test";
+const DRA_REQUEST: &str = "my-request";
+
+/// Upstream's DRA test driver as the kubelet plugin of the node whose root
+/// is `root`, with the node's own credentials: it registers in the
+/// node's plugins_registry, publishes a ResourceSlice of four devices in a
+/// pool named after the node, and writes a CDI spec per prepared claim
+/// into `cdi` (the test containerd's CDI directory) whose container edits
+/// set `claim_<claim>_<request>=true` and each opaque parameter as
+/// `user_<key>=<value>`.
+fn dra_test_driver(api: &Api, root: &Path, cdi: &Path, log: &Path) -> Daemon {
+    let data = root.join("plugins");
+    std::fs::create_dir_all(data.join(DRA_DRIVER)).unwrap();
+    let child = Command::new(env("RKUBELET_DRA_TEST_DRIVER"))
+        .env_remove("KUBECONFIG")
+        .arg("-v=5")
+        .arg("--kubeconfig")
+        .arg(api.node_conf())
+        .args([
+            "--drivername",
+            DRA_DRIVER,
+            "kubelet-plugin",
+            "--node-name",
+            &api.node,
+        ])
+        .arg("--plugin-registration-path")
+        .arg(root.join("plugins_registry"))
+        .arg("--datadir")
+        .arg(&data)
+        .arg("--cdi-dir")
+        .arg(cdi)
+        .stdout(File::create(log).unwrap())
+        .stderr(Stdio::from(
+            File::create(log.with_extension("err")).unwrap(),
+        ))
+        .spawn()
+        .unwrap();
+    Daemon(child)
+}
+
+/// The ResourceSlices of the test driver for this node.
+fn dra_slices(api: &Api) -> Option<Vec<Value>> {
+    let list = api.get(&["resourceslices"])?;
+    Some(
+        list["items"]
+            .as_array()?
+            .iter()
+            .filter(|s| {
+                s["spec"]["nodeName"] == api.node.as_str() && s["spec"]["driver"] == DRA_DRIVER
+            })
+            .cloned()
+            .collect(),
+    )
+}
+
+/// Dynamic resource allocation with upstream's DRA test driver and the
+/// control plane's scheduling: the driver registers through the plugin
+/// watcher and publishes its devices; a pod whose claim comes from a
+/// ResourceClaimTemplate is scheduled, its claim allocated and prepared
+/// (NodePrepareResources), and its container started with the driver's
+/// CDI device (the environment the driver's CDI spec sets); PodResources
+/// lists the claim's device and the checkpoint holds it, across a kill -9
+/// of rkubelet (whose start deletes the node's slices; the driver
+/// publishes its own again). The pod deleted: the claim is unprepared (the
+/// driver removes its CDI spec) and leaves the checkpoint, before the pod
+/// leaves the API. The driver killed: its ResourceSlice is deleted by the
+/// kubelet after upstream's 30 s.
+#[tokio::test]
+#[ignore = "needs a real control plane: run through hack/test.sh"]
+async fn w_t_a_dra_claim_is_prepared_for_its_pod_and_unprepared_after_it() {
+    let mut k = Kubelet::new("dra");
+    k.start_ready().await;
+    let root = k.rk.root();
+    let endpoint = env("RKUBELET_E2E_ENDPOINT");
+    let cdi = Path::new(endpoint.trim_start_matches("unix://"))
+        .parent()
+        .unwrap()
+        .join("cdi");
+    let driver = dra_test_driver(
+        &k.api,
+        &root,
+        &cdi,
+        &k.rk.dir.path().join("dra-test-driver.log"),
+    );
+    let slices = eventually("the driver's ResourceSlice published", START, async || {
+        dra_slices(&k.api).filter(|s| !s.is_empty())
+    })
+    .await;
+    assert_eq!(slices[0]["spec"]["pool"]["name"], k.api.node.as_str());
+
+    let _ = k.api.run_as(
+        &k.api.admin_conf(),
+        &["delete", "deviceclass", DRA_CLASS, "--ignore-not-found"],
+        None,
+    );
+    k.api.create(&json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": DRA_CLASS, "labels": {TEST_LABEL: "1"}},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRA_DRIVER}\"")}}]},
+    }));
+    let template = "cl-dra-template";
+    let _ = k.api.run_as(
+        &k.api.admin_conf(),
+        &[
+            "delete",
+            "resourceclaimtemplate",
+            "-n",
+            "default",
+            template,
+            "--ignore-not-found",
+        ],
+        None,
+    );
+    k.api.create(&json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template, "namespace": "default", "labels": {TEST_LABEL: "1"}},
+        "spec": {"spec": {"devices": {
+            "requests": [{"name": DRA_REQUEST, "exactly": {"deviceClassName": DRA_CLASS}}],
+            "config": [{"opaque": {"driver": DRA_DRIVER, "parameters": {"a": "b"}}}],
+        }}},
+    }));
+    // Scheduled (the scheduler allocates the claim), not bound by name.
+    let name = "cl-dra";
+    let mut c = sh_container("c", SLEEPER);
+    c["resources"] = json!({"claims": [{"name": "gpu"}]});
+    let mut pod = test_pod(
+        &k.api,
+        name,
+        json!({
+            "containers": [c],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            "nodeSelector": {"kubernetes.io/hostname": k.api.node},
+        }),
+    );
+    pod["spec"].as_object_mut().unwrap().remove("nodeName");
+    k.api.create(&pod);
+    let pod = eventually("Running", START, async || {
+        k.api.pod(name).filter(running_with_ip)
+    })
+    .await;
+    let claim = pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The driver's CDI device reached the container: its environment.
+    let env_out = exec_out(&k.api, name, "env").unwrap_or_default();
+    let claim_var = format!(
+        "claim_{}_{}=true",
+        claim.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+        DRA_REQUEST.replace('-', "_")
+    );
+    for want in ["user_a=b", claim_var.as_str()] {
+        assert!(
+            env_out.lines().any(|l| l == want),
+            "{want} not in {env_out}"
+        );
+    }
+    // PodResources lists the claim's device.
+    let listed = eventually("the claim listed by PodResources", START, async || {
+        listed(&root, name, "c")
+            .await
+            .filter(|c| !c.dynamic_resources.is_empty())
+    })
+    .await;
+    let dynamic = &listed.dynamic_resources[0];
+    assert_eq!(
+        (
+            dynamic.claim_name.as_str(),
+            dynamic.claim_namespace.as_str()
+        ),
+        (claim.as_str(), "default")
+    );
+    let device = &dynamic.claim_resources[0];
+    assert_eq!(
+        (device.driver_name.as_str(), device.pool_name.as_str()),
+        (DRA_DRIVER, k.api.node.as_str())
+    );
+    let claim_obj = k
+        .api
+        .get(&["resourceclaim", "-n", "default", &claim])
+        .unwrap();
+    let claim_uid = uid(&claim_obj).to_owned();
+    assert_eq!(
+        claim_obj["status"]["allocation"]["devices"]["results"][0]["device"],
+        device.device_name.as_str()
+    );
+    assert_eq!(
+        device.cdi_devices[0].name,
+        format!("{DRA_DRIVER}/test=claim-{claim_uid}-{DRA_REQUEST}")
+    );
+    let state = root.join("dra_manager_state");
+    let checkpoint = std::fs::read_to_string(&state).unwrap();
+    assert!(checkpoint.contains(&claim_uid), "{checkpoint}");
+    let spec_file = cdi.join(format!("{DRA_DRIVER}-{claim_uid}-{DRA_REQUEST}.json"));
+    assert!(spec_file.exists(), "{}", spec_file.display());
+    let before = container_of(&pod);
+
+    // kill -9 and a new start: the same container, the claim still known.
+    k.rk.kill9();
+    let since = k.start();
+    eventually("node Ready after the restart", READY_AGAIN, async || {
+        k.api.node_ready_since(&since)
+    })
+    .await;
+    let pod = k.api.pod(name).unwrap();
+    assert_eq!(container_of(&pod), before, "{}", pod["status"]);
+    assert!(
+        std::fs::read_to_string(&state)
+            .unwrap()
+            .contains(&claim_uid)
+    );
+    // The kubelet deleted the node's slices at its start; the driver,
+    // registered again, publishes its slice again.
+    eventually(
+        "the driver's ResourceSlice published again",
+        START,
+        async || {
+            dra_slices(&k.api).filter(|s| {
+                !s.is_empty() && s[0]["metadata"]["uid"] != slices[0]["metadata"]["uid"]
+            })
+        },
+    )
+    .await;
+
+    // Deleted: unprepared (the driver removes the CDI spec), out of the
+    // checkpoint, the pod gone from the API once that is done.
+    k.api
+        .ok(&["delete", "pod", "-n", "default", name, "--wait=false"]);
+    eventually(
+        "the claim unprepared and the pod gone",
+        CLEANUP,
+        async || {
+            (k.api.pod(name).is_none()
+                && !spec_file.exists()
+                && !std::fs::read_to_string(&state).ok()?.contains(&claim_uid))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // The driver is killed (SIGKILL: its sockets stay, but no longer
+    // answer): the kubelet deletes its ResourceSlice after the wiping
+    // delay.
+    drop(driver);
+    eventually("the driver's ResourceSlice deleted", START, async || {
+        dra_slices(&k.api).filter(|s| s.is_empty())
+    })
+    .await;
+    let log = std::fs::read_to_string(k.rk.log()).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains("Deleted ResourceSlices")
+            && l.contains(&format!("spec.driver={DRA_DRIVER}"))),
+        "the kubelet deleted the gone driver's slices"
+    );
+    let _ = k.api.run_as(
+        &k.api.admin_conf(),
+        &["delete", "deviceclass", DRA_CLASS],
+        None,
+    );
+    let _ = k.api.run_as(
+        &k.api.admin_conf(),
+        &["delete", "resourceclaimtemplate", "-n", "default", template],
+        None,
+    );
+    k.finish(&uids_of(&[pod])).await;
+}
+
 #[tokio::test]
 #[ignore = "needs a real control plane: run through hack/test.sh"]
 async fn w_i_a_node_joins_with_a_bootstrap_token_and_rotates_its_client_certificate() {

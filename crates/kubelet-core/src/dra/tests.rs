@@ -30,7 +30,8 @@ fn claim_names_follow_the_spec_then_the_status() {
         {"name": "gpu", "resourceClaimName": "p-gpu-x7k2"},
         {"name": "none"},
     ]}}));
-    let cases: Vec<(serde_json::Value, Result<Option<(String, bool)>, String>)> = vec![
+    type Named = Result<Option<(String, bool)>, String>;
+    let cases: Vec<(serde_json::Value, Named)> = vec![
         (
             json!({"name": "gpu", "resourceClaimName": "shared"}),
             Ok(Some(("shared".into(), false))),

@@ -32,6 +32,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Container, Pod, ResourceHealth, ResourceStatus};
 use kubelet_core::devices::checkpoint::{self, Data, NO_TOPOLOGY, PodDevicesEntry};
 use kubelet_core::devices::{extended_limits, take_from};
+use kubelet_core::dra::is_dra_extended_resource;
 use kubelet_core::metrics::KubeletMetrics;
 use kubelet_core::nodestatus::ExtendedResources;
 use kubelet_core::podspec::{init_and_regular_containers, init_containers, is_sidecar};
@@ -722,7 +723,11 @@ impl DeviceManager {
         let mut freed = false;
         let mut wrote = false;
         for (resource, needed) in extended_limits(c) {
-            if !self.inner.state.lock().is_device_plugin_resource(&resource) {
+            // An extended resource DRA gives the pod (its scheduler-made
+            // claim maps it) is not a device plugin's.
+            if is_dra_extended_resource(pod, &c.name, &resource)
+                || !self.inner.state.lock().is_device_plugin_resource(&resource)
+            {
                 continue;
             }
             if !freed && let Some(active) = active {

@@ -57,11 +57,13 @@ impl Kubelet {
         let topology = self.topology.clone();
         let cpus = self.syncer.runtime.cpus().clone();
         let memory = self.syncer.runtime.memory().clone();
+        let dra = self.syncer.runtime.dra().clone();
         let started = kubelet_tasks::off_thread(move || {
             topology
                 .start()
                 .and_then(|()| cpus.start())
                 .and_then(|()| memory.start())
+                .and_then(|()| dra.start())
         })
         .await
         .unwrap_or_else(|e| Err(e.to_string()));
@@ -100,6 +102,10 @@ impl Kubelet {
         self.syncer
             .runtime
             .memory()
+            .watch_sources(sources_ready.clone());
+        self.syncer
+            .runtime
+            .dra()
             .watch_sources(sources_ready.clone());
         self.start_api_modules(receivers.events);
         self.notify_systemd();
@@ -156,11 +162,12 @@ impl Kubelet {
         tracing::info!(endpoint = %socket.display(), "Starting to serve the podresources API");
         let server = crate::podresources::PodResourcesServer::new(
             self.clone(),
-            (
-                self.syncer.runtime.devices().clone(),
-                self.syncer.runtime.cpus().clone(),
-                self.syncer.runtime.memory().clone(),
-            ),
+            crate::podresources::Managers {
+                devices: self.syncer.runtime.devices().clone(),
+                cpus: self.syncer.runtime.cpus().clone(),
+                memory: self.syncer.runtime.memory().clone(),
+                dra: self.syncer.runtime.dra().clone(),
+            },
             self.opts.metrics.clone(),
         );
         self.tasks.spawn(
@@ -573,6 +580,16 @@ impl Kubelet {
         }
     }
 
+    /// The DRA manager's loop: the node's ResourceSlices deleted at start,
+    /// claims of inactive pods unprepared.
+    fn start_dra(self: &Arc<Self>) {
+        let (dra, me) = (self.syncer.runtime.dra().clone(), self.clone());
+        self.tasks
+            .spawn(tracing::info_span!("dra_manager"), move |token| {
+                dra.run(move || me.active_pods(), token)
+            });
+    }
+
     fn initialize_runtime_dependent_modules(
         self: &Arc<Self>,
         pleg_tx: mpsc::Sender<Vec<PodLifecycleEvent>>,
@@ -591,6 +608,7 @@ impl Kubelet {
                     node_name: self.opts.node_name.clone(),
                 },
                 devices: self.syncer.runtime.devices().clone(),
+                dra: self.syncer.runtime.dra().clone(),
                 tasks: self.tasks.clone(),
             };
             let csi = self.syncer.volumes.csi_volumes().cloned();
@@ -604,6 +622,7 @@ impl Kubelet {
                 },
             );
         }
+        self.start_dra();
         let cpus = self.syncer.runtime.cpus().clone();
         if cpus.is_static() {
             let (cri, me) = (self.syncer.runtime.cri().clone(), self.clone());

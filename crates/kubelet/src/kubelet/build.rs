@@ -220,6 +220,12 @@ impl Kubelet {
             &opts.root_dir,
             opts.metrics.clone(),
         );
+        let dra = crate::dra::DraManager::new(
+            &opts.root_dir,
+            api.clone(),
+            &opts.node_name,
+            opts.metrics.clone(),
+        );
         let topology = crate::topologymanager::TopologyManager::new(
             crate::topologymanager::TopologySettings {
                 policy: cfg.topology_manager_policy.clone(),
@@ -238,7 +244,7 @@ impl Kubelet {
                 cm.clone(),
                 classes,
                 runtime_state.clone(),
-                (devices, cpus, memory),
+                (devices, cpus, memory, dra),
             ),
             env,
             pulls.clone(),
@@ -452,10 +458,11 @@ fn runtime_host(
     cgroups: ContainerManager,
     runtime_classes: RuntimeClasses,
     runtime_state: RuntimeState,
-    (devices, cpus, memory): (
+    (devices, cpus, memory, dra): (
         DeviceManager,
         crate::cpumanager::CpuManager,
         crate::memorymanager::MemoryManager,
+        crate::dra::DraManager,
     ),
 ) -> Host {
     let cfg = &opts.config;
@@ -463,6 +470,7 @@ fn runtime_host(
         devices,
         cpus,
         memory,
+        dra,
         logs_root: cfg.pod_logs_dir.clone(),
         legacy_logs_dir: opts.legacy_logs_dir.clone(),
         pods_dir: opts.root_dir.join("pods"),

@@ -153,12 +153,25 @@ impl RuntimeManager {
     }
 
     /// What the container's device plugins give it.
+    /// What the container gets of its devices: the CDI devices of its
+    /// ResourceClaims first, then its device plugins' options (upstream's
+    /// GetResources).
     async fn device_options(&self, pod: &Pod, c: &Container) -> Result<RunOptions, StartError> {
-        self.host
+        let claimed = self.host.dra.cdi_devices(pod, c).map_err(|message| {
+            StartError::Config(ConfigError {
+                container: c.name.clone(),
+                field: "resources.claims".into(),
+                message,
+            })
+        })?;
+        let mut options = self
+            .host
             .devices
             .run_options(pod, c)
             .await
-            .map_err(StartError::Devices)
+            .map_err(StartError::Devices)?;
+        options.cdi_devices.splice(0..0, claimed);
+        Ok(options)
     }
 
     /// SyncPod's steps for one container: its crash-loop back-off, its

@@ -138,6 +138,9 @@ pub struct Host {
     pub cpus: crate::cpumanager::CpuManager,
     /// The memory manager: the NUMA nodes each container's memory is on.
     pub memory: crate::memorymanager::MemoryManager,
+    /// The DRA manager: each pod's claims prepared before its sandbox, and
+    /// each container's CDI devices from them.
+    pub dra: crate::dra::DraManager,
 }
 
 #[derive(Clone)]
@@ -230,6 +233,11 @@ impl RuntimeManager {
     /// The memory manager.
     pub fn memory(&self) -> &crate::memorymanager::MemoryManager {
         &self.host.memory
+    }
+
+    /// The DRA manager.
+    pub fn dra(&self) -> &crate::dra::DraManager {
+        &self.host.dra
     }
 
     /// The pods' user namespaces.

@@ -32,6 +32,18 @@ impl RuntimeManager {
     ) -> Result<Option<Sandbox<'a>>, SyncError> {
         let (id, config, name, mut ips) = match (actions.create_sandbox, &actions.sandbox_id) {
             (Some(attempt), _) => {
+                // The pod's claims are prepared before its sandbox, as
+                // upstream's SyncPod does.
+                if let Err(e) = self.host.dra.prepare(pod).await {
+                    let e = SyncError::PrepareResources(e);
+                    self.events.event(
+                        &Involved::pod(pod, None),
+                        WARNING,
+                        "FailedPrepareDynamicResources",
+                        format!("Failed to prepare dynamic resources: {e}"),
+                    );
+                    return Err(e);
+                }
                 let runtime_class = pod
                     .spec
                     .as_ref()
