@@ -29,7 +29,9 @@
 # images of registry NAME are (hack/registry.sh mirror, for registry.k8s.io).
 # With RKUBELET_IMAGE_FS_SIZE=SIZE (tmpfs's size=, e.g. 64m), root/ (images
 # and snapshots) is a tmpfs of that size, a small image file system for image
-# GC's tests; `stop` unmounts it.
+# GC's tests; `stop` unmounts it. CDI specs are read from DIR/cdi, and from
+# the directories in RKUBELET_CDI_SPEC_DIRS (space-separated; hack/nodes.sh
+# adds /var/run/cdi, where upstream's DRA e2e specs write theirs).
 #
 # The runtime is RKUBELET_RUNTIME: containerd2 (the default: containerd v2.4
 # and runc v1.5, built from the Go module proxy and cached by
@@ -297,6 +299,14 @@ edit_toml() {
 # containerd 1.6, version 4 for containerd 2), made from the binary's own
 # default with the settings edited in, then parsed by containerd itself and
 # checked.
+# The CDI spec directories as a TOML array's items: DIR/cdi, then
+# RKUBELET_CDI_SPEC_DIRS'.
+cdi_dirs() {
+  local d out="'$DIR/cdi'"
+  for d in ${RKUBELET_CDI_SPEC_DIRS:-}; do out+=", '$d'"; done
+  echo "$out"
+}
+
 write_config() {
   if [[ -n "$BIN" ]]; then
     settings_v4
@@ -346,7 +356,7 @@ settings_v4() {
       "$rt" restrict_oom_score_adj true \
       "$rt" netns_mounts_under_state_dir true \
       "$rt" enable_selinux false \
-      "$rt" cdi_spec_dirs "['$DIR/cdi']" \
+      "$rt" cdi_spec_dirs "[$(cdi_dirs)]" \
       "$rt.cni" bin_dirs "['$CNI_BIN_DIR']" \
       "$rt.cni" conf_dir "'$DIR/cni'" \
       "$rt.cni" max_conf_num 1 \

@@ -246,7 +246,7 @@ node_up() {
   mkdir -p "$nd/root" "$nd/logs" "$nd/manifests"
   in_node "$nd" env RKUBELET_CNI_BRIDGE="$TAG-cni$i" RKUBELET_POD_SUBNET="$(pod_cidr "$i")" \
     RKUBELET_CNI_IPMASQ=false RKUBELET_REGISTRY_MIRROR="${E2E_MIRROR:+registry.k8s.io=$E2E_MIRROR}" \
-    hack/containerd.sh start "$nd/runtime" >/dev/null
+    RKUBELET_CDI_SPEC_DIRS=/var/run/cdi hack/containerd.sh start "$nd/runtime" >/dev/null
   hack/images.sh "$nd/runtime/containerd.sock" >/dev/null
   [[ -z $E2E_MIRROR ]] || hack/e2e-images.sh "$nd/runtime/containerd.sock" >/dev/null
   hack/addon-images.sh "$nd/runtime/containerd.sock" >/dev/null

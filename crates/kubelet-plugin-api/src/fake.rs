@@ -11,6 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio_stream::wrappers::UnixListenerStream;
@@ -56,6 +57,37 @@ pub struct FakeDevicePlugin {
 }
 
 type Stream<T> = Pin<Box<dyn futures::Stream<Item = Result<T, Status>> + Send>>;
+
+/// A stream of `value` now, then of each new value, until `gone`.
+fn watched<T, R>(
+    value: &watch::Sender<T>,
+    gone: &CancellationToken,
+    answer: impl Fn(T) -> R + Send + 'static,
+) -> Stream<R>
+where
+    T: Clone + Send + Sync + 'static,
+    R: Send + 'static,
+{
+    let gone = gone.clone();
+    let stream = futures::stream::unfold((value.subscribe(), true), move |(mut rx, first)| {
+        let gone = gone.clone();
+        async move {
+            if !first {
+                tokio::select! {
+                    _ = gone.cancelled() => return None,
+                    changed = rx.changed() => changed.ok()?,
+                }
+            }
+            if gone.is_cancelled() {
+                return None;
+            }
+            let value = rx.borrow_and_update().clone();
+            Some((value, (rx, false)))
+        }
+    })
+    .map(move |value| Ok(answer(value)));
+    Box::pin(stream)
+}
 
 impl FakeDevicePlugin {
     pub fn new(resource: &str, devices: Vec<api::Device>) -> Self {
@@ -129,25 +161,10 @@ impl DevicePlugin for FakeDevicePlugin {
         _: Request<api::Empty>,
     ) -> Result<Response<Self::ListAndWatchStream>, Status> {
         // The devices now, then each new list, until the plugin dies.
-        let rx = self.devices.subscribe();
-        let gone = self.gone.clone();
-        let stream = futures::stream::unfold((rx, true), move |(mut rx, first)| {
-            let gone = gone.clone();
-            async move {
-                if !first {
-                    tokio::select! {
-                        _ = gone.cancelled() => return None,
-                        changed = rx.changed() => changed.ok()?,
-                    }
-                }
-                if gone.is_cancelled() {
-                    return None;
-                }
-                let devices = rx.borrow_and_update().clone();
-                Some((Ok(api::ListAndWatchResponse { devices }), (rx, false)))
-            }
+        let stream = watched(&self.devices, &self.gone, |devices| {
+            api::ListAndWatchResponse { devices }
         });
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(stream))
     }
 
     async fn get_preferred_allocation(
@@ -220,6 +237,9 @@ pub struct FakeDraDriver {
     pub unprepared: Arc<Mutex<Vec<Vec<String>>>>,
     /// Each claim's result is this error, when set.
     pub fail: Arc<Mutex<Option<String>>>,
+    /// The device health its v1 DRAResourceHealth stream sends: each new
+    /// value is sent again.
+    pub health: watch::Sender<Vec<crate::dra_health::DeviceHealth>>,
     /// Cancelled when the plugin dies: its server ends.
     pub gone: CancellationToken,
 }
@@ -231,6 +251,7 @@ impl FakeDraDriver {
             prepared: Arc::default(),
             unprepared: Arc::default(),
             fail: Arc::default(),
+            health: watch::Sender::new(Vec::new()),
             gone: CancellationToken::new(),
         }
     }
@@ -243,10 +264,12 @@ impl FakeDraDriver {
     /// Serve at `socket` until the plugin dies.
     pub fn serve(&self, socket: &Path) -> std::io::Result<()> {
         use crate::dra::dra_plugin_server::DraPluginServer;
+        use crate::dra_health::dra_resource_health_server::DraResourceHealthServer;
         let listener = tokio::net::UnixListener::bind(socket)?;
         tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(DraPluginServer::new(self.clone()))
+                .add_service(DraResourceHealthServer::new(self.clone()))
                 .serve_with_incoming_shutdown(
                     UnixListenerStream::new(listener),
                     self.gone.clone().cancelled_owned(),
@@ -310,5 +333,20 @@ impl crate::dra::dra_plugin_server::DraPlugin for FakeDraDriver {
         Ok(Response::new(crate::dra::NodeUnprepareResourcesResponse {
             claims: answers,
         }))
+    }
+}
+
+#[tonic::async_trait]
+impl crate::dra_health::dra_resource_health_server::DraResourceHealth for FakeDraDriver {
+    type NodeWatchResourcesStream = Stream<crate::dra_health::NodeWatchResourcesResponse>;
+
+    async fn node_watch_resources(
+        &self,
+        _: Request<crate::dra_health::NodeWatchResourcesRequest>,
+    ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+        let stream = watched(&self.health, &self.gone, |devices| {
+            crate::dra_health::NodeWatchResourcesResponse { devices }
+        });
+        Ok(Response::new(stream))
     }
 }

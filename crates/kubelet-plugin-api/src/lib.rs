@@ -61,6 +61,40 @@ pub mod dra {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
 
+/// k8s.io/kubelet pkg/apis/dra-health/v1: the device health a DRA driver
+/// may stream to the kubelet.
+#[allow(clippy::all, clippy::pedantic)]
+pub mod dra_health {
+    include!(concat!(env!("OUT_DIR"), "/dra_health/v1.rs"));
+}
+
+/// The DRAResourceHealth services the kubelet speaks, the current first
+/// (their types.go); v1alpha1's messages are v1's.
+pub const DRA_HEALTH_SERVICES: [&str; 2] = ["v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"];
+
+/// A driver's device health stream (NodeWatchResources) in `service`, one
+/// of [`DRA_HEALTH_SERVICES`].
+pub async fn watch_dra_health(
+    channel: Channel,
+    service: &str,
+) -> Result<tonic::Streaming<dra_health::NodeWatchResourcesResponse>, tonic::Status> {
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::unknown(format!("Service was not ready: {e}")))?;
+    let path = http::uri::PathAndQuery::try_from(format!("/{service}/NodeWatchResources"))
+        .map_err(|e| tonic::Status::internal(e.to_string()))?;
+    let codec = tonic_prost::ProstCodec::<
+        dra_health::NodeWatchResourcesRequest,
+        dra_health::NodeWatchResourcesResponse,
+    >::default();
+    let request = tonic::Request::new(dra_health::NodeWatchResourcesRequest {});
+    Ok(grpc
+        .server_streaming(request, path, codec)
+        .await?
+        .into_inner())
+}
+
 /// The DRA plugin services the kubelet speaks, the current first (their
 /// types.go): a driver lists those it serves among its supported versions.
 pub const DRA_SERVICES: [&str; 2] = ["v1.DRAPlugin", "v1beta1.DRAPlugin"];

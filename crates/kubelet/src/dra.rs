@@ -17,29 +17,40 @@
 //! A driver is usable while one of its plugins can be reached: each
 //! plugin's socket is dialled every few seconds (upstream follows its gRPC
 //! connection's state), so a driver killed without removing its sockets
-//! loses its slices too. rkubelet does not stream device health
-//! (dra-health): a container's claims show no allocatedResourcesStatus.
+//! loses its slices too. With ResourceHealthStatus, a driver that serves
+//! DRAResourceHealth streams its devices' health (NodeWatchResources): each
+//! container's `allocatedResourcesStatus` shows its claims' devices with
+//! theirs, unknown without a report or once a report's timeout passed, and
+//! a change syncs the pods using the device. The health is not
+//! checkpointed (upstream's `dra_health_state`): after a restart it is
+//! unknown until the driver's next report.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, ResourceStatus};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 use kubelet_api::objects::get_object;
 use kubelet_api::{ApiClient, ApiError};
+use kubelet_core::dra::health::{DeviceHealth, Health, HealthCache, claims_status};
 use kubelet_core::dra::state::{self, ClaimInfoState, Device};
 use kubelet_core::dra::{
     ClaimCache, ClaimInfo, claim_name, container_claim_requests, is_for_pod, is_reserved_for_pod,
     pod_claims,
 };
 use kubelet_core::metrics::KubeletMetrics;
+use kubelet_core::types::PodUid;
 use kubelet_plugin_api::dra::{Claim, NodePrepareResourcesRequest, NodeUnprepareResourcesRequest};
-use kubelet_plugin_api::{DRA_SERVICES, DraClient, status_text, unix_channel};
+use kubelet_plugin_api::dra_health::{HealthStatus, NodeWatchResourcesResponse};
+use kubelet_plugin_api::{
+    DRA_HEALTH_SERVICES, DRA_SERVICES, DraClient, status_text, unix_channel, watch_dra_health,
+};
 use kubelet_tasks::Tasks;
 use parking_lot::Mutex;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::SourcesReady;
@@ -112,6 +123,18 @@ struct Inner {
     next_wipe: std::sync::atomic::AtomicU64,
     sources: std::sync::OnceLock<SourcesReady>,
     metrics: KubeletMetrics,
+    /// ResourceHealthStatus: the devices' health, and where to send the
+    /// pods whose devices' health changed.
+    health: Option<HealthReports>,
+    reports: Mutex<HealthCache>,
+}
+
+/// Where device health goes (ResourceHealthStatus).
+pub struct HealthReports {
+    /// The pods to sync when their devices' health changed.
+    pub changed: mpsc::UnboundedSender<PodUid>,
+    /// ResourceHealthStatusMessage: a report's message is shown.
+    pub messages: bool,
 }
 
 /// The DRA manager; clones share it.
@@ -191,6 +214,7 @@ impl DraManager {
         api: Option<ApiClient>,
         node_name: &str,
         metrics: KubeletMetrics,
+        health: Option<HealthReports>,
     ) -> DraManager {
         DraManager(Arc::new(Inner {
             file: root_dir.join(state::FILE),
@@ -202,6 +226,8 @@ impl DraManager {
             next_wipe: std::sync::atomic::AtomicU64::new(0),
             sources: std::sync::OnceLock::new(),
             metrics,
+            health,
+            reports: Mutex::default(),
         }))
     }
 
@@ -288,15 +314,27 @@ impl DraManager {
     }
 
     /// A driver's plugin registering (upstream's RegisterPlugin), spoken to
-    /// in `service` ([`Self::validate`]'s choice); its socket is dialled
-    /// from now on.
+    /// in the service [`Self::validate`] chooses of its `versions`; its
+    /// socket is dialled from now on, and its health stream watched when it
+    /// serves one.
     pub fn register(
         &self,
         driver: &str,
         endpoint: &Path,
-        service: &str,
+        versions: &[String],
         tasks: &Tasks,
     ) -> Result<(), String> {
+        let service = self.validate(driver, endpoint, versions)?;
+        let health = self
+            .0
+            .health
+            .as_ref()
+            .and_then(|_| {
+                DRA_HEALTH_SERVICES
+                    .iter()
+                    .find(|s| versions.iter().any(|v| v == *s))
+            })
+            .copied();
         let channel = unix_channel(endpoint.to_owned(), DIAL_TIMEOUT);
         let client = DraClient::new(channel, service)
             .ok_or_else(|| format!("internal error: unsupported chosen service: {service:?}"))?;
@@ -317,7 +355,14 @@ impl DraManager {
             );
             let monitor = tasks.spawn(
                 tracing::info_span!("dra_plugin_connection", driver, endpoint = %endpoint.display()),
-                move |token| async move { me.watch_connection(&d, &e, &t, token).await },
+                move |token| async move {
+                    let health = async {
+                        if let Some(service) = health {
+                            me.watch_health(&d, &e, service, &token).await;
+                        }
+                    };
+                    tokio::join!(me.watch_connection(&d, &e, &t, token.clone()), health);
+                },
             );
             list.push(Plugin {
                 endpoint: endpoint.to_owned(),
@@ -390,6 +435,114 @@ impl DraManager {
                 self.sync(driver, tasks);
             }
         }
+    }
+
+    /// The driver's device health stream, connected again 5 s after it
+    /// ends (its reports forgotten then), until `token` ends or the driver
+    /// says it has none (Unimplemented).
+    async fn watch_health(
+        &self,
+        driver: &str,
+        endpoint: &Path,
+        service: &str,
+        token: &CancellationToken,
+    ) {
+        loop {
+            let channel = unix_channel(endpoint.to_owned(), DIAL_TIMEOUT);
+            let opened = tokio::select! {
+                () = token.cancelled() => return,
+                opened = watch_dra_health(channel, service) => opened,
+            };
+            let ended = match opened {
+                Ok(mut stream) => loop {
+                    let next = tokio::select! {
+                        () = token.cancelled() => break None,
+                        next = stream.message() => next,
+                    };
+                    match next {
+                        Ok(Some(report)) => self.health_report(driver, report),
+                        Ok(None) => break Some(tonic::Code::Ok),
+                        Err(e) => break Some(e.code()),
+                    }
+                },
+                Err(e) => Some(e.code()),
+            };
+            self.0.reports.lock().clear(driver);
+            match ended {
+                None => return,
+                Some(tonic::Code::Unimplemented) => {
+                    tracing::info!(
+                        driver,
+                        "DRA driver does not support WatchResources health stream, stopping"
+                    );
+                    return;
+                }
+                Some(code) => tracing::debug!(driver, ?code, "WatchResources health stream ended"),
+            }
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = tokio::time::sleep(CONNECTION_CHECK) => {}
+            }
+        }
+    }
+
+    /// A driver's health report: the pods using a device whose health
+    /// changed are synced.
+    fn health_report(&self, driver: &str, report: NodeWatchResourcesResponse) {
+        let Some(settings) = &self.0.health else {
+            return;
+        };
+        let devices = report
+            .devices
+            .iter()
+            .map(|d| {
+                let id = d.device.clone().unwrap_or_default();
+                let health = match HealthStatus::try_from(d.health) {
+                    Ok(HealthStatus::Healthy) => Health::Healthy,
+                    Ok(HealthStatus::Unhealthy) => Health::Unhealthy,
+                    _ => Health::Unknown,
+                };
+                DeviceHealth::reported(
+                    &id.pool_name,
+                    &id.device_name,
+                    health,
+                    d.health_check_timeout_seconds,
+                    &d.message,
+                )
+            })
+            .collect();
+        let now = tokio::time::Instant::now().into_std();
+        let changed = self.0.reports.lock().update(driver, devices, now);
+        if changed.is_empty() {
+            return;
+        }
+        let pods = self.0.cache.lock().pods_using(driver, &changed);
+        for uid in pods {
+            let _ = settings.changed.send(PodUid::from(uid.as_str()));
+        }
+    }
+
+    /// Whether containers' claims show their devices' health
+    /// (ResourceHealthStatus).
+    pub fn reports_health(&self) -> bool {
+        self.0.health.is_some()
+    }
+
+    /// What container `c`'s allocatedResourcesStatus says of its claims.
+    pub fn allocated_resources_status(&self, pod: &Pod, c: &Container) -> Vec<ResourceStatus> {
+        let Some(settings) = &self.0.health else {
+            return Vec::new();
+        };
+        let now = tokio::time::Instant::now().into_std();
+        let claims = self.0.cache.lock();
+        claims_status(
+            pod,
+            c,
+            &claims,
+            &self.0.reports.lock(),
+            now,
+            settings.messages,
+        )
     }
 
     /// Upstream's sync: a driver none of whose plugins is connected loses

@@ -284,11 +284,11 @@ impl PluginManager {
         endpoint: &Path,
         versions: &[String],
     ) -> Result<(), String> {
-        let service = self.dra.validate(name, endpoint, versions).map_err(|e| {
+        self.dra.validate(name, endpoint, versions).map_err(|e| {
             format!("RegisterPlugin error -- plugin validation failed with err: {e}")
         })?;
         self.dra
-            .register(name, endpoint, service, &self.tasks)
+            .register(name, endpoint, versions, &self.tasks)
             .map_err(|e| {
                 format!("RegisterPlugin error -- plugin registration failed with err: {e}")
             })

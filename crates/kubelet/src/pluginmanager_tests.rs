@@ -100,6 +100,7 @@ async fn a_csi_driver_registers_in_the_csinode_and_goes_with_its_socket() {
             None,
             "n1",
             kubelet_core::metrics::KubeletMetrics::new("n1"),
+            None,
         ),
         tasks: kubelet_tasks::Tasks::new(cancel.clone()),
     };

@@ -327,7 +327,7 @@ mod tests {
                 devices,
                 cpus,
                 memory,
-                dra: DraManager::new(root.path(), None, "n", KubeletMetrics::new("n")),
+                dra: DraManager::new(root.path(), None, "n", KubeletMetrics::new("n"), None),
             },
         );
         assert_eq!((r.name.as_str(), r.namespace.as_str()), ("web", "default"));

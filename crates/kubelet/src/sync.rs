@@ -126,20 +126,30 @@ impl Syncer {
         status
     }
 
-    /// With ResourceHealthStatus, each container's devices with their
-    /// health (upstream's UpdateAllocatedResourcesStatus).
+    /// With ResourceHealthStatus, each container's devices (its device
+    /// plugins', then its claims') with their health (upstream's
+    /// UpdateAllocatedResourcesStatus).
     fn set_allocated_resources_status(
         &self,
         pod: &Pod,
         status: &mut k8s_openapi::api::core::v1::PodStatus,
     ) {
-        let devices = self.runtime.devices();
-        if !devices.reports_health() {
+        let (devices, dra) = (self.runtime.devices(), self.runtime.dra());
+        if !devices.reports_health() && !dra.reports_health() {
             return;
         }
         let uid = PodUid::of(pod);
+        let specs: Vec<&k8s_openapi::api::core::v1::Container> =
+            pod.spec.iter().flat_map(|s| s.containers.iter()).collect();
         for c in status.container_statuses.iter_mut().flatten() {
-            let health = devices.allocated_resources_status(&uid, &c.name);
+            let mut health = if devices.reports_health() {
+                devices.allocated_resources_status(&uid, &c.name)
+            } else {
+                Vec::new()
+            };
+            if let Some(spec) = specs.iter().find(|s| s.name == c.name) {
+                health.extend(dra.allocated_resources_status(pod, spec));
+            }
             if health.is_empty() {
                 continue;
             }

@@ -5868,7 +5868,9 @@ fn dra_slices(api: &Api) -> Option<Vec<Value>> {
 /// watcher and publishes its devices; a pod whose claim comes from a
 /// ResourceClaimTemplate is scheduled, its claim allocated and prepared
 /// (NodePrepareResources), and its container started with the driver's
-/// CDI device (the environment the driver's CDI spec sets); PodResources
+/// CDI device (the environment the driver's CDI spec sets), which its
+/// status lists in allocatedResourcesStatus (Unknown: this driver reports
+/// no health); PodResources
 /// lists the claim's device and the checkpoint holds it, across a kill -9
 /// of rkubelet (whose start deletes the node's slices; the driver
 /// publishes its own again). The pod deleted: the claim is unprepared (the
@@ -5998,6 +6000,25 @@ async fn w_t_a_dra_claim_is_prepared_for_its_pod_and_unprepared_after_it() {
         device.cdi_devices[0].name,
         format!("{DRA_DRIVER}/test=claim-{claim_uid}-{DRA_REQUEST}")
     );
+    // Its device in the container's status (ResourceHealthStatus): the
+    // test driver reports no health, so it is Unknown.
+    let health = eventually(
+        "the claim's device in allocatedResourcesStatus",
+        START,
+        async || {
+            let pod = k.api.pod(name)?;
+            let health = container_status(&pod, "c")["allocatedResourcesStatus"].clone();
+            health.is_array().then_some(health)
+        },
+    )
+    .await;
+    assert_eq!(health[0]["name"], "claim:gpu", "{health}");
+    assert_eq!(
+        health[0]["resources"][0]["resourceID"],
+        device.cdi_devices[0].name.as_str(),
+        "{health}"
+    );
+    assert_eq!(health[0]["resources"][0]["health"], "Unknown", "{health}");
     let state = root.join("dra_manager_state");
     let checkpoint = std::fs::read_to_string(&state).unwrap();
     assert!(checkpoint.contains(&claim_uid), "{checkpoint}");

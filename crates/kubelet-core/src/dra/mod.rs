@@ -7,6 +7,7 @@
 //! `dra_manager_state` checkpoint ([`state`]). The manager that calls the
 //! drivers is the kubelet crate's `dra`.
 
+pub mod health;
 pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -207,6 +208,17 @@ impl ClaimInfo {
     }
 }
 
+/// The claims (and requests) container `c` names (`resources.claims`).
+pub fn claims_named(
+    c: &Container,
+) -> impl Iterator<Item = &k8s_openapi::api::core::v1::ResourceClaim> {
+    c.resources
+        .as_ref()
+        .and_then(|r| r.claims.as_ref())
+        .into_iter()
+        .flatten()
+}
+
 /// Upstream's BaseRequestRef: the request of a `request/subrequest`.
 pub fn base_request(request: &str) -> &str {
     request.split('/').next().unwrap_or(request)
@@ -221,13 +233,7 @@ pub fn container_claim_requests(
     c: &Container,
 ) -> Result<BTreeMap<String, Vec<String>>, String> {
     let mut wanted: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    for claim in c
-        .resources
-        .as_ref()
-        .and_then(|r| r.claims.as_ref())
-        .into_iter()
-        .flatten()
-    {
+    for claim in claims_named(c) {
         wanted
             .entry(&claim.name)
             .or_default()
@@ -357,6 +363,23 @@ impl ClaimCache {
             }
         }
         out
+    }
+
+    /// The pods using one of `devices` (pool, device) of `driver`.
+    pub fn pods_using(&self, driver: &str, devices: &[(String, String)]) -> BTreeSet<String> {
+        self.claims
+            .values()
+            .filter(|c| {
+                c.state.driver_state.get(driver).is_some_and(|s| {
+                    s.devices.iter().any(|d| {
+                        devices
+                            .iter()
+                            .any(|(pool, name)| *pool == d.pool_name && *name == d.device_name)
+                    })
+                })
+            })
+            .flat_map(|c| c.state.pod_uids.iter().cloned())
+            .collect()
     }
 
     /// What the checkpoint holds.

@@ -331,3 +331,159 @@ fn a_corrupt_checkpoint_is_refused() {
     assert_eq!(StateError::Corrupt.to_string(), "checkpoint is corrupted");
     assert!(matches!(state::decode(b"{"), Err(StateError::Format(_))));
 }
+
+mod health_tests {
+    use std::time::{Duration, Instant};
+
+    use super::super::health::{DEFAULT_TIMEOUT, DeviceHealth, Health, HealthCache, claims_status};
+    use super::*;
+
+    fn report(device: &str, health: Health, timeout: i64, message: &str) -> DeviceHealth {
+        DeviceHealth::reported("pool", device, health, timeout, message)
+    }
+
+    #[test]
+    fn reports_change_hold_for_their_timeout_then_are_unknown() {
+        let t0 = Instant::now();
+        let mut cache = HealthCache::default();
+        let changed = cache.update(
+            "d",
+            vec![
+                report("a", Health::Healthy, 0, ""),
+                report("b", Health::Unhealthy, 60, "hot"),
+            ],
+            t0,
+        );
+        assert_eq!(changed.len(), 2);
+        assert_eq!(
+            cache.get("d", "pool", "a", t0),
+            (Health::Healthy, String::new())
+        );
+        assert_eq!(
+            cache.get("d", "pool", "b", t0),
+            (Health::Unhealthy, "hot".into())
+        );
+        assert_eq!(cache.get("d", "pool", "c", t0).0, Health::Unknown);
+        assert_eq!(cache.get("e", "pool", "a", t0).0, Health::Unknown);
+        // The same again: no change. Past a's default timeout without a
+        // report of a: unknown, and dropped as a change.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(
+            cache
+                .update(
+                    "d",
+                    vec![
+                        report("a", Health::Healthy, 0, ""),
+                        report("b", Health::Unhealthy, 60, "hot")
+                    ],
+                    t1
+                )
+                .is_empty()
+        );
+        let t2 = t1 + DEFAULT_TIMEOUT + Duration::from_secs(1);
+        assert_eq!(cache.get("d", "pool", "a", t2).0, Health::Unknown);
+        assert_eq!(cache.get("d", "pool", "b", t2).0, Health::Unhealthy);
+        assert_eq!(
+            cache.update("d", vec![report("b", Health::Healthy, 60, "")], t2),
+            [
+                ("pool".to_string(), "b".to_string()),
+                ("pool".to_string(), "a".to_string())
+            ]
+        );
+        cache.clear("d");
+        assert_eq!(cache.get("d", "pool", "b", t2).0, Health::Unknown);
+        // A long message is cut to the API's 1024 bytes.
+        assert_eq!(
+            report("x", Health::Healthy, 0, &"m".repeat(2000))
+                .message
+                .len(),
+            1024
+        );
+    }
+
+    #[test]
+    fn a_containers_claims_show_their_devices_health() {
+        let p = pod(json!({
+            "spec": {
+                "resourceClaims": [
+                    {"name": "gpu", "resourceClaimTemplateName": "t"},
+                    {"name": "nic", "resourceClaimName": "nics"},
+                ],
+                "containers": [{"name": "app", "resources": {"claims": [
+                    {"name": "gpu"}, {"name": "nic", "request": "fast"},
+                ]}}],
+            },
+            "status": {"resourceClaimStatuses": [{"name": "gpu", "resourceClaimName": "p-gpu"}]},
+        }));
+        let mut cache = ClaimCache::default();
+        let mut gpu = ClaimInfo::from_claim(&allocated(json!([
+            {"driver": "a.example.com", "pool": "pool", "device": "d0", "request": "r"},
+        ])))
+        .unwrap();
+        gpu.state.claim_name = "p-gpu".into();
+        gpu.set_devices(
+            "a.example.com",
+            vec![device("d0", &["r"], &["a.example.com/gpu=d0"])],
+        );
+        let mut nics = gpu.clone();
+        nics.state.claim_name = "nics".into();
+        nics.set_devices(
+            "a.example.com",
+            vec![device("n0", &["fast"], &[]), device("n1", &["slow"], &[])],
+        );
+        cache.add(gpu);
+        cache.add(nics);
+        let t0 = Instant::now();
+        let mut health = HealthCache::default();
+        health.update(
+            "a.example.com",
+            vec![DeviceHealth::reported(
+                "node-1",
+                "d0",
+                Health::Unhealthy,
+                0,
+                "ECC errors",
+            )],
+            t0,
+        );
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let status = claims_status(&p, c, &cache, &health, t0, true);
+        type Resource = (String, Option<String>, Option<String>);
+        let got: Vec<(String, Vec<Resource>)> = status
+            .into_iter()
+            .map(|s| {
+                let resources = s
+                    .resources
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| (r.resource_id, r.health, r.message))
+                    .collect();
+                (s.name, resources)
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "claim:gpu".to_string(),
+                    vec![(
+                        "a.example.com/gpu=d0".to_string(),
+                        Some("Unhealthy".to_string()),
+                        Some("ECC errors".to_string())
+                    )]
+                ),
+                (
+                    "claim:nic/fast".to_string(),
+                    vec![(
+                        "a.example.com/node-1/n0".to_string(),
+                        Some("Unknown".to_string()),
+                        None
+                    )]
+                ),
+            ]
+        );
+        // Without ResourceHealthStatusMessage: no message.
+        let quiet = claims_status(&p, c, &cache, &health, t0, false);
+        assert_eq!(quiet[0].resources.as_ref().unwrap()[0].message, None);
+    }
+}

@@ -82,15 +82,18 @@ async fn fixture() -> Fixture {
     driver.serve(&socket).unwrap();
     let dra = manager(&dir, &api);
     dra.start().unwrap();
-    let versions = ["v1.DRAPlugin".to_string()];
-    let service = dra.validate(DRIVER, &socket, &versions).unwrap();
-    dra.register(DRIVER, &socket, service, &tasks()).unwrap();
+    dra.register(DRIVER, &socket, &v1(), &tasks()).unwrap();
     Fixture {
         dir,
         api,
         driver,
         dra,
     }
+}
+
+/// The versions a driver serving the v1 API lists.
+fn v1() -> Vec<String> {
+    vec!["v1.DRAPlugin".into()]
 }
 
 fn tasks() -> kubelet_tasks::Tasks {
@@ -103,6 +106,7 @@ fn manager(dir: &tempfile::TempDir, api: &FakeApi) -> DraManager {
         Some(api.client()),
         "n1",
         KubeletMetrics::new("n1"),
+        None,
     )
 }
 
@@ -213,9 +217,7 @@ async fn a_restarted_kubelet_knows_what_it_prepared() {
         again.validate(DRIVER, &socket, &versions),
         Ok("v1beta1.DRAPlugin")
     );
-    again
-        .register(DRIVER, &socket, "v1.DRAPlugin", &tasks())
-        .unwrap();
+    again.register(DRIVER, &socket, &v1(), &tasks()).unwrap();
     again.reconcile(&[]).await;
     assert_eq!(
         *f.driver.unprepared.lock(),
@@ -279,13 +281,8 @@ async fn claims_the_pod_may_not_use_are_refused_with_upstreams_words() {
         setup(&api, &mut p);
         let dra = manager(&f.dir, &api);
         dra.start().unwrap();
-        dra.register(
-            DRIVER,
-            &f.dir.path().join("dra.sock"),
-            "v1.DRAPlugin",
-            &tasks(),
-        )
-        .unwrap();
+        dra.register(DRIVER, &f.dir.path().join("dra.sock"), &v1(), &tasks())
+            .unwrap();
         assert_eq!(
             dra.prepare(&p).await.unwrap_err().to_string(),
             want,
@@ -345,7 +342,7 @@ async fn plugins_offering_no_service_the_kubelet_speaks_are_refused() {
     let socket = f.dir.path().join("dra.sock");
     assert_eq!(
         f.dra
-            .register(DRIVER, &socket, "v1.DRAPlugin", &tasks())
+            .register(DRIVER, &socket, &v1(), &tasks())
             .unwrap_err(),
         format!(
             "endpoint {} already registered for DRA driver plugin {DRIVER}",
@@ -396,9 +393,7 @@ async fn an_unusable_drivers_slices_are_deleted_after_its_delay_unless_it_return
     // Gone, and back within the delay: nothing deleted.
     f.dra.deregister(DRIVER, &socket, &tasks);
     tokio::time::sleep(WIPING_DELAY / 2).await;
-    f.dra
-        .register(DRIVER, &socket, "v1.DRAPlugin", &tasks)
-        .unwrap();
+    f.dra.register(DRIVER, &socket, &v1(), &tasks).unwrap();
     tokio::time::sleep(WIPING_DELAY).await;
     assert_eq!(deletes(), 0);
     // Killed, its socket left behind: it no longer answers its dial, and
@@ -407,4 +402,76 @@ async fn an_unusable_drivers_slices_are_deleted_after_its_delay_unless_it_return
     std::fs::remove_file(&socket).unwrap();
     tokio::time::sleep(CONNECTION_CHECK + WIPING_DELAY + Duration::from_secs(1)).await;
     crate::testutil::until("the slices deleted", || deletes() == 1).await;
+}
+
+#[tokio::test]
+async fn a_drivers_health_reports_reach_its_claims_containers() {
+    use kubelet_plugin_api::dra_health::{DeviceHealth, DeviceIdentifier, HealthStatus};
+    let f = fixture().await;
+    let (tx, mut changed) = tokio::sync::mpsc::unbounded_channel();
+    let dra = DraManager::new(
+        f.dir.path(),
+        Some(f.api.client()),
+        "n1",
+        KubeletMetrics::new("n1"),
+        Some(HealthReports {
+            changed: tx,
+            messages: true,
+        }),
+    );
+    dra.start().unwrap();
+    let socket = f.dir.path().join("dra.sock");
+    let versions = [
+        "v1.DRAPlugin".to_string(),
+        "v1.DRAResourceHealth".to_string(),
+    ];
+    dra.register(DRIVER, &socket, &versions, &tasks()).unwrap();
+    let one = pod("pod-1");
+    dra.prepare(&one).await.unwrap();
+    let app = &one.spec.as_ref().unwrap().containers[0];
+    let health_of = |claim: &str| -> Option<(String, Option<String>)> {
+        let status = dra.allocated_resources_status(&one, app);
+        let s = status.iter().find(|s| s.name == claim)?;
+        let r = &s.resources.as_ref()?[0];
+        Some((r.health.clone()?, r.message.clone()))
+    };
+    // No report yet: unknown, named by its CDI device.
+    assert_eq!(health_of("claim:gpu"), Some(("Unknown".into(), None)));
+    assert_eq!(
+        dra.allocated_resources_status(&one, app)[0]
+            .resources
+            .as_ref()
+            .unwrap()[0]
+            .resource_id,
+        f.driver.cdi_device("claim-pod-1")
+    );
+    // The driver reports its device unhealthy: the pod is synced, and its
+    // claims show it.
+    f.driver.health.send_replace(vec![DeviceHealth {
+        device: Some(DeviceIdentifier {
+            pool_name: "pool".into(),
+            device_name: "device-00".into(),
+        }),
+        health: HealthStatus::Unhealthy.into(),
+        last_updated_time: 0,
+        health_check_timeout_seconds: 60,
+        message: "ECC errors".into(),
+    }]);
+    let synced = tokio::time::timeout(Duration::from_secs(10), changed.recv())
+        .await
+        .unwrap();
+    assert_eq!(synced.unwrap().as_str(), "pod-1");
+    for claim in ["claim:gpu", "claim:shared"] {
+        assert_eq!(
+            health_of(claim),
+            Some(("Unhealthy".into(), Some("ECC errors".into()))),
+            "{claim}"
+        );
+    }
+    // The driver gone: its reports forgotten.
+    f.driver.gone.cancel();
+    crate::testutil::until("the health unknown again", || {
+        health_of("claim:gpu").is_some_and(|(h, _)| h == "Unknown")
+    })
+    .await;
 }

@@ -225,6 +225,11 @@ impl Kubelet {
             api.clone(),
             &opts.node_name,
             opts.metrics.clone(),
+            cfg.feature_enabled("ResourceHealthStatus")
+                .then(|| crate::dra::HealthReports {
+                    changed: probe_tx.clone(),
+                    messages: cfg.feature_enabled("ResourceHealthStatusMessage"),
+                }),
         );
         let topology = crate::topologymanager::TopologyManager::new(
             crate::topologymanager::TopologySettings {

@@ -51,7 +51,7 @@ fn test_host(dir: &std::path::Path) -> Host {
             dir,
             KubeletMetrics::new("n"),
         ),
-        dra: crate::dra::DraManager::new(dir, None, "n", KubeletMetrics::new("n")),
+        dra: crate::dra::DraManager::new(dir, None, "n", KubeletMetrics::new("n"), None),
     }
 }
 
