@@ -65,7 +65,11 @@
 #                                                    not on the proxy: the suite's CSI mock
 #                                                    driver with hostpathplugin's flags and
 #                                                    proxy mode (hack/k8s/cmd/csi-mock-plugin),
-#                                                    for the "CSI Mock" specs
+#                                                    for the "CSI Mock" specs; also as
+#                                                    /hostpathplugin over busybox, as the
+#                                                    upstream image (Alpine) has a shell:
+#                                                    the DRA specs' plugin proxy pods run
+#                                                    sh, sleep, mkdir, base64 and rm in it
 #
 # Busybox is 1.37.0 with upstream's default configuration, as the suite's
 # image: Debian's builds (1.35 in bookworm, 1.37 in trixie) run applets from
@@ -88,7 +92,7 @@ REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 MOD_DIR=$REPO_ROOT/hack/k8s
 K8S_VERSION=v1.37.2
 # Bump when anything below changes what ends up in the images.
-RECIPE_VERSION=7
+RECIPE_VERSION=8
 ENV_PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 PACKAGES=(dash bash curl netcat-openbsd bind9-dnsutils iproute2 socat util-linux libc-bin hostname
   libc6-dev gcc make bzip2)
@@ -336,6 +340,10 @@ build_cache() {
     mkdir -p "$work/$program/tmp"
     chmod 1777 "$work/$program/tmp"
     install -m 0755 "$("$REPO_ROOT/hack/control-plane.sh" "$program")" "$work/$program/$program"
+    if [[ $program == csi-mock-plugin ]]; then
+      busybox_rootfs "$work/$program"
+      ln -s "$program" "$work/$program/hostpathplugin"
+    fi
     layer=$(oci_layer "$work" "$work/$program")
     oci_image "$work" "$image" "$(config_json "[\"/$program\"]" null)" "$layer"
   done
