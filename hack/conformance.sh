@@ -21,7 +21,9 @@
 #                 <root>/plugins_registry/csi-mock-<namespace>-reg.sock, must
 #                 fit a socket address's 107 bytes), e.g.
 #                 RKUBELET_CONFORMANCE_DIR=/tmp/rkc hack/conformance.sh
-#                 --nodes 1 --focus '\[sig-storage\] CSI Mock'
+#                 --nodes 1 --focus '\[sig-storage\] CSI Mock' (and the
+#                 same for the DRA specs, '\[DRA\] kubelet', whose test
+#                 driver's pods mount it too)
 #   --focus       ginkgo focus (default the suite's)
 #   --skip        ginkgo skip (default the suite's)
 #   --subset FILE run exactly the specs named in FILE (one full spec name a
