@@ -65,6 +65,8 @@ pub const HONOURED: &[&str] = &[
     "ReloadKubeletClientCAFile",
     "ReloadKubeletServerCertificateFile",
     "ResourceHealthStatus",
+    // DRA's device health messages, shown or not.
+    "ResourceHealthStatusMessage",
     "RotateKubeletServerCertificate",
     // No topology manager option of v1.37.2 is alpha or beta: either value
     // changes nothing, in upstream's kubelet as in rkubelet.
