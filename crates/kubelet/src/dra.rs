@@ -827,26 +827,19 @@ impl DraManager {
     }
 
     /// Unprepare the claims of a pod whose containers are gone (upstream's
-    /// UnprepareResources): those the checkpoint counts it a user of, else
-    /// those of its spec.
-    pub async fn unprepare(&self, pod: Option<&Pod>, uid: &str) -> Result<(), DraError> {
+    /// UnprepareResources): those the checkpoint counts it a user of. A pod
+    /// is counted before any driver is called, so these are all it may
+    /// have had prepared; a pod without claims costs no checkpoint write.
+    pub async fn unprepare(&self, uid: &str) -> Result<(), DraError> {
         let start = Instant::now();
         let known = self.0.cache.lock().claims_of_pod(uid);
-        let result = if let Some((namespace, _)) = known.first() {
-            let namespace = namespace.clone();
-            let names = known.into_iter().map(|(_, n)| n).collect();
-            self.unprepare_claims(uid, &namespace, names).await
-        } else if let Some(pod) = pod {
-            let mut names = Vec::new();
-            for pc in pod_claims(pod) {
-                if let Some((name, _)) = claim_name(pod, &pc).map_err(DraError::Claim)? {
-                    names.push(name);
-                }
+        let result = match known.first() {
+            Some((namespace, _)) => {
+                let namespace = namespace.clone();
+                let names = known.into_iter().map(|(_, n)| n).collect();
+                self.unprepare_claims(uid, &namespace, names).await
             }
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-            self.unprepare_claims(uid, namespace, names).await
-        } else {
-            return Ok(());
+            None => Ok(()),
         };
         self.observe("UnprepareResources", start, result.is_err());
         result

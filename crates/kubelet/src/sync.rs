@@ -498,7 +498,7 @@ impl Syncer {
         // waits for that status).
         self.runtime
             .dra()
-            .unprepare(target.pod.as_deref(), target.pod_ref.uid.as_str())
+            .unprepare(target.pod_ref.uid.as_str())
             .await
             .map_err(SyncError::UnprepareResources)?;
         if let Some(pod) = &target.pod {

@@ -166,7 +166,7 @@ async fn a_pods_claims_are_prepared_once_and_unprepared_by_their_last_user() {
 
     // The first pod stops: its own claim is unprepared, the shared one
     // still has a user.
-    f.dra.unprepare(Some(&one), "pod-1").await.unwrap();
+    f.dra.unprepare("pod-1").await.unwrap();
     assert_eq!(
         *f.driver.unprepared.lock(),
         [vec!["p-gpu-pod-1".to_string()]]
@@ -174,11 +174,11 @@ async fn a_pods_claims_are_prepared_once_and_unprepared_by_their_last_user() {
     assert!(!f.dra.might_need_unprepare("pod-1"));
     assert!(f.dra.might_need_unprepare("pod-2"));
     // Its second unprepare does nothing.
-    f.dra.unprepare(Some(&one), "pod-1").await.unwrap();
+    f.dra.unprepare("pod-1").await.unwrap();
     assert_eq!(f.driver.unprepared.lock().len(), 1);
     // The second, gone while the kubelet was down (no pod object), by the
     // checkpoint alone.
-    f.dra.unprepare(None, "pod-2").await.unwrap();
+    f.dra.unprepare("pod-2").await.unwrap();
     assert_eq!(
         f.driver.unprepared.lock()[1],
         ["p-gpu-pod-2".to_string(), "shared".to_string()]
